@@ -1,0 +1,38 @@
+# The README's commands. Each installs what is missing first (scripts/bootstrap, idempotent).
+BUILD_DIR ?= build
+GENERATOR ?= Ninja
+CMAKE_FLAGS ?=
+LISTEN ?= 127.0.0.1:9090
+DATA_DIR ?= $(CURDIR)/.agentbox
+
+.PHONY: all bootstrap configure build run test test-asan bench clean format
+
+all: build
+
+bootstrap:
+	@scripts/bootstrap
+
+configure: bootstrap
+	@cmake -S . -B $(BUILD_DIR) -G $(GENERATOR) $(CMAKE_FLAGS) >/dev/null
+
+build: configure
+	@cmake --build $(BUILD_DIR) -j $$(nproc)
+
+run: build
+	@scripts/run "$(BUILD_DIR)/bin/agentboxd" --listen $(LISTEN) --data-dir $(DATA_DIR) $(ARGS)
+
+test: build
+	@scripts/test $(BUILD_DIR)
+
+# The same tests under AddressSanitizer + UndefinedBehaviorSanitizer.
+test-asan:
+	@$(MAKE) test BUILD_DIR=build-asan CMAKE_FLAGS="-DAGENTBOX_SANITIZE=ON -DCMAKE_BUILD_TYPE=Debug"
+
+bench: build
+	@scripts/bench $(BUILD_DIR)
+
+format:
+	@clang-format -i $$(git ls-files '*.h' '*.cc')
+
+clean:
+	rm -rf $(BUILD_DIR) build-asan

@@ -1,0 +1,72 @@
+#pragma once
+// A small synchronous HTTP client for the agentboxd API (shared/API.md), used by the CLI and by
+// the integration tests. One keep-alive connection, reopened when the server closes it.
+// Non-2xx replies are not Errors: the caller gets the status and body (use api_error() to read
+// the {"error":{code,message}} body). An Error means no reply could be had (connect, I/O).
+
+#include <chrono>
+#include <cstdint>
+#include <functional>
+#include <map>
+#include <memory>
+#include <string>
+#include <string_view>
+
+#include "common/error.h"
+
+namespace agentbox::client {
+
+struct ClientOptions {
+  std::string server = "http://127.0.0.1:9090";  // http://host:port
+  std::string token;                             // sent as Authorization: Bearer when set
+  std::chrono::milliseconds timeout{std::chrono::minutes(10)};
+};
+
+struct Response {
+  int status = 0;
+  std::string body;
+  std::map<std::string, std::string> headers;  // lower-case names
+};
+
+// {"error":{"code","message"}} of a reply, if it has one.
+struct ApiError {
+  std::string code;
+  std::string message;
+};
+std::optional<ApiError> api_error(const Response& r);
+
+// Percent-encodes a query parameter value.
+std::string url_encode(std::string_view s);
+
+class Client {
+ public:
+  explicit Client(ClientOptions opts);
+  ~Client();
+  Client(const Client&) = delete;
+  Client& operator=(const Client&) = delete;
+
+  // A request with a small body (JSON or none); the whole reply is read into memory.
+  Result<Response> request(std::string_view method, std::string_view target,
+                           std::string_view body = {},
+                           std::string_view content_type = "application/json");
+
+  // A request whose reply body is handed to on_chunk as it arrives (NDJSON exec stream, file
+  // download). on_chunk returns false to abort (the connection is then closed). Returns the
+  // status and headers; body is left empty unless the status is not 2xx (then it holds the
+  // error body).
+  Result<Response> request_stream(std::string_view method, std::string_view target,
+                                   std::string_view body,
+                                   const std::function<bool(std::string_view)>& on_chunk);
+
+  // A request whose body of `size` bytes is pulled from `read` (fills the buffer, returns the
+  // count; 0 only at the end) — a file upload. `progress` gets the bytes sent so far.
+  Result<Response> upload(std::string_view method, std::string_view target, std::uint64_t size,
+                          const std::function<Result<std::size_t>(char*, std::size_t)>& read,
+                          const std::function<void(std::uint64_t)>& progress = {});
+
+ private:
+  struct Impl;
+  std::unique_ptr<Impl> impl_;
+};
+
+}  // namespace agentbox::client

@@ -1,0 +1,62 @@
+#pragma once
+// Errors are values: every fallible operation returns Result<T> = std::expected<T, Error>.
+// Error::code is the stable wire code (API.md); the HTTP status for each code is decided in
+// exactly one place, server/http_error.cc.
+
+#include <cerrno>
+#include <expected>
+#include <string>
+#include <string_view>
+
+namespace agentbox {
+
+enum class Code {
+  kInvalid,       // EINVAL       bad input
+  kUnauthorized,  // EUNAUTHORIZED
+  kAccess,        // EACCES       path escapes, read-only, denied
+  kNotFound,      // ENOENT
+  kExists,        // EEXIST
+  kNotDir,        // ENOTDIR
+  kIsDir,         // EISDIR
+  kNotEmpty,      // ENOTEMPTY
+  kTooBig,        // ETOOBIG
+  kQuota,         // EQUOTA       quota, ENOSPC, EDQUOT
+  kTimedOut,      // ETIMEDOUT
+  kUnavailable,   // EUNAVAILABLE backend down, runner gone
+  kInternal,      // EINTERNAL
+};
+
+// The wire spelling of a code ("EINVAL", ...).
+std::string_view code_name(Code c);
+
+struct [[nodiscard]] Error {
+  Code code = Code::kInternal;
+  int sys_errno = 0;  // the errno behind it, 0 if none
+  std::string message;
+
+  // Maps an errno to the closest Code; message names the operation, e.g. "open(/workspace/a)".
+  static Error from_errno(int err, std::string_view what);
+  static Error make(Code c, std::string message) { return Error{c, 0, std::move(message)}; }
+};
+
+// Maps an errno value to a Code (ENOENT->kNotFound, EROFS->kAccess, ENOSPC->kQuota, ...).
+Code code_for_errno(int err);
+
+template <typename T>
+using Result = std::expected<T, Error>;
+using Status = std::expected<void, Error>;
+
+inline std::unexpected<Error> fail(Code c, std::string message) {
+  return std::unexpected(Error{c, 0, std::move(message)});
+}
+inline std::unexpected<Error> fail_errno(int err, std::string_view what) {
+  return std::unexpected(Error::from_errno(err, what));
+}
+
+[[noreturn]] void check_failed(const char* expr, const char* file, int line);
+
+}  // namespace agentbox
+
+// Broken invariants abort with file:line. Not for input validation.
+#define AB_CHECK(expr) \
+  ((expr) ? static_cast<void>(0) : ::agentbox::check_failed(#expr, __FILE__, __LINE__))

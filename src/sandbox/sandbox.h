@@ -1,0 +1,187 @@
+#pragma once
+// The Sandbox interface (shared/DESIGN.md, "The Sandbox interface"): what every backend (host,
+// ns, later remote and docker) implements for one session's box. Paths are in-box paths:
+// absolute ("/workspace/a.txt", "/tmp/x") or relative to workspace(). Nothing here knows about
+// HTTP, session ids or tenants.
+//
+// Threading: exec() runs on the caller's Asio executor (it is a coroutine). The file operations
+// are blocking syscalls; the server calls them from a worker pool, so they must be safe to call
+// concurrently with each other and with exec().
+
+#include <sys/types.h>
+
+#include <boost/asio/awaitable.hpp>
+#include <chrono>
+#include <cstdint>
+#include <map>
+#include <memory>
+#include <optional>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "common/error.h"
+#include "common/unique_fd.h"
+
+namespace agentbox::sandbox {
+
+namespace asio = boost::asio;
+
+inline constexpr std::size_t kDefaultMaxOutputBytes = 131072;
+inline constexpr std::chrono::seconds kDefaultExecTimeout{120};
+
+struct ExecSpec {
+  std::vector<std::string> argv;  // run directly (PATH lookup) when non-empty ...
+  std::string command;            // ... else run as /bin/sh -c command
+  std::string cwd;                // in-box path; empty means workspace()
+  std::map<std::string, std::string> env;  // added to the box's base environment
+  std::string stdin_data;                  // fed to the command, then stdin is closed
+  std::chrono::milliseconds timeout = kDefaultExecTimeout;
+  std::size_t max_output_bytes = kDefaultMaxOutputBytes;  // per stream
+  std::string artifact_dir;  // in-box dir; files new or modified there are reported; "" = none
+};
+
+struct Artifact {
+  std::string path;  // in-box path
+  std::uint64_t size = 0;
+  std::string mime_type;
+};
+
+struct ExecResult {
+  std::string stdout_data;  // raw bytes; the wire layer replaces invalid UTF-8
+  std::string stderr_data;
+  // The command's exit status; 127 when it could not be started; 128+N when killed by signal N;
+  // -1 on timeout.
+  int exit_code = 0;
+  std::optional<int> signal;
+  bool timed_out = false;
+  bool stdout_truncated = false;
+  bool stderr_truncated = false;
+  std::chrono::milliseconds duration{0};
+  std::vector<Artifact> artifacts;
+};
+
+enum class StreamKind { kStdout, kStderr };
+
+// Receives output as it is produced (streaming exec). Called on the exec's executor, one call at a
+// time, in order. With a sink, ExecResult's stdout/stderr stay empty (but the truncated flags and
+// the cap still apply to what is forwarded).
+class OutputSink {
+ public:
+  virtual ~OutputSink() = default;
+  // Returns false when the consumer is gone (client disconnected): the command is killed.
+  virtual asio::awaitable<bool> on_output(StreamKind kind, std::string data) = 0;
+};
+
+struct FileInfo {
+  std::string name;  // last component
+  std::string path;  // in-box path as given (normalised)
+  std::uint64_t size = 0;
+  std::uint32_t mode = 0;  // st_mode (type and permission bits)
+  std::int64_t mod_time_ns = 0;  // since the Unix epoch
+  bool is_dir = false;
+  bool is_symlink = false;
+};
+
+struct DirEntry {
+  std::string name;
+  bool is_dir = false;
+  bool is_symlink = false;
+  std::uint64_t size = 0;
+  std::uint32_t mode = 0;
+  std::int64_t mod_time_ns = 0;
+};
+
+// An open regular file for streaming out.
+struct FileReader {
+  UniqueFd fd;
+  std::uint64_t size = 0;
+};
+
+struct WriteOptions {
+  bool mkdirs = false;                   // create missing parents (else ENOENT)
+  std::optional<std::uint32_t> mode;     // permission bits; default 0644 (or the old file's)
+  std::uint64_t max_bytes = 500ull << 20;  // write() past this fails with kTooBig
+};
+
+// An in-progress atomic write: data goes to a temp file in the target's directory; commit()
+// fsyncs it, renames it over the target and fsyncs the directory. Destroying an uncommitted
+// writer removes the temp file and leaves the target untouched.
+class FileWriter {
+ public:
+  virtual ~FileWriter() = default;
+  virtual Status write(std::string_view chunk) = 0;
+  virtual Result<std::uint64_t> commit() = 0;  // returns the size written
+};
+
+class Sandbox {
+ public:
+  virtual ~Sandbox() = default;
+
+  virtual std::string_view name() const = 0;  // the backend: "host", "ns", ...
+  // The workspace path as commands in the box see it ("/workspace" for ns, the host dir for host).
+  virtual std::string workspace() const = 0;
+  // The uid commands run as, when the backend has one per session.
+  virtual std::optional<uid_t> uid() const { return std::nullopt; }
+
+  // Runs one command. Expected failures of the command itself (non-zero exit, no such binary,
+  // timeout) are an ExecResult, not an Error; an Error means the box could not run anything.
+  virtual asio::awaitable<Result<ExecResult>> exec(ExecSpec spec, OutputSink* sink) = 0;
+
+  virtual Result<FileReader> open_file(const std::string& path) = 0;
+  virtual Result<std::unique_ptr<FileWriter>> create_file(const std::string& path,
+                                                          WriteOptions opts) = 0;
+  virtual Result<FileInfo> stat(const std::string& path) = 0;
+  virtual Result<std::vector<DirEntry>> read_dir(const std::string& path) = 0;  // sorted by name
+  virtual Status mkdir_all(const std::string& path) = 0;
+  virtual Status remove(const std::string& path) = 0;  // file or empty dir
+  virtual Status remove_all(const std::string& path) = 0;
+  virtual Status rename(const std::string& from, const std::string& to) = 0;
+
+  // Kills every process of the box and releases its resources (box torn down). The workspace
+  // stays on disk. Idempotent. The Sandbox is unusable afterwards.
+  virtual void shutdown() = 0;
+
+  // Convenience forms on top of the streaming ones.
+  Result<std::string> read_file(const std::string& path, std::uint64_t max_bytes);
+  Result<std::uint64_t> write_file(const std::string& path, std::string_view data,
+                                   WriteOptions opts);
+};
+
+// Resource limits of a box. Unset fields take the backend's defaults.
+struct Limits {
+  std::optional<std::uint64_t> memory_mb;
+  std::optional<std::uint32_t> cpu_percent;
+  std::optional<std::uint32_t> max_pids;
+  std::optional<std::uint64_t> disk_mb;
+  std::optional<std::uint32_t> max_open_files;
+};
+
+struct BindMount {
+  std::string host_path;
+  std::string box_path;
+  bool read_only = true;
+};
+
+// What a backend needs to make one box. `key` is an opaque, filesystem-safe unique name for the
+// box (used for cgroup and runtime dir names); the session layer supplies it.
+struct BoxConfig {
+  std::string key;
+  std::string workspace_dir;  // host path of the workspace; exists
+  Limits limits;
+  std::map<std::string, std::string> env;
+  std::vector<BindMount> mounts;  // extra mounts, shared dirs, skills
+  uid_t uid = 0;                  // session uid/gid (ns backend); 0 = backend decides
+  gid_t gid = 0;
+};
+
+class Backend {
+ public:
+  virtual ~Backend() = default;
+  virtual std::string_view name() const = 0;
+  // Whether this backend can make boxes on this host; the error names what is missing.
+  virtual Status check_usable() = 0;
+  virtual Result<std::unique_ptr<Sandbox>> create(BoxConfig config) = 0;
+};
+
+}  // namespace agentbox::sandbox
