@@ -6,6 +6,7 @@
 #include <sys/types.h>
 
 #include <chrono>
+#include <condition_variable>
 #include <map>
 #include <memory>
 #include <mutex>
@@ -16,6 +17,7 @@
 #include <vector>
 
 #include "common/error.h"
+#include "common/unique_fd.h"
 #include "sandbox/sandbox.h"
 
 namespace agentbox::session {
@@ -71,7 +73,12 @@ struct ManagerConfig {
   std::string data_dir;  // exists; workspaces go under data_dir/workspaces/
   std::string default_backend;
   std::map<std::string, std::shared_ptr<sandbox::Backend>> backends;  // by name
-  std::vector<sandbox::BindMount> shared_dirs;  // mounted read-only into every box
+  // Mounted read-only into every box at /shared/<box_path> (box_path is the prefix of
+  // --shared-dirs prefix:path); an absolute box_path is used as given.
+  std::vector<sandbox::BindMount> shared_dirs;
+  // SECURITY: a spec's mounts and skills may only name host paths under one of these (after
+  // resolving symlinks); none configured means client-chosen host mounts are refused (EACCES).
+  std::vector<std::string> allowed_mount_roots;
 };
 
 class SessionManager {
@@ -101,13 +108,33 @@ class SessionManager {
   const ManagerConfig& config() const { return config_; }
 
  private:
-  explicit SessionManager(ManagerConfig config);
+  explicit SessionManager(ManagerConfig config, UniqueFd workspaces_fd);
   struct Entry;
+  struct BoxStart;
+  // Validates the spec, allocates the uid and registers a kCreating entry. mu_ held.
   Result<std::shared_ptr<Entry>> create_locked(const std::string& id, const SessionSpec& spec);
   SessionInfo info_locked(const Entry& e) const;
+  // Creates (or finds) the workspace and asks the backend for a box. Slow: called without mu_,
+  // on an entry that no other thread touches while it is kCreating.
+  Result<BoxStart> start_box(const Entry& e);
+  // Makes a created or resumed entry live, or drops it when starting failed. mu_ held.
+  Result<std::shared_ptr<Entry>> finish_start_locked(const std::shared_ptr<Entry>& e,
+                                                     Result<BoxStart> started, bool is_new);
+  // Waits on cv_ until `id` is absent or settled (not mid-create/resume/destroy); returns it.
+  std::shared_ptr<Entry> find_settled_locked(std::unique_lock<std::mutex>& lk,
+                                             const std::string& id);
+  uid_t allocate_uid_locked(const std::string& id);
+  Status remove_workspace(const std::string& id);
+  // Every change to what a session is (created, started, suspended, used, destroyed) goes
+  // through these two, so a persistent store hooks in here and nowhere else. mu_ held.
+  void record_locked(const Entry& e);
+  void forget_locked(const Entry& e);
 
   ManagerConfig config_;
+  UniqueFd workspaces_fd_;  // data_dir/workspaces, O_DIRECTORY; ids are resolved beneath it
   std::mutex mu_;
+  std::condition_variable cv_;  // an entry left kCreating/kDestroying, or was erased
+  bool closed_ = false;         // shutdown_all() ran: no box is started again
   std::map<std::string, std::shared_ptr<Entry>> sessions_;
   std::map<uid_t, std::string> uids_;  // allocated uid -> session id
 };

@@ -1,0 +1,438 @@
+// Side-by-side benchmarks (`make bench`): every figure is printed next to its baseline measured
+// in the same run, as medians and ratios, because the machine is shared and noisy.
+//
+//   agentbox-bench --daemon build/bin/agentboxd [--backend host|ns] [--section ...]
+//
+// Sections:
+//   exec      exec round trip of /bin/true through HTTP keep-alive vs a bare posix_spawn (and,
+//             for ns, vs bwrap --unshare-all and seed 001's unshare+setpriv)
+//   files     256 MiB upload and download through the API vs cat to/from local disk
+//   sessions  new session -> first exec completes, 100 sessions, p50/p99
+//   idle      1,000 idle sessions: memory per session (init RSS + cgroup usage), daemon RSS
+//   rate      execs/s across 100 sessions vs the bare posix_spawn rate, on all cores
+
+#include <fcntl.h>
+#include <signal.h>
+#include <spawn.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <CLI/CLI.hpp>
+#include <algorithm>
+#include <atomic>
+#include <chrono>
+#include <cstdio>
+#include <cstdlib>
+#include <filesystem>
+#include <fstream>
+#include <nlohmann/json.hpp>
+#include <sstream>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "client/client.h"
+
+extern char** environ;
+
+namespace {
+
+using Clock = std::chrono::steady_clock;
+namespace fs = std::filesystem;
+using agentbox::client::Client;
+using agentbox::client::ClientOptions;
+
+double ms_since(Clock::time_point t0) {
+  return std::chrono::duration<double, std::milli>(Clock::now() - t0).count();
+}
+
+double percentile(std::vector<double> v, double p) {
+  if (v.empty()) return 0;
+  std::sort(v.begin(), v.end());
+  std::size_t i = static_cast<std::size_t>(p * static_cast<double>(v.size() - 1) + 0.5);
+  return v[std::min(i, v.size() - 1)];
+}
+double median(std::vector<double> v) { return percentile(std::move(v), 0.5); }
+
+[[noreturn]] void die(const std::string& msg) {
+  std::fprintf(stderr, "agentbox-bench: %s\n", msg.c_str());
+  std::exit(1);
+}
+
+// Runs argv with posix_spawn and waits; returns the exit status (-1 if it could not start).
+int spawn_wait(const std::vector<std::string>& args, bool quiet = true) {
+  std::vector<char*> argv;
+  for (const auto& a : args) argv.push_back(const_cast<char*>(a.c_str()));
+  argv.push_back(nullptr);
+  posix_spawn_file_actions_t fa;
+  posix_spawn_file_actions_init(&fa);
+  if (quiet) {
+    posix_spawn_file_actions_addopen(&fa, 1, "/dev/null", O_WRONLY, 0);
+    posix_spawn_file_actions_addopen(&fa, 2, "/dev/null", O_WRONLY, 0);
+  }
+  pid_t pid;
+  int rc = posix_spawnp(&pid, argv[0], &fa, nullptr, argv.data(), environ);
+  posix_spawn_file_actions_destroy(&fa);
+  if (rc != 0) return -1;
+  int st = 0;
+  while (waitpid(pid, &st, 0) < 0 && errno == EINTR) {
+  }
+  return WIFEXITED(st) ? WEXITSTATUS(st) : 128 + WTERMSIG(st);
+}
+
+std::vector<double> time_spawns(const std::vector<std::string>& args, int n) {
+  std::vector<double> out;
+  for (int i = 0; i < n; ++i) {
+    auto t0 = Clock::now();
+    if (spawn_wait(args) != 0) return {};
+    out.push_back(ms_since(t0));
+  }
+  return out;
+}
+
+long rss_kib(pid_t pid) {
+  std::ifstream f("/proc/" + std::to_string(pid) + "/status");
+  std::string line;
+  while (std::getline(f, line)) {
+    if (line.rfind("VmRSS:", 0) == 0) return std::strtol(line.c_str() + 6, nullptr, 10);
+  }
+  return -1;
+}
+
+// The daemon under test: started on port 0 with a fresh data dir, stopped with SIGTERM.
+class Daemon {
+ public:
+  Daemon(const std::string& bin, const std::string& backend, const std::vector<std::string>& extra) {
+    dir_ = fs::temp_directory_path() / ("agentbox-bench-" + std::to_string(getpid()));
+    fs::remove_all(dir_);
+    fs::create_directories(dir_);
+    std::string ready = (dir_ / "ready").string();
+    std::vector<std::string> args = {bin,           "--listen",  "127.0.0.1:0",
+                                     "--data-dir",  (dir_ / "data").string(),
+                                     "--backend",   backend,     "--ready-file",
+                                     ready,         "--log-level", "warn"};
+    args.insert(args.end(), extra.begin(), extra.end());
+    std::vector<char*> argv;
+    for (auto& a : args) argv.push_back(a.data());
+    argv.push_back(nullptr);
+    if (posix_spawn(&pid_, argv[0], nullptr, nullptr, argv.data(), environ) != 0) {
+      die("cannot start " + bin);
+    }
+    for (int i = 0; i < 1000; ++i) {
+      std::ifstream f(ready);
+      std::string addr;
+      if (f && std::getline(f, addr) && !addr.empty()) {
+        url_ = "http://" + addr;
+        return;
+      }
+      int st;
+      if (waitpid(pid_, &st, WNOHANG) == pid_) die("agentboxd exited at startup");
+      usleep(10000);
+    }
+    die("agentboxd did not become ready");
+  }
+  ~Daemon() {
+    kill(pid_, SIGTERM);
+    int st;
+    waitpid(pid_, &st, 0);
+    std::error_code ec;
+    fs::remove_all(dir_, ec);
+  }
+  const std::string& url() const { return url_; }
+  pid_t pid() const { return pid_; }
+  fs::path dir() const { return dir_; }
+
+ private:
+  fs::path dir_;
+  pid_t pid_ = -1;
+  std::string url_;
+};
+
+Client make_client(const Daemon& d) { return Client(ClientOptions{.server = d.url()}); }
+
+void create_session(Client& c, const std::string& id) {
+  nlohmann::json body = {{"id", id}};
+  auto r = c.request("POST", "/v1/sessions", body.dump());
+  if (!r || (r->status != 201 && r->status != 200)) {
+    die("create session " + id + ": " + (r ? r->body : r.error().message));
+  }
+}
+
+bool exec_true(Client& c, const std::string& id) {
+  static const std::string body = R"({"argv":["/bin/true"]})";
+  auto r = c.request("POST", "/v1/sessions/" + id + "/exec", body);
+  if (!r || r->status != 200) {
+    std::fprintf(stderr, "exec failed: %s\n", r ? r->body.c_str() : r.error().message.c_str());
+    return false;
+  }
+  return r->body.find("\"exit_code\":0") != std::string::npos;
+}
+
+void row(const char* what, double value, const char* unit, const std::string& note = "") {
+  std::printf("  %-58s %10.3f %-6s %s\n", what, value, unit, note.c_str());
+}
+
+std::string ratio_note(double r, const char* target) {
+  char buf[96];
+  std::snprintf(buf, sizeof buf, "ratio %.2f (target %s)", r, target);
+  return buf;
+}
+
+void section_exec(const Daemon& d, const std::string& backend, int n) {
+  std::printf("\n[exec] round trip of /bin/true, %d iterations, medians\n", n);
+  Client c = make_client(d);
+  create_session(c, "bench-exec");
+  for (int i = 0; i < 20; ++i) exec_true(c, "bench-exec");  // warm: box up, connection open
+  std::vector<double> api;
+  for (int i = 0; i < n; ++i) {
+    auto t0 = Clock::now();
+    if (!exec_true(c, "bench-exec")) die("exec /bin/true failed");
+    api.push_back(ms_since(t0));
+  }
+  auto bare = time_spawns({"/bin/true"}, n);
+  double m_api = median(api), m_bare = median(bare);
+  row("bare posix_spawn /bin/true", m_bare, "ms");
+  row(("agentbox exec via HTTP keep-alive (" + backend + ")").c_str(), m_api, "ms",
+      ratio_note(m_api / m_bare, backend == "host" ? "<= 1.3" : "<= 1.5"));
+  row("  p99 agentbox exec", percentile(api, 0.99), "ms");
+
+  if (backend != "ns") return;
+  // bubblewrap with every namespace unshared and a minimal read-only system, per command.
+  std::vector<std::string> bwrap = {"bwrap", "--unshare-all", "--die-with-parent",
+                                    "--ro-bind", "/usr", "/usr", "--symlink", "usr/bin", "/bin",
+                                    "--symlink", "usr/lib", "/lib", "--symlink", "usr/lib64",
+                                    "/lib64", "--proc", "/proc", "--dev", "/dev", "--tmpfs",
+                                    "/tmp", "/bin/true"};
+  auto bw = time_spawns(bwrap, std::max(20, n / 5));
+  if (bw.empty()) {
+    row("bwrap --unshare-all ... /bin/true", 0, "ms", "FAILED to run");
+  } else {
+    double m_bw = median(bw);
+    row("bwrap --unshare-all ... /bin/true", m_bw, "ms",
+        ratio_note(m_bw / m_api, ">= 3 (bwrap / agentbox)"));
+  }
+  // Seed 001's way: a mount+pid namespace and setpriv to the agent's uid, per command.
+  std::vector<std::string> seed = {"unshare", "--mount", "--pid", "--fork", "setpriv",
+                                   "--reuid=12345", "--regid=12345", "--clear-groups",
+                                   "/bin/true"};
+  auto sd = time_spawns(seed, std::max(20, n / 5));
+  if (!sd.empty()) {
+    double m_sd = median(sd);
+    row("unshare --mount --pid --fork setpriv ... /bin/true", m_sd, "ms",
+        ratio_note(m_sd / m_api, "(seed 001 / agentbox)"));
+  }
+}
+
+void section_files(const Daemon& d, std::uint64_t mb) {
+  std::printf("\n[files] %llu MiB upload and download, MB/s\n",
+              static_cast<unsigned long long>(mb));
+  const std::uint64_t size = mb << 20;
+  fs::path src = d.dir() / "src.bin";
+  {
+    // Incompressible-ish content; page-cached before every measurement alike.
+    std::ofstream f(src, std::ios::binary);
+    std::vector<char> buf(1 << 20);
+    std::uint64_t x = 88172645463325252ull;
+    for (std::uint64_t i = 0; i < mb; ++i) {
+      for (auto& ch : buf) {
+        x ^= x << 13, x ^= x >> 7, x ^= x << 17;
+        ch = static_cast<char>(x);
+      }
+      f.write(buf.data(), static_cast<std::streamsize>(buf.size()));
+    }
+  }
+  auto mbps = [&](double ms) { return static_cast<double>(mb) / (ms / 1000.0); };
+  // Baselines: cat to local disk (with the fsync the daemon also does) and from local disk.
+  fs::path dst = d.dir() / "dst.bin";
+  std::vector<double> cat_up, cat_down, api_up, api_down;
+  Client c = make_client(d);
+  create_session(c, "bench-files");
+  for (int round = 0; round < 3; ++round) {
+    auto t0 = Clock::now();
+    spawn_wait({"sh", "-c", "cat '" + src.string() + "' > '" + dst.string() + "' && sync '" +
+                                dst.string() + "'"});
+    cat_up.push_back(ms_since(t0));
+    t0 = Clock::now();
+    spawn_wait({"sh", "-c", "cat '" + dst.string() + "' > /dev/null"});
+    cat_down.push_back(ms_since(t0));
+    fs::remove(dst);
+
+    int fd = ::open(src.c_str(), O_RDONLY | O_CLOEXEC);
+    t0 = Clock::now();
+    auto r = c.upload("PUT", "/v1/sessions/bench-files/files?path=/workspace/big.bin", size,
+                      [fd](char* p, std::size_t n) -> agentbox::Result<std::size_t> {
+                        ssize_t got = ::read(fd, p, n);
+                        if (got < 0) return std::unexpected(agentbox::Error::from_errno(errno, "read"));
+                        return static_cast<std::size_t>(got);
+                      });
+    api_up.push_back(ms_since(t0));
+    ::close(fd);
+    if (!r || r->status != 200) die("upload failed: " + (r ? r->body : r.error().message));
+    std::uint64_t got = 0;
+    t0 = Clock::now();
+    auto g = c.request_stream("GET", "/v1/sessions/bench-files/files?path=/workspace/big.bin", "",
+                              [&got](std::string_view chunk) {
+                                got += chunk.size();
+                                return true;
+                              });
+    api_down.push_back(ms_since(t0));
+    if (!g || g->status != 200 || got != size) die("download failed");
+  }
+  long daemon_rss = rss_kib(d.pid());
+  double up = mbps(median(api_up)), down = mbps(median(api_down));
+  double cup = mbps(median(cat_up)), cdown = mbps(median(cat_down));
+  row("cat to local disk (+fsync)", cup, "MB/s");
+  row("agentbox upload (PUT, atomic, fsynced)", up, "MB/s", ratio_note(up / cup, ">= 0.8"));
+  row("cat from local disk", cdown, "MB/s");
+  row("agentbox download (GET)", down, "MB/s", ratio_note(down / cdown, ">= 0.8"));
+  row("daemon RSS after the transfers", static_cast<double>(daemon_rss) / 1024.0, "MiB",
+      "(target < 64 MiB)");
+}
+
+void section_sessions(const Daemon& d, int n) {
+  std::printf("\n[sessions] new session -> first exec completes, %d sessions\n", n);
+  Client c = make_client(d);
+  std::vector<double> t;
+  for (int i = 0; i < n; ++i) {
+    std::string id = "bench-new-" + std::to_string(i);
+    auto t0 = Clock::now();
+    create_session(c, id);
+    if (!exec_true(c, id)) die("first exec failed in " + id);
+    t.push_back(ms_since(t0));
+  }
+  row("create -> first exec p50", percentile(t, 0.5), "ms", "(target <= 15 ms)");
+  row("create -> first exec p99", percentile(t, 0.99), "ms", "(target <= 50 ms)");
+  for (int i = 0; i < n; ++i) c.request("DELETE", "/v1/sessions/bench-new-" + std::to_string(i));
+}
+
+// Sum of VmRSS over processes named agentbox-init (the boxes' pid 1s).
+std::pair<long, int> init_rss_kib() {
+  long total = 0;
+  int count = 0;
+  for (const auto& e : fs::directory_iterator("/proc")) {
+    std::string name = e.path().filename();
+    if (name.empty() || !std::isdigit(static_cast<unsigned char>(name[0]))) continue;
+    std::ifstream f(e.path() / "comm");
+    std::string comm;
+    if (f && std::getline(f, comm) && comm == "agentbox-init") {
+      long r = rss_kib(std::stoi(name));
+      if (r > 0) total += r, ++count;
+    }
+  }
+  return {total, count};
+}
+
+// Memory charged to the boxes' cgroups: v1 memory hierarchy or v2 unified, under agentbox/.
+long cgroup_usage_kib() {
+  for (const char* p : {"/sys/fs/cgroup/memory/agentbox/memory.usage_in_bytes",
+                        "/sys/fs/cgroup/agentbox/memory.current",
+                        "/sys/fs/cgroup/unified/agentbox/memory.current"}) {
+    std::ifstream f(p);
+    long long v;
+    if (f >> v) return static_cast<long>(v / 1024);
+  }
+  return -1;
+}
+
+void section_idle(const Daemon& d, int n) {
+  std::printf("\n[idle] %d live idle sessions\n", n);
+  Client c = make_client(d);
+  long base_cg = cgroup_usage_kib();
+  long base_rss = rss_kib(d.pid());
+  auto t0 = Clock::now();
+  for (int i = 0; i < n; ++i) {
+    std::string id = "bench-idle-" + std::to_string(i);
+    create_session(c, id);
+    if (!exec_true(c, id)) die("exec failed in " + id);
+  }
+  double secs = ms_since(t0) / 1000.0;
+  std::this_thread::sleep_for(std::chrono::seconds(1));
+  auto [init_kib, inits] = init_rss_kib();
+  long cg = cgroup_usage_kib();
+  long rss = rss_kib(d.pid());
+  row("sessions created (with one exec each)", n, "", "in " + std::to_string(secs) + " s");
+  if (inits > 0) row("init processes found", inits, "");
+  double per = 0;
+  if (inits > 0) per += static_cast<double>(init_kib) / inits;
+  if (cg >= 0 && base_cg >= 0) per += static_cast<double>(cg - base_cg) / n;
+  row("memory per session (init RSS + cgroup usage)", per / 1024.0, "MiB", "(target <= 2 MiB)");
+  row("daemon RSS", static_cast<double>(rss) / 1024.0, "MiB",
+      "(+" + std::to_string((rss - base_rss) / 1024) + " MiB over idle)");
+  for (int i = 0; i < n; ++i) c.request("DELETE", "/v1/sessions/bench-idle-" + std::to_string(i));
+}
+
+void section_rate(const Daemon& d, int sessions, double seconds) {
+  const unsigned threads = std::max(2u, std::thread::hardware_concurrency()) * 2;
+  std::printf("\n[rate] execs/s across %d sessions, %u client threads, %.0f s each\n", sessions,
+              threads, seconds);
+  {
+    Client c = make_client(d);
+    for (int i = 0; i < sessions; ++i) create_session(c, "bench-rate-" + std::to_string(i));
+  }
+  auto run = [&](auto&& body) {
+    std::atomic<long> done{0};
+    std::atomic<bool> stop{false};
+    std::vector<std::thread> ts;
+    for (unsigned t = 0; t < threads; ++t) {
+      ts.emplace_back([&, t] {
+        body(t, done, stop);
+      });
+    }
+    std::this_thread::sleep_for(std::chrono::duration<double>(seconds));
+    stop = true;
+    for (auto& th : ts) th.join();
+    return static_cast<double>(done) / seconds;
+  };
+  double bare = run([](unsigned, std::atomic<long>& done, std::atomic<bool>& stop) {
+    while (!stop) {
+      if (spawn_wait({"/bin/true"}) == 0) ++done;
+    }
+  });
+  double api = run([&](unsigned t, std::atomic<long>& done, std::atomic<bool>& stop) {
+    Client c = make_client(d);
+    for (unsigned i = t; !stop; i += threads) {
+      if (exec_true(c, "bench-rate-" + std::to_string(i % static_cast<unsigned>(sessions)))) {
+        ++done;
+      }
+    }
+  });
+  row("bare posix_spawn /bin/true", bare, "/s");
+  row("agentbox exec across sessions", api, "/s", ratio_note(api / bare, ">= 0.7"));
+  Client c = make_client(d);
+  for (int i = 0; i < sessions; ++i) c.request("DELETE", "/v1/sessions/bench-rate-" + std::to_string(i));
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  CLI::App app{"agentbox benchmarks, side by side with their baselines"};
+  std::string daemon = "build/bin/agentboxd", backend = "host";
+  std::vector<std::string> sections = {"exec", "files"};
+  int iterations = 500, sessions = 100, idle = 1000;
+  std::uint64_t file_mb = 256;
+  double rate_seconds = 5;
+  app.add_option("--daemon", daemon, "agentboxd binary");
+  app.add_option("--backend", backend, "backend to measure");
+  app.add_option("--section", sections, "exec files sessions idle rate")->delimiter(',');
+  app.add_option("--iterations", iterations);
+  app.add_option("--sessions", sessions);
+  app.add_option("--idle", idle);
+  app.add_option("--file-mb", file_mb);
+  app.add_option("--rate-seconds", rate_seconds);
+  CLI11_PARSE(app, argc, argv);
+  signal(SIGPIPE, SIG_IGN);
+
+  Daemon d(daemon, backend, {});
+  std::printf("agentbox-bench: backend %s, daemon %s\n", backend.c_str(), d.url().c_str());
+  for (const auto& s : sections) {
+    if (s == "exec") section_exec(d, backend, iterations);
+    else if (s == "files") section_files(d, file_mb);
+    else if (s == "sessions") section_sessions(d, sessions);
+    else if (s == "idle") section_idle(d, idle);
+    else if (s == "rate") section_rate(d, sessions, rate_seconds);
+    else die("unknown section " + s);
+    std::fflush(stdout);
+  }
+  return 0;
+}

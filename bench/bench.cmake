@@ -1,0 +1,5 @@
+if(TARGET agentbox_client)
+  add_executable(agentbox-bench ${CMAKE_CURRENT_SOURCE_DIR}/agentbox_bench.cc)
+  target_link_libraries(agentbox-bench PRIVATE agentbox_client nlohmann_json::nlohmann_json CLI11::CLI11)
+  agentbox_target(agentbox-bench)
+endif()

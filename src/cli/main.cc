@@ -1,0 +1,136 @@
+// agentbox: the command-line client of agentboxd. Thin: parse the command line, run one command.
+
+#include <CLI/CLI.hpp>
+#include <functional>
+#include <iostream>
+
+#include "cli/cli.h"
+
+namespace {
+
+using namespace agentbox::cli;
+
+// Adds a --flag that fills an optional<T>.
+template <class T>
+CLI::Option* add_optional(CLI::App* app, const std::string& name, std::optional<T>& out,
+                          const std::string& help) {
+  return app->add_option_function<T>(name, [&out](const T& v) { out = v; }, help);
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  CLI::App app{"agentbox: sessions, commands and files of an agentboxd server", "agentbox"};
+  app.require_subcommand(1);
+  app.fallthrough();  // global flags may come after the subcommand too
+
+  Globals g;
+  app.add_option("--server", g.server, "agentboxd URL, http://host:port")
+      ->envname("AGENTBOX_URL")
+      ->capture_default_str();
+  app.add_option("--token", g.token, "bearer token")->envname("AGENTBOX_TOKEN");
+
+  std::function<int()> run;
+
+  // ---- session ----
+  CLI::App* session = app.add_subcommand("session", "create, list, show and remove sessions");
+  session->require_subcommand(1);
+
+  SessionCreateArgs create;
+  CLI::App* s_create = session->add_subcommand("create", "create a session, or get the existing one");
+  s_create->add_option("id", create.id, "session id ([A-Za-z0-9._-]{1,128})");
+  s_create->add_option("--scope", create.scope, "id template, e.g. '{launcher_type}_{launcher_id}'");
+  s_create->add_option("--var", create.vars, "template variable NAME=VALUE (repeatable)")
+      ->allow_extra_args(false);
+  s_create->add_option("--backend", create.backend, "backend (ns, host, ...); server default if unset");
+  s_create->add_option("--env", create.env, "environment variable K=V for the box (repeatable)")
+      ->allow_extra_args(false);
+  s_create->add_option("--label", create.labels, "label K=V (repeatable)")
+      ->allow_extra_args(false);
+  add_optional(s_create, "--memory-mb", create.memory_mb, "memory limit in MiB");
+  add_optional(s_create, "--cpu-percent", create.cpu_percent, "CPU limit, 100 = one core");
+  add_optional(s_create, "--max-pids", create.max_pids, "process limit");
+  s_create->add_flag("-q,--quiet", create.quiet, "print only the session id");
+  s_create->callback([&] { run = [&] { return session_create(g, create); }; });
+
+  bool ls_json = false;
+  CLI::App* s_ls = session->add_subcommand("ls", "list sessions");
+  s_ls->alias("list");
+  s_ls->add_flag("--json", ls_json, "print the server's JSON");
+  s_ls->callback([&] { run = [&] { return session_ls(g, ls_json); }; });
+
+  std::string show_id;
+  CLI::App* s_show = session->add_subcommand("show", "show one session as JSON");
+  s_show->add_option("id", show_id, "session id")->required();
+  s_show->callback([&] { run = [&] { return session_show(g, show_id); }; });
+
+  std::string rm_id;
+  bool rm_archive = false;
+  CLI::App* s_rm = session->add_subcommand("rm", "destroy a session and its workspace");
+  s_rm->alias("delete");
+  s_rm->add_option("id", rm_id, "session id")->required();
+  s_rm->add_flag("--archive", rm_archive, "archive the workspace first; prints the archive path");
+  s_rm->callback([&] { run = [&] { return session_rm(g, rm_id, rm_archive); }; });
+
+  // ---- exec ----
+  ExecArgs ex;
+  CLI::App* exec = app.add_subcommand(
+      "exec", "run a command in a session (created if missing), streaming its output");
+  exec->add_option("session", ex.session, "session id")->required();
+  exec->add_option("cmd", ex.argv, "command and arguments, after --");
+  exec->add_option("-c,--command", ex.command, "a shell command line, run by /bin/sh -c");
+  exec->add_option("--cwd", ex.cwd, "working directory in the box (default: the workspace)");
+  exec->add_option("--env", ex.env, "environment variable K=V (repeatable)")
+      ->allow_extra_args(false);
+  add_optional(exec, "--timeout", ex.timeout_sec, "seconds before the command is killed (exit 124)");
+  exec->add_flag("-i,--stdin", ex.send_stdin, "send our stdin to the command");
+  exec->callback([&] { run = [&] { return agentbox::cli::exec(g, ex); }; });
+
+  // ---- files ----
+  std::string cp_from, cp_to;
+  bool cp_parents = false;
+  CLI::App* cp = app.add_subcommand("cp", "copy a file: LOCAL SESSION:PATH or SESSION:PATH LOCAL ('-' = stdin/stdout)");
+  cp->add_option("from", cp_from, "source")->required();
+  cp->add_option("to", cp_to, "destination")->required();
+  cp->add_flag("-p,--parents", cp_parents, "create missing parent directories in the box");
+  cp->callback([&] { run = [&] { return agentbox::cli::cp(g, cp_from, cp_to, cp_parents); }; });
+
+  std::string ls_target;
+  bool ls_long = false;
+  CLI::App* ls = app.add_subcommand("ls", "list a directory of a session (default: its workspace)");
+  ls->add_option("target", ls_target, "SESSION or SESSION:PATH")->required();
+  ls->add_flag("-l", ls_long, "long format: mode, size, time");
+  ls->callback([&] { run = [&] { return agentbox::cli::ls(g, ls_target, ls_long); }; });
+
+  std::string cat_target;
+  CLI::App* cat = app.add_subcommand("cat", "print a file of a session");
+  cat->add_option("target", cat_target, "SESSION:PATH")->required();
+  cat->callback([&] { run = [&] { return agentbox::cli::cat(g, cat_target); }; });
+
+  std::string rm_target;
+  bool rm_recursive = false;
+  CLI::App* rm = app.add_subcommand("rm", "remove a file or directory of a session");
+  rm->add_option("target", rm_target, "SESSION:PATH")->required();
+  rm->add_flag("-r,-R,--recursive", rm_recursive, "remove a directory and its contents");
+  rm->callback([&] { run = [&] { return agentbox::cli::rm(g, rm_target, rm_recursive); }; });
+
+  std::string mkdir_target;
+  CLI::App* mkdir = app.add_subcommand("mkdir", "create a directory (and its parents) in a session");
+  mkdir->add_option("target", mkdir_target, "SESSION:PATH")->required();
+  bool mkdir_parents = false;  // accepted out of habit: parents are always created
+  mkdir->add_flag("-p,--parents", mkdir_parents, "accepted; parents are always created");
+  mkdir->callback([&] { run = [&] { return agentbox::cli::mkdir(g, mkdir_target); }; });
+
+  try {
+    app.parse(argc, argv);
+  } catch (const CLI::CallForHelp& e) {
+    return app.exit(e);
+  } catch (const CLI::CallForAllHelp& e) {
+    return app.exit(e);
+  } catch (const CLI::ParseError& e) {
+    (void)app.exit(e);  // prints the message
+    return kExitUsage;
+  }
+  if (!run) return kExitUsage;
+  return run();
+}

@@ -1,0 +1,159 @@
+// agentbox session create | ls | show | rm
+
+#include <algorithm>
+#include <iostream>
+#include <nlohmann/json.hpp>
+
+#include "cli/cli.h"
+
+namespace agentbox::cli {
+namespace {
+
+using json = nlohmann::json;
+
+bool ok(const client::Response& r) { return r.status >= 200 && r.status < 300; }
+
+std::string dump(const json& j) {
+  return j.dump(2, ' ', false, json::error_handler_t::replace);
+}
+
+// A reply body that should be JSON: the object, or an error already reported.
+std::optional<json> parse_reply(const client::Response& r) {
+  json j = json::parse(r.body, nullptr, /*allow_exceptions=*/false);
+  if (j.is_discarded()) {
+    report(Error::make(Code::kInternal, "server reply is not JSON (HTTP " +
+                                            std::to_string(r.status) + ")"));
+    return std::nullopt;
+  }
+  return j;
+}
+
+std::string field(const json& j, const char* key) {
+  auto it = j.find(key);
+  if (it == j.end() || it->is_null()) return "-";
+  if (it->is_string()) return it->get<std::string>();
+  return it->dump();
+}
+
+std::string labels_of(const json& j) {
+  auto it = j.find("labels");
+  if (it == j.end() || !it->is_object() || it->empty()) return "-";
+  std::string out;
+  for (auto& [k, v] : it->items()) {
+    if (!out.empty()) out += ',';
+    out += k + "=" + (v.is_string() ? v.get<std::string>() : v.dump());
+  }
+  return out;
+}
+
+void print_table(const std::vector<std::vector<std::string>>& rows) {
+  std::vector<std::size_t> width;
+  for (const auto& row : rows) {
+    width.resize(std::max(width.size(), row.size()), 0);
+    for (std::size_t i = 0; i < row.size(); ++i) width[i] = std::max(width[i], row[i].size());
+  }
+  for (const auto& row : rows) {
+    std::string line;
+    for (std::size_t i = 0; i < row.size(); ++i) {
+      line += row[i];
+      if (i + 1 < row.size()) line += std::string(width[i] - row[i].size() + 2, ' ');
+    }
+    std::cout << line << '\n';
+  }
+}
+
+}  // namespace
+
+int session_create(const Globals& g, const SessionCreateArgs& a) {
+  if (a.id.empty() == a.scope.empty()) {
+    return usage("session create: give either an ID or --scope TEMPLATE");
+  }
+  if (!a.vars.empty() && a.scope.empty()) return usage("session create: --var needs --scope");
+  auto vars = parse_pairs(a.vars, "--var");
+  auto env = parse_pairs(a.env, "--env");
+  auto labels = parse_pairs(a.labels, "--label");
+  for (const auto* r : {&vars, &env, &labels}) {
+    if (!*r) return usage(r->error().message);
+  }
+
+  json body = json::object();
+  if (!a.id.empty()) {
+    body["id"] = a.id;
+  } else {
+    body["scope"] = a.scope;
+    body["variables"] = *vars;
+  }
+  if (!a.backend.empty()) body["backend"] = a.backend;
+  if (!env->empty()) body["env"] = *env;
+  if (!labels->empty()) body["labels"] = *labels;
+  json limits = json::object();
+  if (a.memory_mb) limits["memory_mb"] = *a.memory_mb;
+  if (a.cpu_percent) limits["cpu_percent"] = *a.cpu_percent;
+  if (a.max_pids) limits["max_pids"] = *a.max_pids;
+  if (!limits.empty()) body["limits"] = limits;
+
+  client::Client c(g.options());
+  auto r = c.request("POST", "/v1/sessions", body.dump(-1, ' ', false, json::error_handler_t::replace));
+  if (!r) return report(r.error());
+  if (!ok(*r)) return report(*r);
+  auto j = parse_reply(*r);
+  if (!j) return kExitError;
+  if (a.quiet) {
+    std::cout << field(*j, "id") << '\n';
+  } else {
+    std::cout << dump(*j) << '\n';
+  }
+  return kExitOk;
+}
+
+int session_ls(const Globals& g, bool as_json) {
+  client::Client c(g.options());
+  auto r = c.request("GET", "/v1/sessions");
+  if (!r) return report(r.error());
+  if (!ok(*r)) return report(*r);
+  auto j = parse_reply(*r);
+  if (!j) return kExitError;
+  if (as_json) {
+    std::cout << dump(*j) << '\n';
+    return kExitOk;
+  }
+  auto sessions = j->find("sessions");
+  if (sessions == j->end() || !sessions->is_array()) {
+    return report(Error::make(Code::kInternal, "server reply has no \"sessions\" array"));
+  }
+  std::vector<std::vector<std::string>> rows{
+      {"ID", "STATE", "BACKEND", "UID", "CREATED", "LAST-USED", "LABELS"}};
+  for (const json& s : *sessions) {
+    if (!s.is_object()) continue;
+    rows.push_back({field(s, "id"), field(s, "state"), field(s, "backend"), field(s, "uid"),
+                    field(s, "created_at"), field(s, "last_used_at"), labels_of(s)});
+  }
+  print_table(rows);
+  return kExitOk;
+}
+
+int session_show(const Globals& g, const std::string& id) {
+  client::Client c(g.options());
+  auto r = c.request("GET", session_target(id));
+  if (!r) return report(r.error());
+  if (!ok(*r)) return report(*r);
+  auto j = parse_reply(*r);
+  if (!j) return kExitError;
+  std::cout << dump(*j) << '\n';
+  return kExitOk;
+}
+
+int session_rm(const Globals& g, const std::string& id, bool archive) {
+  client::Client c(g.options());
+  auto r = c.request("DELETE", session_target(id) + (archive ? "?archive=true" : ""));
+  if (!r) return report(r.error());
+  if (!ok(*r)) return report(*r);
+  if (archive) {
+    auto j = parse_reply(*r);
+    if (!j) return kExitError;
+    std::cout << field(*j, "archive") << '\n';
+  }
+  return kExitOk;
+}
+
+}  // namespace agentbox::cli

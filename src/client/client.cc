@@ -1,0 +1,422 @@
+#include "client/client.h"
+
+#include <netinet/in.h>
+#include <netinet/tcp.h>
+#include <poll.h>
+
+#include <boost/asio/connect.hpp>
+#include <boost/asio/io_context.hpp>
+#include <boost/asio/ip/tcp.hpp>
+#include <boost/beast/core.hpp>
+#include <boost/beast/http.hpp>
+#include <cctype>
+#include <nlohmann/json.hpp>
+#include <optional>
+#include <utility>
+
+namespace agentbox::client {
+namespace {
+
+namespace asio = boost::asio;
+namespace beast = boost::beast;
+namespace http = beast::http;
+using tcp = asio::ip::tcp;
+using error_code = boost::system::error_code;
+
+constexpr std::size_t kChunkBytes = 256 * 1024;
+constexpr std::uint32_t kMaxHeaderBytes = 64 * 1024;
+// request() holds the whole reply in memory; replies are JSON, the largest an exec result with
+// two capped output streams. Anything bigger belongs to request_stream().
+constexpr std::uint64_t kMaxBufferedBody = 256ull << 20;
+constexpr char kUserAgent[] = "agentbox-client/1";
+
+struct Endpoint {
+  std::string host;  // without brackets
+  std::string port;
+  std::string host_header;
+};
+
+Result<Endpoint> parse_server(std::string_view url) {
+  constexpr std::string_view kScheme = "http://";
+  if (url.substr(0, kScheme.size()) != kScheme) {
+    if (url.substr(0, 8) == "https://") {
+      return fail(Code::kInvalid, "server URL " + std::string(url) + ": https is not supported");
+    }
+    return fail(Code::kInvalid,
+                "server URL " + std::string(url) + ": expected http://host:port");
+  }
+  std::string_view rest = url.substr(kScheme.size());
+  while (!rest.empty() && rest.back() == '/') rest.remove_suffix(1);
+  if (rest.empty() || rest.find('/') != std::string_view::npos ||
+      rest.find('@') != std::string_view::npos) {
+    return fail(Code::kInvalid,
+                "server URL " + std::string(url) + ": expected http://host:port with no path");
+  }
+  Endpoint ep;
+  ep.host_header = std::string(rest);
+  std::string_view host = rest, port = "80";
+  if (rest.front() == '[') {  // [v6]:port
+    auto close = rest.find(']');
+    if (close == std::string_view::npos) {
+      return fail(Code::kInvalid, "server URL " + std::string(url) + ": unbalanced '['");
+    }
+    host = rest.substr(1, close - 1);
+    std::string_view after = rest.substr(close + 1);
+    if (!after.empty()) {
+      if (after.front() != ':') {
+        return fail(Code::kInvalid, "server URL " + std::string(url) + ": bad port");
+      }
+      port = after.substr(1);
+    }
+  } else if (auto colon = rest.rfind(':'); colon != std::string_view::npos) {
+    host = rest.substr(0, colon);
+    port = rest.substr(colon + 1);
+  }
+  if (host.empty() || port.empty() ||
+      port.find_first_not_of("0123456789") != std::string_view::npos || port.size() > 5) {
+    return fail(Code::kInvalid, "server URL " + std::string(url) + ": bad host or port");
+  }
+  ep.host = std::string(host);
+  ep.port = std::string(port);
+  return ep;
+}
+
+std::optional<http::verb> parse_verb(std::string_view method) {
+  http::verb v = http::string_to_verb(method);
+  if (v == http::verb::unknown) return std::nullopt;
+  return v;
+}
+
+// Failures that mean a reused keep-alive connection had been closed by the server while idle:
+// the request never reached it, so sending it again on a fresh connection is safe.
+bool is_stale_connection_error(const error_code& ec) {
+  return ec == http::error::end_of_stream || ec == asio::error::eof ||
+         ec == asio::error::connection_reset || ec == asio::error::broken_pipe ||
+         ec == asio::error::connection_aborted || ec == http::error::partial_message;
+}
+
+template <class Fields>
+void copy_headers(const http::header<false, Fields>& h, Response& out) {
+  for (const auto& f : h) {
+    std::string name(f.name_string());
+    for (char& c : name) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
+    out.headers[name] = std::string(f.value());
+  }
+}
+
+}  // namespace
+
+std::optional<ApiError> api_error(const Response& r) {
+  auto j = nlohmann::json::parse(r.body, nullptr, /*allow_exceptions=*/false);
+  if (j.is_discarded() || !j.is_object()) return std::nullopt;
+  auto e = j.find("error");
+  if (e == j.end() || !e->is_object()) return std::nullopt;
+  auto code = e->find("code");
+  auto message = e->find("message");
+  if (code == e->end() || !code->is_string()) return std::nullopt;
+  ApiError out;
+  out.code = code->get<std::string>();
+  if (message != e->end() && message->is_string()) out.message = message->get<std::string>();
+  return out;
+}
+
+std::string url_encode(std::string_view s) {
+  static constexpr char kHex[] = "0123456789ABCDEF";
+  std::string out;
+  out.reserve(s.size());
+  for (char ch : s) {
+    auto c = static_cast<unsigned char>(ch);
+    // RFC 3986 unreserved characters, plus '/' which is legal in a query and keeps paths
+    // readable in logs.
+    if ((c >= 'A' && c <= 'Z') || (c >= 'a' && c <= 'z') || (c >= '0' && c <= '9') || c == '-' ||
+        c == '.' || c == '_' || c == '~' || c == '/') {
+      out += static_cast<char>(c);
+    } else {
+      out += '%';
+      out += kHex[c >> 4];
+      out += kHex[c & 0xf];
+    }
+  }
+  return out;
+}
+
+// Synchronous from the caller's point of view; every socket operation is an async one run to
+// completion on a private io_context, because beast::tcp_stream's timeouts only apply to async
+// operations. Not thread-safe: one Client per thread.
+struct Client::Impl {
+  explicit Impl(ClientOptions o) : opts(std::move(o)) {
+    if (auto ep = parse_server(opts.server)) {
+      endpoint = std::move(*ep);
+    } else {
+      url_error = ep.error();
+    }
+  }
+
+  ClientOptions opts;
+  Endpoint endpoint;
+  std::optional<Error> url_error;
+  asio::io_context ioc;
+  std::optional<beast::tcp_stream> stream;
+  beast::flat_buffer buffer;
+
+  // Runs one async operation to completion; the timeout (reset per operation) bounds how long
+  // the peer may stay silent, not the whole exchange.
+  template <class Start>
+  error_code run(Start&& start) {
+    error_code result = asio::error::would_block;
+    stream->expires_after(opts.timeout);
+    start([&result](error_code ec, std::size_t) { result = ec; });
+    ioc.restart();
+    ioc.run();
+    return result;
+  }
+
+  Error io_error(std::string_view op, const error_code& ec) {
+    std::string what = std::string(op) + " " + opts.server + ": " + ec.message();
+    close();
+    if (ec == beast::error::timeout) {
+      return Error::make(Code::kTimedOut,
+                         what + " (no reply within " + std::to_string(opts.timeout.count()) +
+                             " ms)");
+    }
+    return Error::make(Code::kUnavailable, std::move(what));
+  }
+
+  void close() {
+    if (stream) {
+      error_code ignored;
+      stream->socket().shutdown(tcp::socket::shutdown_both, ignored);
+      stream->close();
+    }
+    stream.reset();
+    buffer.clear();
+  }
+
+  // An idle keep-alive connection has nothing to read; if it is readable, the server closed it
+  // (or broke protocol), so do not send on it.
+  bool idle_connection_usable() {
+    if (!stream || !stream->socket().is_open()) return false;
+    pollfd p{stream->socket().native_handle(), POLLIN | POLLRDHUP, 0};
+    int n = ::poll(&p, 1, 0);
+    return n == 0;
+  }
+
+  // Returns whether the connection is a reused one.
+  Result<bool> ensure_connected() {
+    if (url_error) return std::unexpected(*url_error);
+    if (idle_connection_usable()) return true;
+    close();
+    error_code ec;
+    tcp::resolver resolver(ioc);
+    auto results = resolver.resolve(endpoint.host, endpoint.port, ec);
+    if (ec) {
+      return fail(Code::kUnavailable, "resolve " + endpoint.host + ": " + ec.message());
+    }
+    stream.emplace(ioc);
+    ec = run([&](auto handler) { stream->async_connect(results, [handler](error_code e, auto) {
+                                   handler(e, 0);
+                                 }); });
+    if (ec) return std::unexpected(io_error("connect", ec));
+    stream->socket().set_option(tcp::no_delay(true), ec);  // small request/reply round trips
+    return false;
+  }
+
+  template <class Body>
+  void prepare(http::request<Body>& req, http::verb verb, std::string_view target) {
+    req.method(verb);
+    req.target(target);
+    req.version(11);
+    req.set(http::field::host, endpoint.host_header);
+    req.set(http::field::user_agent, kUserAgent);
+    if (!opts.token.empty()) req.set(http::field::authorization, "Bearer " + opts.token);
+  }
+
+  Result<http::verb> verb_of(std::string_view method) {
+    auto v = parse_verb(method);
+    if (!v) return fail(Code::kInvalid, "unknown HTTP method " + std::string(method));
+    return *v;
+  }
+
+  // Sends a request with an in-memory body and reads the reply header. `retryable` tells the
+  // caller a stale keep-alive connection ate the request, so it may be sent again.
+  Status send_and_read_header(const http::request<http::string_body>& req,
+                              http::response_parser<http::buffer_body>& parser, bool reused,
+                              bool& retryable) {
+    retryable = false;
+    error_code ec = run([&](auto handler) { http::async_write(*stream, req, handler); });
+    if (!ec) {
+      ec = run([&](auto handler) { http::async_read_header(*stream, buffer, parser, handler); });
+    }
+    if (ec) {
+      retryable = reused && is_stale_connection_error(ec) && parser.get().result_int() == 0;
+      return std::unexpected(io_error("request", ec));
+    }
+    return {};
+  }
+
+  // Reads the body behind an already read header, handing it out in chunks.
+  Status read_body(http::response_parser<http::buffer_body>& parser,
+                   const std::function<bool(std::string_view)>& on_chunk, bool& aborted) {
+    aborted = false;
+    std::unique_ptr<char[]> buf(new char[kChunkBytes]);
+    while (!parser.is_done()) {
+      parser.get().body().data = buf.get();
+      parser.get().body().size = kChunkBytes;
+      error_code ec = run([&](auto handler) { http::async_read(*stream, buffer, parser, handler); });
+      if (ec == http::error::need_buffer) ec = {};
+      if (ec) return std::unexpected(io_error("reading reply from", ec));
+      std::size_t n = kChunkBytes - parser.get().body().size;
+      if (n > 0 && !on_chunk(std::string_view(buf.get(), n))) {
+        aborted = true;
+        close();  // the rest of the body is unread: the connection cannot be reused
+        return {};
+      }
+    }
+    if (!parser.keep_alive()) close();
+    return {};
+  }
+
+  Result<Response> exchange(std::string_view method, std::string_view target,
+                            std::string_view body, std::string_view content_type,
+                            const std::function<bool(std::string_view)>* on_chunk) {
+    auto verb = verb_of(method);
+    if (!verb) return std::unexpected(verb.error());
+    http::request<http::string_body> req;
+    prepare(req, *verb, target);
+    if (!body.empty() || *verb == http::verb::post || *verb == http::verb::put) {
+      if (!content_type.empty()) req.set(http::field::content_type, content_type);
+      req.body() = std::string(body);
+      req.prepare_payload();
+    }
+    for (int attempt = 0;; ++attempt) {
+      auto reused = ensure_connected();
+      if (!reused) return std::unexpected(reused.error());
+      http::response_parser<http::buffer_body> parser;
+      parser.header_limit(kMaxHeaderBytes);
+      parser.body_limit(boost::none);
+      bool retryable = false;
+      if (auto st = send_and_read_header(req, parser, *reused, retryable); !st) {
+        if (retryable && attempt == 0) continue;  // reconnect once
+        return std::unexpected(st.error());
+      }
+      Response out;
+      out.status = parser.get().result_int();
+      copy_headers(parser.get().base(), out);
+      const bool ok = out.status >= 200 && out.status < 300;
+      std::uint64_t total = 0;
+      bool too_big = false;
+      auto collect = [&](std::string_view chunk) {
+        total += chunk.size();
+        if (total > kMaxBufferedBody) {
+          too_big = true;
+          return false;
+        }
+        out.body.append(chunk);
+        return true;
+      };
+      bool aborted = false;
+      Status st = (on_chunk != nullptr && ok) ? read_body(parser, *on_chunk, aborted)
+                                              : read_body(parser, collect, aborted);
+      if (!st) return std::unexpected(st.error());
+      if (too_big) {
+        return fail(Code::kTooBig, std::string(method) + " " + std::string(target) +
+                                       ": reply body over " + std::to_string(kMaxBufferedBody) +
+                                       " bytes");
+      }
+      return out;
+    }
+  }
+
+  Result<Response> upload(std::string_view method, std::string_view target, std::uint64_t size,
+                          const std::function<Result<std::size_t>(char*, std::size_t)>& read,
+                          const std::function<void(std::uint64_t)>& progress) {
+    auto verb = verb_of(method);
+    if (!verb) return std::unexpected(verb.error());
+    // The body cannot be replayed, so a connection the server closed while idle is detected
+    // before sending (ensure_connected polls it) rather than retried after.
+    auto reused = ensure_connected();
+    if (!reused) return std::unexpected(reused.error());
+
+    http::request<http::buffer_body> req;
+    prepare(req, *verb, target);
+    req.set(http::field::content_type, "application/octet-stream");
+    req.content_length(size);
+    req.body().data = nullptr;
+    req.body().more = true;
+    http::request_serializer<http::buffer_body> sr(req);
+
+    error_code ec = run([&](auto handler) { http::async_write_header(*stream, sr, handler); });
+    std::unique_ptr<char[]> buf(new char[kChunkBytes]);
+    std::uint64_t sent = 0;
+    while (!ec && sent < size) {
+      std::size_t want = static_cast<std::size_t>(std::min<std::uint64_t>(kChunkBytes, size - sent));
+      auto n = read(buf.get(), want);
+      if (!n) {
+        close();
+        return std::unexpected(n.error());
+      }
+      if (*n == 0 || *n > want) {
+        close();
+        return fail(Code::kInvalid, "upload source ended after " + std::to_string(sent) +
+                                        " of " + std::to_string(size) + " bytes");
+      }
+      req.body().data = buf.get();
+      req.body().size = *n;
+      req.body().more = true;
+      ec = run([&](auto handler) { http::async_write(*stream, sr, handler); });
+      if (ec == http::error::need_buffer) ec = {};
+      if (!ec) {
+        sent += *n;
+        if (progress) progress(sent);
+      }
+    }
+    if (!ec) {
+      req.body().data = nullptr;
+      req.body().size = 0;
+      req.body().more = false;
+      ec = run([&](auto handler) { http::async_write(*stream, sr, handler); });
+      if (ec == http::error::need_buffer) ec = {};
+    }
+    // Even when sending failed, the server may have answered before it stopped reading (an
+    // early 404/413/401): that reply says more than "broken pipe", so try to read it.
+    http::response_parser<http::string_body> parser;
+    parser.header_limit(kMaxHeaderBytes);
+    parser.body_limit(1 << 20);
+    error_code rec = run([&](auto handler) { http::async_read(*stream, buffer, parser, handler); });
+    if (rec) {
+      return std::unexpected(io_error(ec ? "upload to" : "reading reply from", ec ? ec : rec));
+    }
+    Response out;
+    out.status = parser.get().result_int();
+    copy_headers(parser.get().base(), out);
+    out.body = std::move(parser.get().body());
+    if (ec || !parser.keep_alive()) close();
+    return out;
+  }
+};
+
+Client::Client(ClientOptions opts) : impl_(std::make_unique<Impl>(std::move(opts))) {}
+
+Client::~Client() {
+  if (impl_) impl_->close();
+}
+
+Result<Response> Client::request(std::string_view method, std::string_view target,
+                                 std::string_view body, std::string_view content_type) {
+  return impl_->exchange(method, target, body, content_type, nullptr);
+}
+
+Result<Response> Client::request_stream(std::string_view method, std::string_view target,
+                                        std::string_view body,
+                                        const std::function<bool(std::string_view)>& on_chunk) {
+  return impl_->exchange(method, target, body, "application/json", &on_chunk);
+}
+
+Result<Response> Client::upload(std::string_view method, std::string_view target,
+                                std::uint64_t size,
+                                const std::function<Result<std::size_t>(char*, std::size_t)>& read,
+                                const std::function<void(std::uint64_t)>& progress) {
+  return impl_->upload(method, target, size, read, progress);
+}
+
+}  // namespace agentbox::client

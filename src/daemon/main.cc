@@ -1,0 +1,198 @@
+// agentboxd: parse the configuration, wire backends -> SessionManager -> HttpServer, run.
+//
+// Threads: the io_context runs on this thread (all network I/O and exec supervision); a pool of
+// two threads takes the blocking file-system and session work.
+//
+// Exit codes: 0 after SIGTERM/SIGINT, 2 for a bad configuration, 1 when startup fails.
+
+#include <fcntl.h>
+#include <signal.h>
+#include <unistd.h>
+
+#include <boost/asio/io_context.hpp>
+#include <boost/asio/post.hpp>
+#include <boost/asio/signal_set.hpp>
+#include <boost/asio/thread_pool.hpp>
+#include <cstdio>
+#include <filesystem>
+#include <functional>
+#include <iostream>
+#include <map>
+#include <memory>
+#include <string>
+
+#include "common/log.h"
+#include "common/unique_fd.h"
+#include "sandbox/host_backend.h"
+#include "server/config.h"
+#include "server/http_server.h"
+#include "session/session_manager.h"
+
+namespace {
+
+namespace asio = boost::asio;
+using namespace agentbox;
+
+// The backends this daemon can run sessions on, by name. This is the one place where backends
+// are registered.
+std::map<std::string, std::shared_ptr<sandbox::Backend>> make_backends() {
+  std::map<std::string, std::shared_ptr<sandbox::Backend>> backends;
+  backends["host"] = std::make_shared<sandbox::HostBackend>();
+  // The isolated `ns` backend registers here once sandbox/ns_backend.h lands:
+  //   if (auto ns = sandbox::make_ns_backend({...})) backends["ns"] = std::move(*ns);
+  //   else spdlog::warn("ns backend unavailable: {}", ns.error().message);
+  return backends;
+}
+
+// Writes "HOST:PORT\n" to `path` atomically (temp file + rename), so a watcher never reads half.
+Status write_ready_file(const std::string& path, const std::string& host_port) {
+  std::string tmp = path + ".tmp";
+  UniqueFd fd(::open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644));
+  if (!fd) return fail_errno(errno, "open(" + tmp + ")");
+  std::string line = host_port + "\n";
+  if (::write(fd.get(), line.data(), line.size()) != static_cast<ssize_t>(line.size())) {
+    return fail_errno(errno, "write(" + tmp + ")");
+  }
+  fd.reset();
+  if (::rename(tmp.c_str(), path.c_str()) != 0) {
+    return fail_errno(errno, "rename(" + tmp + ", " + path + ")");
+  }
+  return {};
+}
+
+void print_usage_hint(const std::string& url, bool with_token) {
+  std::string auth = with_token ? " -H 'Authorization: Bearer $TOKEN'" : "";
+  std::cout << "agentboxd is serving " << url << "\n"
+            << "Try:\n"
+            << "  curl -s" << auth << " -X POST " << url
+            << "/v1/sessions -d '{\"id\":\"demo\"}'\n"
+            << "  curl -s" << auth << " -X POST " << url
+            << "/v1/sessions/demo/exec -d '{\"command\":\"echo hello; uname -a\"}'\n"
+            << "  curl -sN" << auth << " -X POST " << url
+            << "/v1/sessions/demo/exec/stream -d '{\"command\":\"for i in 1 2 3; do echo "
+               "$i; sleep 1; done\"}'\n"
+            << "  curl -s" << auth << " -T ./README.md '" << url
+            << "/v1/sessions/demo/files?path=README.md'\n"
+            << "  agentbox --server " << url << " exec demo -- ls -la\n"
+            << std::flush;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  auto parsed = server::parse_daemon_args(argc, argv, std::cout, std::cerr);
+  if (!parsed.config) return parsed.exit_code;
+  const server::DaemonConfig& cfg = *parsed.config;
+  if (auto st = server::validate_config(cfg); !st) {
+    std::cerr << "agentboxd: " << st.error().message << "\n";
+    return 2;
+  }
+  init_logging(cfg.log_level);
+  // A client that goes away mid-write must be an EPIPE error, not a dead daemon.
+  ::signal(SIGPIPE, SIG_IGN);
+
+  auto listen = server::parse_listen(cfg.listen);  // validated above
+  std::error_code fs_ec;
+  std::filesystem::create_directories(cfg.data_dir, fs_ec);
+  if (fs_ec) {
+    spdlog::error("data dir {}: {}", cfg.data_dir, fs_ec.message());
+    return 1;
+  }
+  std::string data_dir = std::filesystem::absolute(cfg.data_dir, fs_ec).string();
+
+  auto backends = make_backends();
+  auto backend_it = backends.find(cfg.backend);
+  if (backend_it == backends.end()) {
+    std::string known;
+    for (const auto& [name, b] : backends) known += (known.empty() ? "" : ", ") + name;
+    std::cerr << "agentboxd: unknown backend '" << cfg.backend << "' (available: " << known
+              << ")\n";
+    return 2;
+  }
+  std::shared_ptr<sandbox::Backend> default_backend = backend_it->second;
+  if (auto st = default_backend->check_usable(); !st) {
+    spdlog::warn("backend {} is not usable: {} (/readyz answers 503)", cfg.backend,
+                 st.error().message);
+  }
+
+  session::ManagerConfig mc;
+  mc.data_dir = data_dir;
+  mc.default_backend = cfg.backend;
+  mc.backends = backends;
+  for (const auto& d : cfg.shared_dirs) {
+    mc.shared_dirs.push_back(sandbox::BindMount{d.host_path, d.prefix, /*read_only=*/true});
+  }
+  mc.allowed_mount_roots = cfg.allowed_mount_roots;
+  auto manager = session::SessionManager::open(std::move(mc));
+  if (!manager) {
+    spdlog::error("sessions: {}", manager.error().message);
+    return 1;
+  }
+
+  server::ServerOptions opts;
+  opts.address = listen->first;
+  opts.port = listen->second;
+  opts.tokens = cfg.tokens;
+  opts.shared_dirs = cfg.shared_dirs;
+  opts.max_file_bytes = cfg.max_file_mb << 20;
+
+  {
+    asio::io_context ioc(1);
+    asio::thread_pool pool(2);
+    server::HttpServer http(ioc, pool, **manager, default_backend, opts);
+    auto ep = http.listen();
+    if (!ep) {
+      spdlog::error("{}", ep.error().message);
+      return 1;
+    }
+    std::string host_port = ep->address().is_v6()
+                                ? "[" + ep->address().to_string() + "]:" + std::to_string(ep->port())
+                                : ep->address().to_string() + ":" + std::to_string(ep->port());
+    spdlog::info("listening on {} (backend {}, data dir {}, auth {})", host_port, cfg.backend,
+                 data_dir, cfg.tokens.empty() ? "off" : "on");
+    http.start();
+    if (!cfg.ready_file.empty()) {
+      if (auto st = write_ready_file(cfg.ready_file, host_port); !st) {
+        spdlog::error("ready file: {}", st.error().message);
+        return 1;
+      }
+    }
+    print_usage_hint("http://" + host_port, !cfg.tokens.empty());
+
+    // SIGTERM/SIGINT: stop accepting, kill running commands (their requests then finish with
+    // the killed result), wait for connections to drain, exit 0. A second signal exits at once.
+    asio::signal_set signals(ioc, SIGTERM, SIGINT);
+    bool stopping = false;
+    std::function<void(const boost::system::error_code&, int)> on_signal;
+    on_signal = [&](const boost::system::error_code& ec, int sig) {
+      if (ec) return;
+      if (stopping) {
+        spdlog::warn("signal {} again: stopping now", sig);
+        ioc.stop();
+        return;
+      }
+      stopping = true;
+      spdlog::info("signal {}: shutting down", sig);
+      http.shutdown([&ioc] { ioc.stop(); });
+      session::SessionManager* sm = manager->get();
+      asio::post(pool, [sm] { sm->shutdown_all(); });
+      signals.async_wait(on_signal);
+    };
+    signals.async_wait(on_signal);
+
+    for (;;) {
+      try {
+        ioc.run();
+        break;
+      } catch (const std::exception& e) {
+        // Handlers catch their own errors; this is the last line of defence.
+        spdlog::error("io loop: {}", e.what());
+      }
+    }
+    // Boxes may still be up if we stopped on the second signal or the grace period ran out.
+    (*manager)->shutdown_all();
+    pool.join();
+  }
+  spdlog::info("stopped");
+  return 0;
+}

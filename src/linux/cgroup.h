@@ -1,0 +1,135 @@
+#pragma once
+// Per-box resource limits and process tracking with cgroups, v1 and v2.
+//
+// Layout (both versions): one parent cgroup per daemon, "<hierarchy>/agentbox" (the name is a
+// driver parameter so tests never collide with a running daemon), one box cgroup per session
+// below it, and optional per-exec children below the box:
+//
+//   v1: <v1_root>/{memory,cpu,pids,freezer}/agentbox/<box>[/<child>]   (mirrored in every
+//       hierarchy; limits on the box dir in each; add_process writes every cgroup.procs)
+//   v2: <unified_root>/agentbox/<box>/init     <- add_process() on the box puts pids here
+//       <unified_root>/agentbox/<box>/<child>  <- make_child() leaves
+//
+// v2's no-internal-process rule: a cgroup that distributes a controller to children (has it in
+// cgroup.subtree_control) may not hold processes itself. The box enables +memory +cpu +pids for
+// its children (so per-exec leaves get memory.oom_group and their own usage), so the box holds no
+// process: Cgroup::add_process() on a v2 box cgroup moves the pid into the box's "init" leaf,
+// created with the box. Children made by make_child() are leaves with no subtree controllers, so
+// processes live in them directly (and make_child on a child works too, uncontrolled). The name
+// "init" is therefore reserved for make_child on a v2 box.
+//
+// Nothing here is async-signal-safe: the daemon calls it before clone / after the box is up, and
+// moves pids in from outside (add_process(host_pid)) rather than from the clone child.
+// Thread-compatible: one owner per Cgroup object; distinct objects may be used concurrently.
+
+#include <sys/types.h>
+
+#include <cstddef>
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "common/error.h"
+
+namespace agentbox::linux {
+
+struct CgroupLimits {
+  std::uint64_t memory_bytes = 512ull << 20;  // RAM (+ swap: none beyond this, see drivers)
+  std::uint32_t cpu_percent = 100;            // of one CPU; 200 = two CPUs' worth. 0 = unlimited
+  std::uint32_t max_pids = 256;  // tasks (threads count) in the whole box. 0 = unlimited
+};
+
+class Cgroup {
+ public:
+  virtual ~Cgroup() = default;
+
+  // Moves the process (a host pid) into this cgroup: every hierarchy on v1; on a v2 box cgroup,
+  // its "init" leaf (see above). Moving an already-dead pid fails with kNotFound (ESRCH).
+  [[nodiscard]] virtual Status add_process(pid_t host_pid) = 0;
+
+  // Nested cgroup, e.g. one per exec, for tracking and killing. name: [A-Za-z0-9._-]{1,64}, not
+  // "." / "..". A leftover child of the same name is destroyed first. The child is owned by the
+  // returned object only in the sense of destroy(); dropping the object leaves the directory
+  // (the parent's destroy() removes it).
+  [[nodiscard]] virtual Result<std::unique_ptr<Cgroup>> make_child(std::string_view name) = 0;
+
+  // SIGKILLs everything in it and below, and waits (up to ~2 s) until it is empty.
+  // v2: cgroup.kill when the kernel has it (5.14+), else freeze + kill loop + thaw.
+  // v1: freezer FROZEN, SIGKILL each pid, THAWED, loop until empty.
+  // A process that setsid()s, forks or ignores SIGTERM still dies. kTimedOut if pids remain.
+  [[nodiscard]] virtual Status kill_all() = 0;
+
+  // Every pid in it and below (host pids, sorted, no duplicates).
+  [[nodiscard]] virtual Result<std::vector<pid_t>> pids() = 0;
+
+  // Bytes charged to it and below (v2 memory.current, v1 memory.usage_in_bytes).
+  [[nodiscard]] virtual Result<std::uint64_t> memory_usage() = 0;
+
+  // kill_all, then rmdir children (deepest first) and itself; idempotent (a second call, or a
+  // call on an already-removed directory, succeeds).
+  [[nodiscard]] virtual Status destroy() = 0;
+
+  // Path(s), for messages.
+  virtual std::string describe() const = 0;
+
+  // A cgroup.procs file a pid can be written to (v2: the box's init leaf, or the child's own;
+  // v1: the memory hierarchy's). Informational: prefer add_process().
+  virtual std::string procs_path() const = 0;
+};
+
+class CgroupDriver {
+ public:
+  virtual ~CgroupDriver() = default;
+
+  virtual std::string_view version() const = 0;  // "v1" | "v2"
+
+  // Creates <hierarchy>/<parent>/<name> with limits (the parent is created on demand, with
+  // controllers enabled on the way down on v2; a leftover of the same name is destroyed first).
+  // name: [A-Za-z0-9._-]{1,128}, not "." / "..".
+  [[nodiscard]] virtual Result<std::unique_ptr<Cgroup>> create(std::string_view name,
+                                                               const CgroupLimits& limits) = 0;
+
+  // Destroys leftovers of a killed daemon: every box cgroup under the parent. Returns how many.
+  [[nodiscard]] virtual Result<std::size_t> remove_stale() = 0;
+
+  // The parent directory (v2) or the memory hierarchy's parent directory (v1), for messages.
+  virtual std::string parent_path() const = 0;
+};
+
+// The two operations where cgroupfs differs from a plain directory tree: mkdir makes the kernel
+// fill the new directory with the controllers' interface files, and rmdir removes a cgroup that
+// still "contains" those files. Every other access (reading and writing interface files, listing
+// subdirectories) is plain file I/O. Tests pass a fake to run a driver on an ordinary directory;
+// nullptr means the real kernel. Both return 0 or an errno.
+class CgroupFs {
+ public:
+  virtual ~CgroupFs() = default;
+  virtual int make_dir(const std::string& path) = 0;
+  virtual int remove_dir(const std::string& path) = 0;
+};
+
+// The parent cgroup, relative to each hierarchy's root. May be nested ("system.slice/x/boxes",
+// e.g. a subtree delegated to the daemon); no empty, "." or ".." components.
+inline constexpr std::string_view kDefaultCgroupParent = "agentbox";
+
+// Picks v2 when <root> (or <root>/unified) is a cgroup2 hierarchy with the memory, cpu and pids
+// controllers available (read from its cgroup.controllers; enabling them in subtree_control on the
+// way down happens in create()), else v1 when the memory, cpu, pids and freezer v1 hierarchies are
+// mounted under <root>/<controller>; else an error (kUnavailable) naming what is missing.
+// Detection reads files only, so it also works on a fake layout in tests.
+[[nodiscard]] Result<std::unique_ptr<CgroupDriver>> detect_cgroup_driver(
+    const std::string& root = "/sys/fs/cgroup",
+    std::string parent = std::string(kDefaultCgroupParent));
+
+// Explicit drivers (tests build these on a tmpfs / plain-file layout):
+std::unique_ptr<CgroupDriver> make_cgroup_v2_driver(
+    std::string unified_root, std::string parent = std::string(kDefaultCgroupParent),
+    std::shared_ptr<CgroupFs> fs = nullptr);
+// Expects <v1_root>/{memory,cpu,pids,freezer}.
+std::unique_ptr<CgroupDriver> make_cgroup_v1_driver(
+    std::string v1_root, std::string parent = std::string(kDefaultCgroupParent),
+    std::shared_ptr<CgroupFs> fs = nullptr);
+
+}  // namespace agentbox::linux

@@ -1,0 +1,107 @@
+#pragma once
+// The wire between agentboxd (ns backend, linux/box.h, sandbox/ns_backend.cc) and agentbox-init
+// (linux/init/), the pid 1 of every box.
+//
+// Transport: one AF_UNIX SOCK_SEQPACKET socketpair per box. The init inherits its end at
+// kControlFd. SEQPACKET keeps message boundaries and makes every send atomic, so the init and
+// the command children it forks may all write to the same socket without framing or locks.
+// Both ends run on the same machine from the same build, so messages are plain structs in host
+// byte order; every message starts with a MsgType and the version is checked once, in Hello.
+//
+// Conversation:
+//   daemon -> box child   kGo            the box child is in its cgroup; go on with the setup
+//   box child -> daemon   SetupError     a setup step failed (the child then _exit(127)s)
+//   init -> daemon        Hello          the box is up (setup done, init exec'd)
+//   daemon -> init        ExecRequest    + SCM_RIGHTS [stdin?] stdout stderr go
+//   command -> daemon     ChildReady     sent by the forked command child itself, BEFORE it execs:
+//                                        the daemon's end has SO_PASSCRED, so the kernel attaches
+//                                        the sender's pid translated into the daemon's pid
+//                                        namespace (the host pid). The daemon moves that pid into
+//                                        the exec's cgroup, then writes one byte into the "go"
+//                                        pipe; the child blocks on that pipe until then, so
+//                                        nothing it starts can escape the per-exec cgroup.
+//   init -> daemon        Exited         the command's leader was reaped (wait status)
+//
+// Background processes a command leaves behind are reparented to the init and reaped silently.
+// When the daemon's end closes, the init exits, and with pid 1 gone the kernel kills the whole
+// box.
+
+#include <cstddef>
+#include <cstdint>
+#include <type_traits>
+
+namespace agentbox::linux::initproto {
+
+inline constexpr std::uint32_t kVersion = 1;
+
+// The init's end of the control socket. The init's exec'd argv[0] is kInitName.
+inline constexpr int kControlFd = 3;
+inline constexpr char kInitName[] = "agentbox-init";
+
+// argv + env + cwd of one request, NUL-terminated strings back to back. Linux caps one argv or
+// env string at 128 KiB (MAX_ARG_STRLEN) and all of them at ~2 MiB; this is our own cap.
+inline constexpr std::size_t kMaxPayloadBytes = 512 * 1024;
+inline constexpr std::size_t kMaxStrings = 16384;
+
+enum class MsgType : std::uint32_t {
+  kGo = 1,
+  kSetupError = 2,
+  kHello = 3,
+  kExecRequest = 4,
+  kChildReady = 5,
+  kExited = 6,
+};
+
+struct Go {
+  MsgType type = MsgType::kGo;
+};
+
+struct SetupError {
+  MsgType type = MsgType::kSetupError;
+  std::uint32_t step = 0;     // box.cc's Step
+  std::uint32_t detail = 0;   // e.g. the index of the failing mount operation
+  std::int32_t err = 0;       // errno
+};
+
+struct Hello {
+  MsgType type = MsgType::kHello;
+  std::uint32_t version = kVersion;
+};
+
+inline constexpr std::uint32_t kExecHasStdin = 1u << 0;  // fds: stdin stdout stderr go
+
+struct ExecRequest {
+  MsgType type = MsgType::kExecRequest;
+  std::uint32_t flags = 0;
+  std::uint64_t id = 0;
+  std::uint32_t uid = 0;
+  std::uint32_t gid = 0;
+  std::int32_t oom_score_adj = 0;
+  std::uint32_t argc = 0;  // >= 1
+  std::uint32_t envc = 0;
+  std::uint32_t payload_bytes = 0;
+  // Followed by payload_bytes: argc argv strings, envc "K=V" strings, then the cwd, each
+  // NUL-terminated.
+};
+
+struct ChildReady {
+  MsgType type = MsgType::kChildReady;
+  std::int32_t box_pid = 0;  // the command's pid inside the box (informational)
+  std::uint64_t id = 0;
+};
+
+struct Exited {
+  MsgType type = MsgType::kExited;
+  std::int32_t status = 0;  // wait(2) status
+  std::uint64_t id = 0;
+};
+
+// Fds per ExecRequest (with and without a stdin pipe; without one the command gets /dev/null).
+inline constexpr int kMaxExecFds = 4;
+
+template <typename T>
+inline constexpr bool kWireSafe = std::is_standard_layout_v<T> && std::is_trivially_copyable_v<T>;
+static_assert(kWireSafe<Go> && kWireSafe<SetupError> && kWireSafe<Hello> &&
+              kWireSafe<ExecRequest> && kWireSafe<ChildReady> && kWireSafe<Exited>);
+
+}  // namespace agentbox::linux::initproto

@@ -1,0 +1,135 @@
+#pragma once
+// The box filesystem (shared/DESIGN.md "The ns backend"): what a box sees as "/".
+//
+// A fresh tmpfs root holding:
+//   /usr /bin /sbin /lib /lib32 /lib64 /libx32   read-only binds of the host's (the ones that
+//                                                exist; usrmerge symlinks are recreated as such)
+//   /etc        a curated, read-only view: synthetic passwd/group/hosts/hostname/nsswitch.conf
+//               naming the session user, plus read-only binds of what programs need from the host
+//               (ld.so.cache, resolv.conf, ssl certs, alternatives, timezone, ...)
+//   /workspace  read-write bind of the session's workspace (nosuid, nodev)
+//   /tmp        tmpfs, size- and inode-capped, mode 1777 (nosuid, nodev)
+//   /proc       a fresh procfs of the box's pid namespace; /proc/sys and friends read-only
+//   /dev        tmpfs with binds of null zero full random urandom tty, its own devpts (ptmx),
+//               /dev/shm tmpfs, fd/stdin/stdout/stderr links
+//   extra binds (shared dirs, skills, configured mounts), read-only unless asked otherwise
+// Nothing else of the host (no /home, /root, /var, /run, /sys, the daemon's data dir).
+//
+// Planning and applying are split. plan_box_fs() runs in the daemon: it inspects the host (which
+// system dirs exist, which are symlinks), validates the spec and prepares every string. The clone
+// child then runs apply_mount_plan(), which only makes syscalls on the prepared plan: no
+// allocation, no locks, async-signal-safe. Pivoting into the root is box.cc's job.
+//
+// SECURITY: mount targets are resolved from the new root's fd one component at a time with
+// openat2(RESOLVE_NO_SYMLINKS), and mounts are attached to those fds with the new mount API
+// (open_tree/fsmount + move_mount), never by path. A symlink an agent planted in its workspace
+// (e.g. /workspace/.skills -> /etc) therefore cannot redirect a mount or a mountpoint mkdir to a
+// host path.
+
+#include <sys/types.h>
+
+#include <cstddef>
+#include <cstdint>
+#include <deque>
+#include <string>
+#include <vector>
+
+#include "common/error.h"
+
+namespace agentbox::linux {
+
+inline constexpr char kBoxWorkspacePath[] = "/workspace";
+inline constexpr char kBoxUserName[] = "agent";
+
+struct BoxBind {
+  std::string host_path;  // absolute; must exist
+  std::string box_path;   // absolute, normalised; not "/", not under /proc or /dev
+  bool read_only = true;
+};
+
+struct BoxFsSpec {
+  std::string workspace_dir;  // host path, bound read-write at /workspace
+  std::vector<BoxBind> binds;
+  uid_t uid = 0;  // the session user, "agent" in the box's /etc/passwd
+  gid_t gid = 0;
+  std::string hostname = "agentbox";
+  std::uint64_t tmp_bytes = 256ull << 20;
+  std::uint64_t tmp_inodes = 65536;
+  std::uint64_t shm_bytes = 64ull << 20;
+  // Where the host's system dirs and /etc are read from ("/" except in tests).
+  std::string host_root = "/";
+};
+
+// Mount flags of the new mount API (MOUNT_ATTR_*), spelled here so this header need not pull in
+// <sys/mount.h>.
+inline constexpr std::uint64_t kAttrRdonly = 0x1;
+inline constexpr std::uint64_t kAttrNosuid = 0x2;
+inline constexpr std::uint64_t kAttrNodev = 0x4;
+inline constexpr std::uint64_t kAttrNoexec = 0x8;
+
+struct MountOp {
+  enum class Kind : std::uint8_t {
+    kDir,         // mkdir -p target (mode), never through a symlink
+    kFile,        // create target with `data` (fails if it exists)
+    kMountpoint,  // create an empty file target if missing (a mountpoint for a file bind)
+    kSymlink,     // symlink target -> source
+    kBind,        // bind source (host path if absolute, else relative to the new root) on target
+    kFs,          // mount a new `source` filesystem (tmpfs, proc, devpts) with options `data`
+  };
+  Kind kind = Kind::kDir;
+  const char* target = nullptr;  // relative to the new root: "usr", "etc/passwd"
+  const char* source = nullptr;
+  const char* data = nullptr;    // kFile: contents; kFs: "k=v,flag,..." options
+  std::size_t data_len = 0;
+  std::uint64_t attrs = 0;       // kBind, kFs: kAttr* flags of the new mount
+  bool recursive = false;        // kBind: include submounts
+  std::uint32_t mode = 0755;     // kDir, kFile
+};
+
+// A prepared plan. Move-only: the ops point into strings the plan owns (std::deque keeps their
+// addresses stable across growth and moves).
+class MountPlan {
+ public:
+  MountPlan() = default;
+  MountPlan(MountPlan&&) = default;
+  MountPlan& operator=(MountPlan&&) = default;
+  MountPlan(const MountPlan&) = delete;
+  MountPlan& operator=(const MountPlan&) = delete;
+
+  const std::vector<MountOp>& ops() const { return ops_; }
+  // "bind /usr on /usr (ro)", for the error naming a failed step.
+  std::string describe(std::size_t index) const;
+
+  void add_dir(std::string target, std::uint32_t mode);
+  void add_file(std::string target, std::string contents, std::uint32_t mode);
+  void add_mountpoint(std::string target);
+  void add_symlink(std::string target, std::string link_text);
+  void add_bind(std::string source, std::string target, std::uint64_t attrs, bool recursive);
+  void add_fs(std::string fstype, std::string target, std::string options, std::uint64_t attrs);
+
+ private:
+  const char* keep(std::string s);
+
+  std::deque<std::string> strings_;
+  std::vector<MountOp> ops_;
+};
+
+// Builds the plan for one box. Fails (kInvalid / kNotFound) on a bad bind: relative or
+// non-normalised paths, a box path of "/" or under /proc or /dev, a missing host path.
+[[nodiscard]] Result<MountPlan> plan_box_fs(const BoxFsSpec& spec);
+
+// Runs the plan with `root_fd` (the new root, not yet pivoted into) as the base of every target.
+// Returns 0, or an errno with *failed_op set to the index of the op that failed.
+// async-signal-safe.
+int apply_mount_plan(const MountPlan& plan, int root_fd, std::size_t* failed_op) noexcept;
+
+// The same component-wise, symlink-refusing open the plan uses, for box.cc: `rel` relative to
+// root_fd, as an O_PATH fd. async-signal-safe. Returns -1 with errno set.
+int open_in_root_nofollow(int root_fd, const char* rel, bool create_dirs, bool want_dir,
+                          std::uint32_t mode) noexcept;
+
+// The rules for BoxBind::box_path (absolute, normalised, not "/", not under /proc or /dev), with
+// an error naming the path.
+[[nodiscard]] Status validate_box_path(const std::string& box_path);
+
+}  // namespace agentbox::linux

@@ -1,2 +1,0 @@
-// placeholder until the module lands
-namespace agentbox::linux_ns {}

@@ -1,0 +1,291 @@
+#include "sandbox/host_backend.h"
+
+#include <fcntl.h>
+#include <signal.h>
+#include <stdlib.h>
+#include <unistd.h>
+
+#include <boost/asio/this_coro.hpp>
+#include <cerrno>
+#include <exception>
+#include <optional>
+#include <utility>
+
+#include "common/log.h"
+#include "sandbox/artifacts.h"
+#include "sandbox/exec_runner.h"
+#include "sandbox/host_exec.h"
+#include "sandbox/path.h"
+
+namespace agentbox::sandbox {
+namespace {
+
+// An Error with its message prefixed by `context` (code and errno kept).
+Error with_context(Error e, std::string_view context) {
+  e.message = std::string(context) + ": " + e.message;
+  return e;
+}
+
+// Environment names as POSIX shells accept them would be stricter; we only refuse what cannot be
+// represented in a "K=V" C string (or would be a different variable).
+Status check_env(const std::map<std::string, std::string>& env) {
+  for (const auto& [k, v] : env) {
+    if (k.empty() || k.find('=') != std::string::npos || k.find('\0') != std::string::npos) {
+      return fail(Code::kInvalid, "exec: env: invalid variable name \"" + printable_path(k) + "\"");
+    }
+    if (v.find('\0') != std::string::npos) {
+      return fail(Code::kInvalid, "exec: env: value of " + k + " contains a NUL byte");
+    }
+  }
+  return {};
+}
+
+std::string last_component(const std::string& abs) {
+  const std::size_t slash = abs.rfind('/');
+  return slash == std::string::npos ? abs : abs.substr(slash + 1);
+}
+
+}  // namespace
+
+Result<std::unique_ptr<Sandbox>> HostBackend::create(BoxConfig config) {
+  const std::string& dir = config.workspace_dir;
+  if (dir.empty() || dir.front() != '/') {
+    return fail(Code::kInvalid, "host backend: workspace dir must be an absolute path: " + dir);
+  }
+  // Canonical, so that the paths commands see (`pwd -P`) and the ones the API accepts agree.
+  std::unique_ptr<char, decltype(&::free)> real(::realpath(dir.c_str(), nullptr), &::free);
+  if (!real) return fail_errno(errno, "realpath(" + dir + ")");
+  UniqueFd root(::open(real.get(), O_PATH | O_DIRECTORY | O_CLOEXEC));
+  if (!root) return fail_errno(errno, "open(" + std::string(real.get()) + ")");
+  return std::make_unique<HostSandbox>(real.get(), std::move(root), std::move(config.env));
+}
+
+HostSandbox::HostSandbox(std::string workspace, UniqueFd root,
+                         std::map<std::string, std::string> env)
+    : workspace_(std::move(workspace)),
+      fs_(std::move(root), RootMode::kBeneath, std::nullopt, workspace_),
+      env_(std::move(env)) {}
+
+HostSandbox::~HostSandbox() { shutdown(); }
+
+Status HostSandbox::check_open() const {
+  std::lock_guard lock(mu_);
+  if (shut_down_) return fail(Code::kUnavailable, "sandbox " + workspace_ + " is shut down");
+  return {};
+}
+
+Result<HostSandbox::Mapped> HostSandbox::map_path(std::string_view path) const {
+  auto abs = normalize_box_path(path, workspace_);
+  if (!abs) return std::unexpected(abs.error());
+  auto rel = workspace_relative(*abs, workspace_);
+  if (!rel) return std::unexpected(rel.error());
+  return Mapped{std::move(*abs), std::move(*rel)};
+}
+
+asio::awaitable<Result<ExecResult>> HostSandbox::exec(ExecSpec spec, OutputSink* sink) {
+  if (auto s = check_open(); !s) co_return std::unexpected(s.error());
+
+  LaunchSpec launch;
+  if (!spec.argv.empty()) {
+    if (spec.argv.front().empty()) co_return fail(Code::kInvalid, "exec: argv[0] is empty");
+    launch.argv = std::move(spec.argv);
+  } else if (!spec.command.empty()) {
+    launch.argv = {"/bin/sh", "-c", std::move(spec.command)};
+  } else {
+    co_return fail(Code::kInvalid, "exec: give argv or command");
+  }
+
+  // The cwd is resolved like any API path and handed to the child as an fd: what we checked is
+  // what it gets, even if the directory is renamed or swapped for a symlink meanwhile.
+  Mapped cwd{workspace_, ""};
+  if (!spec.cwd.empty()) {
+    auto m = map_path(spec.cwd);
+    if (!m) co_return std::unexpected(with_context(m.error(), "exec: cwd"));
+    cwd = std::move(*m);
+  }
+  auto cwd_fd = fs_.open_dir(cwd.rel);
+  if (!cwd_fd) co_return std::unexpected(with_context(cwd_fd.error(), "exec: cwd"));
+  launch.cwd_fd = cwd_fd->get();
+  launch.cwd = cwd.rel.empty() ? workspace_ : workspace_ + "/" + cwd.rel;
+
+  if (auto s = check_env(env_); !s) co_return std::unexpected(s.error());
+  if (auto s = check_env(spec.env); !s) co_return std::unexpected(s.error());
+  std::map<std::string, std::string> env = {
+      {"PATH", "/usr/local/bin:/usr/bin:/bin"},
+      {"HOME", workspace_},
+      {"LANG", "C.UTF-8"},
+      {"TERM", "dumb"},
+  };
+  for (const auto& [k, v] : env_) env[k] = v;
+  for (auto& [k, v] : spec.env) env[k] = std::move(v);
+  launch.env.reserve(env.size());
+  for (const auto& [k, v] : env) launch.env.push_back(k + "=" + v);
+
+  // Artifacts: a dir that does not exist yet counts as empty, so files in a dir the command
+  // creates are reported too.
+  std::optional<Mapped> art;
+  TreeSnapshot before;
+  if (!spec.artifact_dir.empty()) {
+    auto m = map_path(spec.artifact_dir);
+    if (!m) co_return std::unexpected(with_context(m.error(), "exec: artifact_dir"));
+    art = std::move(*m);
+    auto dir = fs_.open_dir(art->rel);
+    if (dir) {
+      auto snap = snapshot_tree(dir->get());
+      if (!snap) co_return std::unexpected(with_context(snap.error(), "exec: artifact_dir"));
+      before = std::move(*snap);
+    } else if (dir.error().code != Code::kNotFound) {
+      co_return std::unexpected(with_context(dir.error(), "exec: artifact_dir"));
+    }
+  }
+
+  launch.with_stdin = !spec.stdin_data.empty();
+  // g++ 12: no temporaries with destructors inside a co_await expression (they get destroyed
+  // twice), so awaitables and their arguments are built as named locals first.
+  asio::any_io_executor ex = co_await asio::this_coro::executor;
+  auto proc = launch_host_process(ex, std::move(launch));
+  cwd_fd->reset();
+  if (!proc) co_return std::unexpected(proc.error());
+  const pid_t pgid = (*proc)->pgid();
+  if (pgid > 0 && !track_group(pgid)) {
+    (*proc)->kill_tree();  // shut down while we were launching: it must not outlive the box
+  }
+
+  ExecResult result;
+  try {
+    RunOptions opts{.timeout = spec.timeout,
+                    .max_output_bytes = spec.max_output_bytes,
+                    .stdin_data = std::move(spec.stdin_data)};
+    asio::awaitable<ExecResult> run = run_process(std::move(*proc), std::move(opts), sink);
+    result = co_await std::move(run);
+  } catch (const std::exception& e) {
+    if (pgid > 0) command_finished(pgid);
+    co_return fail(Code::kInternal, std::string("exec: ") + e.what());
+  }
+  if (pgid > 0) command_finished(pgid);
+
+  if (art) {
+    if (auto dir = fs_.open_dir(art->rel)) {
+      auto after = snapshot_tree(dir->get());
+      if (after) {
+        result.artifacts = diff_artifacts(before, *after, dir->get(), art->abs);
+      } else {
+        spdlog::warn("exec in {}: artifact scan failed: {}", workspace_, after.error().message);
+      }
+    }
+  }
+  co_return result;
+}
+
+Result<FileReader> HostSandbox::open_file(const std::string& path) {
+  if (auto s = check_open(); !s) return std::unexpected(s.error());
+  auto m = map_path(path);
+  if (!m) return std::unexpected(m.error());
+  return fs_.open_file(m->rel);
+}
+
+Result<std::unique_ptr<FileWriter>> HostSandbox::create_file(const std::string& path,
+                                                             WriteOptions opts) {
+  if (auto s = check_open(); !s) return std::unexpected(s.error());
+  auto m = map_path(path);
+  if (!m) return std::unexpected(m.error());
+  return fs_.create_file(m->rel, opts);
+}
+
+Result<FileInfo> HostSandbox::stat(const std::string& path) {
+  if (auto s = check_open(); !s) return std::unexpected(s.error());
+  auto m = map_path(path);
+  if (!m) return std::unexpected(m.error());
+  auto info = fs_.stat(m->rel);
+  if (!info) return info;
+  info->name = last_component(m->abs);
+  info->path = std::move(m->abs);
+  return info;
+}
+
+Result<std::vector<DirEntry>> HostSandbox::read_dir(const std::string& path) {
+  if (auto s = check_open(); !s) return std::unexpected(s.error());
+  auto m = map_path(path);
+  if (!m) return std::unexpected(m.error());
+  return fs_.read_dir(m->rel);
+}
+
+Status HostSandbox::mkdir_all(const std::string& path) {
+  if (auto s = check_open(); !s) return s;
+  auto m = map_path(path);
+  if (!m) return std::unexpected(m.error());
+  return fs_.mkdir_all(m->rel);
+}
+
+Status HostSandbox::remove(const std::string& path) {
+  if (auto s = check_open(); !s) return s;
+  auto m = map_path(path);
+  if (!m) return std::unexpected(m.error());
+  if (m->rel.empty()) return fail(Code::kAccess, "remove(" + m->abs + "): the workspace itself");
+  return fs_.remove(m->rel);
+}
+
+Status HostSandbox::remove_all(const std::string& path) {
+  if (auto s = check_open(); !s) return s;
+  auto m = map_path(path);
+  if (!m) return std::unexpected(m.error());
+  if (m->rel.empty()) {
+    return fail(Code::kAccess, "remove_all(" + m->abs + "): the workspace itself");
+  }
+  return fs_.remove_all(m->rel);
+}
+
+Status HostSandbox::rename(const std::string& from, const std::string& to) {
+  if (auto s = check_open(); !s) return s;
+  auto f = map_path(from);
+  if (!f) return std::unexpected(f.error());
+  auto t = map_path(to);
+  if (!t) return std::unexpected(t.error());
+  return fs_.rename(f->rel, t->rel);
+}
+
+void HostSandbox::shutdown() {
+  std::lock_guard lock(mu_);
+  if (shut_down_) return;
+  shut_down_ = true;
+  kill_groups_locked();
+}
+
+bool HostSandbox::track_group(pid_t pgid) {
+  std::lock_guard lock(mu_);
+  // Forget groups of finished commands that have emptied since, so the set stays small and a
+  // recycled group id is not signalled later.
+  std::erase_if(groups_, [](const auto& g) {
+    return g.second && ::kill(-g.first, 0) < 0 && errno == ESRCH;
+  });
+  if (shut_down_) return false;
+  groups_[pgid] = false;
+  return true;
+}
+
+void HostSandbox::command_finished(pid_t pgid) {
+  std::lock_guard lock(mu_);
+  auto it = groups_.find(pgid);
+  if (it == groups_.end()) return;
+  // The leader has been reaped (run_process destroys the Process). Members left over are
+  // background children that shutdown() must still reach.
+  if (::kill(-pgid, 0) < 0 && errno == ESRCH) {
+    groups_.erase(it);
+  } else {
+    it->second = true;
+  }
+}
+
+void HostSandbox::kill_groups_locked() {
+  for (const auto& [pgid, leader_reaped] : groups_) {
+    // A group whose leader we reaped lives on only through its other members, and its id cannot
+    // be handed to a new process while they live. So if a process with pid == pgid exists now,
+    // that pid was recycled, our group is gone, and the id names someone else's group: skip it.
+    if (leader_reaped && ::kill(pgid, 0) == 0) continue;
+    // SECURITY: everything the command started in its group dies with the box.
+    ::kill(-pgid, SIGKILL);
+  }
+  groups_.clear();
+}
+
+}  // namespace agentbox::sandbox

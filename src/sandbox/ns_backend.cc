@@ -1,0 +1,975 @@
+#include "sandbox/ns_backend.h"
+
+#include <fcntl.h>
+#include <linux/capability.h>
+#include <linux/openat2.h>
+#include <sys/mount.h>
+#include <sys/prctl.h>
+#include <sys/stat.h>
+#include <sys/syscall.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <atomic>
+#include <boost/asio/as_tuple.hpp>
+#include <boost/asio/co_spawn.hpp>
+#include <boost/asio/detached.hpp>
+#include <boost/asio/executor_work_guard.hpp>
+#include <boost/asio/experimental/concurrent_channel.hpp>
+#include <boost/asio/io_context.hpp>
+#include <boost/asio/post.hpp>
+#include <boost/asio/posix/stream_descriptor.hpp>
+#include <boost/asio/steady_timer.hpp>
+#include <boost/asio/this_coro.hpp>
+#include <boost/asio/use_awaitable.hpp>
+#include <cerrno>
+#include <condition_variable>
+#include <cstring>
+#include <deque>
+#include <exception>
+#include <filesystem>
+#include <fstream>
+#include <functional>
+#include <mutex>
+#include <optional>
+#include <thread>
+#include <unordered_map>
+#include <utility>
+#include <vector>
+
+#include "common/log.h"
+#include "linux/box.h"
+#include "linux/caps.h"
+#include "linux/cgroup.h"
+#include "linux/mounts.h"
+#include "linux/rlimits.h"
+#include "linux/seccomp_policy.h"
+#include "sandbox/artifacts.h"
+#include "sandbox/exec_runner.h"
+#include "sandbox/path.h"
+#include "sandbox/process.h"
+#include "sandbox/rooted_fs.h"
+
+namespace agentbox::sandbox {
+namespace {
+
+namespace lx = agentbox::linux;
+namespace proto = agentbox::linux::initproto;
+using ExitChannel =
+    asio::experimental::concurrent_channel<void(boost::system::error_code, ExitStatus)>;
+
+constexpr std::string_view kWorkspace = lx::kBoxWorkspacePath;
+constexpr std::uint64_t kDefaultMemoryMb = 512;
+constexpr std::uint32_t kDefaultCpuPercent = 100;
+constexpr std::uint32_t kDefaultMaxPids = 256;
+constexpr std::uint32_t kDefaultOpenFiles = 1024;
+// How long an exec request may wait for room in a busy init's queue.
+constexpr std::chrono::seconds kSendTimeout{10};
+
+std::uint32_t fnv1a32(std::string_view s) {
+  std::uint32_t h = 2166136261u;
+  for (unsigned char c : s) {
+    h ^= c;
+    h *= 16777619u;
+  }
+  return h;
+}
+
+Error with_context(Error e, std::string_view context) {
+  e.message = std::string(context) + ": " + e.message;
+  return e;
+}
+
+ExitStatus exit_status_of(int wait_status) {
+  if (WIFSIGNALED(wait_status)) {
+    return ExitStatus{128 + WTERMSIG(wait_status), WTERMSIG(wait_status)};
+  }
+  return ExitStatus{WEXITSTATUS(wait_status), std::nullopt};
+}
+
+// A command that died with its box (shutdown, the init killed): reported as SIGKILLed.
+constexpr ExitStatus kKilledWithBox{128 + SIGKILL, SIGKILL};
+
+Status check_env(const std::map<std::string, std::string>& env) {
+  for (const auto& [k, v] : env) {
+    if (k.empty() || k.find('=') != std::string::npos || k.find('\0') != std::string::npos) {
+      return fail(Code::kInvalid, "exec: env: invalid variable name \"" + printable_path(k) + "\"");
+    }
+    if (v.find('\0') != std::string::npos) {
+      return fail(Code::kInvalid, "exec: env: value of " + k + " contains a NUL byte");
+    }
+  }
+  return {};
+}
+
+std::string last_component(const std::string& abs) {
+  const std::size_t slash = abs.rfind('/');
+  return slash == std::string::npos ? abs : abs.substr(slash + 1);
+}
+
+// ---- Host capability checks (check_usable) ------------------------------------------------------
+
+bool has_cap_sys_admin() {
+  std::ifstream f("/proc/self/status");
+  std::string line;
+  while (std::getline(f, line)) {
+    if (line.rfind("CapEff:", 0) != 0) continue;
+    std::uint64_t eff = std::stoull(line.substr(7), nullptr, 16);
+    return (eff & (std::uint64_t{1} << CAP_SYS_ADMIN)) != 0;
+  }
+  return false;
+}
+
+// Every missing piece, "; "-separated; empty when the host can run boxes.
+std::string missing_features(const std::string& init_path) {
+  std::vector<std::string> missing;
+  if (::geteuid() != 0 && !has_cap_sys_admin()) {
+    missing.push_back("root or CAP_SYS_ADMIN (running as uid " + std::to_string(::geteuid()) + ")");
+  }
+  // clone3 with a too-small size: EINVAL if the syscall exists (5.3+).
+  if (::syscall(SYS_clone3, nullptr, 0) < 0 && errno == ENOSYS) {
+    missing.push_back("clone3 (Linux 5.3+)");
+  }
+  for (const char* ns : {"mnt", "pid", "ipc", "uts", "net", "cgroup"}) {
+    if (::access((std::string("/proc/self/ns/") + ns).c_str(), F_OK) != 0) {
+      missing.push_back(std::string(ns) + " namespaces");
+    }
+  }
+  {
+    open_how how{};
+    how.flags = O_PATH | O_CLOEXEC;
+    how.resolve = RESOLVE_IN_ROOT;
+    long fd = ::syscall(SYS_openat2, AT_FDCWD, "/", &how, sizeof how);
+    if (fd < 0) {
+      missing.push_back("openat2 (Linux 5.6+)");
+    } else {
+      ::close(static_cast<int>(fd));
+    }
+  }
+  // The new mount API with mount_setattr (5.12+): an invalid call fails with EINVAL/EBADF when
+  // the syscall exists.
+  if (::mount_setattr(-1, "", 0, nullptr, 0) != 0 && errno == ENOSYS) {
+    missing.push_back("mount_setattr (Linux 5.12+)");
+  }
+  if (::prctl(PR_GET_SECCOMP, 0, 0, 0, 0) < 0 && errno == EINVAL) {
+    missing.push_back("seccomp (CONFIG_SECCOMP)");
+  }
+  if (::access(init_path.c_str(), X_OK) != 0) {
+    missing.push_back("the init binary " + init_path + " (" + std::strerror(errno) + ")");
+  }
+  std::string out;
+  for (const auto& m : missing) out += (out.empty() ? "" : "; ") + m;
+  return out;
+}
+
+// ---- Threads ------------------------------------------------------------------------------------
+
+// Runs jobs one at a time on its own long-lived thread (see ns_backend.h: PDEATHSIG).
+class Spawner {
+ public:
+  Spawner() : thread_([this] { loop(); }) {}
+  ~Spawner() {
+    {
+      std::lock_guard lock(mu_);
+      stop_ = true;
+    }
+    cv_.notify_all();
+    thread_.join();
+  }
+
+  // Runs `fn` on the spawner thread and waits for it.
+  void run(const std::function<void()>& fn) {
+    Job job{&fn, false};
+    {
+      std::lock_guard lock(mu_);
+      jobs_.push_back(&job);
+    }
+    cv_.notify_all();
+    std::unique_lock lock(mu_);
+    done_cv_.wait(lock, [&job] { return job.done; });
+  }
+
+ private:
+  struct Job {
+    const std::function<void()>* fn;
+    bool done;
+  };
+  void loop() {
+    std::unique_lock lock(mu_);
+    for (;;) {
+      cv_.wait(lock, [this] { return stop_ || !jobs_.empty(); });
+      if (jobs_.empty()) return;  // stop_
+      Job* job = jobs_.front();
+      jobs_.pop_front();
+      lock.unlock();
+      (*job->fn)();
+      lock.lock();
+      job->done = true;
+      done_cv_.notify_all();
+    }
+  }
+
+  std::mutex mu_;
+  std::condition_variable cv_;
+  std::condition_variable done_cv_;
+  std::deque<Job*> jobs_;
+  bool stop_ = false;
+  std::thread thread_;  // last: starts after the members above exist
+};
+
+// What the backend and all its sandboxes share; sandboxes keep it alive.
+struct Core {
+  NsBackendOptions opts;
+  std::string init_path;
+  Status usable;
+  std::unique_ptr<lx::CgroupDriver> driver;
+  UniqueFd init_fd;
+  lx::SeccompProgram seccomp;
+  std::string root_mountpoint;
+
+  asio::io_context io{1};
+  asio::executor_work_guard<asio::io_context::executor_type> work{io.get_executor()};
+  std::thread io_thread;
+  Spawner spawner;
+
+  Core() : io_thread([this] { run_io(); }) {}
+  ~Core() {
+    work.reset();
+    io.stop();
+    io_thread.join();
+  }
+
+  void run_io() {
+    for (;;) {
+      try {
+        io.run();
+        return;
+      } catch (const std::exception& e) {
+        spdlog::error("ns backend io thread: {}", e.what());
+      }
+    }
+  }
+};
+
+// ---- One exec, as the control-socket reader sees it --------------------------------------------
+
+struct Pending {
+  explicit Pending(const asio::any_io_executor& ex) : exit(ex, 1) {}
+  std::mutex mu;                   // guards the fields below (not `exit`: thread-safe itself)
+  std::unique_ptr<lx::Cgroup> cgroup;  // the exec's child cgroup
+  UniqueFd go;                     // write end of the go pipe; closed once used or cancelled
+  bool killed = false;             // kill_tree() ran: the command must not be let go
+  bool started = false;
+  pid_t host_pid = 0;
+  std::string start_error;         // why the daemon refused to let it start, if it did
+  ExitChannel exit;
+};
+
+// The daemon's side of one box's control socket.
+struct Conn {
+  explicit Conn(asio::io_context& io, UniqueFd fd)
+      : sd(io, fd.release()) {}
+
+  asio::posix::stream_descriptor sd;  // io thread only (a dup of the box's control fd)
+
+  std::mutex mu;
+  std::unordered_map<std::uint64_t, std::shared_ptr<Pending>> pending;  // guarded by mu
+  bool dead = false;                                                     // guarded by mu
+
+  // Registers an exec; false when the box is gone.
+  bool add(std::uint64_t id, std::shared_ptr<Pending> p) {
+    std::lock_guard lock(mu);
+    if (dead) return false;
+    pending.emplace(id, std::move(p));
+    return true;
+  }
+  std::shared_ptr<Pending> find(std::uint64_t id, bool erase) {
+    std::lock_guard lock(mu);
+    auto it = pending.find(id);
+    if (it == pending.end()) return nullptr;
+    auto p = it->second;
+    if (erase) pending.erase(it);
+    return p;
+  }
+  // The box is gone: every waiting exec completes as killed.
+  void fail_all() {
+    std::unordered_map<std::uint64_t, std::shared_ptr<Pending>> gone;
+    {
+      std::lock_guard lock(mu);
+      dead = true;
+      gone.swap(pending);
+    }
+    for (auto& [id, p] : gone) {
+      {
+        std::lock_guard lock(p->mu);
+        p->go.reset();  // a child still waiting for its go exits 127
+      }
+      (void)p->exit.try_send(boost::system::error_code{}, kKilledWithBox);
+    }
+  }
+};
+
+void on_child_ready(Conn& conn, const lx::BoxMessage& m) {
+  auto p = conn.find(m.id, false);
+  if (!p) return;  // unknown or already finished: the child reads EOF on its go pipe... if any
+  std::lock_guard lock(p->mu);
+  if (!p->go) return;
+  // SECURITY: the sender must be the freshly forked child, still root and not yet the command
+  // (only the init and its pre-exec children hold the control socket).
+  if (m.sender_pid <= 0 || m.sender_uid != 0) {
+    p->start_error = "bad start report from the box (pid " + std::to_string(m.sender_pid) +
+                     ", uid " + std::to_string(m.sender_uid) + ")";
+    p->go.reset();
+    return;
+  }
+  if (p->killed) {
+    p->go.reset();
+    return;
+  }
+  // SECURITY: into the exec's cgroup before it may exec, so nothing it starts escapes kill_tree.
+  if (auto s = p->cgroup->add_process(m.sender_pid); !s) {
+    p->start_error = "could not put the command into its cgroup: " + s.error().message;
+    p->go.reset();
+    return;
+  }
+  p->host_pid = m.sender_pid;
+  p->started = true;
+  const char go = 'g';
+  (void)!::write(p->go.get(), &go, 1);
+  p->go.reset();
+}
+
+void on_exited(Conn& conn, const lx::BoxMessage& m) {
+  auto p = conn.find(m.id, true);
+  if (!p) return;
+  {
+    std::lock_guard lock(p->mu);
+    p->go.reset();
+  }
+  (void)p->exit.try_send(boost::system::error_code{}, exit_status_of(m.status));
+}
+
+// Reads the box's control socket until it closes (the init is gone) or is closed (shutdown).
+asio::awaitable<void> read_loop(std::shared_ptr<Conn> conn) {
+  for (;;) {
+    auto [ec] = co_await conn->sd.async_wait(asio::posix::stream_descriptor::wait_read,
+                                             asio::as_tuple(asio::use_awaitable));
+    if (ec) break;
+    bool eof = false;
+    // Bounded per wakeup, so one busy box cannot starve the others on this thread.
+    for (int i = 0; i < 64; ++i) {
+      lx::BoxMessage m;
+      int n = lx::recv_box_message(conn->sd.native_handle(), true, &m);
+      if (n < 0 && errno == EAGAIN) break;
+      if (n < 0 && errno == EBADMSG) {
+        spdlog::warn("ns backend: dropped a malformed message from a box");
+        continue;
+      }
+      if (n <= 0) {
+        eof = true;
+        break;
+      }
+      if (m.type == proto::MsgType::kChildReady) {
+        on_child_ready(*conn, m);
+      } else if (m.type == proto::MsgType::kExited) {
+        on_exited(*conn, m);
+      }
+    }
+    if (eof) break;
+  }
+  conn->fail_all();
+}
+
+// ---- The Process handed to the exec runner ----------------------------------------------------
+
+class NsProcess final : public Process {
+ public:
+  explicit NsProcess(std::shared_ptr<Pending> p) : p_(std::move(p)) {}
+
+  asio::awaitable<ExitStatus> wait() override {
+    auto [ec, status] = co_await p_->exit.async_receive(asio::as_tuple(asio::use_awaitable));
+    if (ec) co_return kKilledWithBox;
+    co_return status;
+  }
+
+  void kill_tree() override {
+    {
+      std::lock_guard lock(p_->mu);
+      p_->killed = true;
+      p_->go.reset();  // not started yet: it never will be
+    }
+    // The cgroup holds every process the command started, whatever it did (setsid, double
+    // fork, SIGTERM ignored).
+    if (auto s = p_->cgroup->kill_all(); !s) {
+      spdlog::warn("ns backend: kill_tree: {}", s.error().message);
+    }
+  }
+
+ private:
+  std::shared_ptr<Pending> p_;
+};
+
+// Runs with the session's fsuid/fsgid on this thread for its lifetime: file operations get the
+// permissions the session user has in its box (and create files it owns). The kernel drops the
+// filesystem capabilities (DAC override, chown, ...) from the effective set while fsuid != 0 and
+// restores them when it is back to 0. setfsuid/setfsgid are per thread (raw syscalls: glibc does
+// not broadcast them).
+class ScopedFsIdentity {
+ public:
+  ScopedFsIdentity(uid_t uid, gid_t gid) {
+    old_gid_ = static_cast<gid_t>(::syscall(SYS_setfsgid, gid));
+    old_uid_ = static_cast<uid_t>(::syscall(SYS_setfsuid, uid));
+    // setfsuid reports the previous value; asking again (-1 changes nothing) tells the current.
+    ok_ = static_cast<uid_t>(::syscall(SYS_setfsuid, -1)) == uid &&
+          static_cast<gid_t>(::syscall(SYS_setfsgid, -1)) == gid;
+  }
+  ~ScopedFsIdentity() {
+    ::syscall(SYS_setfsuid, old_uid_);
+    ::syscall(SYS_setfsgid, old_gid_);
+  }
+  bool ok() const { return ok_; }
+
+ private:
+  uid_t old_uid_;
+  gid_t old_gid_;
+  bool ok_ = false;
+};
+
+// ---- The sandbox -------------------------------------------------------------------------------
+
+class NsSandbox final : public Sandbox {
+ public:
+  NsSandbox(std::shared_ptr<Core> core, std::string key, uid_t uid, gid_t gid,
+            std::map<std::string, std::string> env, std::unique_ptr<lx::Cgroup> cgroup,
+            std::unique_ptr<lx::Box> box, UniqueFd root, UniqueFd control_dup)
+      : core_(std::move(core)),
+        key_(std::move(key)),
+        uid_(uid),
+        gid_(gid),
+        env_(std::move(env)),
+        cgroup_(std::move(cgroup)),
+        box_(std::move(box)),
+        fs_(std::move(root), RootMode::kInRoot, Owner{uid, gid}),
+        conn_(std::make_shared<Conn>(core_->io, std::move(control_dup))) {
+    asio::co_spawn(core_->io, read_loop(conn_), asio::detached);
+  }
+
+  ~NsSandbox() override { shutdown(); }
+
+  std::string_view name() const override { return "ns"; }
+  std::string workspace() const override { return std::string(kWorkspace); }
+  std::optional<uid_t> uid() const override { return uid_; }
+
+  asio::awaitable<Result<ExecResult>> exec(ExecSpec spec, OutputSink* sink) override;
+
+  Result<FileReader> open_file(const std::string& path) override {
+    auto abs = map_path(path);
+    if (!abs) return std::unexpected(abs.error());
+    ScopedFsIdentity as_user(uid_, gid_);
+    if (!as_user.ok()) return identity_error();
+    return fs_.open_file(*abs);
+  }
+
+  Result<std::unique_ptr<FileWriter>> create_file(const std::string& path,
+                                                  WriteOptions opts) override {
+    auto abs = map_path(path);
+    if (!abs) return std::unexpected(abs.error());
+    ScopedFsIdentity as_user(uid_, gid_);
+    if (!as_user.ok()) return identity_error();
+    auto w = fs_.create_file(*abs, opts);
+    if (!w) return w;
+    // The writer's later write()/commit() calls may run on another thread: keep the identity
+    // for them too.
+    return std::unique_ptr<FileWriter>(new AsUserWriter(std::move(*w), uid_, gid_));
+  }
+
+  Result<FileInfo> stat(const std::string& path) override {
+    auto abs = map_path(path);
+    if (!abs) return std::unexpected(abs.error());
+    ScopedFsIdentity as_user(uid_, gid_);
+    if (!as_user.ok()) return identity_error();
+    auto info = fs_.stat(*abs);
+    if (!info) return info;
+    info->name = last_component(*abs);
+    info->path = *abs;
+    return info;
+  }
+
+  Result<std::vector<DirEntry>> read_dir(const std::string& path) override {
+    auto abs = map_path(path);
+    if (!abs) return std::unexpected(abs.error());
+    ScopedFsIdentity as_user(uid_, gid_);
+    if (!as_user.ok()) return identity_error();
+    return fs_.read_dir(*abs);
+  }
+
+  Status mkdir_all(const std::string& path) override {
+    auto abs = map_path(path);
+    if (!abs) return std::unexpected(abs.error());
+    ScopedFsIdentity as_user(uid_, gid_);
+    if (!as_user.ok()) return identity_error();
+    return fs_.mkdir_all(*abs);
+  }
+
+  Status remove(const std::string& path) override {
+    auto abs = map_path(path);
+    if (!abs) return std::unexpected(abs.error());
+    if (auto s = refuse_special(*abs, "remove"); !s) return s;
+    ScopedFsIdentity as_user(uid_, gid_);
+    if (!as_user.ok()) return identity_error();
+    return fs_.remove(*abs);
+  }
+
+  Status remove_all(const std::string& path) override {
+    auto abs = map_path(path);
+    if (!abs) return std::unexpected(abs.error());
+    if (auto s = refuse_special(*abs, "remove_all"); !s) return s;
+    ScopedFsIdentity as_user(uid_, gid_);
+    if (!as_user.ok()) return identity_error();
+    return fs_.remove_all(*abs);
+  }
+
+  Status rename(const std::string& from, const std::string& to) override {
+    auto f = map_path(from);
+    if (!f) return std::unexpected(f.error());
+    auto t = map_path(to);
+    if (!t) return std::unexpected(t.error());
+    if (auto s = refuse_special(*f, "rename"); !s) return s;
+    if (auto s = refuse_special(*t, "rename"); !s) return s;
+    ScopedFsIdentity as_user(uid_, gid_);
+    if (!as_user.ok()) return identity_error();
+    return fs_.rename(*f, *t);
+  }
+
+  void shutdown() override {
+    {
+      std::lock_guard lock(mu_);
+      if (shut_down_) return;
+      shut_down_ = true;
+    }
+    // SECURITY: every process of the box dies: the cgroup first (it holds the init and every
+    // command), then the init itself through its pidfd (which takes the pid namespace with it).
+    {
+      std::lock_guard lock(cgroup_mu_);
+      if (auto s = cgroup_->destroy(); !s) {
+        spdlog::warn("ns box {}: destroy cgroup: {}", key_, s.error().message);
+      }
+    }
+    box_->kill_and_reap();
+    conn_->fail_all();
+    // The reader's descriptor belongs to the io thread.
+    asio::post(core_->io, [conn = conn_] {
+      boost::system::error_code ec;
+      conn->sd.close(ec);
+    });
+  }
+
+ private:
+  // A FileWriter whose calls run with the session's fs identity (see ScopedFsIdentity).
+  class AsUserWriter final : public FileWriter {
+   public:
+    AsUserWriter(std::unique_ptr<FileWriter> w, uid_t uid, gid_t gid)
+        : w_(std::move(w)), uid_(uid), gid_(gid) {}
+    ~AsUserWriter() override {
+      ScopedFsIdentity as_user(uid_, gid_);
+      w_.reset();  // removes the temp file of an uncommitted write
+    }
+    Status write(std::string_view chunk) override {
+      ScopedFsIdentity as_user(uid_, gid_);
+      return w_->write(chunk);
+    }
+    Result<std::uint64_t> commit() override {
+      ScopedFsIdentity as_user(uid_, gid_);
+      if (!as_user.ok()) return identity_error();
+      return w_->commit();
+    }
+
+   private:
+    std::unique_ptr<FileWriter> w_;
+    uid_t uid_;
+    gid_t gid_;
+  };
+
+  static std::unexpected<Error> identity_error() {
+    return fail(Code::kInternal, "could not switch to the session's file identity");
+  }
+
+  Result<std::string> map_path(std::string_view path) const {
+    {
+      std::lock_guard lock(mu_);
+      if (shut_down_) return fail(Code::kUnavailable, "box " + key_ + " is shut down");
+    }
+    return normalize_box_path(path, kWorkspace);
+  }
+
+  // "/" and "/workspace" cannot be removed or renamed (they are the box, not its files).
+  static Status refuse_special(const std::string& abs, const char* op) {
+    if (abs == "/" || abs == kWorkspace) {
+      return fail(Code::kAccess, std::string(op) + "(" + abs + "): not allowed on " +
+                                     (abs == "/" ? "the root" : "the workspace itself"));
+    }
+    return {};
+  }
+
+  // A fresh child cgroup for one exec.
+  Result<std::unique_ptr<lx::Cgroup>> make_exec_cgroup(std::uint64_t id) {
+    std::lock_guard lock(cgroup_mu_);
+    return cgroup_->make_child("x" + std::to_string(id));
+  }
+
+  // After a run: background jobs the command left (when it was not killed) move to the box
+  // cgroup, where they live until shutdown; then the exec's cgroup goes.
+  void release_exec_cgroup(Pending& p) {
+    bool killed;
+    {
+      std::lock_guard lock(p.mu);
+      killed = p.killed;
+    }
+    if (!killed) {
+      for (int round = 0; round < 3; ++round) {
+        auto pids = p.cgroup->pids();
+        if (!pids || pids->empty()) break;
+        std::lock_guard lock(cgroup_mu_);
+        for (pid_t pid : *pids) (void)cgroup_->add_process(pid);
+      }
+    }
+    if (auto s = p.cgroup->destroy(); !s) {
+      spdlog::warn("ns box {}: exec cgroup: {}", key_, s.error().message);
+    }
+  }
+
+  asio::awaitable<Status> send_request(std::string msg, std::vector<int> fds) {
+    const auto deadline = std::chrono::steady_clock::now() + kSendTimeout;
+    auto ex = co_await asio::this_coro::executor;
+    for (;;) {
+      int err = lx::send_exec_request(box_->control_fd(), msg, fds.data(),
+                                      static_cast<int>(fds.size()), true);
+      if (err == 0) co_return Status{};
+      if (err != EAGAIN && err != ENOBUFS) {
+        co_return fail(err == EPIPE || err == ECONNRESET ? Code::kUnavailable
+                                                         : code_for_errno(err),
+                       "box " + key_ + ": send exec request: " + std::strerror(err));
+      }
+      // The init's queue is full (it is busy forking): wait a little. Rare; a timer is simpler
+      // than a second descriptor on the io thread for write readiness.
+      if (std::chrono::steady_clock::now() >= deadline) {
+        co_return fail(Code::kUnavailable, "box " + key_ + ": the init does not take requests");
+      }
+      asio::steady_timer t(ex, std::chrono::milliseconds(1));
+      co_await t.async_wait(asio::use_awaitable);
+    }
+  }
+
+  std::shared_ptr<Core> core_;
+  const std::string key_;
+  const uid_t uid_;
+  const gid_t gid_;
+  const std::map<std::string, std::string> env_;
+  std::mutex cgroup_mu_;                 // serialises use of cgroup_ (thread-compatible)
+  std::unique_ptr<lx::Cgroup> cgroup_;
+  std::unique_ptr<lx::Box> box_;
+  const RootedFs fs_;
+  std::shared_ptr<Conn> conn_;
+  std::atomic<std::uint64_t> next_id_{0};
+  mutable std::mutex mu_;
+  bool shut_down_ = false;  // guarded by mu_
+};
+
+asio::awaitable<Result<ExecResult>> NsSandbox::exec(ExecSpec spec, OutputSink* sink) {
+  {
+    std::lock_guard lock(mu_);
+    if (shut_down_) co_return fail(Code::kUnavailable, "box " + key_ + " is shut down");
+  }
+  lx::ExecCommand cmd;
+  cmd.id = ++next_id_;
+  cmd.uid = uid_;
+  cmd.gid = gid_;
+  cmd.oom_score_adj = core_->opts.command_oom_score_adj;
+  if (!spec.argv.empty()) {
+    if (spec.argv.front().empty()) co_return fail(Code::kInvalid, "exec: argv[0] is empty");
+    cmd.argv = std::move(spec.argv);
+  } else if (!spec.command.empty()) {
+    cmd.argv = {"/bin/sh", "-c", std::move(spec.command)};
+  } else {
+    co_return fail(Code::kInvalid, "exec: give argv or command");
+  }
+
+  if (auto s = check_env(env_); !s) co_return std::unexpected(s.error());
+  if (auto s = check_env(spec.env); !s) co_return std::unexpected(s.error());
+  std::map<std::string, std::string> env = {
+      {"PATH", "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"},
+      {"HOME", std::string(kWorkspace)},
+      {"USER", lx::kBoxUserName},
+      {"LOGNAME", lx::kBoxUserName},
+      {"LANG", "C.UTF-8"},
+      {"TERM", "dumb"},
+  };
+  for (const auto& [k, v] : env_) env[k] = v;
+  for (auto& [k, v] : spec.env) env[k] = std::move(v);
+  cmd.env.reserve(env.size());
+  for (const auto& [k, v] : env) cmd.env.push_back(k + "=" + v);
+
+  // The cwd must be a directory the session user can enter, checked the way the command will
+  // see it (an error naming it, never a silent fallback).
+  {
+    auto cwd = normalize_box_path(spec.cwd.empty() ? std::string(kWorkspace) : spec.cwd,
+                                  kWorkspace);
+    if (!cwd) co_return std::unexpected(with_context(cwd.error(), "exec: cwd"));
+    ScopedFsIdentity as_user(uid_, gid_);
+    auto dir = fs_.open_dir(*cwd);
+    if (!dir) co_return std::unexpected(with_context(dir.error(), "exec: cwd"));
+    cmd.cwd = std::move(*cwd);
+  }
+
+  // Artifacts: a dir that does not exist yet counts as empty.
+  std::optional<std::string> art;
+  TreeSnapshot before;
+  if (!spec.artifact_dir.empty()) {
+    auto a = normalize_box_path(spec.artifact_dir, kWorkspace);
+    if (!a) co_return std::unexpected(with_context(a.error(), "exec: artifact_dir"));
+    art = std::move(*a);
+    ScopedFsIdentity as_user(uid_, gid_);
+    auto dir = fs_.open_dir(*art);
+    if (dir) {
+      auto snap = snapshot_tree(dir->get());
+      if (!snap) co_return std::unexpected(with_context(snap.error(), "exec: artifact_dir"));
+      before = std::move(*snap);
+    } else if (dir.error().code != Code::kNotFound) {
+      co_return std::unexpected(with_context(dir.error(), "exec: artifact_dir"));
+    }
+  }
+
+  const bool with_stdin = !spec.stdin_data.empty();
+  auto msg = lx::encode_exec_request(cmd, with_stdin);
+  if (!msg) co_return std::unexpected(msg.error());
+
+  // Pipes: the daemon keeps one end of each; the box ends go to the init and are closed here
+  // once sent.
+  auto make_pipe = []() -> Result<Pipe> {
+    int p[2];
+    if (::pipe2(p, O_CLOEXEC) != 0) return fail_errno(errno, "pipe2");
+    return Pipe{UniqueFd(p[0]), UniqueFd(p[1])};
+  };
+  std::optional<Pipe> in;
+  if (with_stdin) {
+    auto p = make_pipe();
+    if (!p) co_return std::unexpected(p.error());
+    in = std::move(*p);
+  }
+  auto out = make_pipe();
+  if (!out) co_return std::unexpected(out.error());
+  auto err = make_pipe();
+  if (!err) co_return std::unexpected(err.error());
+  auto go = make_pipe();
+  if (!go) co_return std::unexpected(go.error());
+
+  auto cg = make_exec_cgroup(cmd.id);
+  if (!cg) co_return std::unexpected(with_context(cg.error(), "exec: box " + key_));
+
+  auto ex = co_await asio::this_coro::executor;
+  auto pending = std::make_shared<Pending>(ex);
+  pending->cgroup = std::move(*cg);
+  pending->go = std::move(go->write);
+  if (!conn_->add(cmd.id, pending)) {
+    (void)pending->cgroup->destroy();
+    co_return fail(Code::kUnavailable, "box " + key_ + " is gone");
+  }
+
+  std::vector<int> fds;
+  if (in) fds.push_back(in->read.get());
+  fds.push_back(out->write.get());
+  fds.push_back(err->write.get());
+  fds.push_back(go->read.get());
+  if (auto s = co_await send_request(std::move(*msg), std::move(fds)); !s) {
+    conn_->find(cmd.id, true);
+    (void)pending->cgroup->destroy();
+    co_return std::unexpected(s.error());
+  }
+  if (in) in->read.reset();
+  out->write.reset();
+  err->write.reset();
+  go->read.reset();
+
+  auto proc = std::make_unique<NsProcess>(pending);
+  if (in) proc->stdin_fd = std::move(in->write);
+  proc->stdout_fd = std::move(out->read);
+  proc->stderr_fd = std::move(err->read);
+
+  ExecResult result;
+  try {
+    result = co_await run_process(std::move(proc),
+                                  RunOptions{.timeout = spec.timeout,
+                                             .max_output_bytes = spec.max_output_bytes,
+                                             .stdin_data = std::move(spec.stdin_data)},
+                                  sink);
+  } catch (const std::exception& e) {
+    release_exec_cgroup(*pending);
+    co_return fail(Code::kInternal, std::string("exec: ") + e.what());
+  }
+  release_exec_cgroup(*pending);
+  {
+    std::lock_guard lock(pending->mu);
+    if (!pending->start_error.empty()) {
+      spdlog::warn("ns box {}: exec {}: {}", key_, cmd.id, pending->start_error);
+    }
+  }
+
+  if (art) {
+    ScopedFsIdentity as_user(uid_, gid_);
+    if (auto dir = fs_.open_dir(*art)) {
+      auto after = snapshot_tree(dir->get());
+      if (after) {
+        result.artifacts = diff_artifacts(before, *after, dir->get(), *art);
+      } else {
+        spdlog::warn("ns box {}: artifact scan failed: {}", key_, after.error().message);
+      }
+    }
+  }
+  co_return result;
+}
+
+// ---- The backend -------------------------------------------------------------------------------
+
+class NsBackend final : public Backend {
+ public:
+  explicit NsBackend(std::shared_ptr<Core> core) : core_(std::move(core)) {}
+
+  std::string_view name() const override { return "ns"; }
+  Status check_usable() override { return core_->usable; }
+  Result<std::unique_ptr<Sandbox>> create(BoxConfig config) override;
+
+ private:
+  std::shared_ptr<Core> core_;
+};
+
+Result<std::unique_ptr<Sandbox>> NsBackend::create(BoxConfig config) {
+  if (!core_->usable) return std::unexpected(core_->usable.error());
+  const uid_t uid = config.uid != 0 ? config.uid : default_box_uid(config.key);
+  const gid_t gid = config.gid != 0 ? config.gid : uid;
+
+  lx::BoxFsSpec fs_spec;
+  fs_spec.workspace_dir = config.workspace_dir;
+  fs_spec.uid = uid;
+  fs_spec.gid = gid;
+  fs_spec.tmp_bytes = core_->opts.tmp_bytes;
+  fs_spec.tmp_inodes = core_->opts.tmp_inodes;
+  for (const auto& m : config.mounts) {
+    fs_spec.binds.push_back({m.host_path, m.box_path, m.read_only});
+  }
+  auto plan = lx::plan_box_fs(fs_spec);
+  if (!plan) return std::unexpected(with_context(plan.error(), "box " + config.key));
+
+  lx::CgroupLimits limits;
+  limits.memory_bytes = config.limits.memory_mb.value_or(kDefaultMemoryMb) << 20;
+  limits.cpu_percent = config.limits.cpu_percent.value_or(kDefaultCpuPercent);
+  limits.max_pids = config.limits.max_pids.value_or(kDefaultMaxPids);
+  auto cgroup = core_->driver->create(config.key, limits);
+  if (!cgroup) return std::unexpected(with_context(cgroup.error(), "box " + config.key));
+
+  lx::BoxSpec spec;
+  spec.key = config.key;
+  spec.root_mountpoint = core_->root_mountpoint;
+  spec.init_fd = core_->init_fd.get();
+  spec.fs = &*plan;
+  spec.seccomp = &core_->seccomp;
+  spec.cgroup = cgroup->get();
+  spec.rlimits.nofile = config.limits.max_open_files.value_or(kDefaultOpenFiles);
+  spec.init_oom_score_adj = core_->opts.init_oom_score_adj;
+
+  // On the spawner thread: the box's PDEATHSIG is tied to it.
+  Result<std::unique_ptr<lx::Box>> box = fail(Code::kInternal, "box not created");
+  core_->spawner.run([&] { box = lx::Box::create(spec); });
+  if (!box) {
+    (void)(*cgroup)->destroy();
+    return std::unexpected(box.error());
+  }
+
+  auto fail_box = [&](Error e) -> std::unexpected<Error> {
+    (void)(*cgroup)->destroy();
+    (*box)->kill_and_reap();
+    return std::unexpected(std::move(e));
+  };
+  // The box's root as the file API's root: resolves inside the box's mount tree.
+  const std::string root_path = "/proc/" + std::to_string((*box)->init_pid()) + "/root";
+  UniqueFd root(::open(root_path.c_str(), O_PATH | O_DIRECTORY | O_CLOEXEC));
+  if (!root) return fail_box(Error::from_errno(errno, "open(" + root_path + ")"));
+  UniqueFd control_dup(::fcntl((*box)->control_fd(), F_DUPFD_CLOEXEC, 3));
+  if (!control_dup) return fail_box(Error::from_errno(errno, "dup(box control socket)"));
+
+  return std::make_unique<NsSandbox>(core_, config.key, uid, gid, std::move(config.env),
+                                     std::move(*cgroup), std::move(*box), std::move(root),
+                                     std::move(control_dup));
+}
+
+}  // namespace
+
+uid_t default_box_uid(std::string_view key) {
+  return static_cast<uid_t>(fnv1a32(key) % 60000 + 10000);
+}
+
+Result<std::unique_ptr<Backend>> make_ns_backend(NsBackendOptions opts) {
+  if (opts.runtime_dir.empty() || opts.runtime_dir.front() != '/') {
+    return fail(Code::kInvalid, "ns backend: runtime dir must be an absolute path: '" +
+                                    opts.runtime_dir + "'");
+  }
+  auto core = std::make_shared<Core>();
+  if (opts.init_path.empty()) {
+    std::error_code ec;
+    auto self = std::filesystem::read_symlink("/proc/self/exe", ec);
+    opts.init_path = (self.parent_path() / proto::kInitName).string();
+  }
+  if (opts.cgroup_parent.empty()) {
+    char hex[16];
+    std::snprintf(hex, sizeof hex, "%08x", fnv1a32(opts.runtime_dir));
+    opts.cgroup_parent = std::string("agentbox-") + hex;
+  }
+  core->opts = opts;
+
+  std::string missing = missing_features(opts.init_path);
+  auto driver = lx::detect_cgroup_driver(opts.cgroup_root, opts.cgroup_parent);
+  if (!driver) {
+    missing += (missing.empty() ? "" : "; ") + std::string("cgroups: ") + driver.error().message;
+  } else {
+    core->driver = std::move(*driver);
+  }
+  auto seccomp = lx::build_box_seccomp_program();
+  if (!seccomp) {
+    missing += (missing.empty() ? "" : "; ") + std::string("seccomp: ") + seccomp.error().message;
+  } else {
+    core->seccomp = std::move(*seccomp);
+  }
+  core->init_fd = UniqueFd(::open(opts.init_path.c_str(), O_PATH | O_CLOEXEC));
+  core->root_mountpoint = opts.runtime_dir + "/box-root";
+  std::error_code ec;
+  std::filesystem::create_directories(core->root_mountpoint, ec);
+  if (ec) {
+    missing += (missing.empty() ? "" : "; ") + std::string("runtime dir ") +
+               core->root_mountpoint + ": " + ec.message();
+  }
+  if (!missing.empty()) {
+    core->usable = fail(Code::kUnavailable, "ns backend unusable, missing: " + missing);
+    return std::unique_ptr<Backend>(new NsBackend(std::move(core)));
+  }
+
+  // Leftovers of a previous daemon (kill -9): their boxes died with it, their cgroups did not.
+  if (auto n = core->driver->remove_stale(); !n) {
+    spdlog::warn("ns backend: removing stale box cgroups: {}", n.error().message);
+  } else if (*n > 0) {
+    spdlog::info("ns backend: removed {} stale box cgroups", *n);
+  }
+  // The daemon must outlive any box under memory pressure.
+  if (opts.protect_daemon_from_oom) {
+    std::ofstream adj("/proc/self/oom_score_adj");
+    adj << "-1000" << std::flush;
+    if (!adj) {
+      spdlog::warn("ns backend: could not set the daemon's oom_score_adj to -1000 (needs "
+                   "CAP_SYS_RESOURCE); boxes still get +{}",
+                   opts.command_oom_score_adj);
+    }
+  }
+  spdlog::info("ns backend: cgroup {} at {}, init {}", core->driver->version(),
+               core->driver->parent_path(), opts.init_path);
+  return std::unique_ptr<Backend>(new NsBackend(std::move(core)));
+}
+
+}  // namespace agentbox::sandbox

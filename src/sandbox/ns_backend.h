@@ -1,0 +1,64 @@
+#pragma once
+// The `ns` backend (shared/DESIGN.md "The ns backend"): every session gets a box of its own
+// (linux/box.h: namespaces, a read-only system, a writable /workspace, its own uid, cgroup
+// limits, seccomp) whose pid 1, agentbox-init, forks each command on request. A command costs a
+// fork+exec inside the box and no namespace setup.
+//
+// Daemon side, per backend:
+//   - a "spawner" thread that clones every box: PR_SET_PDEATHSIG fires when the THREAD that
+//     created a box exits, so boxes are made on a thread that lives as long as the backend;
+//   - an "io" thread running an io_context that reads every box's control socket (start and exit
+//     reports of commands). No thread per box or per exec.
+// Per exec: stdio pipes made by the daemon and passed to the init (SCM_RIGHTS); a per-exec child
+// cgroup the command joins before it execs (so kill_tree() reaches everything it started, also
+// setsid()/double-forked/SIGTERM-ignoring children); the shared exec runner (exec_runner.h) does
+// the I/O on the caller's executor. Background jobs an exec leaves are moved to the box cgroup
+// when it finishes and live until the box is shut down.
+//
+// File operations resolve in-box paths with RootedFs (RESOLVE_IN_ROOT) from the box's root
+// (/proc/<init>/root), so they see exactly what commands see, read-only mounts included, and
+// run with the session's fsuid/fsgid: what the agent cannot read or write with a command, it
+// cannot with the file API either, and what it creates is owned by the session user.
+
+#include <sys/types.h>
+
+#include <memory>
+#include <string>
+#include <string_view>
+
+#include "common/error.h"
+#include "sandbox/sandbox.h"
+
+namespace agentbox::sandbox {
+
+struct NsBackendOptions {
+  // The daemon's runtime dir (e.g. <data_dir>/run); created if missing. Holds the empty
+  // directory box roots are attached to (inside each box's own mount namespace).
+  std::string runtime_dir;
+  // agentbox-init; empty means "agentbox-init" beside /proc/self/exe.
+  std::string init_path;
+  // cgroup hierarchy root and the parent cgroup of every box. The default parent is
+  // "agentbox-<hash of runtime_dir>", so two daemons with different data dirs on one host never
+  // remove each other's boxes as stale.
+  std::string cgroup_root = "/sys/fs/cgroup";
+  std::string cgroup_parent;
+  // OOM preference: the daemon asks for -1000 for itself (needs CAP_SYS_RESOURCE; a warning
+  // otherwise), box inits get init_oom_score_adj, commands command_oom_score_adj.
+  bool protect_daemon_from_oom = true;
+  int init_oom_score_adj = 100;
+  int command_oom_score_adj = 500;
+  // Box defaults (BoxConfig::limits override memory, cpu, pids and open files).
+  std::uint64_t tmp_bytes = 256ull << 20;
+  std::uint64_t tmp_inodes = 65536;
+};
+
+// Builds the backend. Fails only on unusable options; whether this host can run boxes is
+// check_usable()'s answer (create() fails with the same message). Removes box cgroups a previous
+// daemon with the same cgroup parent left behind.
+[[nodiscard]] Result<std::unique_ptr<Backend>> make_ns_backend(NsBackendOptions opts);
+
+// The uid (== gid) a box gets when BoxConfig::uid is 0: FNV32(key) % 60000 + 10000. The session
+// layer normally allocates and persists uids itself (collision-free); this is the fallback.
+uid_t default_box_uid(std::string_view key);
+
+}  // namespace agentbox::sandbox

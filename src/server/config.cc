@@ -1,0 +1,264 @@
+#include "server/config.h"
+
+#include <arpa/inet.h>
+#include <yaml-cpp/yaml.h>
+
+#include <CLI/CLI.hpp>
+#include <algorithm>
+#include <cstdlib>
+#include <ostream>
+
+namespace agentbox::server {
+namespace {
+
+void split_append(std::string_view s, char sep, std::vector<std::string>* out) {
+  while (!s.empty()) {
+    auto pos = s.find(sep);
+    std::string_view part = s.substr(0, pos);
+    if (!part.empty()) out->emplace_back(part);
+    if (pos == std::string_view::npos) break;
+    s.remove_prefix(pos + 1);
+  }
+}
+
+// Reads the YAML file into `c`, skipping keys whose flag was given (flags win).
+Status load_yaml(const std::string& file, DaemonConfig* c,
+                 const std::vector<std::string>& given_on_cli) {
+  auto given = [&](std::string_view key) {
+    for (const auto& g : given_on_cli) {
+      if (g == key) return true;
+    }
+    return false;
+  };
+  try {
+    YAML::Node root = YAML::LoadFile(file);
+    if (!root.IsMap() && !root.IsNull()) {
+      return fail(Code::kInvalid, "config " + file + ": top level must be a mapping");
+    }
+    if (root["listen"] && !given("listen")) c->listen = root["listen"].as<std::string>();
+    if (root["data_dir"] && !given("data_dir")) c->data_dir = root["data_dir"].as<std::string>();
+    if (root["backend"] && !given("backend")) c->backend = root["backend"].as<std::string>();
+    if (root["log_level"] && !given("log_level")) {
+      c->log_level = root["log_level"].as<std::string>();
+    }
+    if (root["max_file_mb"] && !given("max_file_mb")) {
+      c->max_file_mb = root["max_file_mb"].as<std::uint64_t>();
+    }
+    if (root["tokens"] && !given("tokens")) {
+      c->tokens.clear();
+      if (root["tokens"].IsSequence()) {
+        for (const auto& t : root["tokens"]) c->tokens.push_back(t.as<std::string>());
+      } else {
+        c->tokens.push_back(root["tokens"].as<std::string>());
+      }
+    }
+    if (root["allowed_mount_roots"] && !given("allowed_mount_roots")) {
+      c->allowed_mount_roots.clear();
+      for (const auto& r : root["allowed_mount_roots"]) {
+        c->allowed_mount_roots.push_back(r.as<std::string>());
+      }
+    }
+    if (root["shared_dirs"] && !given("shared_dirs")) {
+      const YAML::Node& sd = root["shared_dirs"];
+      c->shared_dirs.clear();
+      if (sd.IsMap()) {  // {prefix: path, ...}
+        std::string joined;
+        for (const auto& kv : sd) {
+          if (!joined.empty()) joined += ',';
+          joined += kv.first.as<std::string>() + ":" + kv.second.as<std::string>();
+        }
+        auto parsed = parse_shared_dirs(joined);
+        if (!parsed) return std::unexpected(parsed.error());
+        c->shared_dirs = std::move(*parsed);
+      } else {  // ["prefix:path", ...] or "prefix:path,..."
+        std::string joined;
+        if (sd.IsSequence()) {
+          for (const auto& e : sd) joined += e.as<std::string>() + ",";
+        } else {
+          joined = sd.as<std::string>();
+        }
+        auto parsed = parse_shared_dirs(joined);
+        if (!parsed) return std::unexpected(parsed.error());
+        c->shared_dirs = std::move(*parsed);
+      }
+    }
+  } catch (const YAML::Exception& e) {
+    return fail(Code::kInvalid, "config " + file + ": " + e.what());
+  }
+  return {};
+}
+
+}  // namespace
+
+ParseOutcome parse_daemon_args(int argc, const char* const* argv, std::ostream& out,
+                               std::ostream& err) {
+  DaemonConfig c;
+  CLI::App app{"agentboxd: isolated, persistent workspaces for AI agents, over HTTP",
+               "agentboxd"};
+  std::string config_file;
+  std::vector<std::string> shared_dirs;
+  auto take_last = CLI::MultiOptionPolicy::TakeLast;
+  auto* o_listen = app.add_option("--listen", c.listen, "ADDR:PORT to listen on (port 0: any)")
+                       ->capture_default_str()
+                       ->multi_option_policy(take_last);
+  auto* o_data = app.add_option("--data-dir", c.data_dir, "State and workspaces (created)")
+                     ->capture_default_str()
+                     ->multi_option_policy(take_last);
+  auto* o_backend = app.add_option("--backend", c.backend, "Default backend: host | ns")
+                        ->capture_default_str()
+                        ->multi_option_policy(take_last);
+  auto* o_token = app.add_option("--token", c.tokens,
+                                 "API token (repeatable); when set every route but /healthz "
+                                 "needs 'Authorization: Bearer <token>'")
+                      ->envname("AGENTBOX_TOKEN");
+  app.add_option("--config", config_file, "YAML file with the same keys; flags override it")
+      ->multi_option_policy(take_last);
+  auto* o_shared = app.add_option("--shared-dirs", shared_dirs,
+                                  "Read-only shared dirs for /workspace/read: prefix:path,...")
+                       ->envname("SHARED_DIRS");
+  auto* o_roots = app.add_option("--allow-mount-root", c.allowed_mount_roots,
+                                 "Host dir under which sessions may request mounts and skills "
+                                 "(repeatable; none: refused)");
+  auto* o_max = app.add_option("--max-file-mb", c.max_file_mb, "Largest file upload, MiB")
+                    ->capture_default_str()
+                    ->multi_option_policy(take_last);
+  auto* o_log = app.add_option("--log-level", c.log_level, "trace|debug|info|warn|error")
+                    ->capture_default_str()
+                    ->multi_option_policy(take_last);
+  app.add_option("--ready-file", c.ready_file,
+                 "Write HOST:PORT to this file (atomically) once listening")
+      ->multi_option_policy(take_last);
+  try {
+    app.parse(argc, argv);
+  } catch (const CLI::ParseError& e) {
+    return ParseOutcome{std::nullopt, app.exit(e, out, err)};
+  }
+
+  std::vector<std::string> given;
+  if (o_listen->count()) given.push_back("listen");
+  if (o_data->count()) given.push_back("data_dir");
+  if (o_backend->count()) given.push_back("backend");
+  if (o_token->count()) given.push_back("tokens");
+  if (o_shared->count()) given.push_back("shared_dirs");
+  if (o_roots->count()) given.push_back("allowed_mount_roots");
+  if (o_max->count()) given.push_back("max_file_mb");
+  if (o_log->count()) given.push_back("log_level");
+
+  if (o_shared->count()) {
+    std::string joined;
+    for (const auto& s : shared_dirs) joined += s + ",";
+    auto parsed = parse_shared_dirs(joined);
+    if (!parsed) {
+      err << "agentboxd: --shared-dirs: " << parsed.error().message << "\n";
+      return ParseOutcome{std::nullopt, 2};
+    }
+    c.shared_dirs = std::move(*parsed);
+  }
+  if (!config_file.empty()) {
+    if (auto st = load_yaml(config_file, &c, given); !st) {
+      err << "agentboxd: " << st.error().message << "\n";
+      return ParseOutcome{std::nullopt, 2};
+    }
+  }
+  return ParseOutcome{std::move(c), 0};
+}
+
+Result<std::pair<std::string, std::uint16_t>> parse_listen(std::string_view listen) {
+  std::string_view host;
+  std::string_view port;
+  if (!listen.empty() && listen.front() == '[') {
+    auto close = listen.find(']');
+    if (close == std::string_view::npos || close + 1 >= listen.size() ||
+        listen[close + 1] != ':') {
+      return fail(Code::kInvalid, "listen address '" + std::string(listen) +
+                                      "' must look like [IPv6]:PORT");
+    }
+    host = listen.substr(1, close - 1);
+    port = listen.substr(close + 2);
+  } else {
+    auto colon = listen.rfind(':');
+    if (colon == std::string_view::npos) {
+      return fail(Code::kInvalid,
+                  "listen address '" + std::string(listen) + "' must look like ADDR:PORT");
+    }
+    host = listen.substr(0, colon);
+    port = listen.substr(colon + 1);
+  }
+  if (port.empty() || port.size() > 5 || port.find_first_not_of("0123456789") != port.npos) {
+    return fail(Code::kInvalid, "listen port in '" + std::string(listen) + "' is not a number");
+  }
+  unsigned long p = std::strtoul(std::string(port).c_str(), nullptr, 10);
+  if (p > 65535) {
+    return fail(Code::kInvalid, "listen port in '" + std::string(listen) + "' is over 65535");
+  }
+  std::string h(host);
+  if (h == "localhost") h = "127.0.0.1";
+  unsigned char buf[16];
+  if (inet_pton(AF_INET, h.c_str(), buf) != 1 && inet_pton(AF_INET6, h.c_str(), buf) != 1) {
+    return fail(Code::kInvalid, "listen address '" + std::string(host) +
+                                    "' must be an IP address or localhost");
+  }
+  return std::make_pair(h, static_cast<std::uint16_t>(p));
+}
+
+Result<std::vector<SharedDir>> parse_shared_dirs(std::string_view spec) {
+  std::vector<std::string> parts;
+  split_append(spec, ',', &parts);
+  std::vector<SharedDir> out;
+  for (const auto& part : parts) {
+    auto colon = part.find(':');
+    if (colon == std::string::npos) {
+      return fail(Code::kInvalid, "shared dir '" + part + "' must look like prefix:/host/path");
+    }
+    SharedDir d{part.substr(0, colon), part.substr(colon + 1)};
+    while (!d.prefix.empty() && d.prefix.front() == '/') d.prefix.erase(0, 1);
+    while (!d.prefix.empty() && d.prefix.back() == '/') d.prefix.pop_back();
+    if (d.prefix.empty()) return fail(Code::kInvalid, "shared dir '" + part + "' has no prefix");
+    if (d.prefix.find("..") != std::string::npos) {
+      return fail(Code::kInvalid, "shared dir prefix '" + d.prefix + "' must not contain '..'");
+    }
+    if (d.host_path.empty() || d.host_path.front() != '/') {
+      return fail(Code::kInvalid,
+                  "shared dir '" + part + "': the host path must be absolute");
+    }
+    out.push_back(std::move(d));
+  }
+  return out;
+}
+
+bool is_loopback_address(std::string_view address) {
+  std::string a(address);
+  if (a == "localhost") return true;
+  unsigned char buf[16];
+  if (inet_pton(AF_INET, a.c_str(), buf) == 1) return buf[0] == 127;
+  if (inet_pton(AF_INET6, a.c_str(), buf) == 1) {
+    static const unsigned char kLoop6[16] = {0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 1};
+    if (std::equal(buf, buf + 16, kLoop6)) return true;
+    // ::ffff:127.x.y.z
+    static const unsigned char kMapped[12] = {0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0xff, 0xff};
+    return std::equal(buf, buf + 12, kMapped) && buf[12] == 127;
+  }
+  return false;
+}
+
+Status validate_config(const DaemonConfig& c) {
+  auto listen = parse_listen(c.listen);
+  if (!listen) return std::unexpected(listen.error());
+  for (const auto& t : c.tokens) {
+    if (t.empty()) return fail(Code::kInvalid, "a --token must not be empty");
+  }
+  // SECURITY: anyone who can reach the port can run commands; only loopback may be open.
+  if (!is_loopback_address(listen->first) && c.tokens.empty()) {
+    return fail(Code::kInvalid, "refusing to listen on non-loopback address " + c.listen +
+                                    " without a token: anyone who can reach it could run "
+                                    "commands. Pass --token (or listen on 127.0.0.1).");
+  }
+  if (c.backend.empty()) return fail(Code::kInvalid, "--backend must not be empty");
+  if (c.max_file_mb < 1 || c.max_file_mb > (std::uint64_t{1} << 30)) {
+    return fail(Code::kInvalid, "--max-file-mb must be between 1 and 1073741824");
+  }
+  if (c.data_dir.empty()) return fail(Code::kInvalid, "--data-dir must not be empty");
+  return {};
+}
+
+}  // namespace agentbox::server

@@ -1,0 +1,60 @@
+#pragma once
+// agentboxd's configuration: command-line flags (CLI11) over an optional YAML file (--config)
+// with the same keys (listen, data_dir, backend, tokens, shared_dirs, allowed_mount_roots,
+// max_file_mb, log_level).
+// Flags override the file.
+
+#include <cstdint>
+#include <iosfwd>
+#include <optional>
+#include <string>
+#include <string_view>
+#include <utility>
+#include <vector>
+
+#include "common/error.h"
+
+namespace agentbox::server {
+
+// A seed-001 shared dir: API paths starting with `prefix` read from `host_path` (read-only).
+struct SharedDir {
+  std::string prefix;     // no leading or trailing "/"
+  std::string host_path;  // absolute
+};
+
+struct DaemonConfig {
+  std::string listen = "127.0.0.1:9090";
+  std::string data_dir = "./.agentbox";
+  std::string backend = "host";
+  std::vector<std::string> tokens;
+  std::vector<SharedDir> shared_dirs;
+  // Host dirs under which sessions may ask for extra mounts and skills (none: refused).
+  std::vector<std::string> allowed_mount_roots;
+  std::uint64_t max_file_mb = 500;
+  std::string log_level = "info";
+  std::string ready_file;  // written with "HOST:PORT\n" once listening
+};
+
+struct ParseOutcome {
+  std::optional<DaemonConfig> config;  // empty: exit with exit_code (help, bad flag, bad file)
+  int exit_code = 0;
+};
+
+// Parses argv (and the --config file). Help and errors are printed to `out` / `err`.
+ParseOutcome parse_daemon_args(int argc, const char* const* argv, std::ostream& out,
+                               std::ostream& err);
+
+// "127.0.0.1:9090", "[::1]:0", "localhost:8080" -> (address, port). The address must be an IP
+// literal or "localhost".
+Result<std::pair<std::string, std::uint16_t>> parse_listen(std::string_view listen);
+
+// "prefix:/abs/path,other:/path2" (seed 001's --shared-dirs).
+Result<std::vector<SharedDir>> parse_shared_dirs(std::string_view spec);
+
+bool is_loopback_address(std::string_view address);
+
+// Checks the combination: a non-loopback listen address needs at least one token, the backend
+// name is not empty, max_file_mb is at least 1, no token is empty.
+Status validate_config(const DaemonConfig& c);
+
+}  // namespace agentbox::server

@@ -1,0 +1,65 @@
+#pragma once
+// agentboxd's HTTP/1.1 server (Boost.Beast on C++20 coroutines): every route of API.md.
+//
+// Threading: everything network-facing runs on one io_context (run it on one thread); blocking
+// file-system and session work is handed to `pool` and resumed on the io_context. Beast stays
+// inside http_server.cc; this header only needs Asio's basic types.
+
+#include <boost/asio/io_context.hpp>
+#include <boost/asio/ip/tcp.hpp>
+#include <boost/asio/thread_pool.hpp>
+#include <chrono>
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "common/error.h"
+#include "sandbox/sandbox.h"
+#include "server/config.h"
+#include "session/session_manager.h"
+
+namespace agentbox::server {
+
+struct ServerOptions {
+  std::string address = "127.0.0.1";
+  std::uint16_t port = 9090;
+  std::vector<std::string> tokens;  // empty: no auth
+  std::vector<SharedDir> shared_dirs;
+  std::uint64_t max_file_bytes = 500ull << 20;
+  std::size_t max_json_bytes = 1u << 20;
+  std::size_t max_header_bytes = 8u << 10;
+  std::size_t max_connections = 4096;
+  // How long a connection may sit idle between requests, or make no progress on a read or write.
+  std::chrono::seconds io_timeout{120};
+  // How long shutdown waits for requests in flight.
+  std::chrono::seconds shutdown_grace{10};
+};
+
+class HttpServer {
+ public:
+  // `default_backend` answers /readyz. The server keeps references to ioc, pool and sessions.
+  HttpServer(boost::asio::io_context& ioc, boost::asio::thread_pool& pool,
+             session::SessionManager& sessions,
+             std::shared_ptr<sandbox::Backend> default_backend, ServerOptions opts);
+  ~HttpServer();
+  HttpServer(const HttpServer&) = delete;
+  HttpServer& operator=(const HttpServer&) = delete;
+
+  // Opens the shared dirs and binds the listening socket; returns the bound endpoint (the real
+  // port when 0 was asked for).
+  Result<boost::asio::ip::tcp::endpoint> listen();
+  // Starts accepting on the io_context. After listen().
+  void start();
+  // Stops accepting and closes idle connections; requests in flight finish (their responses say
+  // "Connection: close"). `done` runs on the io_context once no connection is left, or after
+  // shutdown_grace. Call from the io_context's thread.
+  void shutdown(std::function<void()> done);
+
+ private:
+  struct Impl;
+  std::shared_ptr<Impl> impl_;
+};
+
+}  // namespace agentbox::server

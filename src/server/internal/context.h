@@ -1,0 +1,78 @@
+#pragma once
+// State shared by the connection code (http_server.cc) and the route handlers (handlers.cc).
+// Owned by HttpServer; used on the io_context thread, except `sessions`, the sandboxes and the
+// shared-dir RootedFs, which are thread-safe and are called from the pool.
+
+#include <boost/asio/awaitable.hpp>
+#include <boost/asio/io_context.hpp>
+#include <boost/asio/thread_pool.hpp>
+#include <cstdint>
+#include <map>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "sandbox/rooted_fs.h"
+#include "sandbox/sandbox.h"
+#include "server/http_server.h"
+#include "server/json_codec.h"
+#include "server/metrics.h"
+#include "server/routes.h"
+#include "session/session_manager.h"
+
+namespace agentbox::server::detail {
+
+namespace asio = boost::asio;
+
+struct SharedFs {
+  std::string prefix;
+  std::unique_ptr<sandbox::RootedFs> fs;  // RootMode::kBeneath on the shared dir
+};
+
+struct Context {
+  asio::io_context* ioc = nullptr;
+  asio::thread_pool* pool = nullptr;
+  session::SessionManager* sessions = nullptr;
+  std::shared_ptr<sandbox::Backend> default_backend;
+  ServerOptions opts;
+  Metrics metrics;
+  std::vector<SharedFs> shared;  // longest prefix first
+};
+
+// One parsed request, as the handlers see it.
+struct Request {
+  std::uint64_t id = 0;  // for logs
+  std::string method;
+  std::string path;  // without the query
+  std::map<std::string, std::string> query;   // decoded
+  std::map<std::string, std::string> params;  // route template parameters, decoded
+  std::string body;                           // JSON routes only
+};
+
+struct Reply {
+  int status = 200;
+  std::string body;
+  std::string content_type = "application/json";
+  std::vector<std::pair<std::string, std::string>> headers;
+};
+
+Reply json_reply(int status, const json& j);
+Reply error_reply(const Error& e);
+
+// The handler of every route whose reply is a small body (not the streaming ones: exec, exec
+// stream, file get/put, which http_server.cc serves itself).
+asio::awaitable<Reply> handle_simple(Context* ctx, RouteId route, Request req);
+
+// Helpers shared with http_server.cc.
+// The session id of a /v1/sessions/{id}/... route, validated (EINVAL otherwise).
+Result<std::string> session_param(const Request& req);
+// A required query parameter, e.g. "path".
+Result<std::string> required_query(const Request& req, const std::string& name);
+// "true"/"1" or "false"/"0"/absent; anything else is EINVAL naming the parameter.
+Result<bool> bool_query(const Request& req, const std::string& name);
+// The live sandbox of an existing session (ENOENT "no such session"), or a new one when
+// create_if_missing. Runs on the pool.
+asio::awaitable<Result<std::shared_ptr<sandbox::Sandbox>>> acquire_sandbox(
+    Context* ctx, std::string id, bool create_if_missing);
+
+}  // namespace agentbox::server::detail

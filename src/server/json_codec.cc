@@ -1,0 +1,463 @@
+#include "server/json_codec.h"
+
+#include <time.h>
+
+#include <cmath>
+#include <limits>
+#include <map>
+
+namespace agentbox::server {
+namespace {
+
+// Evaluates a Result-returning expression; returns its error from the enclosing function.
+#define AB_ASSIGN_OR_RETURN(lhs, expr)                            \
+  auto AB_CONCAT_(_r_, __LINE__) = (expr);                        \
+  if (!AB_CONCAT_(_r_, __LINE__)) {                               \
+    return std::unexpected(std::move(AB_CONCAT_(_r_, __LINE__)).error()); \
+  }                                                               \
+  lhs = std::move(*AB_CONCAT_(_r_, __LINE__))
+#define AB_CONCAT_(a, b) AB_CONCAT_INNER_(a, b)
+#define AB_CONCAT_INNER_(a, b) a##b
+
+std::string name_of(std::string_view prefix, std::string_view key) {
+  if (prefix.empty()) return std::string(key);
+  return std::string(prefix) + "." + std::string(key);
+}
+
+std::unexpected<Error> bad_field(std::string_view field, std::string_view what) {
+  return fail(Code::kInvalid, "field '" + std::string(field) + "' " + std::string(what));
+}
+
+std::unexpected<Error> missing(std::string_view field) {
+  return bad_field(field, "is required");
+}
+
+// The value of `key`, or null when absent or JSON null (both mean "not given").
+const json* lookup(const json& obj, std::string_view key) {
+  auto it = obj.find(key);
+  if (it == obj.end() || it->is_null()) return nullptr;
+  return &*it;
+}
+
+bool has_nul(std::string_view s) { return s.find('\0') != std::string_view::npos; }
+
+Result<std::optional<std::string>> opt_string(const json& obj, std::string_view key,
+                                              std::string_view prefix = {}) {
+  const json* v = lookup(obj, key);
+  if (!v) return std::optional<std::string>{};
+  if (!v->is_string()) return bad_field(name_of(prefix, key), "must be a string");
+  return std::optional<std::string>(v->get_ref<const std::string&>());
+}
+
+Result<std::string> req_string(const json& obj, std::string_view key,
+                               std::string_view prefix = {}) {
+  AB_ASSIGN_OR_RETURN(auto s, opt_string(obj, key, prefix));
+  if (!s) return missing(name_of(prefix, key));
+  return std::move(*s);
+}
+
+Result<std::optional<double>> opt_number(const json& obj, std::string_view key,
+                                         std::string_view prefix = {}) {
+  const json* v = lookup(obj, key);
+  if (!v) return std::optional<double>{};
+  if (!v->is_number()) return bad_field(name_of(prefix, key), "must be a number");
+  return std::optional<double>(v->get<double>());
+}
+
+// A non-negative integer no larger than `max`.
+Result<std::optional<std::uint64_t>> opt_uint(const json& obj, std::string_view key,
+                                              std::uint64_t max,
+                                              std::string_view prefix = {}) {
+  const json* v = lookup(obj, key);
+  if (!v) return std::optional<std::uint64_t>{};
+  std::string field = name_of(prefix, key);
+  if (!v->is_number()) return bad_field(field, "must be a number");
+  if (v->is_number_float()) {
+    double d = v->get<double>();
+    if (!std::isfinite(d) || d != std::floor(d)) return bad_field(field, "must be an integer");
+    if (d < 0) return bad_field(field, "must not be negative");
+    if (d > static_cast<double>(max)) {
+      return bad_field(field, "must be at most " + std::to_string(max));
+    }
+    return std::optional<std::uint64_t>(static_cast<std::uint64_t>(d));
+  }
+  if (v->is_number_integer() && !v->is_number_unsigned() && v->get<std::int64_t>() < 0) {
+    return bad_field(field, "must not be negative");
+  }
+  std::uint64_t u = v->get<std::uint64_t>();
+  if (u > max) return bad_field(field, "must be at most " + std::to_string(max));
+  return std::optional<std::uint64_t>(u);
+}
+
+Result<std::optional<std::map<std::string, std::string>>> opt_string_map(
+    const json& obj, std::string_view key, std::string_view prefix = {}) {
+  const json* v = lookup(obj, key);
+  if (!v) return std::optional<std::map<std::string, std::string>>{};
+  std::string field = name_of(prefix, key);
+  if (!v->is_object()) return bad_field(field, "must be an object of strings");
+  std::map<std::string, std::string> out;
+  for (auto it = v->begin(); it != v->end(); ++it) {
+    if (!it.value().is_string()) return bad_field(field + "." + it.key(), "must be a string");
+    out.emplace(it.key(), it.value().get_ref<const std::string&>());
+  }
+  return std::optional<std::map<std::string, std::string>>(std::move(out));
+}
+
+Result<std::optional<std::vector<std::string>>> opt_string_array(
+    const json& obj, std::string_view key, std::string_view prefix = {}) {
+  const json* v = lookup(obj, key);
+  if (!v) return std::optional<std::vector<std::string>>{};
+  std::string field = name_of(prefix, key);
+  if (!v->is_array()) return bad_field(field, "must be an array of strings");
+  std::vector<std::string> out;
+  for (std::size_t i = 0; i < v->size(); ++i) {
+    const json& e = (*v)[i];
+    if (!e.is_string()) {
+      return bad_field(field + "[" + std::to_string(i) + "]", "must be a string");
+    }
+    out.push_back(e.get_ref<const std::string&>());
+  }
+  return std::optional<std::vector<std::string>>(std::move(out));
+}
+
+Status check_env(const std::map<std::string, std::string>& env, std::string_view field) {
+  for (const auto& [k, v] : env) {
+    if (k.empty() || k.find('=') != std::string::npos || has_nul(k)) {
+      return bad_field(field, "has an invalid variable name '" + k + "'");
+    }
+    if (has_nul(v)) return bad_field(std::string(field) + "." + k, "must not contain NUL");
+  }
+  return {};
+}
+
+Result<sandbox::Limits> decode_limits(const json& obj, std::string_view key) {
+  sandbox::Limits l;
+  const json* v = lookup(obj, key);
+  if (!v) return l;
+  if (!v->is_object()) return bad_field(key, "must be an object");
+  constexpr std::uint64_t k32 = std::numeric_limits<std::uint32_t>::max();
+  constexpr std::uint64_t kBig = std::uint64_t{1} << 40;  // MiB: far beyond any machine
+  AB_ASSIGN_OR_RETURN(l.memory_mb, opt_uint(*v, "memory_mb", kBig, key));
+  AB_ASSIGN_OR_RETURN(auto cpu, opt_uint(*v, "cpu_percent", k32, key));
+  AB_ASSIGN_OR_RETURN(auto pids, opt_uint(*v, "max_pids", k32, key));
+  AB_ASSIGN_OR_RETURN(l.disk_mb, opt_uint(*v, "disk_mb", kBig, key));
+  AB_ASSIGN_OR_RETURN(auto files, opt_uint(*v, "max_open_files", k32, key));
+  if (cpu) l.cpu_percent = static_cast<std::uint32_t>(*cpu);
+  if (pids) l.max_pids = static_cast<std::uint32_t>(*pids);
+  if (files) l.max_open_files = static_cast<std::uint32_t>(*files);
+  return l;
+}
+
+// The exec fields shared by the v1 and seed routes.
+Result<sandbox::ExecSpec> decode_exec_fields(const json& body) {
+  sandbox::ExecSpec spec;
+  AB_ASSIGN_OR_RETURN(auto command, opt_string(body, "command"));
+  AB_ASSIGN_OR_RETURN(auto argv, opt_string_array(body, "argv"));
+  if (command && argv) return fail(Code::kInvalid, "give either 'command' or 'argv', not both");
+  if (!command && !argv) return fail(Code::kInvalid, "field 'command' (or 'argv') is required");
+  if (command) {
+    if (command->empty()) return bad_field("command", "must not be empty");
+    if (has_nul(*command)) return bad_field("command", "must not contain NUL");
+    spec.command = std::move(*command);
+  } else {
+    if (argv->empty()) return bad_field("argv", "must not be empty");
+    for (std::size_t i = 0; i < argv->size(); ++i) {
+      if (has_nul((*argv)[i])) {
+        return bad_field("argv[" + std::to_string(i) + "]", "must not contain NUL");
+      }
+    }
+    if ((*argv)[0].empty()) return bad_field("argv[0]", "must not be empty");
+    spec.argv = std::move(*argv);
+  }
+  AB_ASSIGN_OR_RETURN(auto cwd, opt_string(body, "cwd"));
+  if (cwd) spec.cwd = std::move(*cwd);
+  AB_ASSIGN_OR_RETURN(auto env, opt_string_map(body, "env"));
+  if (env) {
+    if (auto st = check_env(*env, "env"); !st) return std::unexpected(st.error());
+    spec.env = std::move(*env);
+  }
+  AB_ASSIGN_OR_RETURN(auto stdin_data, opt_string(body, "stdin"));
+  if (stdin_data) spec.stdin_data = std::move(*stdin_data);
+  AB_ASSIGN_OR_RETURN(auto timeout, opt_number(body, "timeout_sec"));
+  if (timeout) {
+    if (!(*timeout > 0) || *timeout > kMaxTimeoutSec) {
+      return bad_field("timeout_sec", "must be greater than 0 and at most 86400");
+    }
+    spec.timeout = std::chrono::milliseconds(
+        std::max<std::int64_t>(1, static_cast<std::int64_t>(std::llround(*timeout * 1000))));
+  }
+  AB_ASSIGN_OR_RETURN(auto max_out, opt_uint(body, "max_output_bytes", kMaxOutputBytesLimit));
+  if (max_out) spec.max_output_bytes = *max_out;
+  AB_ASSIGN_OR_RETURN(auto artifact_dir, opt_string(body, "artifact_dir"));
+  if (artifact_dir) spec.artifact_dir = std::move(*artifact_dir);
+  return spec;
+}
+
+Result<std::string> session_of(const json& body, std::string_view what) {
+  AB_ASSIGN_OR_RETURN(auto agent_id, opt_string(body, "agent_id"));
+  if (!agent_id) {
+    // Seed 001's /exec names the agent in env.AGENT_ID.
+    if (const json* env = lookup(body, "env"); env && env->is_object()) {
+      if (const json* a = lookup(*env, "AGENT_ID")) {
+        if (!a->is_string()) return bad_field("env.AGENT_ID", "must be a string");
+        agent_id = a->get<std::string>();
+      }
+    }
+  }
+  if (!agent_id) return missing(what);
+  if (auto st = session::validate_id(*agent_id); !st) return std::unexpected(st.error());
+  return std::move(*agent_id);
+}
+
+}  // namespace
+
+Result<json> parse_object(std::string_view body, bool allow_empty) {
+  if (allow_empty && body.find_first_not_of(" \t\r\n") == std::string_view::npos) {
+    return json::object();
+  }
+  json j = json::parse(body, nullptr, /*allow_exceptions=*/false);
+  if (j.is_discarded()) return fail(Code::kInvalid, "malformed JSON in request body");
+  if (!j.is_object()) return fail(Code::kInvalid, "request body must be a JSON object");
+  return j;
+}
+
+std::string to_wire(const json& j) {
+  return j.dump(-1, ' ', false, json::error_handler_t::replace);
+}
+
+Result<CreateSessionRequest> decode_create_session(const json& body) {
+  CreateSessionRequest req;
+  AB_ASSIGN_OR_RETURN(auto id, opt_string(body, "id"));
+  AB_ASSIGN_OR_RETURN(auto scope, opt_string(body, "scope"));
+  if (id && scope) return fail(Code::kInvalid, "give either 'id' or 'scope', not both");
+  if (id) {
+    if (auto st = session::validate_id(*id); !st) return std::unexpected(st.error());
+    req.id = std::move(*id);
+  } else if (scope) {
+    // Variables may be strings or numbers ({"launcher_id": 123}).
+    std::map<std::string, std::string> vars;
+    if (const json* v = lookup(body, "variables")) {
+      if (!v->is_object()) return bad_field("variables", "must be an object");
+      for (auto it = v->begin(); it != v->end(); ++it) {
+        const json& val = it.value();
+        if (val.is_string()) {
+          vars.emplace(it.key(), val.get<std::string>());
+        } else if (val.is_number_integer()) {
+          vars.emplace(it.key(), val.dump());
+        } else {
+          return bad_field("variables." + it.key(), "must be a string or an integer");
+        }
+      }
+    }
+    AB_ASSIGN_OR_RETURN(req.id, session::render_scope(*scope, vars));
+  } else {
+    return fail(Code::kInvalid, "field 'id' (or 'scope') is required");
+  }
+
+  session::SessionSpec& spec = req.spec;
+  AB_ASSIGN_OR_RETURN(auto backend, opt_string(body, "backend"));
+  if (backend) spec.backend = std::move(*backend);
+  AB_ASSIGN_OR_RETURN(auto tmpl, opt_string(body, "template"));
+  if (tmpl) spec.template_name = std::move(*tmpl);
+
+  if (const json* mounts = lookup(body, "mounts")) {
+    if (!mounts->is_array()) return bad_field("mounts", "must be an array");
+    for (std::size_t i = 0; i < mounts->size(); ++i) {
+      const json& m = (*mounts)[i];
+      std::string field = "mounts[" + std::to_string(i) + "]";
+      if (!m.is_object()) return bad_field(field, "must be an object");
+      session::MountSpec ms;
+      AB_ASSIGN_OR_RETURN(ms.host_path, req_string(m, "host_path", field));
+      AB_ASSIGN_OR_RETURN(ms.mount_path, req_string(m, "mount_path", field));
+      AB_ASSIGN_OR_RETURN(auto mode, opt_string(m, "mode", field));
+      if (mode) {
+        if (*mode != "rw" && *mode != "ro" && *mode != "none") {
+          return bad_field(field + ".mode", "must be one of rw, ro, none");
+        }
+        ms.mode = std::move(*mode);
+      }
+      spec.mounts.push_back(std::move(ms));
+    }
+  }
+  AB_ASSIGN_OR_RETURN(auto skills, opt_string_map(body, "skills"));
+  if (skills) spec.skills = std::move(*skills);
+  AB_ASSIGN_OR_RETURN(spec.limits, decode_limits(body, "limits"));
+  if (const json* net = lookup(body, "network")) {
+    if (!net->is_object()) return bad_field("network", "must be an object");
+    AB_ASSIGN_OR_RETURN(auto mode, opt_string(*net, "mode", "network"));
+    if (mode) {
+      if (*mode != "none" && *mode != "allowlist" && *mode != "open") {
+        return bad_field("network.mode", "must be one of none, allowlist, open");
+      }
+      spec.network.mode = std::move(*mode);
+    }
+    AB_ASSIGN_OR_RETURN(auto allow, opt_string_array(*net, "allow", "network"));
+    if (allow) spec.network.allow = std::move(*allow);
+  }
+  AB_ASSIGN_OR_RETURN(auto env, opt_string_map(body, "env"));
+  if (env) {
+    if (auto st = check_env(*env, "env"); !st) return std::unexpected(st.error());
+    spec.env = std::move(*env);
+  }
+  AB_ASSIGN_OR_RETURN(auto ttl, opt_uint(body, "ttl_sec", std::uint64_t{1} << 40));
+  if (ttl) spec.ttl_sec = static_cast<std::int64_t>(*ttl);
+  AB_ASSIGN_OR_RETURN(auto labels, opt_string_map(body, "labels"));
+  if (labels) spec.labels = std::move(*labels);
+  return req;
+}
+
+Result<sandbox::ExecSpec> decode_exec(const json& body) { return decode_exec_fields(body); }
+
+Result<SeedExecRequest> decode_seed_exec(const json& body) {
+  SeedExecRequest req;
+  AB_ASSIGN_OR_RETURN(req.spec, decode_exec_fields(body));
+  AB_ASSIGN_OR_RETURN(req.session_id, session_of(body, "agent_id' (or 'env.AGENT_ID"));
+  AB_ASSIGN_OR_RETURN(req.limits, decode_limits(body, "cgroup"));
+  // Seed 001: commands run in the agent's workspace.
+  if (req.spec.cwd.empty()) req.spec.cwd = "/workspace";
+  return req;
+}
+
+Result<SeedFileRequest> decode_seed_read(const json& body) {
+  SeedFileRequest req;
+  AB_ASSIGN_OR_RETURN(req.session_id, session_of(body, "agent_id"));
+  AB_ASSIGN_OR_RETURN(req.path, req_string(body, "path"));
+  if (req.path.empty()) return bad_field("path", "must not be empty");
+  return req;
+}
+
+Result<SeedFileRequest> decode_seed_write(const json& body) {
+  AB_ASSIGN_OR_RETURN(auto req, decode_seed_read(body));
+  AB_ASSIGN_OR_RETURN(req.content, req_string(body, "content"));
+  return req;
+}
+
+Result<std::string> decode_mkdir(const json& body) {
+  AB_ASSIGN_OR_RETURN(auto path, req_string(body, "path"));
+  if (path.empty()) return bad_field("path", "must not be empty");
+  return path;
+}
+
+Result<RenameRequest> decode_rename(const json& body) {
+  RenameRequest r;
+  AB_ASSIGN_OR_RETURN(r.from, req_string(body, "from"));
+  AB_ASSIGN_OR_RETURN(r.to, req_string(body, "to"));
+  if (r.from.empty()) return bad_field("from", "must not be empty");
+  if (r.to.empty()) return bad_field("to", "must not be empty");
+  return r;
+}
+
+std::string rfc3339(std::chrono::system_clock::time_point t) {
+  return rfc3339_ns(std::chrono::duration_cast<std::chrono::nanoseconds>(t.time_since_epoch())
+                        .count());
+}
+
+std::string rfc3339_ns(std::int64_t ns) {
+  // Floor division, so times before 1970 still name the right second.
+  std::int64_t secs = ns / 1'000'000'000;
+  if (ns % 1'000'000'000 < 0) --secs;
+  time_t tt = static_cast<time_t>(secs);
+  struct tm tm {};
+  gmtime_r(&tt, &tm);
+  char buf[64];
+  std::size_t n = strftime(buf, sizeof buf, "%Y-%m-%dT%H:%M:%SZ", &tm);
+  return std::string(buf, n);
+}
+
+json encode_session(const session::SessionInfo& s) {
+  json limits = json::object();
+  const sandbox::Limits& l = s.spec.limits;
+  if (l.memory_mb) limits["memory_mb"] = *l.memory_mb;
+  if (l.cpu_percent) limits["cpu_percent"] = *l.cpu_percent;
+  if (l.max_pids) limits["max_pids"] = *l.max_pids;
+  if (l.disk_mb) limits["disk_mb"] = *l.disk_mb;
+  if (l.max_open_files) limits["max_open_files"] = *l.max_open_files;
+  json j = {
+      {"id", s.id},
+      {"state", session::state_name(s.state)},
+      {"backend", s.backend},
+      {"workspace", s.workspace},
+      {"created_at", rfc3339(s.created_at)},
+      {"last_used_at", rfc3339(s.last_used_at)},
+      {"limits", std::move(limits)},
+      {"network", {{"mode", s.spec.network.mode}, {"allow", s.spec.network.allow}}},
+      {"labels", s.spec.labels},
+      {"uid", s.uid ? json(*s.uid) : json(nullptr)},
+  };
+  if (!s.spec.template_name.empty()) j["template"] = s.spec.template_name;
+  if (s.spec.ttl_sec) j["ttl_sec"] = *s.spec.ttl_sec;
+  return j;
+}
+
+json encode_artifacts(const std::vector<sandbox::Artifact>& artifacts) {
+  json out = json::array();
+  for (const auto& a : artifacts) {
+    out.push_back({{"path", a.path}, {"size", a.size}, {"mime_type", a.mime_type}});
+  }
+  return out;
+}
+
+json encode_exec_result(const sandbox::ExecResult& r) {
+  return {
+      {"stdout", r.stdout_data},
+      {"stderr", r.stderr_data},
+      {"exit_code", r.exit_code},
+      {"signal", r.signal ? json(*r.signal) : json(nullptr)},
+      {"timed_out", r.timed_out},
+      {"stdout_truncated", r.stdout_truncated},
+      {"stderr_truncated", r.stderr_truncated},
+      {"duration_ms", r.duration.count()},
+      {"artifacts", encode_artifacts(r.artifacts)},
+  };
+}
+
+json encode_seed_exec_result(const sandbox::ExecResult& r) {
+  return {
+      {"stdout", r.stdout_data},
+      {"stderr", r.stderr_data},
+      {"exit_code", r.exit_code},
+      {"duration_ms", r.duration.count()},
+      {"artifacts", encode_artifacts(r.artifacts)},
+  };
+}
+
+json encode_file_info(const sandbox::FileInfo& f) {
+  return {
+      {"name", f.name},
+      {"path", f.path},
+      {"size", f.size},
+      {"mode", f.mode},
+      {"mod_time", rfc3339_ns(f.mod_time_ns)},
+      {"is_dir", f.is_dir},
+      {"is_symlink", f.is_symlink},
+  };
+}
+
+json encode_dir(const std::vector<sandbox::DirEntry>& entries) {
+  json out = json::array();
+  for (const auto& e : entries) {
+    out.push_back({
+        {"name", e.name},
+        {"is_dir", e.is_dir},
+        {"is_symlink", e.is_symlink},
+        {"size", e.size},
+        {"mode", e.mode},
+        {"mod_time", rfc3339_ns(e.mod_time_ns)},
+    });
+  }
+  return {{"entries", std::move(out)}};
+}
+
+std::size_t utf8_incomplete_tail(std::string_view s) {
+  // Look back at most 3 bytes for the lead byte of a sequence that needs more bytes than remain.
+  std::size_t n = s.size();
+  for (std::size_t back = 1; back <= 3 && back <= n; ++back) {
+    auto c = static_cast<unsigned char>(s[n - back]);
+    if ((c & 0xC0) == 0x80) continue;  // continuation byte: keep looking for the lead
+    std::size_t need = (c & 0xE0) == 0xC0 ? 2 : (c & 0xF0) == 0xE0 ? 3 : (c & 0xF8) == 0xF0 ? 4 : 1;
+    return need > back ? back : 0;
+  }
+  return 0;
+}
+
+}  // namespace agentbox::server

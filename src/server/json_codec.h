@@ -1,0 +1,87 @@
+#pragma once
+// The JSON wire layer (API.md): validating decoders for request bodies and encoders for
+// replies. Decoders never throw and never use operator[] on input; a wrong type, a missing
+// required field or an out-of-range value is EINVAL naming the field ("field 'timeout_sec' must
+// be a number"). Unknown fields are ignored. Encoders produce nlohmann::json; to_wire() dumps it
+// with invalid UTF-8 replaced by U+FFFD (process output may be any bytes).
+
+#include <chrono>
+#include <cstdint>
+#include <nlohmann/json.hpp>
+#include <optional>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "common/error.h"
+#include "sandbox/sandbox.h"
+#include "session/session_manager.h"
+
+namespace agentbox::server {
+
+using nlohmann::json;
+
+inline constexpr std::size_t kMaxOutputBytesLimit = 64u << 20;  // per stream, per exec
+inline constexpr double kMaxTimeoutSec = 86400;
+
+// Parses an untrusted body into a JSON object. Malformed JSON or a non-object is EINVAL. An
+// empty body is {} when allow_empty (routes whose body is optional).
+Result<json> parse_object(std::string_view body, bool allow_empty = false);
+
+// Dumps for the wire: compact, invalid UTF-8 replaced.
+std::string to_wire(const json& j);
+
+// POST /v1/sessions
+struct CreateSessionRequest {
+  std::string id;  // rendered and validated
+  session::SessionSpec spec;
+};
+Result<CreateSessionRequest> decode_create_session(const json& body);
+
+// POST /v1/sessions/{id}/exec and .../exec/stream: "command" or "argv" (exactly one), cwd, env,
+// stdin, timeout_sec, max_output_bytes, artifact_dir.
+Result<sandbox::ExecSpec> decode_exec(const json& body);
+
+// POST /exec and /exec-stream (seed 001): command (or argv), timeout_sec, max_output_bytes, env
+// (env.AGENT_ID names the session unless agent_id is given), cgroup, artifact_dir.
+struct SeedExecRequest {
+  std::string session_id;
+  sandbox::ExecSpec spec;
+  sandbox::Limits limits;  // from "cgroup"; applied when the session is created
+};
+Result<SeedExecRequest> decode_seed_exec(const json& body);
+
+// POST /workspace/read {"agent_id","path"} and /workspace/write {"agent_id","path","content"}.
+struct SeedFileRequest {
+  std::string session_id;
+  std::string path;
+  std::string content;  // write only
+};
+Result<SeedFileRequest> decode_seed_read(const json& body);
+Result<SeedFileRequest> decode_seed_write(const json& body);
+
+// POST .../mkdir {"path"} and .../rename {"from","to"}.
+Result<std::string> decode_mkdir(const json& body);
+struct RenameRequest {
+  std::string from;
+  std::string to;
+};
+Result<RenameRequest> decode_rename(const json& body);
+
+// Encoders.
+std::string rfc3339(std::chrono::system_clock::time_point t);
+std::string rfc3339_ns(std::int64_t ns_since_epoch);
+json encode_session(const session::SessionInfo& s);
+json encode_exec_result(const sandbox::ExecResult& r);
+// Seed 001's reply: stdout, stderr, exit_code, duration_ms, artifacts.
+json encode_seed_exec_result(const sandbox::ExecResult& r);
+json encode_artifacts(const std::vector<sandbox::Artifact>& artifacts);
+json encode_file_info(const sandbox::FileInfo& f);
+json encode_dir(const std::vector<sandbox::DirEntry>& entries);
+
+// The number of trailing bytes of `s` that are an incomplete (so far valid) UTF-8 sequence:
+// streamed output holds them back until the next chunk, so a character split across two reads
+// is not replaced by two U+FFFD.
+std::size_t utf8_incomplete_tail(std::string_view s);
+
+}  // namespace agentbox::server

@@ -1,0 +1,64 @@
+#include "server/metrics.h"
+
+#include <fmt/format.h>
+
+namespace agentbox::server {
+
+void Metrics::record_exec(std::chrono::milliseconds duration, bool failed, bool timed_out) {
+  execs_.fetch_add(1, std::memory_order_relaxed);
+  if (timed_out) {
+    execs_timed_out_.fetch_add(1, std::memory_order_relaxed);
+  } else if (failed) {
+    execs_failed_.fetch_add(1, std::memory_order_relaxed);
+  }
+  auto ms = duration.count() < 0 ? 0 : static_cast<std::uint64_t>(duration.count());
+  duration_ms_sum_.fetch_add(ms, std::memory_order_relaxed);
+  double secs = static_cast<double>(ms) / 1000.0;
+  for (std::size_t i = 0; i < kBuckets.size(); ++i) {
+    if (secs <= kBuckets[i]) {
+      bucket_counts_[i].fetch_add(1, std::memory_order_relaxed);
+      break;
+    }
+  }
+}
+
+std::string Metrics::render(const std::map<std::string, std::size_t>& sessions_by_state) const {
+  std::string out;
+  auto add = [&out](std::string_view s) { out.append(s); };
+  add("# HELP agentbox_sessions Sessions by state.\n# TYPE agentbox_sessions gauge\n");
+  std::map<std::string, std::size_t> states = {{"running", 0}, {"suspended", 0}};
+  for (const auto& [k, v] : sessions_by_state) states[k] = v;
+  for (const auto& [state, n] : states) {
+    add(fmt::format("agentbox_sessions{{state=\"{}\"}} {}\n", state, n));
+  }
+  auto counter = [&](std::string_view name, std::string_view help, std::uint64_t v) {
+    add(fmt::format("# HELP {0} {1}\n# TYPE {0} counter\n{0} {2}\n", name, help, v));
+  };
+  counter("agentbox_execs_total", "Commands run.", execs_.load());
+  counter("agentbox_execs_failed_total", "Commands that could not run or exited non-zero.",
+          execs_failed_.load());
+  counter("agentbox_execs_timed_out_total", "Commands killed by their timeout.",
+          execs_timed_out_.load());
+
+  add("# HELP agentbox_exec_duration_seconds Wall time of commands.\n"
+      "# TYPE agentbox_exec_duration_seconds histogram\n");
+  std::uint64_t cumulative = 0;
+  for (std::size_t i = 0; i < kBuckets.size(); ++i) {
+    cumulative += bucket_counts_[i].load();
+    add(fmt::format("agentbox_exec_duration_seconds_bucket{{le=\"{}\"}} {}\n", kBuckets[i],
+                    cumulative));
+  }
+  std::uint64_t total = execs_.load();
+  add(fmt::format("agentbox_exec_duration_seconds_bucket{{le=\"+Inf\"}} {}\n", total));
+  add(fmt::format("agentbox_exec_duration_seconds_sum {:.3f}\n",
+                  static_cast<double>(duration_ms_sum_.load()) / 1000.0));
+  add(fmt::format("agentbox_exec_duration_seconds_count {}\n", total));
+
+  counter("agentbox_bytes_in_total", "Bytes received from API clients.", bytes_in_.load());
+  counter("agentbox_bytes_out_total", "Bytes sent to API clients.", bytes_out_.load());
+  add("# HELP agentbox_runner_connections Connected remote runners.\n"
+      "# TYPE agentbox_runner_connections gauge\nagentbox_runner_connections 0\n");
+  return out;
+}
+
+}  // namespace agentbox::server

@@ -1,0 +1,37 @@
+#pragma once
+// Counters for GET /metrics (Prometheus text exposition format 0.0.4). Lock-free; any thread.
+
+#include <array>
+#include <atomic>
+#include <chrono>
+#include <cstdint>
+#include <map>
+#include <string>
+
+namespace agentbox::server {
+
+class Metrics {
+ public:
+  // Upper bounds (seconds) of the exec duration histogram's buckets; +Inf is implied.
+  static constexpr std::array<double, 14> kBuckets = {0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5,
+                                                      1,     2.5,  5,     10,   30,  60,  300};
+
+  // One finished exec: `failed` = it could not run or exited non-zero (timeouts count apart).
+  void record_exec(std::chrono::milliseconds duration, bool failed, bool timed_out);
+  void add_bytes_in(std::uint64_t n) { bytes_in_.fetch_add(n, std::memory_order_relaxed); }
+  void add_bytes_out(std::uint64_t n) { bytes_out_.fetch_add(n, std::memory_order_relaxed); }
+
+  // The exposition text; `sessions_by_state` comes from the SessionManager.
+  std::string render(const std::map<std::string, std::size_t>& sessions_by_state) const;
+
+ private:
+  std::atomic<std::uint64_t> execs_{0};
+  std::atomic<std::uint64_t> execs_failed_{0};
+  std::atomic<std::uint64_t> execs_timed_out_{0};
+  std::array<std::atomic<std::uint64_t>, kBuckets.size()> bucket_counts_{};  // non-cumulative
+  std::atomic<std::uint64_t> duration_ms_sum_{0};
+  std::atomic<std::uint64_t> bytes_in_{0};
+  std::atomic<std::uint64_t> bytes_out_{0};
+};
+
+}  // namespace agentbox::server

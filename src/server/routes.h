@@ -1,0 +1,90 @@
+#pragma once
+// The route table of agentboxd. The router is driven by route_specs() itself, so the served
+// routes, route_table() and the OpenAPI document (checked against route_table() by a test)
+// cannot drift apart. Nothing here knows about Beast; it is plain string work.
+
+#include <map>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "common/error.h"
+
+namespace agentbox::server {
+
+enum class RouteId {
+  // Sessions
+  kSessionCreate,
+  kSessionList,
+  kSessionGet,
+  kSessionDelete,
+  kSessionSuspend,
+  kSessionResume,
+  kSessionKeepalive,
+  kSessionRestore,
+  kSessionHealth,
+  kSessionRepair,
+  // Exec
+  kExec,
+  kExecStream,
+  kPty,
+  // Files
+  kFileGet,
+  kFilePut,
+  kFileDelete,
+  kStat,
+  kDir,
+  kMkdir,
+  kRename,
+  // Seed 001
+  kSeedExec,
+  kSeedExecStream,
+  kSeedRead,
+  kSeedWrite,
+  // Ops
+  kHealthz,
+  kReadyz,
+  kMetrics,
+};
+
+// What a route reads as its request body.
+enum class BodyKind {
+  kNone,  // nothing expected; a small body is read and ignored (bounded like JSON)
+  kJson,  // a JSON object, bounded (413 ETOOBIG beyond the JSON cap)
+  kRaw,   // streamed by the handler itself (file upload), bounded by the file cap
+};
+
+struct RouteSpec {
+  RouteId id;
+  std::string_view method;
+  std::string_view path;  // OpenAPI-style template: "/v1/sessions/{id}/exec"
+  BodyKind body;
+  bool needs_auth;  // false only for GET /healthz
+};
+
+// OpenAPI-style view of the table, for docs and their test.
+struct RouteInfo {
+  std::string method;
+  std::string path;
+};
+
+const std::vector<RouteSpec>& route_specs();
+std::vector<RouteInfo> route_table();
+
+struct RouteMatch {
+  const RouteSpec* route = nullptr;  // null: no route for this method and path
+  std::map<std::string, std::string> params;  // template parameters, percent-decoded
+  std::vector<std::string> allowed;  // when route is null but the path exists: its methods
+};
+
+// `path` is the request target without the query string.
+RouteMatch match_route(std::string_view method, std::string_view path);
+
+// Percent-decoding; with plus_as_space "+" is a space (query strings). Malformed escapes are
+// EINVAL.
+Result<std::string> url_decode(std::string_view s, bool plus_as_space);
+
+// "a=1&b=x%20y" -> {a:1, b:"x y"}; the first of repeated keys wins. Malformed escapes are EINVAL.
+Result<std::map<std::string, std::string>> parse_query(std::string_view query);
+
+}  // namespace agentbox::server

@@ -1,0 +1,125 @@
+// Session ids, scope templates (seed 002) and the per-session uid hash (seed 001).
+
+#include <cstdint>
+#include <string>
+#include <string_view>
+
+#include "session/session_manager.h"
+
+namespace agentbox::session {
+namespace {
+
+constexpr std::size_t kMaxIdBytes = 128;
+// Longest id or template quoted back in an error message; the rest is elided so a hostile
+// megabyte-long id does not come back in every error body and log line.
+constexpr std::size_t kMaxQuotedBytes = 160;
+
+bool id_char(char c) {
+  return (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') || c == '.' ||
+         c == '_' || c == '-';
+}
+
+// The id as it can be shown in a message: printable ASCII kept, anything else as \xNN.
+std::string quote(std::string_view s) {
+  static constexpr char kHex[] = "0123456789abcdef";
+  std::string out = "\"";
+  for (std::size_t i = 0; i < s.size(); ++i) {
+    if (out.size() >= kMaxQuotedBytes) {
+      out += "...";
+      break;
+    }
+    auto c = static_cast<unsigned char>(s[i]);
+    if (c == '"' || c == '\\') {
+      out += '\\';
+      out += static_cast<char>(c);
+    } else if (c >= 0x20 && c < 0x7f) {
+      out += static_cast<char>(c);
+    } else {
+      out += "\\x";
+      out += kHex[c >> 4];
+      out += kHex[c & 0xf];
+    }
+  }
+  out += '"';
+  return out;
+}
+
+}  // namespace
+
+std::string_view state_name(State s) {
+  switch (s) {
+    case State::kRunning: return "running";
+    case State::kSuspended: return "suspended";
+  }
+  return "unknown";
+}
+
+Status validate_id(std::string_view id) {
+  if (id.empty()) return fail(Code::kInvalid, "invalid session id: empty");
+  if (id.size() > kMaxIdBytes) {
+    return fail(Code::kInvalid, "invalid session id " + quote(id) + ": longer than " +
+                                    std::to_string(kMaxIdBytes) + " bytes");
+  }
+  for (char c : id) {
+    if (!id_char(c)) {
+      return fail(Code::kInvalid, "invalid session id " + quote(id) +
+                                      ": only A-Z a-z 0-9 . _ - are allowed");
+    }
+  }
+  // SECURITY: ids name directories under data_dir/workspaces; "." and ".." would name the
+  // workspaces dir itself or its parent.
+  if (id == "." || id == "..") {
+    return fail(Code::kInvalid, "invalid session id " + quote(id) + ": reserved name");
+  }
+  return {};
+}
+
+Result<std::string> render_scope(std::string_view tmpl,
+                                 const std::map<std::string, std::string>& vars) {
+  std::string out;
+  std::size_t i = 0;
+  while (i < tmpl.size()) {
+    char c = tmpl[i];
+    if (c == '}') {
+      return fail(Code::kInvalid, "invalid scope template " + quote(tmpl) + ": unmatched '}' at " +
+                                      std::to_string(i));
+    }
+    if (c != '{') {
+      out += c;
+      ++i;
+      continue;
+    }
+    std::size_t close = tmpl.find_first_of("{}", i + 1);
+    if (close == std::string_view::npos || tmpl[close] != '}') {
+      return fail(Code::kInvalid, "invalid scope template " + quote(tmpl) + ": unmatched '{' at " +
+                                      std::to_string(i));
+    }
+    std::string name(tmpl.substr(i + 1, close - i - 1));
+    if (name.empty()) {
+      return fail(Code::kInvalid, "invalid scope template " + quote(tmpl) +
+                                      ": empty variable name at " + std::to_string(i));
+    }
+    // Seed 002: a variable the caller did not supply renders as "unknown", so a scope still
+    // names one stable session rather than failing the request.
+    auto it = vars.find(name);
+    out += it == vars.end() ? std::string("unknown") : it->second;
+    i = close + 1;
+    if (out.size() > kMaxIdBytes) break;  // already too long to be an id; stop copying
+  }
+  if (auto st = validate_id(out); !st) {
+    return fail(Code::kInvalid,
+                "scope template " + quote(tmpl) + " renders an invalid id: " + st.error().message);
+  }
+  return out;
+}
+
+uid_t first_uid_probe(std::string_view id) {
+  std::uint32_t h = 2166136261u;
+  for (char c : id) {
+    h ^= static_cast<unsigned char>(c);
+    h *= 16777619u;
+  }
+  return static_cast<uid_t>(h % 60000u + 10000u);
+}
+
+}  // namespace agentbox::session

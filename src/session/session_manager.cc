@@ -1,0 +1,486 @@
+#include "session/session_manager.h"
+
+#include <fcntl.h>
+#include <limits.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstdlib>
+#include <filesystem>
+#include <utility>
+
+#include "common/log.h"
+#include "sandbox/rooted_fs.h"
+
+namespace agentbox::session {
+namespace {
+
+constexpr char kHostBackend[] = "host";
+constexpr uid_t kFirstUid = 10000;
+constexpr uid_t kUidRange = 60000;  // uids are allocated in [10000, 70000)
+constexpr char kSkillsDir[] = "/workspace/.skills/";
+constexpr char kSharedDir[] = "/shared/";
+
+// Internal life-cycle phase. Only kReady entries are visible to list()/get(); the others are
+// owned by the one thread that set them, and everyone else waits on cv_ for them to settle.
+enum class Phase { kCreating, kReady, kDestroying };
+
+// An in-box path a mount may target: absolute, no NUL, no "." or ".." components.
+Status check_box_path(const std::string& p, const std::string& field) {
+  if (p.empty() || p[0] != '/') return fail(Code::kInvalid, field + ": must be an absolute path");
+  if (p.find('\0') != std::string::npos) return fail(Code::kInvalid, field + ": contains NUL");
+  if (p.size() > PATH_MAX) return fail(Code::kInvalid, field + ": path too long");
+  std::size_t i = 0;
+  while (i < p.size()) {
+    std::size_t j = p.find('/', i);
+    if (j == std::string::npos) j = p.size();
+    std::string_view comp(p.data() + i, j - i);
+    if (comp == "." || comp == "..") {
+      return fail(Code::kInvalid, field + ": \"" + p + "\" has a '.' or '..' component");
+    }
+    i = j + 1;
+  }
+  return {};
+}
+
+// A skill name becomes one path component under /workspace/.skills/.
+Status check_skill_name(const std::string& name) {
+  if (auto st = validate_id(name); !st) {
+    return fail(Code::kInvalid,
+                "skills: invalid skill name (same rules as a session id): " + st.error().message);
+  }
+  return {};
+}
+
+// SECURITY: a client may only bind host paths under a configured root. The path is resolved
+// (symlinks included) before the prefix check, the check is on a '/' boundary (so /srv/skills2
+// does not pass for /srv/skills), and the resolved path is what the backend mounts.
+Result<std::string> resolve_host_path(const std::string& host_path, const std::string& field,
+                                      const std::vector<std::string>& roots) {
+  if (host_path.empty() || host_path[0] != '/') {
+    return fail(Code::kInvalid, field + ": host path must be absolute");
+  }
+  if (host_path.find('\0') != std::string::npos) {
+    return fail(Code::kInvalid, field + ": host path contains NUL");
+  }
+  char buf[PATH_MAX];
+  if (::realpath(host_path.c_str(), buf) == nullptr) {
+    return fail_errno(errno, field + ": realpath(" + host_path + ")");
+  }
+  std::string resolved(buf);
+  for (const std::string& root : roots) {
+    char rbuf[PATH_MAX];
+    if (::realpath(root.c_str(), rbuf) == nullptr) continue;  // a missing root allows nothing
+    std::string r(rbuf);
+    if (resolved == r || r == "/" ||
+        (resolved.size() > r.size() && resolved.compare(0, r.size(), r) == 0 &&
+         resolved[r.size()] == '/')) {
+      return resolved;
+    }
+  }
+  return fail(Code::kAccess,
+              field + ": mount of " + host_path + " denied: not under an allowed mount root");
+}
+
+// Cheap checks of a client spec (no filesystem access), before any state is touched.
+Status validate_spec(const SessionSpec& spec) {
+  for (std::size_t i = 0; i < spec.mounts.size(); ++i) {
+    const MountSpec& m = spec.mounts[i];
+    std::string field = "mounts[" + std::to_string(i) + "]";
+    if (m.mode != "rw" && m.mode != "ro" && m.mode != "none") {
+      return fail(Code::kInvalid, field + ".mode: must be rw, ro or none, not \"" + m.mode + "\"");
+    }
+    if (auto st = check_box_path(m.mount_path, field + ".mount_path"); !st) return st;
+  }
+  for (const auto& [name, dir] : spec.skills) {
+    if (auto st = check_skill_name(name); !st) return st;
+  }
+  const std::string& mode = spec.network.mode;
+  if (mode != "none" && mode != "allowlist" && mode != "open") {
+    return fail(Code::kInvalid,
+                "network.mode: must be none, allowlist or open, not \"" + mode + "\"");
+  }
+  for (const auto& [k, v] : spec.env) {
+    if (k.empty() || k.find('=') != std::string::npos || k.find('\0') != std::string::npos ||
+        v.find('\0') != std::string::npos) {
+      return fail(Code::kInvalid, "env: invalid variable name \"" + k + "\"");
+    }
+  }
+  if (spec.ttl_sec && *spec.ttl_sec < 0) return fail(Code::kInvalid, "ttl_sec: must be >= 0");
+  return {};
+}
+
+}  // namespace
+
+struct SessionManager::Entry {
+  // Set once under mu_ when the entry is registered; immutable afterwards.
+  std::string id;
+  SessionSpec spec;
+  std::string backend;
+  uid_t uid = 0;  // allocated for every session; applied by isolating backends
+  std::string workspace_dir;  // host path
+  std::chrono::system_clock::time_point created_at;
+
+  // Guarded by mu_.
+  Phase phase = Phase::kCreating;
+  State state = State::kSuspended;
+  std::chrono::system_clock::time_point last_used_at;
+  std::shared_ptr<sandbox::Sandbox> box;  // set iff state == kRunning
+  std::string box_workspace;              // workspace() of the last box; kept while suspended
+  std::optional<uid_t> box_uid;
+};
+
+struct SessionManager::BoxStart {
+  std::shared_ptr<sandbox::Sandbox> box;
+  bool created_dir = false;  // the workspace did not exist before
+};
+
+SessionManager::SessionManager(ManagerConfig config, UniqueFd workspaces_fd)
+    : config_(std::move(config)), workspaces_fd_(std::move(workspaces_fd)) {}
+
+SessionManager::~SessionManager() { shutdown_all(); }
+
+Result<std::unique_ptr<SessionManager>> SessionManager::open(ManagerConfig config) {
+  if (config.data_dir.empty()) return fail(Code::kInvalid, "session manager: data_dir not set");
+  std::error_code ec;
+  std::filesystem::path data = std::filesystem::absolute(config.data_dir, ec);
+  if (ec) return fail_errno(ec.value(), "absolute(" + config.data_dir + ")");
+  config.data_dir = data.lexically_normal().string();
+  if (config.data_dir.size() > 1 && config.data_dir.back() == '/') config.data_dir.pop_back();
+
+  if (config.backends.find(config.default_backend) == config.backends.end()) {
+    return fail(Code::kInvalid, "default backend \"" + config.default_backend +
+                                    "\" is not one of the configured backends");
+  }
+  for (const auto& [name, b] : config.backends) {
+    if (!b) return fail(Code::kInvalid, "backend \"" + name + "\" is null");
+  }
+
+  UniqueFd data_fd(::open(config.data_dir.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC));
+  if (!data_fd) return fail_errno(errno, "open(" + config.data_dir + ")");
+  std::string ws = config.data_dir + "/workspaces";
+  // SECURITY: 0700 and owned by the daemon: no session uid can list or enter other sessions'
+  // workspaces through the host path (boxes see only their own, bind-mounted).
+  if (::mkdirat(data_fd.get(), "workspaces", 0700) != 0 && errno != EEXIST) {
+    return fail_errno(errno, "mkdir(" + ws + ")");
+  }
+  UniqueFd ws_fd(
+      ::openat(data_fd.get(), "workspaces", O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC));
+  if (!ws_fd) return fail_errno(errno, "open(" + ws + ")");
+  return std::unique_ptr<SessionManager>(new SessionManager(std::move(config), std::move(ws_fd)));
+}
+
+SessionInfo SessionManager::info_locked(const Entry& e) const {
+  SessionInfo info;
+  info.id = e.id;
+  info.state = e.state;
+  info.backend = e.backend;
+  info.workspace = e.box_workspace;
+  info.created_at = e.created_at;
+  info.last_used_at = e.last_used_at;
+  info.spec = e.spec;
+  info.uid = e.box_uid;
+  return info;
+}
+
+void SessionManager::record_locked(const Entry&) {
+  // In memory only for now: sessions_ is the whole truth. The SQLite store writes `e` here.
+}
+
+void SessionManager::forget_locked(const Entry&) {
+  // In memory only for now; the SQLite store deletes the row here.
+}
+
+std::shared_ptr<SessionManager::Entry> SessionManager::find_settled_locked(
+    std::unique_lock<std::mutex>& lk, const std::string& id) {
+  for (;;) {
+    auto it = sessions_.find(id);
+    if (it == sessions_.end()) return nullptr;
+    if (it->second->phase == Phase::kReady) return it->second;
+    cv_.wait(lk);
+  }
+}
+
+uid_t SessionManager::allocate_uid_locked(const std::string& id) {
+  // Seed 001: FNV32(id) % 60000 + 10000, and on a collision the next free uid, wrapping within
+  // the range. The caller has checked that a uid is free.
+  uid_t first = first_uid_probe(id) - kFirstUid;
+  for (uid_t i = 0; i < kUidRange; ++i) {
+    uid_t uid = kFirstUid + (first + i) % kUidRange;
+    if (uids_.emplace(uid, id).second) return uid;
+  }
+  AB_CHECK(false && "uid range exhausted");
+  return 0;
+}
+
+Result<std::shared_ptr<SessionManager::Entry>> SessionManager::create_locked(
+    const std::string& id, const SessionSpec& spec) {
+  std::string backend = spec.backend.empty() ? config_.default_backend : spec.backend;
+  if (config_.backends.find(backend) == config_.backends.end()) {
+    return fail(Code::kInvalid, "backend: unknown backend \"" + backend + "\"");
+  }
+  if (closed_) return fail(Code::kUnavailable, "session " + id + ": daemon is shutting down");
+  if (uids_.size() >= kUidRange) {
+    return fail(Code::kQuota, "session " + id + ": no free session uid left");
+  }
+  auto e = std::make_shared<Entry>();
+  e->id = id;
+  e->spec = spec;
+  e->spec.backend = backend;
+  e->backend = backend;
+  e->uid = allocate_uid_locked(id);
+  e->workspace_dir = config_.data_dir + "/workspaces/" + id;
+  e->created_at = std::chrono::system_clock::now();
+  e->last_used_at = e->created_at;
+  e->phase = Phase::kCreating;
+  sessions_.emplace(id, e);
+  return e;
+}
+
+Result<SessionManager::BoxStart> SessionManager::start_box(const Entry& e) {
+  const bool isolated = e.backend != kHostBackend;
+  sandbox::BoxConfig cfg;
+  cfg.key = e.id;
+  cfg.workspace_dir = e.workspace_dir;
+  cfg.limits = e.spec.limits;
+  cfg.env = e.spec.env;
+  cfg.uid = e.uid;
+  cfg.gid = static_cast<gid_t>(e.uid);
+
+  for (const sandbox::BindMount& m : config_.shared_dirs) {
+    sandbox::BindMount bm = m;
+    if (bm.box_path.empty() || bm.box_path[0] != '/') bm.box_path = kSharedDir + bm.box_path;
+    bm.read_only = true;  // shared dirs are never writable from a box
+    cfg.mounts.push_back(std::move(bm));
+  }
+  for (std::size_t i = 0; i < e.spec.mounts.size(); ++i) {
+    const MountSpec& m = e.spec.mounts[i];
+    if (m.mode == "none") continue;  // seed 002: declared but not mounted
+    auto host = resolve_host_path(m.host_path, "mounts[" + std::to_string(i) + "].host_path",
+                                  config_.allowed_mount_roots);
+    if (!host) return std::unexpected(host.error());
+    cfg.mounts.push_back({*host, m.mount_path, m.mode == "ro"});
+  }
+  for (const auto& [name, dir] : e.spec.skills) {
+    auto host = resolve_host_path(dir, "skills." + name, config_.allowed_mount_roots);
+    if (!host) return std::unexpected(host.error());
+    cfg.mounts.push_back({*host, kSkillsDir + name, true});
+  }
+
+  BoxStart out;
+  // The id is a validated single path component, and O_NOFOLLOW refuses a symlink planted in
+  // its place, so the workspace is exactly data_dir/workspaces/<id>.
+  if (::mkdirat(workspaces_fd_.get(), e.id.c_str(), 0700) == 0) {
+    out.created_dir = true;
+  } else if (errno != EEXIST) {
+    return fail_errno(errno, "mkdir(" + e.workspace_dir + ")");
+  }
+  auto drop_new_dir = [&] {
+    if (out.created_dir) (void)remove_workspace(e.id);
+  };
+  UniqueFd dir(::openat(workspaces_fd_.get(), e.id.c_str(),
+                        O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC));
+  if (!dir) {
+    int err = errno;
+    drop_new_dir();
+    if (err == ENOTDIR || err == ELOOP) {
+      // SECURITY: something other than a directory (e.g. a planted symlink to a host dir) sits
+      // where the workspace belongs; never hand it to a box.
+      return fail(Code::kAccess, "workspace " + e.workspace_dir +
+                                     " is not a directory (a symlink?); refusing to use it");
+    }
+    return fail_errno(err, "open(" + e.workspace_dir + ")");
+  }
+  // The umask may have narrowed mkdir's mode, and a reused workspace keeps its own: pin 0700.
+  if (::fchmod(dir.get(), 0700) != 0) {
+    int err = errno;
+    drop_new_dir();
+    return fail_errno(err, "chmod(" + e.workspace_dir + ")");
+  }
+  // SECURITY: with isolation the session's own uid owns its workspace root (and no other
+  // session's); the host backend runs commands as the daemon's user, so it keeps ownership.
+  if (isolated && ::fchown(dir.get(), e.uid, static_cast<gid_t>(e.uid)) != 0) {
+    int err = errno;
+    drop_new_dir();
+    return fail_errno(err, "chown(" + e.workspace_dir + ", " + std::to_string(e.uid) + ")");
+  }
+
+  const std::shared_ptr<sandbox::Backend>& backend = config_.backends.at(e.backend);
+  auto box = backend->create(std::move(cfg));
+  if (!box) {
+    drop_new_dir();
+    return std::unexpected(box.error());
+  }
+  out.box = std::shared_ptr<sandbox::Sandbox>(std::move(*box));
+  return out;
+}
+
+Result<std::shared_ptr<SessionManager::Entry>> SessionManager::finish_start_locked(
+    const std::shared_ptr<Entry>& e, Result<BoxStart> started, bool is_new) {
+  cv_.notify_all();  // whatever happens below, the entry leaves kCreating
+  if (!started) {
+    if (is_new) {
+      uids_.erase(e->uid);
+      sessions_.erase(e->id);
+    } else {
+      e->phase = Phase::kReady;  // stays suspended; the next use retries
+    }
+    spdlog::warn("session {}: starting a {} box failed: {}", e->id, e->backend,
+                 started.error().message);
+    return std::unexpected(started.error());
+  }
+  if (closed_) {
+    // shutdown_all() ran while this box was starting: do not leave it running.
+    started->box->shutdown();
+    e->phase = Phase::kReady;
+    e->state = State::kSuspended;
+    record_locked(*e);
+    return fail(Code::kUnavailable, "session " + e->id + ": daemon is shutting down");
+  }
+  e->box = std::move(started->box);
+  e->box_workspace = e->box->workspace();
+  e->box_uid = e->box->uid();
+  if (!e->box_uid && e->backend != kHostBackend) e->box_uid = e->uid;
+  e->state = State::kRunning;
+  e->phase = Phase::kReady;
+  e->last_used_at = std::chrono::system_clock::now();
+  record_locked(*e);
+  spdlog::info("session {}: {} ({} backend, uid {})", e->id, is_new ? "created" : "resumed",
+               e->backend, e->uid);
+  return e;
+}
+
+Result<std::pair<SessionInfo, bool>> SessionManager::create_or_get(const std::string& id,
+                                                                   const SessionSpec& spec) {
+  if (auto st = validate_id(id); !st) return std::unexpected(st.error());
+  if (auto st = validate_spec(spec); !st) return std::unexpected(st.error());
+  std::unique_lock lk(mu_);
+  if (auto e = find_settled_locked(lk, id)) return std::pair{info_locked(*e), false};
+  auto e = create_locked(id, spec);
+  if (!e) return std::unexpected(e.error());
+  lk.unlock();
+  auto started = start_box(**e);
+  lk.lock();
+  auto done = finish_start_locked(*e, std::move(started), /*is_new=*/true);
+  if (!done) return std::unexpected(done.error());
+  return std::pair{info_locked(**done), true};
+}
+
+Result<SessionInfo> SessionManager::get(const std::string& id) {
+  if (auto st = validate_id(id); !st) return std::unexpected(st.error());
+  std::unique_lock lk(mu_);
+  auto e = find_settled_locked(lk, id);
+  if (!e) return fail(Code::kNotFound, "no such session: " + id);
+  return info_locked(*e);
+}
+
+std::vector<SessionInfo> SessionManager::list() {
+  std::lock_guard lk(mu_);
+  std::vector<SessionInfo> out;
+  out.reserve(sessions_.size());
+  for (const auto& [id, e] : sessions_) {  // std::map: already sorted by id
+    if (e->phase == Phase::kReady) out.push_back(info_locked(*e));
+  }
+  return out;
+}
+
+Status SessionManager::remove_workspace(const std::string& id) {
+  UniqueFd root(::fcntl(workspaces_fd_.get(), F_DUPFD_CLOEXEC, 0));
+  if (!root) return fail_errno(errno, "dup(" + config_.data_dir + "/workspaces)");
+  // SECURITY: RootedFs never follows a symlink, so a link the session planted in its workspace
+  // cannot make the daemon delete anything outside it.
+  sandbox::RootedFs fs(std::move(root), sandbox::RootMode::kBeneath);
+  auto st = fs.remove_all(id);
+  if (!st && st.error().code != Code::kNotFound) return st;
+  return {};
+}
+
+Status SessionManager::destroy(const std::string& id) {
+  if (auto st = validate_id(id); !st) return std::unexpected(st.error());
+  std::unique_lock lk(mu_);
+  auto e = find_settled_locked(lk, id);
+  if (!e) return fail(Code::kNotFound, "no such session: " + id);
+  e->phase = Phase::kDestroying;
+  std::shared_ptr<sandbox::Sandbox> box = std::move(e->box);
+  lk.unlock();
+
+  // Execs that hold the sandbox keep the object alive; shutdown() ends their commands.
+  if (box) box->shutdown();
+  Status removed = remove_workspace(id);
+
+  lk.lock();
+  cv_.notify_all();
+  if (!removed) {
+    // Keep the session (suspended) so the caller can see it and retry the delete.
+    e->phase = Phase::kReady;
+    e->state = State::kSuspended;
+    record_locked(*e);
+    spdlog::error("session {}: removing the workspace failed: {}", id, removed.error().message);
+    return removed;
+  }
+  uids_.erase(e->uid);
+  sessions_.erase(id);
+  forget_locked(*e);
+  spdlog::info("session {}: destroyed", id);
+  return {};
+}
+
+Result<std::shared_ptr<sandbox::Sandbox>> SessionManager::acquire(const std::string& id,
+                                                                  bool create_if_missing) {
+  if (auto st = validate_id(id); !st) return std::unexpected(st.error());
+  std::unique_lock lk(mu_);
+  for (;;) {
+    std::shared_ptr<Entry> e = find_settled_locked(lk, id);
+    bool is_new = false;
+    if (!e) {
+      if (!create_if_missing) return fail(Code::kNotFound, "no such session: " + id);
+      auto created = create_locked(id, SessionSpec{});
+      if (!created) return std::unexpected(created.error());
+      e = *created;
+      is_new = true;
+    } else if (e->state == State::kRunning) {
+      e->last_used_at = std::chrono::system_clock::now();
+      record_locked(*e);
+      return e->box;
+    } else {
+      // Suspended: any use resumes it (DESIGN.md "Lifecycle").
+      if (closed_) return fail(Code::kUnavailable, "session " + id + ": daemon is shutting down");
+      e->phase = Phase::kCreating;
+    }
+    lk.unlock();
+    auto started = start_box(*e);
+    lk.lock();
+    auto done = finish_start_locked(e, std::move(started), is_new);
+    if (!done) return std::unexpected(done.error());
+    // Loop: the entry is ready and running now (or was destroyed meanwhile, then re-checked).
+  }
+}
+
+std::map<std::string, std::size_t> SessionManager::count_by_state() {
+  std::lock_guard lk(mu_);
+  std::map<std::string, std::size_t> out{{std::string(state_name(State::kRunning)), 0},
+                                         {std::string(state_name(State::kSuspended)), 0}};
+  for (const auto& [id, e] : sessions_) {
+    if (e->phase == Phase::kReady) ++out[std::string(state_name(e->state))];
+  }
+  return out;
+}
+
+void SessionManager::shutdown_all() {
+  std::vector<std::shared_ptr<sandbox::Sandbox>> boxes;
+  {
+    std::lock_guard lk(mu_);
+    closed_ = true;
+    for (auto& [id, e] : sessions_) {
+      if (e->phase != Phase::kReady || !e->box) continue;
+      boxes.push_back(std::move(e->box));
+      e->state = State::kSuspended;
+      record_locked(*e);
+    }
+  }
+  // Outside the lock: shutting a box down waits for its processes to die.
+  for (auto& b : boxes) b->shutdown();
+}
+
+}  // namespace agentbox::session

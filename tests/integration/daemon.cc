@@ -1,0 +1,202 @@
+#include "integration/daemon.h"
+
+#include <fcntl.h>
+#include <sys/prctl.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cstdlib>
+#include <filesystem>
+#include <fstream>
+#include <sstream>
+#include <stdexcept>
+#include <thread>
+
+#include "common/unique_fd.h"
+
+namespace agentbox {
+namespace {
+
+namespace fs = std::filesystem;
+using Clock = std::chrono::steady_clock;
+
+std::string read_all(const std::string& path) {
+  std::ifstream f(path, std::ios::binary);
+  std::stringstream ss;
+  ss << f.rdbuf();
+  return ss.str();
+}
+
+bool has_flag(const std::vector<std::string>& args, const std::string& flag) {
+  return std::any_of(args.begin(), args.end(), [&](const std::string& a) {
+    return a == flag || a.rfind(flag + "=", 0) == 0;
+  });
+}
+
+std::string flag_value(const std::vector<std::string>& args, const std::string& flag) {
+  for (std::size_t i = 0; i < args.size(); ++i) {
+    if (args[i] == flag && i + 1 < args.size()) return args[i + 1];
+    if (args[i].rfind(flag + "=", 0) == 0) return args[i].substr(flag.size() + 1);
+  }
+  return {};
+}
+
+int decode_status(int wstatus) {
+  if (WIFEXITED(wstatus)) return WEXITSTATUS(wstatus);
+  if (WIFSIGNALED(wstatus)) return 128 + WTERMSIG(wstatus);
+  return -1;
+}
+
+// fork+exec of `argv` with stdout and stderr to `log_fd`. The child dies with this process.
+pid_t spawn(const std::vector<std::string>& argv, int log_fd) {
+  // Everything the child touches is prepared before fork (only async-signal-safe calls after).
+  std::vector<char*> cargv;
+  for (const auto& a : argv) cargv.push_back(const_cast<char*>(a.c_str()));
+  cargv.push_back(nullptr);
+  pid_t parent = getpid();
+  pid_t pid = fork();
+  if (pid < 0) throw std::runtime_error("fork failed");
+  if (pid == 0) {
+    prctl(PR_SET_PDEATHSIG, SIGKILL);
+    if (getppid() != parent) _exit(126);  // the test process died before prctl
+    sigset_t none;
+    sigemptyset(&none);
+    sigprocmask(SIG_SETMASK, &none, nullptr);
+    int devnull = open("/dev/null", O_RDONLY | O_CLOEXEC);
+    if (devnull >= 0) dup2(devnull, 0);
+    dup2(log_fd, 1);
+    dup2(log_fd, 2);
+    execv(cargv[0], cargv.data());
+    _exit(127);
+  }
+  return pid;
+}
+
+// Waits up to `timeout` for `pid`; returns its decoded status or nullopt if still running.
+std::optional<int> wait_for(pid_t pid, std::chrono::milliseconds timeout) {
+  auto deadline = Clock::now() + timeout;
+  for (;;) {
+    int ws = 0;
+    pid_t r = waitpid(pid, &ws, WNOHANG);
+    if (r == pid) return decode_status(ws);
+    if (r < 0) return -1;
+    if (Clock::now() >= deadline) return std::nullopt;
+    std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  }
+}
+
+}  // namespace
+
+std::string Daemon::binary() {
+  const char* dir = std::getenv("AGENTBOX_BIN_DIR");
+  return std::string(dir && *dir ? dir : "build/bin") + "/agentboxd";
+}
+
+Daemon::Daemon(std::vector<std::string> extra_args) {
+  char tmpl[] = "/tmp/agentbox-it-XXXXXX";
+  if (!mkdtemp(tmpl)) throw std::runtime_error("mkdtemp failed");
+  temp_dir_ = tmpl;
+  data_dir_ = has_flag(extra_args, "--data-dir") ? flag_value(extra_args, "--data-dir")
+                                                 : temp_dir_ + "/data";
+  ready_file_ = temp_dir_ + "/ready";
+  log_file_ = temp_dir_ + "/daemon.log";
+
+  std::vector<std::string> argv = {binary()};
+  auto add_default = [&](const std::string& flag, const std::string& value) {
+    if (!has_flag(extra_args, flag)) {
+      argv.push_back(flag);
+      argv.push_back(value);
+    }
+  };
+  add_default("--listen", "127.0.0.1:0");
+  add_default("--data-dir", data_dir_);
+  add_default("--backend", "host");
+  add_default("--log-level", "debug");
+  argv.push_back("--ready-file");
+  argv.push_back(ready_file_);
+  argv.insert(argv.end(), extra_args.begin(), extra_args.end());
+
+  UniqueFd log_fd(open(log_file_.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644));
+  if (!log_fd) throw std::runtime_error("open " + log_file_);
+  pid_ = spawn(argv, log_fd.get());
+
+  // Up to 60 s: a sanitizer build on a busy 2-core machine starts slowly.
+  auto deadline = Clock::now() + std::chrono::seconds(60);
+  for (;;) {
+    std::string ready = read_all(ready_file_);
+    if (!ready.empty() && ready.back() == '\n') {
+      host_port_ = ready.substr(0, ready.size() - 1);
+      return;
+    }
+    if (auto st = wait_for(pid_, std::chrono::milliseconds(20))) {
+      exit_status_ = *st;
+      std::string msg = "agentboxd exited with status " + std::to_string(*st) +
+                        " before listening; log:\n" + log();
+      std::error_code ec;
+      fs::remove_all(temp_dir_, ec);
+      throw std::runtime_error(msg);
+    }
+    if (Clock::now() >= deadline) {
+      std::string msg = "agentboxd did not write its ready file in 60 s; log:\n" + log();
+      stop(SIGKILL);
+      std::error_code ec;
+      fs::remove_all(temp_dir_, ec);
+      throw std::runtime_error(msg);
+    }
+  }
+}
+
+Daemon::~Daemon() {
+  stop(SIGTERM);
+  std::error_code ec;
+  fs::remove_all(temp_dir_, ec);
+}
+
+std::string Daemon::url() const { return "http://" + host_port_; }
+
+client::ClientOptions Daemon::options(std::string token) const {
+  client::ClientOptions o;
+  o.server = url();
+  o.token = std::move(token);
+  o.timeout = std::chrono::seconds(120);
+  return o;
+}
+
+int Daemon::stop(int sig) {
+  if (exit_status_) return *exit_status_;
+  if (pid_ <= 0) return -1;
+  kill(pid_, sig);
+  auto st = wait_for(pid_, std::chrono::seconds(15));
+  if (!st) {
+    kill(pid_, SIGKILL);
+    st = wait_for(pid_, std::chrono::seconds(15));
+  }
+  exit_status_ = st.value_or(-1);
+  return *exit_status_;
+}
+
+std::string Daemon::log() const { return read_all(log_file_); }
+
+int Daemon::run_to_exit(const std::vector<std::string>& args, std::string* output,
+                        int timeout_sec) {
+  char tmpl[] = "/tmp/agentbox-run-XXXXXX";
+  int raw = mkostemp(tmpl, O_CLOEXEC);
+  if (raw < 0) throw std::runtime_error("mkostemp failed");
+  UniqueFd log_fd(raw);
+  std::vector<std::string> argv = {binary()};
+  argv.insert(argv.end(), args.begin(), args.end());
+  pid_t pid = spawn(argv, log_fd.get());
+  auto st = wait_for(pid, std::chrono::seconds(timeout_sec));
+  if (!st) {
+    kill(pid, SIGKILL);
+    wait_for(pid, std::chrono::seconds(15));
+    st = -1;
+  }
+  if (output) *output = read_all(tmpl);
+  unlink(tmpl);
+  return *st;
+}
+
+}  // namespace agentbox

@@ -1,0 +1,106 @@
+#include "security/box_fixture.h"
+
+#include <dirent.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <fstream>
+#include <sstream>
+#include <thread>
+
+namespace agentbox::security {
+
+Daemon& shared_daemon() {
+  static Daemon* d = new Daemon({"--backend", "ns"});  // lives until exit; its dtor stops it
+  return *d;
+}
+
+Box::Box(Daemon& d, std::string id, json spec)
+    : daemon_(d), id_(std::move(id)), client_(std::make_unique<client::Client>(d.options())) {
+  spec["id"] = id_;
+  auto r = client_->request("POST", "/v1/sessions", spec.dump());
+  if (!r || (r->status != 200 && r->status != 201)) {
+    throw std::runtime_error("create session " + id_ + ": " + (r ? r->body : r.error().message));
+  }
+  json s = json::parse(r->body);
+  uid_ = s.value("uid", 0u);
+  std::ifstream f(AGENTBOX_PROBE, std::ios::binary);
+  std::string bytes((std::istreambuf_iterator<char>(f)), std::istreambuf_iterator<char>());
+  auto put = client_->request("PUT",
+                              "/v1/sessions/" + id_ + "/files?path=/workspace/.probe&mode=0755",
+                              bytes, "application/octet-stream");
+  if (!put || put->status != 200) {
+    throw std::runtime_error("upload probe: " + (put ? put->body : put.error().message));
+  }
+}
+
+std::string Box::workspace_host() const { return daemon_.data_dir() + "/workspaces/" + id_; }
+
+json Box::exec(std::vector<std::string> argv, int timeout_sec, json extra) {
+  extra["argv"] = std::move(argv);
+  extra["timeout_sec"] = timeout_sec;
+  auto r = client_->request("POST", "/v1/sessions/" + id_ + "/exec", extra.dump());
+  if (!r) return json{{"status", 0}, {"error", r.error().message}};
+  json j = json::parse(r->body, nullptr, false);
+  if (j.is_discarded()) j = json{{"raw", r->body}};
+  j["status"] = r->status;
+  return j;
+}
+
+json Box::sh(const std::string& command, int timeout_sec) {
+  return exec({"/bin/sh", "-c", command}, timeout_sec);
+}
+
+std::string Box::probe(const std::string& attack, std::vector<std::string> args) {
+  std::vector<std::string> argv = {"/workspace/.probe", attack};
+  argv.insert(argv.end(), args.begin(), args.end());
+  json r = exec(argv, 30);
+  if (r.value("status", 0) != 200) return "HTTP " + r.dump();
+  if (!r["signal"].is_null()) return "KILLED " + std::to_string(r["signal"].get<int>());
+  std::string out = r.value("stdout", "");
+  auto nl = out.find('\n');
+  return nl == std::string::npos ? out : out.substr(0, nl);
+}
+
+std::vector<pid_t> host_pids_of_uid(uid_t uid) {
+  std::vector<pid_t> out;
+  DIR* d = opendir("/proc");
+  if (!d) return out;
+  while (dirent* e = readdir(d)) {
+    if (e->d_name[0] < '0' || e->d_name[0] > '9') continue;
+    pid_t pid = static_cast<pid_t>(std::stol(e->d_name));
+    std::string uids = proc_status(pid, "Uid");
+    if (!uids.empty() && std::stoul(uids) == uid) out.push_back(pid);
+  }
+  closedir(d);
+  return out;
+}
+
+std::string proc_status(pid_t pid, const std::string& key) {
+  std::ifstream f("/proc/" + std::to_string(pid) + "/status");
+  std::string line;
+  while (std::getline(f, line)) {
+    if (line.rfind(key + ":", 0) == 0) {
+      auto v = line.substr(key.size() + 1);
+      auto b = v.find_first_not_of(" \t");
+      return b == std::string::npos ? "" : v.substr(b);
+    }
+  }
+  return "";
+}
+
+std::string slurp(const std::string& path) {
+  std::ifstream f(path, std::ios::binary);
+  return std::string((std::istreambuf_iterator<char>(f)), std::istreambuf_iterator<char>());
+}
+
+bool wait_no_pids_of_uid(uid_t uid, double seconds) {
+  auto end = std::chrono::steady_clock::now() + std::chrono::duration<double>(seconds);
+  while (std::chrono::steady_clock::now() < end) {
+    if (host_pids_of_uid(uid).empty()) return true;
+    std::this_thread::sleep_for(std::chrono::milliseconds(50));
+  }
+  return host_pids_of_uid(uid).empty();
+}
+
+}  // namespace agentbox::security

@@ -1,0 +1,123 @@
+// SECURITY.md T1: processes, namespaces, terminal.
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
+#include <signal.h>
+#include <sys/socket.h>
+#include <sys/un.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <thread>
+
+#include "security/box_fixture.h"
+
+namespace agentbox::security {
+namespace {
+
+using ::testing::HasSubstr;
+using ::testing::StartsWith;
+
+TEST(ProcessTest, OnlyTheBoxPidsAreVisibleAndPid1IsAgentboxInit) {
+  Box a(shared_daemon(), "t1-pids");
+  auto r = a.sh("cat /proc/1/comm; ls -d /proc/[0-9]* | wc -l");
+  std::string out = r.value("stdout", "");
+  EXPECT_THAT(out, StartsWith("agentbox-init\n"));
+  int visible = std::stoi(out.substr(out.find('\n') + 1));
+  EXPECT_LE(visible, 5) << "only init, sh, cat/ls, wc should be visible: " << out;
+}
+
+TEST(ProcessTest, DaemonAndOtherBoxesCannotBeSignalled) {
+  Box a(shared_daemon(), "t1-kill-a");
+  Box b(shared_daemon(), "t1-kill-b");
+  ASSERT_EQ(b.sh("sleep 600 >/dev/null 2>&1 &").value("exit_code", -1), 0);
+  std::vector<pid_t> b_pids = host_pids_of_uid(b.uid());
+  ASSERT_FALSE(b_pids.empty());
+  EXPECT_EQ(a.probe("kill", {std::to_string(shared_daemon().pid())}), "DENIED ESRCH");
+  EXPECT_EQ(a.probe("kill", {std::to_string(b_pids[0])}), "DENIED ESRCH");
+  // kill -9 -1 inside kills only inside: B's sleeper and the daemon live on.
+  a.probe("kill_all");
+  usleep(200000);
+  EXPECT_EQ(kill(b_pids[0], 0), 0) << "B's process died";
+  EXPECT_EQ(kill(shared_daemon().pid(), 0), 0);
+  EXPECT_EQ(b.sh("echo alive").value("stdout", ""), "alive\n");
+  EXPECT_EQ(a.sh("echo alive").value("stdout", ""), "alive\n") << "box A unusable after kill -1";
+}
+
+TEST(ProcessTest, PtraceProcessVmAndProcMemAreDenied) {
+  Box a(shared_daemon(), "t1-ptrace");
+  EXPECT_THAT(a.probe("ptrace", {"1"}), StartsWith("DENIED"));
+  EXPECT_THAT(a.probe("process_vm_writev", {"1"}), StartsWith("DENIED"));
+  EXPECT_THAT(a.probe("proc_mem_write"), StartsWith("DENIED"));
+}
+
+TEST(ProcessTest, TiocstiAndTioclinuxAreDeniedAlsoWithHighBits) {
+  Box a(shared_daemon(), "t1-tty");
+  EXPECT_EQ(a.probe("tiocsti"), "DENIED EPERM");
+  EXPECT_EQ(a.probe("tiocsti_high"), "DENIED EPERM");
+  EXPECT_EQ(a.probe("tioclinux"), "DENIED EPERM");
+}
+
+TEST(ProcessTest, SethostnameDeniedAndIpcNotSharedAcrossBoxes) {
+  Box a(shared_daemon(), "t1-ipc-a");
+  Box b(shared_daemon(), "t1-ipc-b");
+  EXPECT_THAT(a.probe("sethostname"), StartsWith("DENIED"));
+  auto mk = a.sh("ipcmk -M 4096 && ipcs -m | grep -c 4096");
+  EXPECT_EQ(mk.value("exit_code", -1), 0) << mk.dump();
+  EXPECT_EQ(b.sh("ipcs -m | grep -c 4096").value("stdout", ""), "0\n");
+  ASSERT_EQ(a.sh("echo x > /dev/shm/posix-a").value("exit_code", -1), 0);
+  EXPECT_NE(b.sh("cat /dev/shm/posix-a").value("exit_code", 0), 0);
+}
+
+TEST(ProcessTest, HostAbstractUnixSocketIsUnreachable) {
+  int s = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
+  sockaddr_un sa{};
+  sa.sun_family = AF_UNIX;
+  std::string name = "agentbox-canary-" + std::to_string(getpid());
+  memcpy(sa.sun_path + 1, name.data(), name.size());
+  socklen_t len = static_cast<socklen_t>(sizeof(sa_family_t) + 1 + name.size());
+  ASSERT_EQ(bind(s, reinterpret_cast<sockaddr*>(&sa), len), 0);
+  ASSERT_EQ(listen(s, 1), 0);
+  Box a(shared_daemon(), "t1-abstract");
+  EXPECT_EQ(a.probe("abstract_connect", {name}), "DENIED ECONNREFUSED");
+  close(s);
+}
+
+TEST(ProcessTest, SetsidDoubleForkIgnoringSigtermDiesAtTimeout) {
+  Box a(shared_daemon(), "t1-orphan");
+  auto r = a.exec({"/workspace/.probe", "orphan", "/workspace/orphan.pid"}, 2);
+  EXPECT_TRUE(r.value("timed_out", false)) << r.dump();
+  EXPECT_EQ(r.value("exit_code", 0), -1);
+  // Nothing of the command is left on the host: only the box's init (root) remains, and no
+  // process of the session uid.
+  EXPECT_TRUE(wait_no_pids_of_uid(a.uid(), 5)) << "processes of uid " << a.uid() << " survived";
+}
+
+TEST(ProcessTest, SessionEndKillsEverythingOfTheSession) {
+  Box a(shared_daemon(), "t1-end");
+  ASSERT_EQ(a.sh("setsid sh -c 'trap \"\" TERM; sleep 600' >/dev/null 2>&1 &").value("exit_code", -1), 0);
+  usleep(100000);
+  ASSERT_FALSE(host_pids_of_uid(a.uid()).empty());
+  auto d = a.client().request("DELETE", "/v1/sessions/t1-end");
+  ASSERT_TRUE(d && d->status == 200);
+  EXPECT_TRUE(wait_no_pids_of_uid(a.uid(), 5));
+}
+
+TEST(ProcessTest, SigkillOfTheDaemonKillsItsBoxes) {
+  Daemon d({"--backend", "ns"});
+  Box a(d, "t1-orphaned-box");
+  ASSERT_EQ(a.sh("sleep 600 >/dev/null 2>&1 &").value("exit_code", -1), 0);
+  ASSERT_FALSE(host_pids_of_uid(a.uid()).empty());
+  d.stop(SIGKILL);
+  EXPECT_TRUE(wait_no_pids_of_uid(a.uid(), 5)) << "box processes outlived a SIGKILLed daemon";
+}
+
+TEST(ProcessTest, CgroupsCannotBeWrittenOrMounted) {
+  Box a(shared_daemon(), "t1-cgroup");
+  EXPECT_THAT(a.probe("cgroup_procs_write", {"/sys/fs/cgroup/cgroup.procs"}), StartsWith("DENIED"));
+  EXPECT_THAT(a.probe("cgroup_procs_write", {"/sys/fs/cgroup/memory/cgroup.procs"}),
+              StartsWith("DENIED"));
+  EXPECT_THAT(a.probe("mount_cgroup"), StartsWith("DENIED"));
+}
+
+}  // namespace
+}  // namespace agentbox::security

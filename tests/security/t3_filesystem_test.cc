@@ -1,0 +1,218 @@
+// SECURITY.md T3: the filesystem, from commands in the box and through the file API.
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
+#include <sys/stat.h>
+#include <sys/sysmacros.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <filesystem>
+#include <fstream>
+#include <thread>
+
+#include "security/box_fixture.h"
+
+namespace agentbox::security {
+namespace {
+
+using ::testing::AnyOf;
+using ::testing::HasSubstr;
+using ::testing::Not;
+using ::testing::StartsWith;
+namespace fs = std::filesystem;
+
+MATCHER(Refused, "") { return arg.rfind("DENIED", 0) == 0 || arg.rfind("KILLED", 0) == 0; }
+
+// A host dir outside every box, with a file whose content must never change.
+struct Canary {
+  Canary() {
+    dir = fs::temp_directory_path() / ("agentbox-canary-" + std::to_string(getpid()));
+    fs::create_directories(dir);
+    std::ofstream(dir / "canary") << "canary\n";
+  }
+  ~Canary() { fs::remove_all(dir); }
+  bool intact() const {
+    std::size_t n = 0;
+    for ([[maybe_unused]] const auto& e : fs::directory_iterator(dir)) ++n;
+    return n == 1 && slurp((dir / "canary").string()) == "canary\n";
+  }
+  fs::path dir;
+};
+
+std::string q(const std::string& s) { return client::url_encode(s); }
+
+class FilesystemTest : public ::testing::Test {
+ protected:
+  static void SetUpTestSuite() { a_ = new Box(shared_daemon(), "t3-fs"); }
+  int get_status(const std::string& path) {
+    auto r = a_->client().request("GET", "/v1/sessions/t3-fs/files?path=" + q(path));
+    return r ? r->status : 0;
+  }
+  int put_status(const std::string& path, const std::string& body = "pwned\n") {
+    auto r = a_->client().request("PUT", "/v1/sessions/t3-fs/files?path=" + q(path), body,
+                                  "application/octet-stream");
+    return r ? r->status : 0;
+  }
+  static Box* a_;
+};
+Box* FilesystemTest::a_;
+
+TEST_F(FilesystemTest, SystemIsReadOnlyWorkspaceAndTmpWritable) {
+  EXPECT_THAT(a_->probe("write", {"/x"}), AnyOf("DENIED EROFS", "DENIED EACCES"));
+  EXPECT_THAT(a_->probe("write", {"/usr/bin/x"}), AnyOf("DENIED EROFS", "DENIED EACCES"));
+  EXPECT_THAT(a_->probe("write", {"/etc/passwd"}), AnyOf("DENIED EROFS", "DENIED EACCES"));
+  EXPECT_EQ(a_->probe("write", {"/workspace/ok"}), "ALLOWED");
+  EXPECT_EQ(a_->probe("write", {"/tmp/ok"}), "ALLOWED");
+  // And through the file API: the box's read-only mounts hold there too.
+  EXPECT_EQ(put_status("/etc/passwd"), 403);
+  EXPECT_EQ(put_status("/usr/bin/x"), 403);
+  EXPECT_EQ(put_status("/tmp/api-ok"), 200);
+  EXPECT_EQ(a_->sh("cat /tmp/api-ok").value("stdout", ""), "pwned\n");
+}
+
+TEST_F(FilesystemTest, AnotherSessionsWorkspaceIsUnreachable) {
+  Box b(shared_daemon(), "t3-other");
+  ASSERT_EQ(b.sh("echo secret > /workspace/marker-of-b").value("exit_code", -1), 0);
+  auto r = a_->sh("find / -name marker-of-b 2>/dev/null; ls /proc/*/root/workspace 2>/dev/null;"
+                  " cat /workspace/../../workspaces/t3-other/marker-of-b 2>&1; true");
+  EXPECT_THAT(r.value("stdout", ""), Not(HasSubstr("secret")));
+  EXPECT_THAT(r.value("stdout", ""), Not(HasSubstr("marker-of-b\n")));
+  // The host data dir is not visible at all.
+  EXPECT_NE(a_->sh("ls " + shared_daemon().data_dir()).value("exit_code", 0), 0);
+  for (const char* p : {"/home", "/root", "/var", "/run", "/boot"}) {
+    EXPECT_NE(a_->sh(std::string("ls -A ") + p + " | grep -q .").value("exit_code", 0), 0) << p;
+  }
+}
+
+TEST_F(FilesystemTest, FileApiRefusesEscapesAndBadPaths) {
+  Canary c;
+  for (const char* p : {"../../etc/shadow", "/workspace/../../etc/shadow", "a/../../x",
+                        "../../../../../../etc/passwd"}) {
+    int s = get_status(p);
+    EXPECT_TRUE(s == 403 || s == 404) << p << " -> " << s;  // clamped inside the box or refused
+    int w = put_status(std::string(p) + "-w");
+    EXPECT_TRUE(w == 403 || w == 404) << p << " PUT -> " << w;
+  }
+  EXPECT_EQ(get_status(std::string("/workspace/a\0b", 14)), 400);
+  EXPECT_EQ(get_status(std::string(5000, 'a')), 413);
+  EXPECT_EQ(get_status("..\\..\\etc\\passwd"), 404);  // a plain (odd) file name
+  EXPECT_EQ(put_status(c.dir.string() + "/x"), 404);  // host paths mean nothing in the box
+  EXPECT_TRUE(c.intact());
+}
+
+TEST_F(FilesystemTest, PlantedSymlinksResolveInsideTheBoxOnly) {
+  std::string host_shadow = slurp("/etc/shadow");
+  ASSERT_EQ(a_->sh("ln -sf /etc/shadow /workspace/s1; ln -sfn / /workspace/s2;"
+                   " ln -sf /proc/self/root/etc/passwd /workspace/m1;"
+                   " ln -sf /proc/1/cwd /workspace/m2")
+                .value("exit_code", -1),
+            0);
+  auto r = a_->client().request("GET", "/v1/sessions/t3-fs/files?path=/workspace/s1");
+  ASSERT_TRUE(r);
+  if (r->status == 200) EXPECT_NE(r->body, host_shadow);
+  r = a_->client().request("GET", "/v1/sessions/t3-fs/files?path=/workspace/s2/etc/passwd");
+  ASSERT_TRUE(r);
+  if (r->status == 200) EXPECT_THAT(r->body, Not(HasSubstr("root:x:0:0:root:/root")));
+  // Magic links are refused outright.
+  EXPECT_EQ(get_status("/workspace/m1"), 403);
+  EXPECT_EQ(put_status("/workspace/m2/x"), 403);
+  // Writing "through" a final symlink replaces the link, never its target.
+  Canary c;
+  ASSERT_EQ(a_->sh("ln -sfn /etc/hostname /workspace/s3").value("exit_code", -1), 0);
+  EXPECT_EQ(put_status("/workspace/s3", "new\n"), 200);
+  EXPECT_EQ(a_->sh("cat /workspace/s3; test -L /workspace/s3 || echo regular").value("stdout", ""),
+            "new\nregular\n");
+  EXPECT_TRUE(c.intact());
+}
+
+TEST_F(FilesystemTest, SymlinkExchangeRaceStaysInside) {
+  Canary c;
+  // In the box: swap a real dir and a symlink to / as fast as possible, for a few seconds.
+  ASSERT_EQ(a_->sh("mkdir -p /workspace/race/d && ln -sfn / /workspace/race/l").value("exit_code", -1), 0);
+  std::thread swapper([&] {
+    a_->exec({"python3", "-c",
+              "import ctypes,os,time\n"
+              "libc=ctypes.CDLL(None,use_errno=True)\n"
+              "end=time.time()+3\n"
+              "while time.time()<end:\n"
+              "  libc.renameat2(-100,b'/workspace/race/d',-100,b'/workspace/race/l',2)\n"},
+             20);
+  });
+  client::Client cl(shared_daemon().options());
+  int ok = 0;
+  for (int i = 0; i < 300; ++i) {
+    auto r = cl.request("PUT", "/v1/sessions/t3-fs/files?path=/workspace/race/d/f" + std::to_string(i % 5),
+                        "x", "application/octet-stream");
+    if (r && r->status == 200) ++ok;
+  }
+  swapper.join();
+  EXPECT_GT(ok, 0);
+  EXPECT_TRUE(c.intact());
+  // Whatever landed outside /workspace/race/d landed in the box's own tmpfs root (read-only: so
+  // nowhere) — never on the host.
+  EXPECT_FALSE(fs::exists("/f0"));
+}
+
+TEST_F(FilesystemTest, HardLinksMknodAndPlantedDevicesFail) {
+  EXPECT_THAT(a_->probe("link", {"/etc/passwd", "/workspace/hl"}), Refused());
+  EXPECT_THAT(a_->probe("mknod", {"/workspace/null2"}), Refused());
+  std::string dev = a_->workspace_host() + "/planted-mem";
+  ASSERT_EQ(mknod(dev.c_str(), S_IFCHR | 0666, makedev(1, 1)), 0);  // /dev/mem
+  EXPECT_THAT(a_->probe("read", {"/workspace/planted-mem"}), Refused());
+  unlink(dev.c_str());
+}
+
+TEST_F(FilesystemTest, FileApiOnFifoSocketAndDeviceLinksDoesNotHang) {
+  ASSERT_EQ(a_->sh("mkfifo /workspace/fifo; ln -sf /dev/zero /workspace/zero").value("exit_code", -1), 0);
+  auto t0 = std::chrono::steady_clock::now();
+  int s1 = get_status("/workspace/fifo");
+  int s2 = get_status("/workspace/zero");
+  EXPECT_GE(s1, 400);
+  EXPECT_GE(s2, 400);
+  EXPECT_LT(s1, 500);
+  EXPECT_LT(s2, 500);
+  EXPECT_LT(std::chrono::steady_clock::now() - t0, std::chrono::seconds(10));
+}
+
+TEST_F(FilesystemTest, ProcSysAndKernelFilesAreProtected) {
+  EXPECT_THAT(a_->probe("write", {"/proc/sysrq-trigger"}), Refused());
+  EXPECT_THAT(a_->probe("write", {"/proc/sys/kernel/hostname"}), Refused());
+  EXPECT_THAT(a_->probe("write", {"/sys/kernel/uevent_helper"}), Refused());
+  EXPECT_THAT(a_->probe("read", {"/proc/kcore"}), Refused());
+  EXPECT_THAT(a_->probe("mount_cgroup"), Refused());  // CVE-2022-0492 needs this first
+  EXPECT_THAT(a_->probe("write", {"/proc/self/exe"}), Refused());
+  EXPECT_THAT(a_->probe("write", {"/proc/1/exe"}), Refused());
+  EXPECT_EQ(a_->sh("readlink /proc/self/cwd").value("stdout", ""), "/workspace\n");
+}
+
+TEST_F(FilesystemTest, HostileNamesAndHugeDirectoriesKeepTheDaemonUp) {
+  auto r = a_->exec({"python3", "-c",
+                     "import os\n"
+                     "os.makedirs('/workspace/names', exist_ok=True)\n"
+                     "for n in [b'new\\nline', b'bad\\xff\\xfeutf8', b'x'*255]:\n"
+                     "  open(b'/workspace/names/'+n,'w').close()\n"
+                     "p='/workspace/deep'\n"
+                     "os.makedirs(p, exist_ok=True)\n"
+                     "fd=os.open(p, os.O_RDONLY)\n"
+                     "for i in range(10000):\n"
+                     "  os.mkdir('d', dir_fd=fd); nfd=os.open('d', os.O_RDONLY, dir_fd=fd); os.close(fd); fd=nfd\n"
+                     "os.makedirs('/workspace/many', exist_ok=True)\n"
+                     "for i in range(120000): open('/workspace/many/%d'%i,'w').close()\n"},
+                    120);
+  ASSERT_EQ(r.value("exit_code", -1), 0) << r.dump();
+  auto names = a_->client().request("GET", "/v1/sessions/t3-fs/dir?path=/workspace/names");
+  ASSERT_TRUE(names);
+  EXPECT_EQ(names->status, 200);
+  auto many = a_->client().request("GET", "/v1/sessions/t3-fs/dir?path=/workspace/many");
+  ASSERT_TRUE(many);
+  EXPECT_TRUE(many->status == 200 || many->status == 413) << many->status;
+  auto del = a_->client().request("DELETE", "/v1/sessions/t3-fs/files?path=/workspace/deep&recursive=true");
+  ASSERT_TRUE(del);
+  EXPECT_EQ(del->status, 200) << del->body;
+  auto h = a_->client().request("GET", "/healthz");
+  ASSERT_TRUE(h);
+  EXPECT_EQ(h->status, 200);
+}
+
+}  // namespace
+}  // namespace agentbox::security

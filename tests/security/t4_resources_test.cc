@@ -1,0 +1,144 @@
+// SECURITY.md T4: resource exhaustion. The daemon and the other sessions keep serving throughout.
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
+#include <sys/stat.h>
+
+#include <filesystem>
+#include <fstream>
+#include <sstream>
+
+#include "security/box_fixture.h"
+
+namespace agentbox::security {
+namespace {
+
+using ::testing::HasSubstr;
+using ::testing::StartsWith;
+
+long daemon_rss_kib() {
+  return std::stol("0" + proc_status(shared_daemon().pid(), "VmRSS"));
+}
+
+void expect_others_serving() {
+  Box other(shared_daemon(), "t4-bystander");
+  EXPECT_EQ(other.sh("echo fine").value("stdout", ""), "fine\n");
+}
+
+TEST(ResourceTest, ForkBombIsCappedAtPidsMaxAndCleanedUp) {
+  Box a(shared_daemon(), "t4-forkbomb", json{{"limits", {{"max_pids", 64}}}});
+  std::string out = a.probe("fork_bomb");
+  ASSERT_THAT(out, StartsWith("FORKED")) << out;
+  int made = std::stoi(out.substr(7));
+  EXPECT_LT(made, 64);
+  EXPECT_THAT(out, HasSubstr("EAGAIN"));
+  // The shell form, with a timeout: the box survives and is clean afterwards.
+  auto r = a.sh("bomb() { bomb | bomb & }; bomb; sleep 2", 5);
+  EXPECT_EQ(a.sh("echo after").value("stdout", ""), "after\n");
+  EXPECT_TRUE(wait_no_pids_of_uid(a.uid(), 10) ||
+              host_pids_of_uid(a.uid()).size() < 64);
+  expect_others_serving();
+}
+
+TEST(ResourceTest, ThreadBombIsCapped) {
+  Box a(shared_daemon(), "t4-threads", json{{"limits", {{"max_pids", 64}}}});
+  auto r = a.exec({"python3", "-c",
+                   "import threading,time\n"
+                   "n=0\n"
+                   "try:\n"
+                   "  while n<10000:\n"
+                   "    threading.Thread(target=time.sleep,args=(5,),daemon=True).start(); n+=1\n"
+                   "except RuntimeError as e: print('CAPPED',n)\n"},
+                  30);
+  EXPECT_THAT(r.value("stdout", ""), StartsWith("CAPPED")) << r.dump();
+  expect_others_serving();
+}
+
+TEST(ResourceTest, MemoryBombIsOomKilledInsideOnly) {
+  Box a(shared_daemon(), "t4-oom", json{{"limits", {{"memory_mb", 64}}}});
+  std::string out = a.probe("alloc", {"640"});
+  EXPECT_EQ(out, "KILLED 9") << out;
+  EXPECT_EQ(kill(shared_daemon().pid(), 0), 0);
+  EXPECT_EQ(a.sh("echo alive").value("stdout", ""), "alive\n");
+  expect_others_serving();
+}
+
+TEST(ResourceTest, CpuHogIsThrottledToTheQuota) {
+  Box a(shared_daemon(), "t4-cpu", json{{"limits", {{"cpu_percent", 50}}}});
+  // Two busy loops for 3 s of wall time; `times` prints the children's user and system time.
+  auto r = a.exec({"bash", "-c",
+                   "for i in 1 2; do timeout 3 sh -c 'while :; do :; done' & done; wait; times"},
+                  30);
+  std::istringstream in(r.value("stdout", ""));
+  std::string self_line, child_line;
+  std::getline(in, self_line);
+  std::getline(in, child_line);
+  auto secs = [](const std::string& field) {
+    auto m = field.find('m');
+    return std::stod(field.substr(0, m)) * 60 + std::stod(field.substr(m + 1));
+  };
+  std::istringstream c(child_line);
+  std::string user, sys;
+  c >> user >> sys;
+  ASSERT_FALSE(user.empty()) << r.dump();
+  double cpu = secs(user) + secs(sys);
+  // Unthrottled this is ~6 s on two cores; at 50% of one CPU it is ~1.5 s.
+  EXPECT_LT(cpu, 2.5) << r.dump();
+}
+
+TEST(ResourceTest, SleepingForeverIgnoringTermIsKilledAtTimeout) {
+  Box a(shared_daemon(), "t4-sleep");
+  auto r = a.sh("trap '' TERM; sleep 1000", 1);
+  EXPECT_TRUE(r.value("timed_out", false));
+  EXPECT_TRUE(wait_no_pids_of_uid(a.uid(), 5));
+}
+
+TEST(ResourceTest, TmpIsSizeAndInodeCapped) {
+  Box a(shared_daemon(), "t4-tmp");
+  auto r = a.sh("dd if=/dev/zero of=/tmp/fill bs=1M count=100000 2>&1; du -sm /tmp | cut -f1", 60);
+  EXPECT_THAT(r.value("stdout", ""), HasSubstr("No space left on device"));
+  std::string out = r.value("stdout", "");
+  long mb = std::stol(out.substr(out.rfind('\n', out.size() - 2) + 1));
+  EXPECT_LE(mb, 1024);
+  a.sh("rm -f /tmp/fill");
+  std::string files = a.probe("files", {"/tmp"});
+  ASSERT_THAT(files, StartsWith("CREATED")) << files;
+  EXPECT_THAT(files, HasSubstr("ENOSPC"));
+  EXPECT_LT(std::stol(files.substr(8)), 1000000);
+  expect_others_serving();
+}
+
+TEST(ResourceTest, FdsAndFileSizeAreLimited) {
+  Box a(shared_daemon(), "t4-rlimits", json{{"limits", {{"max_open_files", 100}}}});
+  std::string fds = a.probe("fds");
+  ASSERT_THAT(fds, StartsWith("OPENED")) << fds;
+  EXPECT_LE(std::stol(fds.substr(7)), 100);
+  EXPECT_THAT(fds, HasSubstr("EMFILE"));
+  // RLIMIT_FSIZE is set; a write past it fails with EFBIG instead of filling the disk.
+  auto lim = a.sh("ulimit -f");
+  std::string v = lim.value("stdout", "");
+  ASSERT_NE(v, "unlimited\n") << "no RLIMIT_FSIZE in the box";
+  long blocks = std::stol(v);  // 1024-byte blocks in dash
+  long mb = blocks / 1024 + 1;
+  EXPECT_EQ(a.probe("fsize", {"/tmp/big", std::to_string(std::min(mb, 2000L))}),
+            mb <= 2000 ? "DENIED EFBIG" : "ALLOWED");
+}
+
+TEST(ResourceTest, StdoutFloodIsTruncatedAndDaemonMemoryBounded) {
+  Box a(shared_daemon(), "t4-flood");
+  auto r = a.exec({"/workspace/.probe", "flood", std::to_string(300L << 20)}, 60,
+                  json{{"max_output_bytes", 1 << 20}});
+  EXPECT_TRUE(r.value("stdout_truncated", false));
+  EXPECT_EQ(r.value("stdout", "").size(), 1u << 20);
+  EXPECT_LT(daemon_rss_kib(), 64 * 1024);
+}
+
+TEST(ResourceTest, CrashLeavesNoCoreFile) {
+  Box a(shared_daemon(), "t4-core");
+  auto r = a.exec({"/workspace/.probe", "core"});
+  EXPECT_EQ(r.value("stdout", ""), "core_limit=0\n");
+  EXPECT_EQ(r["signal"], 6) << r.dump();
+  EXPECT_EQ(a.sh("ls /workspace | grep -c core").value("stdout", ""), "0\n");
+}
+
+}  // namespace
+}  // namespace agentbox::security

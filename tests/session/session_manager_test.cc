@@ -1,0 +1,489 @@
+// SessionManager against a tiny in-test backend: the unit under test is the manager (ids, uids,
+// workspaces, BoxConfig, life cycle, concurrency), not a real box.
+
+#include "session/session_manager.h"
+
+#include <gtest/gtest.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <atomic>
+#include <chrono>
+#include <cstdlib>
+#include <filesystem>
+#include <fstream>
+#include <mutex>
+#include <set>
+#include <thread>
+
+namespace agentbox::session {
+namespace {
+
+namespace fs = std::filesystem;
+
+class FakeSandbox : public sandbox::Sandbox {
+ public:
+  FakeSandbox(std::string backend, sandbox::BoxConfig cfg)
+      : backend_(std::move(backend)), cfg_(std::move(cfg)) {}
+  std::string_view name() const override { return backend_; }
+  std::string workspace() const override { return "/workspace"; }
+  std::optional<uid_t> uid() const override { return std::nullopt; }
+  sandbox::asio::awaitable<Result<sandbox::ExecResult>> exec(sandbox::ExecSpec,
+                                                            sandbox::OutputSink*) override {
+    co_return sandbox::ExecResult{};
+  }
+  Result<sandbox::FileReader> open_file(const std::string&) override { return unsupported(); }
+  Result<std::unique_ptr<sandbox::FileWriter>> create_file(const std::string&,
+                                                           sandbox::WriteOptions) override {
+    return unsupported();
+  }
+  Result<sandbox::FileInfo> stat(const std::string&) override { return unsupported(); }
+  Result<std::vector<sandbox::DirEntry>> read_dir(const std::string&) override {
+    return unsupported();
+  }
+  Status mkdir_all(const std::string&) override { return unsupported(); }
+  Status remove(const std::string&) override { return unsupported(); }
+  Status remove_all(const std::string&) override { return unsupported(); }
+  Status rename(const std::string&, const std::string&) override { return unsupported(); }
+  void shutdown() override { shut_down_ = true; }
+
+  const sandbox::BoxConfig& config() const { return cfg_; }
+  bool shut_down() const { return shut_down_; }
+
+ private:
+  static std::unexpected<Error> unsupported() { return fail(Code::kInternal, "fake"); }
+  std::string backend_;
+  sandbox::BoxConfig cfg_;
+  std::atomic<bool> shut_down_{false};
+};
+
+class FakeBackend : public sandbox::Backend {
+ public:
+  explicit FakeBackend(std::string name) : name_(std::move(name)) {}
+  std::string_view name() const override { return name_; }
+  Status check_usable() override { return {}; }
+  Result<std::unique_ptr<sandbox::Sandbox>> create(sandbox::BoxConfig cfg) override {
+    creates_++;
+    if (delay_.count() > 0) std::this_thread::sleep_for(delay_);
+    if (down_) return fail(Code::kUnavailable, "fake backend is down");
+    // The workspace must exist before the backend is asked for a box.
+    EXPECT_TRUE(fs::is_directory(cfg.workspace_dir)) << cfg.workspace_dir;
+    std::lock_guard lk(mu_);
+    configs_.push_back(cfg);
+    return std::make_unique<FakeSandbox>(name_, std::move(cfg));
+  }
+
+  std::atomic<int> creates_{0};
+  std::atomic<bool> down_{false};
+  std::chrono::milliseconds delay_{0};
+  std::mutex mu_;
+  std::vector<sandbox::BoxConfig> configs_;
+
+ private:
+  std::string name_;
+};
+
+class SessionManagerTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    char tmpl[] = "/tmp/session_test.XXXXXX";
+    ASSERT_NE(::mkdtemp(tmpl), nullptr);
+    root_ = tmpl;
+    data_ = root_ + "/data";
+    fs::create_directories(data_);
+    fs::create_directories(root_ + "/skills/web");
+    fs::create_directories(root_ + "/shared/tpl");
+    fs::create_directories(root_ + "/elsewhere");
+    ns_ = std::make_shared<FakeBackend>("ns");
+    host_ = std::make_shared<FakeBackend>("host");
+  }
+  void TearDown() override {
+    mgr_.reset();
+    std::error_code ec;
+    fs::remove_all(root_, ec);
+  }
+
+  ManagerConfig config() {
+    ManagerConfig c;
+    c.data_dir = data_;
+    c.default_backend = "ns";
+    c.backends = {{"ns", ns_}, {"host", host_}};
+    c.shared_dirs = {{root_ + "/shared/tpl", "site-templates", false}};
+    c.allowed_mount_roots = {root_ + "/skills"};
+    return c;
+  }
+  SessionManager& mgr() {
+    if (!mgr_) {
+      auto m = SessionManager::open(config());
+      EXPECT_TRUE(m) << m.error().message;
+      mgr_ = std::move(*m);
+    }
+    return *mgr_;
+  }
+  std::string workspace(const std::string& id) { return data_ + "/workspaces/" + id; }
+
+  std::string root_, data_;
+  std::shared_ptr<FakeBackend> ns_, host_;
+  std::unique_ptr<SessionManager> mgr_;
+};
+
+TEST_F(SessionManagerTest, CreateThenGetIsIdempotent) {
+  SessionSpec spec;
+  spec.labels = {{"team", "a"}};
+  auto r = mgr().create_or_get("group_123", spec);
+  ASSERT_TRUE(r) << r.error().message;
+  EXPECT_TRUE(r->second);
+  EXPECT_EQ(r->first.id, "group_123");
+  EXPECT_EQ(r->first.state, State::kRunning);
+  EXPECT_EQ(r->first.backend, "ns");
+  EXPECT_EQ(r->first.workspace, "/workspace");
+  EXPECT_EQ(r->first.spec.labels.at("team"), "a");
+  ASSERT_TRUE(r->first.uid.has_value());
+  EXPECT_EQ(*r->first.uid, first_uid_probe("group_123"));
+
+  // Same id again: the existing session, unchanged (the new spec is not applied).
+  SessionSpec other;
+  other.labels = {{"team", "b"}};
+  auto again = mgr().create_or_get("group_123", other);
+  ASSERT_TRUE(again);
+  EXPECT_FALSE(again->second);
+  EXPECT_EQ(again->first.spec.labels.at("team"), "a");
+  EXPECT_EQ(again->first.created_at, r->first.created_at);
+  EXPECT_EQ(ns_->creates_, 1);
+
+  auto got = mgr().get("group_123");
+  ASSERT_TRUE(got);
+  EXPECT_EQ(got->uid, r->first.uid);
+}
+
+TEST_F(SessionManagerTest, WorkspaceIsPrivateAndOwnedByTheSessionUid) {
+  auto r = mgr().create_or_get("s1", {});
+  ASSERT_TRUE(r) << r.error().message;
+  struct stat st {};
+  ASSERT_EQ(::lstat(workspace("s1").c_str(), &st), 0);
+  EXPECT_TRUE(S_ISDIR(st.st_mode));
+  EXPECT_EQ(st.st_mode & 07777, 0700u);
+  EXPECT_EQ(st.st_uid, *r->first.uid);
+  EXPECT_EQ(st.st_gid, *r->first.uid);
+  ASSERT_EQ(::lstat((data_ + "/workspaces").c_str(), &st), 0);
+  EXPECT_EQ(st.st_mode & 07777, 0700u);
+}
+
+TEST_F(SessionManagerTest, HostBackendKeepsTheDaemonAsOwner) {
+  SessionSpec spec;
+  spec.backend = "host";
+  auto r = mgr().create_or_get("h1", spec);
+  ASSERT_TRUE(r) << r.error().message;
+  EXPECT_EQ(r->first.backend, "host");
+  EXPECT_FALSE(r->first.uid.has_value());  // commands run as the daemon's user
+  struct stat st {};
+  ASSERT_EQ(::lstat(workspace("h1").c_str(), &st), 0);
+  EXPECT_EQ(st.st_uid, ::geteuid());
+  EXPECT_EQ(host_->creates_, 1);
+  EXPECT_EQ(ns_->creates_, 0);
+}
+
+TEST_F(SessionManagerTest, BoxConfigCarriesSpecSharedDirsAndSkills) {
+  SessionSpec spec;
+  spec.limits.memory_mb = 512;
+  spec.limits.max_pids = 64;
+  spec.env = {{"FOO", "bar"}};
+  spec.skills = {{"web", root_ + "/skills/web"}};
+  spec.mounts = {{root_ + "/skills", "/data/skills", "rw"},
+                 {root_ + "/skills/web", "/ignored", "none"}};
+  auto r = mgr().create_or_get("cfg", spec);
+  ASSERT_TRUE(r) << r.error().message;
+  ASSERT_EQ(ns_->configs_.size(), 1u);
+  const sandbox::BoxConfig& c = ns_->configs_[0];
+  EXPECT_EQ(c.key, "cfg");
+  EXPECT_EQ(c.workspace_dir, workspace("cfg"));
+  EXPECT_EQ(c.limits.memory_mb, 512u);
+  EXPECT_EQ(c.limits.max_pids, 64u);
+  EXPECT_EQ(c.env.at("FOO"), "bar");
+  EXPECT_EQ(c.uid, first_uid_probe("cfg"));
+  EXPECT_EQ(c.gid, c.uid);
+
+  auto find = [&](const std::string& box_path) -> const sandbox::BindMount* {
+    for (const auto& m : c.mounts)
+      if (m.box_path == box_path) return &m;
+    return nullptr;
+  };
+  const auto* shared = find("/shared/site-templates");
+  ASSERT_NE(shared, nullptr);
+  EXPECT_TRUE(shared->read_only);  // even though the config said otherwise
+  EXPECT_EQ(shared->host_path, root_ + "/shared/tpl");
+  const auto* skill = find("/workspace/.skills/web");
+  ASSERT_NE(skill, nullptr);
+  EXPECT_TRUE(skill->read_only);
+  EXPECT_EQ(skill->host_path, fs::canonical(root_ + "/skills/web").string());
+  const auto* extra = find("/data/skills");
+  ASSERT_NE(extra, nullptr);
+  EXPECT_FALSE(extra->read_only);
+  EXPECT_EQ(find("/ignored"), nullptr);  // mode "none" is not mounted
+  EXPECT_EQ(c.mounts.size(), 3u);
+}
+
+TEST_F(SessionManagerTest, MountsOutsideTheAllowedRootsAreRefused) {
+  // A symlink under the allowed root that points out of it does not pass either.
+  fs::create_directory_symlink(root_ + "/elsewhere", root_ + "/skills/link");
+  for (std::string host : {root_ + "/elsewhere", root_ + "/skills/link", root_ + "/skills/../elsewhere",
+                           std::string("/")}) {
+    SessionSpec spec;
+    spec.mounts = {{host, "/mnt/x", "ro"}};
+    auto r = mgr().create_or_get("m1", spec);
+    ASSERT_FALSE(r) << host;
+    EXPECT_EQ(r.error().code, Code::kAccess) << r.error().message;
+    EXPECT_NE(r.error().message.find("mounts[0]"), std::string::npos) << r.error().message;
+  }
+  SessionSpec spec;
+  spec.skills = {{"evil", "/etc"}};
+  auto r = mgr().create_or_get("m1", spec);
+  ASSERT_FALSE(r);
+  EXPECT_EQ(r.error().code, Code::kAccess);
+  // Nothing was left behind by the failed creations.
+  EXPECT_TRUE(mgr().list().empty());
+  EXPECT_FALSE(fs::exists(workspace("m1")));
+  EXPECT_EQ(ns_->creates_, 0);
+}
+
+TEST_F(SessionManagerTest, InvalidSpecsNameTheField) {
+  struct Case {
+    SessionSpec spec;
+    std::string field;
+  };
+  std::vector<Case> cases(5);
+  cases[0].spec.network.mode = "bogus";
+  cases[0].field = "network.mode";
+  cases[1].spec.mounts = {{root_ + "/skills", "/mnt", "rwx"}};
+  cases[1].field = "mounts[0].mode";
+  cases[2].spec.mounts = {{root_ + "/skills", "relative/path", "ro"}};
+  cases[2].field = "mounts[0].mount_path";
+  cases[3].spec.skills = {{"../up", root_ + "/skills/web"}};
+  cases[3].field = "skill";
+  cases[4].spec.backend = "docker";
+  cases[4].field = "docker";
+  for (const auto& c : cases) {
+    auto r = mgr().create_or_get("bad", c.spec);
+    ASSERT_FALSE(r) << c.field;
+    EXPECT_EQ(r.error().code, Code::kInvalid);
+    EXPECT_NE(r.error().message.find(c.field), std::string::npos) << r.error().message;
+  }
+  auto r = mgr().create_or_get("../x", {});
+  ASSERT_FALSE(r);
+  EXPECT_EQ(r.error().code, Code::kInvalid);
+  EXPECT_FALSE(mgr().get("a/b"));
+  EXPECT_EQ(mgr().get("a/b").error().code, Code::kInvalid);
+  EXPECT_TRUE(mgr().list().empty());
+}
+
+TEST_F(SessionManagerTest, BackendFailureIsReturnedAndLeavesNothing) {
+  ns_->down_ = true;
+  auto r = mgr().create_or_get("down", {});
+  ASSERT_FALSE(r);
+  EXPECT_EQ(r.error().code, Code::kUnavailable);
+  EXPECT_FALSE(mgr().get("down"));
+  EXPECT_EQ(mgr().get("down").error().code, Code::kNotFound);
+  EXPECT_FALSE(fs::exists(workspace("down")));
+  // The uid was given back: the retry gets the first probe again.
+  ns_->down_ = false;
+  auto ok = mgr().create_or_get("down", {});
+  ASSERT_TRUE(ok) << ok.error().message;
+  EXPECT_EQ(*ok->first.uid, first_uid_probe("down"));
+}
+
+TEST_F(SessionManagerTest, ExistingWorkspaceIsReusedNotWiped) {
+  fs::create_directories(workspace("keep"));
+  std::ofstream(workspace("keep") + "/old.txt") << "kept";
+  ASSERT_TRUE(mgr().create_or_get("keep", {}));
+  EXPECT_TRUE(fs::exists(workspace("keep") + "/old.txt"));
+  // And a backend failure does not delete a workspace that was there before.
+  ASSERT_TRUE(mgr().destroy("keep"));
+  fs::create_directories(workspace("keep2"));
+  std::ofstream(workspace("keep2") + "/old.txt") << "kept";
+  ns_->down_ = true;
+  EXPECT_FALSE(mgr().create_or_get("keep2", {}));
+  EXPECT_TRUE(fs::exists(workspace("keep2") + "/old.txt"));
+}
+
+TEST_F(SessionManagerTest, WorkspaceSymlinkIsRefused) {
+  // Someone planted data_dir/workspaces/<id> as a link to a host dir: never used as workspace.
+  ASSERT_TRUE(mgr().list().empty());  // opens the manager, creating data_dir/workspaces
+  fs::create_directory_symlink(root_ + "/elsewhere", workspace("planted"));
+  auto r = mgr().create_or_get("planted", {});
+  ASSERT_FALSE(r);
+  EXPECT_EQ(r.error().code, Code::kAccess) << r.error().message;
+  EXPECT_EQ(ns_->creates_, 0);
+}
+
+// Ids whose first uid probe is the same, found by search (FNV is deterministic).
+std::vector<std::string> colliding_ids(uid_t probe, std::size_t n) {
+  std::vector<std::string> out;
+  for (int i = 0; out.size() < n; ++i) {
+    std::string id = "c" + std::to_string(i);
+    if (first_uid_probe(id) == probe) out.push_back(id);
+  }
+  return out;
+}
+
+TEST_F(SessionManagerTest, UidCollisionsProbeOnwardAndWrap) {
+  auto ids = colliding_ids(69999, 3);
+  auto a = mgr().create_or_get(ids[0], {});
+  auto b = mgr().create_or_get(ids[1], {});
+  auto c = mgr().create_or_get(ids[2], {});
+  ASSERT_TRUE(a && b && c);
+  EXPECT_EQ(*a->first.uid, 69999u);
+  EXPECT_EQ(*b->first.uid, 10000u);  // wrapped within [10000, 70000)
+  EXPECT_EQ(*c->first.uid, 10001u);
+
+  // The uid stays taken while its session lives, and is free again after destroy.
+  ASSERT_TRUE(mgr().destroy(ids[0]));
+  auto again = mgr().create_or_get(ids[0], {});
+  ASSERT_TRUE(again);
+  EXPECT_EQ(*again->first.uid, 69999u);
+}
+
+TEST_F(SessionManagerTest, NoTwoSessionsShareAUid) {
+  std::set<uid_t> seen;
+  for (int i = 0; i < 300; ++i) {
+    auto r = mgr().create_or_get("u" + std::to_string(i), {});
+    ASSERT_TRUE(r);
+    EXPECT_TRUE(seen.insert(*r->first.uid).second) << "uid reused: " << *r->first.uid;
+  }
+}
+
+TEST_F(SessionManagerTest, AcquireRunningSessionMarksItUsed) {
+  auto missing = mgr().acquire("nope", false);
+  ASSERT_FALSE(missing);
+  EXPECT_EQ(missing.error().code, Code::kNotFound);
+  EXPECT_NE(missing.error().message.find("nope"), std::string::npos);
+  EXPECT_FALSE(mgr().get("nope"));
+
+  auto created = mgr().create_or_get("a1", {});
+  ASSERT_TRUE(created);
+  auto before = created->first.last_used_at;
+  auto box1 = mgr().acquire("a1", false);
+  auto box2 = mgr().acquire("a1", true);
+  ASSERT_TRUE(box1 && box2);
+  EXPECT_EQ(box1->get(), box2->get());
+  EXPECT_EQ(ns_->creates_, 1);
+  EXPECT_GE(mgr().get("a1")->last_used_at, before);
+}
+
+TEST_F(SessionManagerTest, AcquireCreatesWithDefaultsWhenAsked) {
+  auto box = mgr().acquire("exec-made", true);
+  ASSERT_TRUE(box) << box.error().message;
+  auto info = mgr().get("exec-made");
+  ASSERT_TRUE(info);
+  EXPECT_EQ(info->backend, "ns");
+  EXPECT_EQ(info->state, State::kRunning);
+  EXPECT_TRUE(fs::is_directory(workspace("exec-made")));
+}
+
+TEST_F(SessionManagerTest, DestroyShutsTheBoxAndRemovesTheWorkspaceSafely) {
+  auto box = mgr().acquire("d1", true);
+  ASSERT_TRUE(box);
+  std::shared_ptr<sandbox::Sandbox> held = *box;  // an exec in flight holds the sandbox
+  // A workspace with content and a symlink that points at a host dir: the link is removed, the
+  // host dir is not followed.
+  std::ofstream(root_ + "/elsewhere/precious") << "x";
+  fs::create_directories(workspace("d1") + "/a/b");
+  std::ofstream(workspace("d1") + "/a/b/f") << "y";
+  fs::create_directory_symlink(root_ + "/elsewhere", workspace("d1") + "/link");
+
+  ASSERT_TRUE(mgr().destroy("d1"));
+  EXPECT_TRUE(static_cast<FakeSandbox*>(held.get())->shut_down());
+  EXPECT_FALSE(fs::exists(fs::symlink_status(workspace("d1"))));
+  EXPECT_TRUE(fs::exists(root_ + "/elsewhere/precious"));
+  EXPECT_FALSE(mgr().get("d1"));
+  EXPECT_TRUE(mgr().list().empty());
+  held->name();  // still a live object for whoever holds it
+
+  auto again = mgr().destroy("d1");
+  ASSERT_FALSE(again);
+  EXPECT_EQ(again.error().code, Code::kNotFound);
+}
+
+TEST_F(SessionManagerTest, ListIsSortedAndCountsByState) {
+  for (const char* id : {"zeta", "alpha", "mid"}) ASSERT_TRUE(mgr().create_or_get(id, {}));
+  auto l = mgr().list();
+  ASSERT_EQ(l.size(), 3u);
+  EXPECT_EQ(l[0].id, "alpha");
+  EXPECT_EQ(l[1].id, "mid");
+  EXPECT_EQ(l[2].id, "zeta");
+  auto counts = mgr().count_by_state();
+  EXPECT_EQ(counts["running"], 3u);
+  EXPECT_EQ(counts["suspended"], 0u);
+}
+
+TEST_F(SessionManagerTest, ConcurrentCreateOfOneIdCreatesOnce) {
+  ns_->delay_ = std::chrono::milliseconds(50);
+  SessionManager& m = mgr();  // opened before the threads start
+  constexpr int kThreads = 8;
+  std::atomic<int> created{0}, ok{0};
+  std::vector<std::thread> threads;
+  for (int i = 0; i < kThreads; ++i) {
+    threads.emplace_back([&, i] {
+      if (i % 2) {
+        auto r = m.create_or_get("race", {});
+        if (r) {
+          ok++;
+          if (r->second) created++;
+        }
+      } else {
+        if (m.acquire("race", true)) ok++;
+      }
+    });
+  }
+  for (auto& t : threads) t.join();
+  EXPECT_EQ(ok, kThreads);
+  EXPECT_LE(created, 1);
+  EXPECT_EQ(ns_->creates_, 1);
+  EXPECT_EQ(mgr().list().size(), 1u);
+}
+
+TEST_F(SessionManagerTest, ConcurrentCreateAndDestroyKeepAConsistentState) {
+  ns_->delay_ = std::chrono::milliseconds(2);
+  SessionManager& m = mgr();
+  std::vector<std::thread> threads;
+  for (int t = 0; t < 4; ++t) {
+    threads.emplace_back([&, t] {
+      for (int i = 0; i < 25; ++i) {
+        if ((i + t) % 2) {
+          (void)m.create_or_get("churn", {});
+        } else {
+          (void)m.destroy("churn");
+        }
+      }
+    });
+  }
+  for (auto& t : threads) t.join();
+  // Whatever interleaving happened, the session and its workspace agree.
+  bool listed = mgr().get("churn").has_value();
+  EXPECT_EQ(listed, fs::exists(workspace("churn")));
+}
+
+TEST_F(SessionManagerTest, ShutdownAllStopsEveryBoxAndKeepsWorkspaces) {
+  auto a = mgr().acquire("s-a", true);
+  auto b = mgr().acquire("s-b", true);
+  ASSERT_TRUE(a && b);
+  mgr().shutdown_all();
+  EXPECT_TRUE(static_cast<FakeSandbox*>(a->get())->shut_down());
+  EXPECT_TRUE(static_cast<FakeSandbox*>(b->get())->shut_down());
+  EXPECT_EQ(mgr().get("s-a")->state, State::kSuspended);
+  EXPECT_EQ(mgr().count_by_state()["suspended"], 2u);
+  EXPECT_TRUE(fs::is_directory(workspace("s-a")));
+  auto after = mgr().acquire("s-a", false);
+  ASSERT_FALSE(after);
+  EXPECT_EQ(after.error().code, Code::kUnavailable);
+}
+
+TEST_F(SessionManagerTest, OpenRefusesAnUnknownDefaultBackend) {
+  ManagerConfig c = config();
+  c.default_backend = "nope";
+  auto m = SessionManager::open(c);
+  ASSERT_FALSE(m);
+  EXPECT_NE(m.error().message.find("nope"), std::string::npos);
+}
+
+}  // namespace
+}  // namespace agentbox::session
