@@ -5,7 +5,7 @@ CMAKE_FLAGS ?=
 LISTEN ?= 127.0.0.1:9090
 DATA_DIR ?= $(CURDIR)/.agentbox
 
-.PHONY: all bootstrap configure build run test test-asan bench clean format
+.PHONY: all bootstrap configure build run test test-security test-asan bench clean format
 
 all: build
 
@@ -23,6 +23,10 @@ run: build
 
 test: build
 	@scripts/test $(BUILD_DIR)
+
+# The escape suite of shared/SECURITY.md against real ns boxes (root).
+test-security:
+	@$(MAKE) test BUILD_DIR=build-security CMAKE_FLAGS="-DAGENTBOX_SECURITY_SUITE=ON"
 
 # The same tests under AddressSanitizer + UndefinedBehaviorSanitizer.
 test-asan:

@@ -59,7 +59,7 @@ class EventReader {
     if (l.empty()) return true;
     json ev = json::parse(l, nullptr, /*allow_exceptions=*/false);
     if (ev.is_discarded() || !ev.is_object()) {
-      protocol_error_ = "unparsable event in exec stream";
+      protocol_error_ = "EINTERNAL: unparsable event in exec stream";
       return true;
     }
     auto type = ev.find("type");
@@ -87,13 +87,18 @@ class EventReader {
       }
       exit_ = e;
     } else if (t == "error") {
-      // A failure after the stream started (the box went away): shaped like an API error.
-      auto msg = ev.find("message");
-      auto code = ev.find("code");
-      protocol_error_ = (code != ev.end() && code->is_string() ? code->get<std::string>() + ": "
-                                                               : std::string()) +
-                        (msg != ev.end() && msg->is_string() ? msg->get<std::string>()
-                                                             : std::string("exec failed"));
+      // The box failed after the stream started: {"type":"error","error":{code,message}}.
+      protocol_error_ = "exec failed";
+      auto err = ev.find("error");
+      if (err != ev.end() && err->is_object()) {
+        auto code = err->find("code");
+        auto msg = err->find("message");
+        protocol_error_ = (code != err->end() && code->is_string() ? code->get<std::string>()
+                                                                  : std::string("EINTERNAL")) +
+                          ": " +
+                          (msg != err->end() && msg->is_string() ? msg->get<std::string>()
+                                                                 : std::string("exec failed"));
+      }
     }
     return true;
   }
@@ -165,9 +170,11 @@ int exec(const Globals& g, const ExecArgs& a) {
   if (r->status < 200 || r->status >= 300) return report(*r);
   events.end();
   if (!events.exit()) {
-    std::string why = events.protocol_error().empty() ? "exec stream ended without an exit status"
-                                                      : events.protocol_error();
-    return report(Error::make(Code::kUnavailable, why));
+    if (!events.protocol_error().empty()) {
+      std::cerr << "agentbox: " << events.protocol_error() << std::endl;
+      return kExitError;
+    }
+    return report(Error::make(Code::kUnavailable, "exec stream ended without an exit status"));
   }
   const ExitEvent& e = *events.exit();
   if (e.timed_out) {

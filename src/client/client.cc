@@ -192,13 +192,18 @@ struct Client::Impl {
     buffer.clear();
   }
 
+  // Whether the server has sent something (or closed) that we have not read yet.
+  bool readable_now() {
+    if (buffer.size() > 0) return true;
+    pollfd p{stream->socket().native_handle(), POLLIN | POLLRDHUP, 0};
+    return ::poll(&p, 1, 0) != 0;
+  }
+
   // An idle keep-alive connection has nothing to read; if it is readable, the server closed it
   // (or broke protocol), so do not send on it.
   bool idle_connection_usable() {
     if (!stream || !stream->socket().is_open()) return false;
-    pollfd p{stream->socket().native_handle(), POLLIN | POLLRDHUP, 0};
-    int n = ::poll(&p, 1, 0);
-    return n == 0;
+    return !readable_now();
   }
 
   // Returns whether the connection is a reused one.
@@ -348,7 +353,14 @@ struct Client::Impl {
     error_code ec = run([&](auto handler) { http::async_write_header(*stream, sr, handler); });
     std::unique_ptr<char[]> buf(new char[kChunkBytes]);
     std::uint64_t sent = 0;
+    bool answered_early = false;
     while (!ec && sent < size) {
+      // A server that refuses the upload (401, 404, 413) answers before reading the body; stop
+      // sending then instead of pushing the rest of a large file into a connection nobody reads.
+      if (readable_now()) {
+        answered_early = true;
+        break;
+      }
       std::size_t want = static_cast<std::size_t>(std::min<std::uint64_t>(kChunkBytes, size - sent));
       auto n = read(buf.get(), want);
       if (!n) {
@@ -370,7 +382,7 @@ struct Client::Impl {
         if (progress) progress(sent);
       }
     }
-    if (!ec) {
+    if (!ec && !answered_early) {
       req.body().data = nullptr;
       req.body().size = 0;
       req.body().more = false;
@@ -381,7 +393,7 @@ struct Client::Impl {
     // early 404/413/401): that reply says more than "broken pipe", so try to read it.
     http::response_parser<http::string_body> parser;
     parser.header_limit(kMaxHeaderBytes);
-    parser.body_limit(1 << 20);
+    parser.body_limit(kMaxBufferedBody);
     error_code rec = run([&](auto handler) { http::async_read(*stream, buffer, parser, handler); });
     if (rec) {
       return std::unexpected(io_error(ec ? "upload to" : "reading reply from", ec ? ec : rec));
@@ -390,7 +402,9 @@ struct Client::Impl {
     out.status = parser.get().result_int();
     copy_headers(parser.get().base(), out);
     out.body = std::move(parser.get().body());
-    if (ec || !parser.keep_alive()) close();
+    // After an early answer part of the body is unsent: the connection cannot carry another
+    // request.
+    if (ec || answered_early || !parser.keep_alive()) close();
     return out;
   }
 };

@@ -12,11 +12,19 @@
 //
 // v2's no-internal-process rule: a cgroup that distributes a controller to children (has it in
 // cgroup.subtree_control) may not hold processes itself. The box enables +memory +cpu +pids for
-// its children (so per-exec leaves get memory.oom_group and their own usage), so the box holds no
-// process: Cgroup::add_process() on a v2 box cgroup moves the pid into the box's "init" leaf,
+// its children (so per-exec leaves get memory.oom.group=1 and their own usage), so the box holds
+// no process: Cgroup::add_process() on a v2 box cgroup moves the pid into the box's "init" leaf,
 // created with the box. Children made by make_child() are leaves with no subtree controllers, so
 // processes live in them directly (and make_child on a child works too, uncontrolled). The name
-// "init" is therefore reserved for make_child on a v2 box.
+// "init" is therefore reserved for make_child on a v2 box. Consequence for CLONE_NEWCGROUP: a
+// process that unshares its cgroup namespace after add_process() on a v2 box has <box>/init as
+// its namespace root (on v1, <box>); per-exec leaves then show as "/../<child>" inside. Limits,
+// kill and membership are unaffected: cgroup namespaces only change what paths look like.
+//
+// Limits are hierarchical: the box's memory/cpu/pids limits bound everything below it, children
+// included. memory.oom.group on v2 exec leaves makes an OOM kill take that exec's whole process
+// tree (not a random victim that leaves half a pipeline behind), never the init leaf's processes
+// as a group.
 //
 // Nothing here is async-signal-safe: the daemon calls it before clone / after the box is up, and
 // moves pids in from outside (add_process(host_pid)) rather than from the clone child.
@@ -91,7 +99,8 @@ class CgroupDriver {
   [[nodiscard]] virtual Result<std::unique_ptr<Cgroup>> create(std::string_view name,
                                                                const CgroupLimits& limits) = 0;
 
-  // Destroys leftovers of a killed daemon: every box cgroup under the parent. Returns how many.
+  // Destroys leftovers of a killed daemon: every box cgroup under the parent (call it at startup,
+  // before creating boxes). Returns how many.
   [[nodiscard]] virtual Result<std::size_t> remove_stale() = 0;
 
   // The parent directory (v2) or the memory hierarchy's parent directory (v1), for messages.
@@ -123,7 +132,9 @@ inline constexpr std::string_view kDefaultCgroupParent = "agentbox";
     const std::string& root = "/sys/fs/cgroup",
     std::string parent = std::string(kDefaultCgroupParent));
 
-// Explicit drivers (tests build these on a tmpfs / plain-file layout):
+// Explicit drivers (tests build these on a plain-file layout with a fake CgroupFs). parent must
+// be valid as above (checked with AB_CHECK: validate configuration with detect_cgroup_driver or
+// before calling). One daemon per parent: remove_stale() takes everything under it.
 std::unique_ptr<CgroupDriver> make_cgroup_v2_driver(
     std::string unified_root, std::string parent = std::string(kDefaultCgroupParent),
     std::shared_ptr<CgroupFs> fs = nullptr);

@@ -65,6 +65,8 @@ class V2Cgroup final : public Cgroup {
         return {};
       }
       if (Clock::now() >= deadline) {
+        // Never leave a box frozen behind a failed kill: its owner may still want to use it.
+        if (!has_kill && detail::exists(freeze_file)) (void)detail::write_file(freeze_file, "0");
         return fail(Code::kTimedOut, "kill_all(" + dir_ + "): " + std::to_string(pids.size()) +
                                          " processes still present after SIGKILL");
       }

@@ -46,70 +46,34 @@ struct Denied {
   int nr;
   const char* name;  // for error messages
 };
-#define AB_SYS(n) \
-  Denied {        \
-    SYS_##n, #n   \
-  }
+// clang-format off
+#define AB_SYS(n) Denied{SYS_##n, #n}
 
 // Denied outright with EPERM, whatever the arguments.
 constexpr Denied kDeniedSyscalls[] = {
     // Filesystem view: the box's mounts are fixed once the init has set them up.
-    AB_SYS(mount),
-    AB_SYS(umount2),
-    AB_SYS(pivot_root),
-    AB_SYS(chroot),
-    AB_SYS(open_tree),
-    AB_SYS(open_tree_attr),
-    AB_SYS(move_mount),
-    AB_SYS(fsopen),
-    AB_SYS(fsconfig),
-    AB_SYS(fsmount),
-    AB_SYS(fspick),
-    AB_SYS(mount_setattr),
+    AB_SYS(mount), AB_SYS(umount2), AB_SYS(pivot_root), AB_SYS(chroot), AB_SYS(open_tree),
+    AB_SYS(open_tree_attr), AB_SYS(move_mount), AB_SYS(fsopen), AB_SYS(fsconfig), AB_SYS(fsmount),
+    AB_SYS(fspick), AB_SYS(mount_setattr),
     // Other processes' memory and file descriptors.
-    AB_SYS(ptrace),
-    AB_SYS(process_vm_readv),
-    AB_SYS(process_vm_writev),
-    AB_SYS(process_madvise),
-    AB_SYS(kcmp),
-    AB_SYS(pidfd_getfd),
+    AB_SYS(ptrace), AB_SYS(process_vm_readv), AB_SYS(process_vm_writev), AB_SYS(process_madvise),
+    AB_SYS(kcmp), AB_SYS(pidfd_getfd),
     // Namespaces: new ones (user namespaces above all: they hand out capabilities) and joining.
-    AB_SYS(unshare),
-    AB_SYS(setns),
+    AB_SYS(unshare), AB_SYS(setns),
     // Kernel attack surface with a long CVE record and no use in an agent's box.
-    AB_SYS(keyctl),
-    AB_SYS(add_key),
-    AB_SYS(request_key),
-    AB_SYS(bpf),
-    AB_SYS(perf_event_open),
-    AB_SYS(userfaultfd),
-    AB_SYS(io_uring_setup),
-    AB_SYS(io_uring_enter),
-    AB_SYS(io_uring_register),
-    AB_SYS(modify_ldt),
-    AB_SYS(uselib),
-    AB_SYS(lookup_dcookie),
+    AB_SYS(keyctl), AB_SYS(add_key), AB_SYS(request_key), AB_SYS(bpf), AB_SYS(perf_event_open),
+    AB_SYS(userfaultfd), AB_SYS(io_uring_setup), AB_SYS(io_uring_enter), AB_SYS(io_uring_register),
+    AB_SYS(modify_ldt), AB_SYS(uselib), AB_SYS(lookup_dcookie),
     // Host administration (also refused for lack of capabilities; denied here as a second wall).
-    AB_SYS(init_module),
-    AB_SYS(finit_module),
-    AB_SYS(delete_module),
-    AB_SYS(kexec_load),
-    AB_SYS(kexec_file_load),
-    AB_SYS(reboot),
-    AB_SYS(swapon),
-    AB_SYS(swapoff),
-    AB_SYS(syslog),
-    AB_SYS(acct),
-    AB_SYS(quotactl),
-    AB_SYS(quotactl_fd),
-    AB_SYS(iopl),
-    AB_SYS(ioperm),
+    AB_SYS(init_module), AB_SYS(finit_module), AB_SYS(delete_module), AB_SYS(kexec_load),
+    AB_SYS(kexec_file_load), AB_SYS(reboot), AB_SYS(swapon), AB_SYS(swapoff), AB_SYS(syslog),
+    AB_SYS(acct), AB_SYS(quotactl), AB_SYS(quotactl_fd), AB_SYS(iopl), AB_SYS(ioperm),
     AB_SYS(vhangup),
     // File handles bypass path lookup and so the mount view (the "shocker" escape).
-    AB_SYS(open_by_handle_at),
-    AB_SYS(name_to_handle_at),
+    AB_SYS(open_by_handle_at), AB_SYS(name_to_handle_at),
 };
 #undef AB_SYS
+// clang-format on
 
 // clone() flags that create namespaces. CLONE_NEWTIME (0x80) is absent: clone() cannot take it
 // (the low byte is the exit signal); only clone3/unshare can, and both are denied.

@@ -78,16 +78,15 @@ ssize_t write_without_sigpipe(int fd, const char* data, std::size_t size) {
 struct StreamState {
   explicit StreamState(const asio::any_io_executor& ex) : desc(ex) {}
   stream_descriptor desc;
-  std::string data;       // kept bytes (no-sink runs)
-  std::size_t kept = 0;   // bytes kept or forwarded
+  std::string data;      // kept bytes (no-sink runs)
+  std::size_t kept = 0;  // bytes kept or forwarded
   bool truncated = false;
 };
 
 // Everything one run shares between its coroutines. All of them run on `strand`, so no member
 // needs a lock.
 struct RunState {
-  RunState(asio::any_io_executor strand_ex, std::unique_ptr<Process> p, RunOptions o,
-           OutputSink* s)
+  RunState(asio::any_io_executor strand_ex, std::unique_ptr<Process> p, RunOptions o, OutputSink* s)
       : strand(std::move(strand_ex)),
         proc(std::move(p)),
         opts(std::move(o)),

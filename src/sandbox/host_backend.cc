@@ -66,7 +66,9 @@ HostSandbox::HostSandbox(std::string workspace, UniqueFd root,
       fs_(std::move(root), RootMode::kBeneath, std::nullopt, workspace_),
       env_(std::move(env)) {}
 
-HostSandbox::~HostSandbox() { shutdown(); }
+HostSandbox::~HostSandbox() {
+  shutdown();
+}
 
 Status HostSandbox::check_open() const {
   std::lock_guard lock(mu_);
@@ -255,9 +257,8 @@ bool HostSandbox::track_group(pid_t pgid) {
   std::lock_guard lock(mu_);
   // Forget groups of finished commands that have emptied since, so the set stays small and a
   // recycled group id is not signalled later.
-  std::erase_if(groups_, [](const auto& g) {
-    return g.second && ::kill(-g.first, 0) < 0 && errno == ESRCH;
-  });
+  std::erase_if(
+      groups_, [](const auto& g) { return g.second && ::kill(-g.first, 0) < 0 && errno == ESRCH; });
   if (shut_down_) return false;
   groups_[pgid] = false;
   return true;

@@ -81,8 +81,8 @@ class HostSandbox : public Sandbox {
   const std::map<std::string, std::string> env_;
 
   mutable std::mutex mu_;
-  bool shut_down_ = false;                          // guarded by mu_
-  std::unordered_map<pid_t, bool> groups_;          // pgid -> leader reaped; guarded by mu_
+  bool shut_down_ = false;                  // guarded by mu_
+  std::unordered_map<pid_t, bool> groups_;  // pgid -> leader reaped; guarded by mu_
 };
 
 }  // namespace agentbox::sandbox

@@ -69,8 +69,7 @@ class FileActions {
 std::optional<int> exec_failure_status(int err) {
   switch (err) {
     case ENOENT:
-    case ENOTDIR:
-      return 127;
+    case ENOTDIR: return 127;
     case EACCES:
     case EPERM:
     case ENOEXEC:
@@ -79,10 +78,8 @@ std::optional<int> exec_failure_status(int err) {
     case ELOOP:
     case ENAMETOOLONG:
     case E2BIG:
-    case ELIBBAD:
-      return 126;
-    default:
-      return std::nullopt;
+    case ELIBBAD: return 126;
+    default: return std::nullopt;
   }
 }
 
@@ -140,8 +137,8 @@ Result<std::string> search_path(const std::string& name, std::string_view path_v
     if (end == std::string_view::npos) break;
     pos = end + 1;
   }
-  return std::unexpected(Error{seen_eacces ? Code::kAccess : Code::kNotFound,
-                               seen_eacces ? EACCES : ENOENT, name});
+  return std::unexpected(
+      Error{seen_eacces ? Code::kAccess : Code::kNotFound, seen_eacces ? EACCES : ENOENT, name});
 }
 
 ExitStatus decode(const siginfo_t& info) {
@@ -281,9 +278,8 @@ Result<std::unique_ptr<HostProcess>> launch_host_process(asio::any_io_executor e
   ::posix_spawnattr_setsigdefault(attr.get(), &all);  // no SIG_IGN inherited (SIGPIPE, SIGCHLD)
   ::posix_spawnattr_setsigmask(attr.get(), &none);    // no blocked signal from a daemon thread
   ::posix_spawnattr_setpgroup(attr.get(), 0);         // own group: kill_tree() reaches children
-  ::posix_spawnattr_setflags(attr.get(),
-                             POSIX_SPAWN_SETSIGDEF | POSIX_SPAWN_SETSIGMASK |
-                                 POSIX_SPAWN_SETPGROUP);
+  ::posix_spawnattr_setflags(
+      attr.get(), POSIX_SPAWN_SETSIGDEF | POSIX_SPAWN_SETSIGMASK | POSIX_SPAWN_SETPGROUP);
 
   std::vector<char*> envp;
   envp.reserve(spec.env.size() + 1);
@@ -305,7 +301,8 @@ Result<std::unique_ptr<HostProcess>> launch_host_process(asio::any_io_executor e
   }
   if (rc != 0) {
     if (auto code = exec_failure_status(rc)) {
-      return not_started(std::move(ex), *code, failure_message(spec.argv[0], rc, /*searched=*/false));
+      return not_started(std::move(ex), *code,
+                         failure_message(spec.argv[0], rc, /*searched=*/false));
     }
     return fail_errno(rc, "posix_spawn(" + spec.argv[0] + ")");
   }

@@ -102,6 +102,12 @@ Status check_env(const std::map<std::string, std::string>& env) {
   return {};
 }
 
+Result<Pipe> make_pipe() {
+  int p[2];
+  if (::pipe2(p, O_CLOEXEC) != 0) return fail_errno(errno, "pipe2");
+  return Pipe{UniqueFd(p[0]), UniqueFd(p[1])};
+}
+
 std::string last_component(const std::string& abs) {
   const std::size_t slash = abs.rfind('/');
   return slash == std::string::npos ? abs : abs.substr(slash + 1);
@@ -565,6 +571,25 @@ class NsSandbox final : public Sandbox {
   }
 
  private:
+  // An exec between its validation and its run: what exec() needs across its co_awaits. The
+  // synchronous parts live in prepare_exec()/finish_exec(), which keeps the coroutine small.
+  struct Prepared {
+    std::uint64_t id = 0;
+    std::string msg;  // the encoded ExecRequest
+    std::optional<Pipe> in;
+    Pipe out;
+    Pipe err;
+    UniqueFd go_read;
+    std::shared_ptr<Pending> pending;
+    std::optional<std::string> artifact_dir;  // normalised in-box path
+    TreeSnapshot before;
+  };
+  Result<Prepared> prepare_exec(ExecSpec& spec, const asio::any_io_executor& ex);
+  // The cwd (into cmd) and the artifact dir's first snapshot (into prep), resolved in the box
+  // with the session user's permissions.
+  Status check_paths(const ExecSpec& spec, lx::ExecCommand& cmd, Prepared& prep);
+  void finish_exec(Prepared& prep, ExecResult& result);
+
   // A FileWriter whose calls run with the session's fs identity (see ScopedFsIdentity).
   class AsUserWriter final : public FileWriter {
    public:
@@ -675,27 +700,59 @@ class NsSandbox final : public Sandbox {
   bool shut_down_ = false;  // guarded by mu_
 };
 
-asio::awaitable<Result<ExecResult>> NsSandbox::exec(ExecSpec spec, OutputSink* sink) {
+Status NsSandbox::check_paths(const ExecSpec& spec, lx::ExecCommand& cmd, Prepared& prep) {
+  ScopedFsIdentity as_user(uid_, gid_);
+  if (!as_user.ok()) return identity_error();
+  // The cwd must be a directory the session user can enter, checked the way the command will
+  // see it (an error naming it, never a silent fallback).
+  auto cwd = normalize_box_path(spec.cwd.empty() ? std::string(kWorkspace) : spec.cwd, kWorkspace);
+  if (!cwd) return std::unexpected(with_context(cwd.error(), "exec: cwd"));
+  if (auto dir = fs_.open_dir(*cwd); !dir) {
+    return std::unexpected(with_context(dir.error(), "exec: cwd"));
+  }
+  cmd.cwd = std::move(*cwd);
+
+  // Artifacts: a dir that does not exist yet counts as empty.
+  if (!spec.artifact_dir.empty()) {
+    auto a = normalize_box_path(spec.artifact_dir, kWorkspace);
+    if (!a) return std::unexpected(with_context(a.error(), "exec: artifact_dir"));
+    prep.artifact_dir = std::move(*a);
+    auto dir = fs_.open_dir(*prep.artifact_dir);
+    if (dir) {
+      auto snap = snapshot_tree(dir->get());
+      if (!snap) return std::unexpected(with_context(snap.error(), "exec: artifact_dir"));
+      prep.before = std::move(*snap);
+    } else if (dir.error().code != Code::kNotFound) {
+      return std::unexpected(with_context(dir.error(), "exec: artifact_dir"));
+    }
+  }
+
+  return {};
+}
+
+Result<NsSandbox::Prepared> NsSandbox::prepare_exec(ExecSpec& spec,
+                                                    const asio::any_io_executor& ex) {
   {
     std::lock_guard lock(mu_);
-    if (shut_down_) co_return fail(Code::kUnavailable, "box " + key_ + " is shut down");
+    if (shut_down_) return fail(Code::kUnavailable, "box " + key_ + " is shut down");
   }
+  Prepared prep;
   lx::ExecCommand cmd;
   cmd.id = ++next_id_;
   cmd.uid = uid_;
   cmd.gid = gid_;
   cmd.oom_score_adj = core_->opts.command_oom_score_adj;
   if (!spec.argv.empty()) {
-    if (spec.argv.front().empty()) co_return fail(Code::kInvalid, "exec: argv[0] is empty");
+    if (spec.argv.front().empty()) return fail(Code::kInvalid, "exec: argv[0] is empty");
     cmd.argv = std::move(spec.argv);
   } else if (!spec.command.empty()) {
     cmd.argv = {"/bin/sh", "-c", std::move(spec.command)};
   } else {
-    co_return fail(Code::kInvalid, "exec: give argv or command");
+    return fail(Code::kInvalid, "exec: give argv or command");
   }
 
-  if (auto s = check_env(env_); !s) co_return std::unexpected(s.error());
-  if (auto s = check_env(spec.env); !s) co_return std::unexpected(s.error());
+  if (auto s = check_env(env_); !s) return std::unexpected(s.error());
+  if (auto s = check_env(spec.env); !s) return std::unexpected(s.error());
   std::map<std::string, std::string> env = {
       {"PATH", "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"},
       {"HOME", std::string(kWorkspace)},
@@ -709,93 +766,95 @@ asio::awaitable<Result<ExecResult>> NsSandbox::exec(ExecSpec spec, OutputSink* s
   cmd.env.reserve(env.size());
   for (const auto& [k, v] : env) cmd.env.push_back(k + "=" + v);
 
-  // The cwd must be a directory the session user can enter, checked the way the command will
-  // see it (an error naming it, never a silent fallback).
-  {
-    auto cwd = normalize_box_path(spec.cwd.empty() ? std::string(kWorkspace) : spec.cwd,
-                                  kWorkspace);
-    if (!cwd) co_return std::unexpected(with_context(cwd.error(), "exec: cwd"));
-    ScopedFsIdentity as_user(uid_, gid_);
-    auto dir = fs_.open_dir(*cwd);
-    if (!dir) co_return std::unexpected(with_context(dir.error(), "exec: cwd"));
-    cmd.cwd = std::move(*cwd);
-  }
-
-  // Artifacts: a dir that does not exist yet counts as empty.
-  std::optional<std::string> art;
-  TreeSnapshot before;
-  if (!spec.artifact_dir.empty()) {
-    auto a = normalize_box_path(spec.artifact_dir, kWorkspace);
-    if (!a) co_return std::unexpected(with_context(a.error(), "exec: artifact_dir"));
-    art = std::move(*a);
-    ScopedFsIdentity as_user(uid_, gid_);
-    auto dir = fs_.open_dir(*art);
-    if (dir) {
-      auto snap = snapshot_tree(dir->get());
-      if (!snap) co_return std::unexpected(with_context(snap.error(), "exec: artifact_dir"));
-      before = std::move(*snap);
-    } else if (dir.error().code != Code::kNotFound) {
-      co_return std::unexpected(with_context(dir.error(), "exec: artifact_dir"));
-    }
-  }
+  if (auto s = check_paths(spec, cmd, prep); !s) return std::unexpected(s.error());
 
   const bool with_stdin = !spec.stdin_data.empty();
   auto msg = lx::encode_exec_request(cmd, with_stdin);
-  if (!msg) co_return std::unexpected(msg.error());
+  if (!msg) return std::unexpected(msg.error());
+  prep.id = cmd.id;
+  prep.msg = std::move(*msg);
 
-  // Pipes: the daemon keeps one end of each; the box ends go to the init and are closed here
-  // once sent.
-  auto make_pipe = []() -> Result<Pipe> {
-    int p[2];
-    if (::pipe2(p, O_CLOEXEC) != 0) return fail_errno(errno, "pipe2");
-    return Pipe{UniqueFd(p[0]), UniqueFd(p[1])};
-  };
-  std::optional<Pipe> in;
+  // Pipes: the daemon keeps one end of each; the box ends go to the init and are closed once
+  // sent.
   if (with_stdin) {
     auto p = make_pipe();
-    if (!p) co_return std::unexpected(p.error());
-    in = std::move(*p);
+    if (!p) return std::unexpected(p.error());
+    prep.in = std::move(*p);
   }
   auto out = make_pipe();
-  if (!out) co_return std::unexpected(out.error());
+  if (!out) return std::unexpected(out.error());
+  prep.out = std::move(*out);
   auto err = make_pipe();
-  if (!err) co_return std::unexpected(err.error());
+  if (!err) return std::unexpected(err.error());
+  prep.err = std::move(*err);
   auto go = make_pipe();
-  if (!go) co_return std::unexpected(go.error());
+  if (!go) return std::unexpected(go.error());
+  prep.go_read = std::move(go->read);
 
   auto cg = make_exec_cgroup(cmd.id);
-  if (!cg) co_return std::unexpected(with_context(cg.error(), "exec: box " + key_));
-
-  auto ex = co_await asio::this_coro::executor;
-  auto pending = std::make_shared<Pending>(ex);
-  pending->cgroup = std::move(*cg);
-  pending->go = std::move(go->write);
-  if (!conn_->add(cmd.id, pending)) {
-    (void)pending->cgroup->destroy();
-    co_return fail(Code::kUnavailable, "box " + key_ + " is gone");
+  if (!cg) return std::unexpected(with_context(cg.error(), "exec: box " + key_));
+  prep.pending = std::make_shared<Pending>(ex);
+  prep.pending->cgroup = std::move(*cg);
+  prep.pending->go = std::move(go->write);
+  if (!conn_->add(cmd.id, prep.pending)) {
+    (void)prep.pending->cgroup->destroy();
+    return fail(Code::kUnavailable, "box " + key_ + " is gone");
   }
+  return prep;
+}
+
+void NsSandbox::finish_exec(Prepared& prep, ExecResult& result) {
+  release_exec_cgroup(*prep.pending);
+  {
+    std::lock_guard lock(prep.pending->mu);
+    if (!prep.pending->start_error.empty()) {
+      spdlog::warn("ns box {}: exec {}: {}", key_, prep.id, prep.pending->start_error);
+    }
+  }
+  if (!prep.artifact_dir) return;
+  ScopedFsIdentity as_user(uid_, gid_);
+  if (auto dir = fs_.open_dir(*prep.artifact_dir)) {
+    auto after = snapshot_tree(dir->get());
+    if (after) {
+      result.artifacts = diff_artifacts(prep.before, *after, dir->get(), *prep.artifact_dir);
+    } else {
+      spdlog::warn("ns box {}: artifact scan failed: {}", key_, after.error().message);
+    }
+  }
+}
+
+// g++ 12 reports a false -Wmismatched-new-delete on coroutine frames here: Asio's frame
+// operator new (aligned_alloc through its recycling allocator) and its operator delete (free
+// through the same allocator) are a matching pair the inliner loses track of.
+#pragma GCC diagnostic push
+#pragma GCC diagnostic ignored "-Wmismatched-new-delete"
+asio::awaitable<Result<ExecResult>> NsSandbox::exec(ExecSpec spec, OutputSink* sink) {
+  auto prep = prepare_exec(spec, co_await asio::this_coro::executor);
+  if (!prep) co_return std::unexpected(prep.error());
 
   std::vector<int> fds;
-  if (in) fds.push_back(in->read.get());
-  fds.push_back(out->write.get());
-  fds.push_back(err->write.get());
-  fds.push_back(go->read.get());
-  if (auto s = co_await send_request(std::move(*msg), std::move(fds)); !s) {
-    conn_->find(cmd.id, true);
-    (void)pending->cgroup->destroy();
-    co_return std::unexpected(s.error());
+  if (prep->in) fds.push_back(prep->in->read.get());
+  fds.push_back(prep->out.write.get());
+  fds.push_back(prep->err.write.get());
+  fds.push_back(prep->go_read.get());
+  Status sent = co_await send_request(std::move(prep->msg), std::move(fds));
+  if (!sent) {
+    conn_->find(prep->id, true);
+    (void)prep->pending->cgroup->destroy();
+    co_return std::unexpected(sent.error());
   }
-  if (in) in->read.reset();
-  out->write.reset();
-  err->write.reset();
-  go->read.reset();
+  if (prep->in) prep->in->read.reset();
+  prep->out.write.reset();
+  prep->err.write.reset();
+  prep->go_read.reset();
 
-  auto proc = std::make_unique<NsProcess>(pending);
-  if (in) proc->stdin_fd = std::move(in->write);
-  proc->stdout_fd = std::move(out->read);
-  proc->stderr_fd = std::move(err->read);
+  auto proc = std::make_unique<NsProcess>(prep->pending);
+  if (prep->in) proc->stdin_fd = std::move(prep->in->write);
+  proc->stdout_fd = std::move(prep->out.read);
+  proc->stderr_fd = std::move(prep->err.read);
 
   ExecResult result;
+  std::string failure;
   try {
     result = co_await run_process(std::move(proc),
                                   RunOptions{.timeout = spec.timeout,
@@ -803,30 +862,13 @@ asio::awaitable<Result<ExecResult>> NsSandbox::exec(ExecSpec spec, OutputSink* s
                                              .stdin_data = std::move(spec.stdin_data)},
                                   sink);
   } catch (const std::exception& e) {
-    release_exec_cgroup(*pending);
-    co_return fail(Code::kInternal, std::string("exec: ") + e.what());
+    failure = e.what();
   }
-  release_exec_cgroup(*pending);
-  {
-    std::lock_guard lock(pending->mu);
-    if (!pending->start_error.empty()) {
-      spdlog::warn("ns box {}: exec {}: {}", key_, cmd.id, pending->start_error);
-    }
-  }
-
-  if (art) {
-    ScopedFsIdentity as_user(uid_, gid_);
-    if (auto dir = fs_.open_dir(*art)) {
-      auto after = snapshot_tree(dir->get());
-      if (after) {
-        result.artifacts = diff_artifacts(before, *after, dir->get(), *art);
-      } else {
-        spdlog::warn("ns box {}: artifact scan failed: {}", key_, after.error().message);
-      }
-    }
-  }
+  finish_exec(*prep, result);
+  if (!failure.empty()) co_return fail(Code::kInternal, "exec: " + failure);
   co_return result;
 }
+#pragma GCC diagnostic pop
 
 // ---- The backend -------------------------------------------------------------------------------
 

@@ -295,7 +295,10 @@ Result<std::unique_ptr<FileWriter>> RootedFs::create_file(const std::string& pat
     return fail(Code::kInvalid, what("write", path) + ": mode must be within 0777");
   }
   const Split split = split_path(path);
-  if (split.nameless()) return fail(Code::kIsDir, what("write", path) + ": is a directory");
+  // A trailing "/" names a directory, as with open(2) O_CREAT.
+  if (split.nameless() || path.back() == '/') {
+    return fail(Code::kIsDir, what("write", path) + ": is a directory");
+  }
   if (opts.mkdirs) {
     if (auto s = mkdir_all(split.parent); !s) return std::unexpected(std::move(s.error()));
   }
@@ -497,6 +500,11 @@ Status RootedFs::remove_tree(int parent_fd, const std::string& name,
   std::vector<Frame> stack;
 
   int fd = open_subdir(parent_fd, name.c_str());
+  if (fd == -ENOTDIR || fd == -ELOOP) {
+    // No longer a directory (swapped since remove_all looked): remove whatever is there now.
+    if (::unlinkat(parent_fd, name.c_str(), 0) == 0 || errno == ENOENT) return {};
+    return sys_fail(errno);
+  }
   if (fd == -EXDEV) return fail(Code::kAccess, op_what + ": a mount point");
   if (fd < 0) return sys_fail(-fd);
   UniqueFd cur(fd);
@@ -535,8 +543,9 @@ Status RootedFs::remove_tree(int parent_fd, const std::string& name,
       fd = open_subdir(cur.get(), subdir.c_str());
       if (fd == -ENOENT) continue;
       if (fd == -ENOTDIR || fd == -ELOOP) {
-        // Swapped for a file or symlink since getdents: remove that entry itself.
-        if (::unlinkat(cur.get(), subdir.c_str(), 0) != 0 && errno != ENOENT) {
+        // Swapped for a file or symlink since getdents: remove that entry itself. EISDIR: swapped
+        // back already; the next pass sees it again.
+        if (::unlinkat(cur.get(), subdir.c_str(), 0) != 0 && errno != ENOENT && errno != EISDIR) {
           return sys_fail(errno);
         }
         continue;

@@ -67,7 +67,8 @@ class RootedFs {
   // the target on commit. A final symlink is replaced, never followed; an existing directory is
   // EISDIR; a missing parent is ENOENT unless opts.mkdirs. opts.mode must be within 0777
   // (EINVAL otherwise: the daemon never makes setuid files); without it a replaced file keeps
-  // its permission bits, a new one gets 0644.
+  // its permission bits, a new one gets 0644. Writing past opts.max_bytes -> ETOOBIG, and the
+  // writer is spent (the temp file is gone, commit() fails, the target is untouched).
   [[nodiscard]] Result<std::unique_ptr<FileWriter>> create_file(const std::string& path,
                                                                 WriteOptions opts) const;
   // Does not follow a final symlink (is_symlink reported). FileInfo::path is `path` as given and
@@ -82,8 +83,10 @@ class RootedFs {
   // A file, symlink or empty directory; never follows a final symlink. The root itself -> EACCES;
   // a non-empty directory -> ENOTEMPTY.
   [[nodiscard]] Status remove(const std::string& path) const;
-  // Recursive; never follows symlinks and never crosses into another mount below `path`;
-  // iterative with O(1) fds, so 10,000-deep trees are fine. The root itself -> EACCES.
+  // Recursive, iterative, with O(1) fds (10,000-deep trees are fine). Never follows a symlink
+  // (links are removed, not their targets) and never crosses a mount: a mount point at or below
+  // `path` stops it with EACCES. A directory moved out from under it mid-way stops it with
+  // EACCES too. Missing -> ENOENT; the root itself -> EACCES.
   [[nodiscard]] Status remove_all(const std::string& path) const;
   // Both ends resolved inside the root; replaces `to` like rename(2). The root -> EACCES.
   [[nodiscard]] Status rename(const std::string& from, const std::string& to) const;

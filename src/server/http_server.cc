@@ -353,6 +353,7 @@ asio::awaitable<bool> exec_once(Impl* impl, Conn* conn, Exchange* ex, bool seed)
   if (outcome.index() == 1 || gone) {
     spdlog::info("conn={} req={} client went away; command in session {} killed", conn->id,
                  ex->req.id, prepared->session_id);
+    if (outcome.index() == 0) record_exec(ctx, std::get<0>(outcome));
     co_return false;
   }
   auto r = std::get<0>(std::move(outcome));
@@ -438,12 +439,19 @@ class NdjsonSink final : public sandbox::OutputSink {
 
  private:
   asio::awaitable<bool> emit(std::size_t k, std::string data) {
+    // (Built outside the co_await: g++ 12 mishandles initializer lists inside one.)
+    json event = json::object();
     const char* name = k == 0 ? "stdout" : "stderr";
     if (seed_) {
       if (!data.empty() && data.back() == '\r') data.pop_back();
-      co_return co_await write_line(to_wire({{"stream", name}, {"line", std::move(data)}}));
+      event["stream"] = name;
+      event["line"] = std::move(data);
+    } else {
+      event["type"] = name;
+      event["data"] = std::move(data);
     }
-    co_return co_await write_line(to_wire({{"type", name}, {"data", std::move(data)}}));
+    std::string line = to_wire(event);
+    co_return co_await write_line(std::move(line));
   }
 
   Impl* impl_;
@@ -659,7 +667,8 @@ asio::awaitable<bool> put_file(Impl* impl, Conn* conn, beast::flat_buffer* buffe
   auto commit_job = run_blocking(ctx->pool, [w] { return w->commit(); });
   auto size = co_await std::move(commit_job);
   if (!size) co_return co_await send_error(impl, conn, ex, size.error());
-  co_return co_await send_reply(impl, conn, ex, json_reply(200, {{"path", p}, {"size", *size}}));
+  json done = {{"path", p}, {"size", *size}};
+  co_return co_await send_reply(impl, conn, ex, json_reply(200, done));
 }
 
 // Reads one request and answers it. Returns whether the connection stays open.

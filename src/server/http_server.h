@@ -57,8 +57,9 @@ class HttpServer {
   // shutdown_grace. Call from the io_context's thread.
   void shutdown(std::function<void()> done);
 
+  struct Impl;  // opaque; public so the connection code in http_server.cc can name it
+
  private:
-  struct Impl;
   std::shared_ptr<Impl> impl_;
 };
 

@@ -1,7 +1,11 @@
 #include "integration/daemon.h"
 
+#include <arpa/inet.h>
 #include <fcntl.h>
+#include <netinet/in.h>
+#include <poll.h>
 #include <sys/prctl.h>
+#include <sys/socket.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -197,6 +201,103 @@ int Daemon::run_to_exit(const std::vector<std::string>& args, std::string* outpu
   if (output) *output = read_all(tmpl);
   unlink(tmpl);
   return *st;
+}
+
+RawConnection::RawConnection(const std::string& host_port) {
+  auto colon = host_port.rfind(':');
+  if (colon == std::string::npos) throw std::runtime_error("bad address " + host_port);
+  std::string host = host_port.substr(0, colon);
+  if (host == "0.0.0.0") host = "127.0.0.1";
+  sockaddr_in sa{};
+  sa.sin_family = AF_INET;
+  sa.sin_port = htons(static_cast<uint16_t>(std::stoi(host_port.substr(colon + 1))));
+  if (inet_pton(AF_INET, host.c_str(), &sa.sin_addr) != 1) {
+    throw std::runtime_error("bad address " + host_port);
+  }
+  fd_ = ::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+  if (fd_ < 0) throw std::runtime_error("socket failed");
+  if (::connect(fd_, reinterpret_cast<sockaddr*>(&sa), sizeof sa) != 0) {
+    ::close(fd_);
+    fd_ = -1;
+    throw std::runtime_error("connect " + host_port + " failed");
+  }
+}
+
+RawConnection::~RawConnection() { close(); }
+
+void RawConnection::close() {
+  if (fd_ >= 0) ::close(fd_);
+  fd_ = -1;
+}
+
+bool RawConnection::send(std::string_view bytes) {
+  while (!bytes.empty()) {
+    ssize_t n = ::send(fd_, bytes.data(), bytes.size(), MSG_NOSIGNAL);
+    if (n < 0 && errno == EINTR) continue;
+    if (n <= 0) return false;
+    bytes.remove_prefix(static_cast<std::size_t>(n));
+  }
+  return true;
+}
+
+namespace {
+
+// Reads what is available within the deadline; false on EOF, error or timeout.
+bool read_some(int fd, std::string* out, Clock::time_point deadline) {
+  auto left = std::chrono::duration_cast<std::chrono::milliseconds>(deadline - Clock::now());
+  if (left.count() <= 0) return false;
+  pollfd p{fd, POLLIN, 0};
+  int r = ::poll(&p, 1, static_cast<int>(left.count()));
+  if (r <= 0) return false;
+  char buf[65536];
+  ssize_t n = ::recv(fd, buf, sizeof buf, 0);
+  if (n <= 0) return false;
+  out->append(buf, static_cast<std::size_t>(n));
+  return true;
+}
+
+}  // namespace
+
+std::string RawConnection::read_response(std::chrono::milliseconds timeout) {
+  auto deadline = Clock::now() + timeout;
+  std::string data;
+  std::size_t header_end = std::string::npos;
+  while ((header_end = data.find("\r\n\r\n")) == std::string::npos) {
+    if (!read_some(fd_, &data, deadline)) return data;
+  }
+  std::size_t body_len = 0;
+  std::string lower = data.substr(0, header_end);
+  std::transform(lower.begin(), lower.end(), lower.begin(), ::tolower);
+  auto cl = lower.find("content-length:");
+  if (cl != std::string::npos) body_len = std::stoul(lower.substr(cl + 15));
+  while (data.size() < header_end + 4 + body_len) {
+    if (!read_some(fd_, &data, deadline)) break;
+  }
+  return data;
+}
+
+std::string RawConnection::read_until_close(std::chrono::milliseconds timeout) {
+  auto deadline = Clock::now() + timeout;
+  std::string data;
+  while (read_some(fd_, &data, deadline)) {
+  }
+  return data;
+}
+
+int http_status_of(std::string_view raw) {
+  if (raw.size() < 12 || raw.substr(0, 5) != "HTTP/") return -1;
+  auto sp = raw.find(' ');
+  if (sp == std::string_view::npos || sp + 4 > raw.size()) return -1;
+  return std::atoi(std::string(raw.substr(sp + 1, 3)).c_str());
+}
+
+bool process_alive(pid_t pid) {
+  std::string stat = read_all("/proc/" + std::to_string(pid) + "/stat");
+  if (stat.empty()) return false;
+  auto paren = stat.rfind(')');
+  if (paren == std::string::npos || paren + 2 >= stat.size()) return false;
+  char state = stat[paren + 2];
+  return state != 'Z' && state != 'X';
 }
 
 }  // namespace agentbox

@@ -10,9 +10,11 @@
 
 #include <sys/types.h>
 
+#include <chrono>
 #include <csignal>
 #include <optional>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "client/client.h"
@@ -64,5 +66,31 @@ class Daemon {
   pid_t pid_ = -1;
   std::optional<int> exit_status_;
 };
+
+// A bare TCP connection to the daemon, for what a well-behaved client never sends (malformed
+// HTTP, oversized headers, a body cut off mid-way, a client that vanishes mid-command).
+class RawConnection {
+ public:
+  explicit RawConnection(const std::string& host_port);  // throws std::runtime_error
+  ~RawConnection();
+  RawConnection(const RawConnection&) = delete;
+  RawConnection& operator=(const RawConnection&) = delete;
+
+  bool send(std::string_view bytes);  // false once the peer is gone
+  // One HTTP response: its header and a Content-Length body ("" on timeout or EOF first).
+  std::string read_response(std::chrono::milliseconds timeout = std::chrono::seconds(30));
+  // Everything until the peer closes or `timeout` passes.
+  std::string read_until_close(std::chrono::milliseconds timeout = std::chrono::seconds(30));
+  void close();
+
+ private:
+  int fd_ = -1;
+};
+
+// The status code of a raw HTTP response ("HTTP/1.1 404 Not Found\r\n..."), -1 if none.
+int http_status_of(std::string_view raw_response);
+
+// Whether process `pid` is alive (a zombie counts as dead).
+bool process_alive(pid_t pid);
 
 }  // namespace agentbox

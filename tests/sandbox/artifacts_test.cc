@@ -3,13 +3,12 @@
 #include "sandbox/artifacts.h"
 
 #include <fcntl.h>
+#include <gtest/gtest.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
 #include <filesystem>
 #include <fstream>
-
-#include <gtest/gtest.h>
 
 namespace agentbox::sandbox {
 namespace {

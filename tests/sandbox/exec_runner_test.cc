@@ -2,6 +2,7 @@
 
 #include "sandbox/exec_runner.h"
 
+#include <gtest/gtest.h>
 #include <signal.h>
 #include <sys/stat.h>
 #include <unistd.h>
@@ -18,8 +19,6 @@
 #include <sstream>
 #include <thread>
 #include <vector>
-
-#include <gtest/gtest.h>
 
 #include "sandbox/host_exec.h"
 
@@ -102,8 +101,8 @@ asio::awaitable<ExecResult> launch_and_run(LaunchSpec spec, RunOptions opts, Out
 
 ExecResult run(LaunchSpec spec, RunOptions opts = {}, OutputSink* sink = nullptr) {
   asio::io_context io;
-  auto fut = asio::co_spawn(io, launch_and_run(std::move(spec), std::move(opts), sink),
-                            asio::use_future);
+  auto fut =
+      asio::co_spawn(io, launch_and_run(std::move(spec), std::move(opts), sink), asio::use_future);
   io.run();
   return fut.get();
 }
@@ -275,9 +274,9 @@ TEST(ExecRunner, NonUtf8BytesSurviveRaw) {
 TEST(ExecRunner, TimeoutKillsTheWholeProcessGroup) {
   TempDir dir;
   auto start = Clock::now();
-  ExecResult r = run(spec_for({"/bin/sh", "-c", "echo $$ > pid1; sleep 30 & echo $! > pid2; wait"},
-                              dir.path()),
-                     RunOptions{.timeout = 500ms});
+  ExecResult r = run(
+      spec_for({"/bin/sh", "-c", "echo $$ > pid1; sleep 30 & echo $! > pid2; wait"}, dir.path()),
+      RunOptions{.timeout = 500ms});
   EXPECT_TRUE(r.timed_out);
   EXPECT_EQ(r.exit_code, -1);
   EXPECT_EQ(r.signal, SIGKILL);
@@ -313,8 +312,8 @@ TEST(ExecRunner, DurationIsMeasured) {
 
 TEST(ExecRunner, StreamsChunksInOrderToTheSink) {
   CollectingSink sink;
-  ExecResult r = sh("for i in 1 2 3 4 5; do echo out$i; echo err$i >&2; sleep 0.05; done", {},
-                    &sink);
+  ExecResult r =
+      sh("for i in 1 2 3 4 5; do echo out$i; echo err$i >&2; sleep 0.05; done", {}, &sink);
   EXPECT_EQ(r.exit_code, 0);
   EXPECT_EQ(r.stdout_data, "");  // went to the sink
   EXPECT_EQ(r.stderr_data, "");
@@ -352,8 +351,9 @@ TEST(ExecRunner, HundredConcurrentExecsShareOneThread) {
   std::vector<std::future<ExecResult>> results;
   for (int i = 0; i < kExecs; ++i) {
     results.push_back(asio::co_spawn(
-        io, launch_and_run(spec_for({"/bin/sh", "-c", "sleep 1; echo " + std::to_string(i)}),
-                           RunOptions{.timeout = 60s}, nullptr),
+        io,
+        launch_and_run(spec_for({"/bin/sh", "-c", "sleep 1; echo " + std::to_string(i)}),
+                       RunOptions{.timeout = 60s}, nullptr),
         asio::use_future));
   }
   // Sample the thread count while all of them are running.

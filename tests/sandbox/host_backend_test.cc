@@ -2,6 +2,7 @@
 
 #include "sandbox/host_backend.h"
 
+#include <gtest/gtest.h>
 #include <signal.h>
 #include <sys/stat.h>
 #include <unistd.h>
@@ -14,8 +15,6 @@
 #include <fstream>
 #include <sstream>
 #include <thread>
-
-#include <gtest/gtest.h>
 
 namespace agentbox::sandbox {
 namespace {
@@ -55,7 +54,8 @@ class HostBackendTest : public ::testing::Test {
     HostBackend backend;
     ASSERT_EQ(backend.name(), "host");
     ASSERT_TRUE(backend.check_usable().has_value());
-    auto box = backend.create(BoxConfig{.key = "t", .workspace_dir = ws_, .env = {{"BOX_VAR", "box"}}});
+    auto box =
+        backend.create(BoxConfig{.key = "t", .workspace_dir = ws_, .env = {{"BOX_VAR", "box"}}});
     ASSERT_TRUE(box.has_value()) << box.error().message;
     box_ = std::move(*box);
   }
@@ -88,7 +88,8 @@ TEST_F(HostBackendTest, WorkspaceIsTheHostPath) {
 
 TEST_F(HostBackendTest, RejectsARelativeOrMissingWorkspace) {
   HostBackend backend;
-  EXPECT_EQ(backend.create(BoxConfig{.workspace_dir = "relative/dir"}).error().code, Code::kInvalid);
+  EXPECT_EQ(backend.create(BoxConfig{.workspace_dir = "relative/dir"}).error().code,
+            Code::kInvalid);
   EXPECT_EQ(backend.create(BoxConfig{.workspace_dir = ws_ + "/missing"}).error().code,
             Code::kNotFound);
 }
@@ -182,8 +183,8 @@ TEST_F(HostBackendTest, StdinAndCapsPassThrough) {
 }
 
 TEST_F(HostBackendTest, TimeoutKillsBackgroundChildrenToo) {
-  auto r = exec(ExecSpec{.command = "echo $$ > pid1; sleep 30 & echo $! > pid2; wait",
-                         .timeout = 500ms});
+  auto r = exec(
+      ExecSpec{.command = "echo $$ > pid1; sleep 30 & echo $! > pid2; wait", .timeout = 500ms});
   ASSERT_TRUE(r.has_value());
   EXPECT_TRUE(r->timed_out);
   EXPECT_EQ(r->exit_code, -1);

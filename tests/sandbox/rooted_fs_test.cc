@@ -18,6 +18,7 @@
 #include <cstdlib>
 #include <cstring>
 #include <fstream>
+#include <functional>
 #include <future>
 #include <sstream>
 #include <string>
@@ -33,13 +34,22 @@ using namespace std::chrono_literals;
 
 constexpr std::string_view kCanary = "canary: must never change";
 
+// Where the tests with thousands-deep trees run: /dev/shm when it is a tmpfs. Creating and
+// removing 10,000 directories on a shared disk can stall for tens of seconds on ext4 journal
+// commits while other jobs write, which says nothing about remove_all.
+std::string scratch_parent() {
+  struct statfs sfs {};
+  if (::statfs("/dev/shm", &sfs) == 0 && sfs.f_type == TMPFS_MAGIC) return "/dev/shm";
+  return "/tmp";
+}
+
 // A temp dir holding "workspace/" (the root under test) and, OUTSIDE it, a canary file and a
 // canary dir that no operation through the RootedFs may touch.
 class RootedFsTest : public ::testing::Test {
  protected:
   void SetUp() override {
-    char tmpl[] = "/tmp/agentbox-fs-test-XXXXXX";
-    ASSERT_NE(::mkdtemp(tmpl), nullptr) << std::strerror(errno);
+    std::string tmpl = parent_dir() + "/agentbox-fs-test-XXXXXX";
+    ASSERT_NE(::mkdtemp(tmpl.data()), nullptr) << std::strerror(errno);
     base_ = tmpl;
     ws_ = base_ + "/workspace";
     canary_ = base_ + "/canary.txt";
@@ -49,6 +59,8 @@ class RootedFsTest : public ::testing::Test {
     put(canary_, kCanary);
     put(canary_dir_ + "/keep.txt", kCanary);
   }
+
+  virtual std::string parent_dir() const { return "/tmp"; }
 
   void TearDown() override {
     EXPECT_EQ(get(canary_), kCanary) << "the canary outside the workspace changed";
@@ -114,6 +126,12 @@ class RootedFsTest : public ::testing::Test {
   }
 
   std::string base_, ws_, canary_, canary_dir_;
+};
+
+// The same layout on scratch_parent(), for trees thousands of levels deep.
+class RootedFsDeepTest : public RootedFsTest {
+ protected:
+  std::string parent_dir() const override { return scratch_parent(); }
 };
 
 #define EXPECT_CODE(expr, c)                                                   \
@@ -199,6 +217,14 @@ TEST_F(RootedFsTest, WritingToAPlantedSymlinkReplacesTheLinkNotTheTarget) {
   EXPECT_EQ(get(ws_ + "/s"), "new content");
 }
 
+TEST_F(RootedFsTest, WritingToAPlantedHardLinkLeavesTheOtherName) {
+  ASSERT_EQ(::link(canary_.c_str(), (ws_ + "/h").c_str()), 0);
+  auto f = fs();
+  ASSERT_TRUE(write(f, "h", "new content"));
+  EXPECT_EQ(get(ws_ + "/h"), "new content");
+  EXPECT_EQ(get(canary_), kCanary);
+}
+
 TEST_F(RootedFsTest, RemovingASymlinkRemovesTheLinkOnly) {
   ASSERT_EQ(::symlink(canary_.c_str(), (ws_ + "/s").c_str()), 0);
   ASSERT_EQ(::symlink(canary_dir_.c_str(), (ws_ + "/d").c_str()), 0);
@@ -224,10 +250,10 @@ TEST_F(RootedFsTest, MagicLinksAreRefusedEvenWhenTheRootIsSlash) {
   EXPECT_CODE(proc.open_dir("root"), Code::kAccess);
   EXPECT_CODE(proc.open_dir("cwd"), Code::kAccess);
 
-  // The scoped modes already stop a magic link whose jump changes mount. One that lands on the
-  // same mount, inside the root, is stopped by RESOLVE_NO_MAGICLINKS alone.
-  RootedFs procfs(UniqueFd(::open("/proc", O_PATH | O_DIRECTORY | O_CLOEXEC)),
-                  RootMode::kBeneath);
+  // Even a magic link that lands on the same mount, inside the root, is refused. (Kernels up to
+  // at least 6.x refuse every magic-link jump in scoped lookups; RESOLVE_NO_MAGICLINKS keeps it
+  // so should that ever be relaxed.)
+  RootedFs procfs(UniqueFd(::open("/proc", O_PATH | O_DIRECTORY | O_CLOEXEC)), RootMode::kBeneath);
   UniqueFd status(::open("/proc/self/status", O_RDONLY | O_CLOEXEC));
   ASSERT_TRUE(status.valid());
   ASSERT_TRUE(procfs.open_file("self/status"));
@@ -451,6 +477,8 @@ TEST_F(RootedFsTest, WriteParentsAndDirectories) {
   EXPECT_CODE(write(f, "d", "x"), Code::kIsDir);
   EXPECT_CODE(write(f, "", "x"), Code::kIsDir);
   EXPECT_CODE(write(f, "d/..", "x"), Code::kIsDir);
+  EXPECT_CODE(write(f, "new/", "x"), Code::kIsDir);
+  EXPECT_FALSE(exists(ws_ + "/new"));
   put(ws_ + "/file", "f");
   EXPECT_CODE(write(f, "file/x", "x"), Code::kNotDir);
   EXPECT_CODE(write(f, "file/x", "x", {.mkdirs = true}), Code::kNotDir);
@@ -544,22 +572,10 @@ TEST_F(RootedFsTest, RemoveAllRemovesTreesWithoutFollowingLinks) {
   EXPECT_CODE(f.remove_all("sibling"), Code::kNotFound);
 }
 
-// On /dev/shm when it is a tmpfs: creating and removing 10,000 directories on a shared disk can
-// stall for tens of seconds on ext4 journal commits when other jobs write, which says nothing
-// about remove_all.
-std::string scratch_parent() {
-  struct statfs sfs {};
-  if (::statfs("/dev/shm", &sfs) == 0 && sfs.f_type == TMPFS_MAGIC) return "/dev/shm";
-  return "/tmp";
-}
-
-TEST(RootedFsDeepTree, RemoveAllHandlesATenThousandDeepTreeWithFewFds) {
+TEST_F(RootedFsDeepTest, RemoveAllHandlesATenThousandDeepTreeWithFewFds) {
   constexpr int kDepth = 10000;
-  std::string tmpl = scratch_parent() + "/agentbox-fs-deep-XXXXXX";
-  ASSERT_NE(::mkdtemp(tmpl.data()), nullptr) << std::strerror(errno);
-  const std::string root = tmpl;
   {
-    UniqueFd cur(::open(root.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC));
+    UniqueFd cur(::open(ws_.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC));
     ASSERT_EQ(::mkdirat(cur.get(), "deep", 0755), 0);
     cur = UniqueFd(::openat(cur.get(), "deep", O_RDONLY | O_DIRECTORY | O_CLOEXEC));
     for (int i = 0; i < kDepth; ++i) {
@@ -567,13 +583,13 @@ TEST(RootedFsDeepTree, RemoveAllHandlesATenThousandDeepTreeWithFewFds) {
       if (i % 1000 == 0) {
         UniqueFd file(::openat(cur.get(), "f", O_CREAT | O_WRONLY | O_CLOEXEC, 0644));
         ASSERT_TRUE(file.valid());
-        ASSERT_EQ(::symlinkat("/", cur.get(), "slash"), 0);
+        ASSERT_EQ(::symlinkat(canary_dir_.c_str(), cur.get(), "out"), 0);
       }
       cur = UniqueFd(::openat(cur.get(), "d", O_RDONLY | O_DIRECTORY | O_CLOEXEC));
       ASSERT_TRUE(cur.valid()) << i;
     }
   }
-  RootedFs f(UniqueFd(::open(root.c_str(), O_PATH | O_DIRECTORY | O_CLOEXEC)), RootMode::kBeneath);
+  auto f = fs();
   // A handful of fds above what is open now: an implementation holding one fd per level fails
   // with EMFILE long before the bottom.
   int open_now = 0;
@@ -586,8 +602,8 @@ TEST(RootedFsDeepTree, RemoveAllHandlesATenThousandDeepTreeWithFewFds) {
   auto s = f.remove_all("deep");
   ASSERT_EQ(::setrlimit(RLIMIT_NOFILE, &old), 0);
   ASSERT_TRUE(s) << s.error().message;
-  EXPECT_EQ(::rmdir(root.c_str()), 0) << "not empty: " << std::strerror(errno);
-  if (HasFailure()) (void)std::system(("rm -rf -- '" + root + "'").c_str());
+  EXPECT_TRUE(names_in(ws_).empty());
+  EXPECT_EQ(names_in(canary_dir_), std::vector<std::string>{"keep.txt"});
 }
 
 TEST_F(RootedFsTest, Rename) {
@@ -613,14 +629,19 @@ TEST_F(RootedFsTest, Rename) {
 
 // ---- races: a directory swapped for a symlink mid-operation ----
 
-// Swaps ws/<a> and ws/<b> with renameat2(RENAME_EXCHANGE) until stopped.
+// Swaps host paths `a` and `b` with renameat2(RENAME_EXCHANGE) until stopped. When one of them
+// is gone (removed by the code under test), `replant` may put it back, up to `replants` times.
 class Exchanger {
  public:
-  Exchanger(std::string a, std::string b) : a_(std::move(a)), b_(std::move(b)) {
-    thread_ = std::thread([this] {
+  Exchanger(std::string a, std::string b, std::function<void()> replant = {}, int replants = 0)
+      : a_(std::move(a)), b_(std::move(b)) {
+    thread_ = std::thread([this, replant = std::move(replant), replants]() mutable {
       while (!stop_.load(std::memory_order_relaxed)) {
         if (::renameat2(AT_FDCWD, a_.c_str(), AT_FDCWD, b_.c_str(), RENAME_EXCHANGE) == 0) {
           swaps_.fetch_add(1, std::memory_order_relaxed);
+        } else if (errno == ENOENT && replant && replants > 0) {
+          --replants;
+          replant();
         }
       }
     });
@@ -688,23 +709,85 @@ TEST_F(RootedFsTest, SymlinkExchangeRaceNeverReadsOutside) {
 }
 
 TEST_F(RootedFsTest, SymlinkExchangeRaceNeverRemovesOutside) {
+  // t/x is a directory and t/y a symlink to the canary dir, swapped all the time; whichever
+  // remove_all deletes is planted again, and t itself is rebuilt for the next round.
   auto f = fs();
-  for (int round = 0; round < 20; ++round) {
-    ASSERT_EQ(::mkdir((ws_ + "/t").c_str(), 0755), 0);
-    for (int i = 0; i < 20; ++i) {
-      const std::string d = ws_ + "/t/x" + std::to_string(i);
-      ASSERT_EQ(::mkdir(d.c_str(), 0755), 0);
-      put(d + "/keep.txt", "inside");
+  const std::string t = ws_ + "/t";
+  auto plant = [&] {
+    if (::mkdir((t + "/x").c_str(), 0755) == 0) {
+      // Through an fd, not the name: "x" may already be the swapped-in symlink.
+      UniqueFd x(::open((t + "/x").c_str(), O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC));
+      if (x) UniqueFd(::openat(x.get(), "inside.txt", O_CREAT | O_WRONLY | O_CLOEXEC, 0644));
     }
-    ASSERT_EQ(::mkdir((ws_ + "/t/x").c_str(), 0755), 0);
-    ASSERT_EQ(::symlink(canary_dir_.c_str(), (ws_ + "/t/y").c_str()), 0);
+    (void)::symlink(canary_dir_.c_str(), (t + "/y").c_str());
+  };
+  int swaps = 0;
+  {
+    Exchanger ex(t + "/x", t + "/y", plant, 20'000);
+    for (int round = 0; round < 500; ++round) {
+      if (!exists(t)) {
+        ASSERT_EQ(::mkdir(t.c_str(), 0755), 0);
+        plant();
+      }
+      auto s = f.remove_all("t");
+      if (!s) {
+        const Code c = s.error().code;
+        EXPECT_TRUE(c == Code::kNotEmpty || c == Code::kNotFound || c == Code::kAccess)
+            << s.error().message;
+      }
+    }
+    swaps = ex.stop();
+  }
+  EXPECT_GT(swaps, 0);
+  EXPECT_EQ(names_in(canary_dir_), std::vector<std::string>{"keep.txt"});
+}
+
+TEST_F(RootedFsDeepTest, RemoveAllDoesNotChaseADirectoryMovedOutside) {
+  // remove_all climbs with "..": if the agent moves the directory being emptied out of the
+  // root, ".." is no longer the directory we came from, and remove_all must stop there instead
+  // of emptying whatever is above the moved directory (here: the canaries).
+  constexpr int kDepth = 3000;
+  constexpr int kWatch = 2000;  // the racing thread holds this level ...
+  constexpr int kGone = 500;    // ... and waits for the level this far below it to be removed
+  bool raced = false;
+  for (int attempt = 0; attempt < 5 && !raced; ++attempt) {
+    const std::string p = ws_ + "/t/p";
+    ASSERT_EQ(std::system(("mkdir -p '" + p + "'").c_str()), 0);
+    UniqueFd watch;
     {
-      Exchanger ex(ws_ + "/t/x", ws_ + "/t/y");
-      (void)f.remove_all("t");  // may be refused mid-way; the canary must survive either way
+      UniqueFd cur(::open(p.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC));
+      for (int i = 0; i < kDepth; ++i) {
+        ASSERT_EQ(::mkdirat(cur.get(), "d", 0755), 0);
+        cur = UniqueFd(::openat(cur.get(), "d", O_RDONLY | O_DIRECTORY | O_CLOEXEC));
+        ASSERT_TRUE(cur.valid());
+        if (i == kWatch) watch = UniqueFd(::dup(cur.get()));
+      }
+    }
+    std::string below;
+    for (int i = 0; i < kGone; ++i) below += i ? "/d" : "d";
+    const std::string moved = base_ + "/moved";
+    std::atomic<bool> done{false};
+    std::atomic<bool> moved_out{false};
+    std::thread racer([&] {
+      struct stat st {};
+      while (!done.load() && ::fstatat(watch.get(), below.c_str(), &st, AT_SYMLINK_NOFOLLOW) == 0) {
+      }
+      if (!done.load() && ::rename(p.c_str(), moved.c_str()) == 0) moved_out = true;
+    });
+    auto s = fs().remove_all("t");
+    done = true;
+    racer.join();
+    if (moved_out) {
+      raced = true;
+      ASSERT_FALSE(s) << "remove_all followed the moved directory";
+      EXPECT_EQ(s.error().code, Code::kAccess) << s.error().message;
     }
     EXPECT_EQ(names_in(canary_dir_), std::vector<std::string>{"keep.txt"});
-    ASSERT_EQ(std::system(("rm -rf -- '" + ws_ + "/t'").c_str()), 0);
+    ASSERT_TRUE(exists(ws_));
+    ASSERT_TRUE(exists(canary_));
+    ASSERT_EQ(std::system(("rm -rf -- '" + moved + "' '" + ws_ + "/t'").c_str()), 0);
   }
+  EXPECT_TRUE(raced) << "the move never landed while remove_all was inside the tree";
 }
 
 }  // namespace

@@ -1,0 +1,245 @@
+// Sessions routes of API.md against the real daemon: create-or-get (201 then 200), scope
+// templates, get, list, delete, the lifecycle routes, and every bad-input answer.
+
+#include <filesystem>
+
+#include "integration/api_test_util.h"
+
+namespace agentbox::testing {
+namespace {
+
+class SessionsApi : public ::testing::Test {
+ protected:
+  Daemon daemon_;
+  Api api_{daemon_};
+};
+
+TEST_F(SessionsApi, CreateIsIdempotentAndReturnsTheSessionObject) {
+  json spec = {{"id", "group_123"},
+               {"limits", {{"memory_mb", 512}, {"max_pids", 64}}},
+               {"network", {{"mode", "none"}}},
+               {"labels", {{"team", "a"}}}};
+  auto first = api_.post("/v1/sessions", spec);
+  ASSERT_EQ(first.status, 201) << first;
+  const json& s = first.body;
+  EXPECT_EQ(s["id"], "group_123");
+  EXPECT_EQ(s["state"], "running");
+  EXPECT_EQ(s["backend"], "host");
+  EXPECT_TRUE(s["workspace"].is_string() && !s["workspace"].get<std::string>().empty());
+  EXPECT_TRUE(is_rfc3339_utc(s["created_at"].get<std::string>())) << s["created_at"];
+  EXPECT_TRUE(is_rfc3339_utc(s["last_used_at"].get<std::string>())) << s["last_used_at"];
+  EXPECT_EQ(s["limits"]["memory_mb"], 512);
+  EXPECT_EQ(s["limits"]["max_pids"], 64);
+  EXPECT_EQ(s["network"]["mode"], "none");
+  EXPECT_EQ(s["labels"]["team"], "a");
+  EXPECT_TRUE(s.contains("uid"));
+
+  // Same id again: 200, the existing session unchanged (its limits were not replaced).
+  auto second = api_.post("/v1/sessions", {{"id", "group_123"}, {"limits", {{"memory_mb", 1}}}});
+  ASSERT_EQ(second.status, 200) << second;
+  EXPECT_EQ(second.body["created_at"], s["created_at"]);
+  EXPECT_EQ(second.body["limits"]["memory_mb"], 512);
+
+  auto got = api_.get("/v1/sessions/group_123");
+  ASSERT_EQ(got.status, 200) << got;
+  EXPECT_EQ(got.body["id"], "group_123");
+  EXPECT_EQ(got.body["labels"]["team"], "a");
+}
+
+TEST_F(SessionsApi, ScopeTemplateRendersTheIdAndMissingVariablesBecomeUnknown) {
+  auto r = api_.post("/v1/sessions",
+                     {{"scope", "{launcher_type}_{launcher_id}"},
+                      {"variables", {{"launcher_type", "group"}, {"launcher_id", "123"}}}});
+  ASSERT_EQ(r.status, 201) << r;
+  EXPECT_EQ(r.body["id"], "group_123");
+
+  auto missing = api_.post("/v1/sessions", {{"scope", "{launcher_type}_{launcher_id}"},
+                                            {"variables", {{"launcher_type", "person"}}}});
+  ASSERT_EQ(missing.status, 201) << missing;
+  EXPECT_EQ(missing.body["id"], "person_unknown");
+
+  // The same scope and variables name the same session.
+  auto again = api_.post("/v1/sessions",
+                         {{"scope", "{launcher_type}_{launcher_id}"},
+                          {"variables", {{"launcher_type", "group"}, {"launcher_id", 123}}}});
+  ASSERT_EQ(again.status, 200) << again;
+  EXPECT_EQ(again.body["id"], "group_123");
+
+  // A template that renders into an invalid id is refused.
+  auto bad = api_.post("/v1/sessions", {{"scope", "{a}/{b}"}, {"variables", {{"a", "x"}}}});
+  EXPECT_EQ(bad.status, 400) << bad;
+  EXPECT_EQ(bad.code(), "EINVAL");
+}
+
+TEST_F(SessionsApi, ListShowsEverySessionAndDeleteRemovesSessionAndWorkspace) {
+  api_.create("a1");
+  api_.create("b2");
+  auto list = api_.get("/v1/sessions");
+  ASSERT_EQ(list.status, 200) << list;
+  ASSERT_TRUE(list.body["sessions"].is_array());
+  std::vector<std::string> ids;
+  for (const auto& s : list.body["sessions"]) ids.push_back(s["id"]);
+  EXPECT_EQ(ids, (std::vector<std::string>{"a1", "b2"}));
+
+  ASSERT_EQ(api_.put(files_target("a1", "f.txt"), "x").status, 200);
+  std::string ws = daemon_.data_dir() + "/workspaces/a1";
+  EXPECT_TRUE(std::filesystem::exists(ws + "/f.txt"));
+
+  auto del = api_.del("/v1/sessions/a1");
+  ASSERT_EQ(del.status, 200) << del;
+  EXPECT_EQ(del.body["id"], "a1");
+  EXPECT_EQ(api_.get("/v1/sessions/a1").status, 404);
+  EXPECT_FALSE(std::filesystem::exists(ws));
+  auto after = api_.get("/v1/sessions");
+  ASSERT_EQ(after.body["sessions"].size(), 1u);
+  EXPECT_EQ(after.body["sessions"][0]["id"], "b2");
+
+  auto again = api_.del("/v1/sessions/a1");
+  EXPECT_EQ(again.status, 404) << again;
+  EXPECT_EQ(again.code(), "ENOENT");
+}
+
+TEST_F(SessionsApi, BadIdsAreRejectedWith400) {
+  for (const std::string id : {"", ".", "..", "../x", "a/b", "a b", std::string(129, 'a'),
+                               "semi;colon"}) {
+    auto r = api_.post("/v1/sessions", {{"id", id}});
+    EXPECT_EQ(r.status, 400) << "id '" << id << "': " << r;
+    EXPECT_EQ(r.code(), "EINVAL") << id;
+  }
+  EXPECT_EQ(api_.post("/v1/sessions", {{"id", std::string(128, 'a')}}).status, 201);
+
+  for (const std::string path : {"/v1/sessions/a%20b", "/v1/sessions/..", "/v1/sessions/a%2Fb",
+                                 "/v1/sessions/%2e%2e/exec"}) {
+    auto r = api_.get(path);
+    EXPECT_EQ(r.status, 400) << path << ": " << r;
+    EXPECT_EQ(r.code(), "EINVAL") << path;
+  }
+  auto ex = api_.post("/v1/sessions/bad%20id/exec", {{"command", "true"}});
+  EXPECT_EQ(ex.status, 400) << ex;
+}
+
+TEST_F(SessionsApi, MalformedBodiesNameTheBadField) {
+  auto not_json = api_.call("POST", "/v1/sessions", "{\"id\": ");
+  EXPECT_EQ(not_json.status, 400) << not_json;
+  EXPECT_EQ(not_json.code(), "EINVAL");
+  EXPECT_NE(not_json.message().find("JSON"), std::string::npos) << not_json;
+
+  auto array = api_.call("POST", "/v1/sessions", "[1,2]");
+  EXPECT_EQ(array.status, 400) << array;
+
+  auto missing = api_.post("/v1/sessions", json::object());
+  EXPECT_EQ(missing.status, 400) << missing;
+  EXPECT_NE(missing.message().find("'id'"), std::string::npos) << missing;
+
+  auto wrong_type = api_.post("/v1/sessions", {{"id", 5}});
+  EXPECT_EQ(wrong_type.status, 400);
+  EXPECT_NE(wrong_type.message().find("field 'id' must be a string"), std::string::npos)
+      << wrong_type;
+
+  auto limits = api_.post("/v1/sessions", {{"id", "x"}, {"limits", {{"memory_mb", "lots"}}}});
+  EXPECT_EQ(limits.status, 400);
+  EXPECT_NE(limits.message().find("'limits.memory_mb'"), std::string::npos) << limits;
+
+  auto negative = api_.post("/v1/sessions", {{"id", "x"}, {"limits", {{"max_pids", -1}}}});
+  EXPECT_EQ(negative.status, 400);
+  EXPECT_NE(negative.message().find("'limits.max_pids'"), std::string::npos) << negative;
+
+  auto net = api_.post("/v1/sessions", {{"id", "x"}, {"network", {{"mode", "everything"}}}});
+  EXPECT_EQ(net.status, 400);
+  EXPECT_NE(net.message().find("'network.mode'"), std::string::npos) << net;
+
+  auto labels = api_.post("/v1/sessions", {{"id", "x"}, {"labels", {{"k", 1}}}});
+  EXPECT_EQ(labels.status, 400);
+  EXPECT_NE(labels.message().find("'labels.k'"), std::string::npos) << labels;
+
+  auto mounts = api_.post("/v1/sessions", {{"id", "x"}, {"mounts", {{{"host_path", "/srv"}}}}});
+  EXPECT_EQ(mounts.status, 400);
+  EXPECT_NE(mounts.message().find("'mounts[0].mount_path'"), std::string::npos) << mounts;
+
+  // Unknown fields are ignored; none of the bad requests above created "x".
+  EXPECT_EQ(api_.get("/v1/sessions/x").status, 404);
+  auto extra = api_.post("/v1/sessions", {{"id", "x"}, {"colour", "blue"}});
+  EXPECT_EQ(extra.status, 201) << extra;
+}
+
+TEST_F(SessionsApi, UnknownSessionIs404OnEverySessionRoute) {
+  const std::string s = "/v1/sessions/nobody";
+  struct Case {
+    std::string method;
+    std::string target;
+    std::string body;
+  };
+  std::vector<Case> cases = {
+      {"GET", s, ""},
+      {"DELETE", s, ""},
+      {"POST", s + "/suspend", ""},
+      {"POST", s + "/resume", ""},
+      {"POST", s + "/keepalive", ""},
+      {"POST", s + "/health", ""},
+      {"POST", s + "/repair", ""},
+      {"GET", s + "/pty?cols=80&rows=24", ""},
+      {"GET", s + "/files?path=a.txt", ""},
+      {"PUT", s + "/files?path=a.txt", "data"},
+      {"DELETE", s + "/files?path=a.txt", ""},
+      {"GET", s + "/stat?path=a.txt", ""},
+      {"GET", s + "/dir?path=.", ""},
+      {"POST", s + "/mkdir", R"({"path":"d"})"},
+      {"POST", s + "/rename", R"({"from":"a","to":"b"})"},
+  };
+  for (const auto& c : cases) {
+    auto r = api_.call(c.method, c.target, c.body);
+    EXPECT_EQ(r.status, 404) << c.method << " " << c.target << ": " << r;
+    EXPECT_EQ(r.code(), "ENOENT") << c.method << " " << c.target;
+  }
+  // None of them created it.
+  EXPECT_EQ(api_.get("/v1/sessions").body["sessions"].size(), 0u);
+}
+
+TEST_F(SessionsApi, LifecycleRoutes) {
+  api_.create("life");
+  auto keep = api_.post("/v1/sessions/life/keepalive", json::object());
+  ASSERT_EQ(keep.status, 200) << keep;
+  EXPECT_EQ(keep.body["id"], "life");
+  EXPECT_EQ(keep.body["state"], "running");
+
+  auto resume = api_.call("POST", "/v1/sessions/life/resume");
+  ASSERT_EQ(resume.status, 200) << resume;
+  EXPECT_EQ(resume.body["id"], "life");
+
+  auto health = api_.call("POST", "/v1/sessions/life/health");
+  ASSERT_EQ(health.status, 200) << health;
+  EXPECT_EQ(health.body["healthy"], true);
+  ASSERT_TRUE(health.body["checks"].is_array());
+  ASSERT_FALSE(health.body["checks"].empty());
+  for (const auto& c : health.body["checks"]) {
+    EXPECT_TRUE(c.contains("name") && c.contains("ok") && c.contains("detail")) << c;
+  }
+
+  // Not in this version: a clear EINVAL, never a 500.
+  for (const std::string route : {"suspend", "repair"}) {
+    auto r = api_.call("POST", "/v1/sessions/life/" + route);
+    EXPECT_EQ(r.status, 422) << route << ": " << r;
+    EXPECT_EQ(r.code(), "EINVAL");
+    EXPECT_NE(r.message().find("not implemented"), std::string::npos) << r;
+  }
+  auto archive = api_.del("/v1/sessions/life?archive=true");
+  EXPECT_EQ(archive.status, 422) << archive;
+  EXPECT_EQ(archive.code(), "EINVAL");
+  EXPECT_EQ(api_.get("/v1/sessions/life").status, 200);  // still there
+
+  // restore: 409 when the session exists, 400 without an archive, 422 otherwise (for now).
+  auto exists = api_.post("/v1/sessions/life/restore", {{"archive", "/tmp/x.tar.zst"}});
+  EXPECT_EQ(exists.status, 409) << exists;
+  EXPECT_EQ(exists.code(), "EEXIST");
+  auto no_archive = api_.post("/v1/sessions/fresh/restore", json::object());
+  EXPECT_EQ(no_archive.status, 400) << no_archive;
+  EXPECT_NE(no_archive.message().find("'archive'"), std::string::npos);
+  auto fresh = api_.post("/v1/sessions/fresh/restore", {{"archive", "/tmp/x.tar.zst"}});
+  EXPECT_EQ(fresh.status, 422) << fresh;
+
+  auto pty = api_.get("/v1/sessions/life/pty?cols=80&rows=24&command=bash");
+  EXPECT_EQ(pty.status, 422) << pty;
+}
+
+}  // namespace
+}  // namespace agentbox::testing

@@ -1,0 +1,538 @@
+// The agentbox CLI end to end: the real binary ($AGENTBOX_BIN_DIR/agentbox) as a subprocess
+// against the real daemon (host backend, port 0, temp data dir). Asserts what a person at a
+// terminal sees: stdout, stderr, exit codes, and the bytes that land in the workspace.
+
+#include <fcntl.h>
+#include <poll.h>
+#include <signal.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <gtest/gtest.h>
+
+#include <chrono>
+#include <cstdlib>
+#include <cstring>
+#include <filesystem>
+#include <fstream>
+#include <memory>
+#include <nlohmann/json.hpp>
+#include <random>
+#include <sstream>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "common/unique_fd.h"
+#include "integration/daemon.h"
+
+namespace agentbox {
+namespace {
+
+namespace fs = std::filesystem;
+using json = nlohmann::json;
+using Clock = std::chrono::steady_clock;
+
+extern "C" char** environ;
+
+std::string cli_binary() {
+  const char* dir = std::getenv("AGENTBOX_BIN_DIR");
+  return std::string(dir && *dir ? dir : "build/bin") + "/agentbox";
+}
+
+std::string read_file(const std::string& path) {
+  std::ifstream f(path, std::ios::binary);
+  std::stringstream ss;
+  ss << f.rdbuf();
+  return ss.str();
+}
+
+void write_file(const std::string& path, const std::string& data) {
+  std::ofstream f(path, std::ios::binary | std::ios::trunc);
+  f << data;
+}
+
+std::string random_bytes(std::size_t n, unsigned seed) {
+  std::mt19937_64 rng(seed);
+  std::string out(n, '\0');
+  for (std::size_t i = 0; i < n; i += 8) {
+    std::uint64_t v = rng();
+    std::memcpy(out.data() + i, &v, std::min<std::size_t>(8, n - i));
+  }
+  return out;
+}
+
+// One run of the CLI: its own stdin, stdout and stderr pipes, and an environment with the
+// caller's AGENTBOX_* variables replaced by `env`.
+class CliProcess {
+ public:
+  CliProcess(const std::vector<std::string>& args, const std::vector<std::string>& env,
+             std::string stdin_data) {
+    std::vector<std::string> argv = {cli_binary()};
+    argv.insert(argv.end(), args.begin(), args.end());
+    std::vector<std::string> envv;
+    for (char** e = environ; *e; ++e) {
+      if (std::strncmp(*e, "AGENTBOX_URL=", 13) != 0 && std::strncmp(*e, "AGENTBOX_TOKEN=", 15)) {
+        envv.emplace_back(*e);
+      }
+    }
+    envv.insert(envv.end(), env.begin(), env.end());
+    std::vector<char*> cargv, cenv;
+    for (auto& a : argv) cargv.push_back(a.data());
+    cargv.push_back(nullptr);
+    for (auto& e : envv) cenv.push_back(e.data());
+    cenv.push_back(nullptr);
+
+    int in[2], out[2], err[2];
+    if (pipe2(in, O_CLOEXEC) || pipe2(out, O_CLOEXEC) || pipe2(err, O_CLOEXEC)) {
+      throw std::runtime_error("pipe2 failed");
+    }
+    pid_ = fork();
+    if (pid_ < 0) throw std::runtime_error("fork failed");
+    if (pid_ == 0) {
+      dup2(in[0], 0);
+      dup2(out[1], 1);
+      dup2(err[1], 2);
+      execve(cargv[0], cargv.data(), cenv.data());
+      _exit(127);
+    }
+    close(in[0]);
+    close(out[1]);
+    close(err[1]);
+    stdin_ = UniqueFd(in[1]);
+    stdout_ = UniqueFd(out[0]);
+    stderr_ = UniqueFd(err[0]);
+    // Small inputs are written at once; big ones by a thread so the child can drain them.
+    writer_ = std::thread([fd = std::move(stdin_), data = std::move(stdin_data)]() mutable {
+      std::string_view rest = data;
+      signal(SIGPIPE, SIG_IGN);
+      while (!rest.empty()) {
+        ssize_t n = write(fd.get(), rest.data(), rest.size());
+        if (n <= 0) break;
+        rest.remove_prefix(static_cast<std::size_t>(n));
+      }
+    });
+  }
+  ~CliProcess() {
+    if (pid_ > 0 && !status_) {
+      kill(pid_, SIGKILL);
+      wait();
+    }
+    if (writer_.joinable()) writer_.join();
+  }
+
+  // Reads whatever is available on stdout/stderr, waiting up to `ms`. False once both closed.
+  bool pump(int ms) {
+    pollfd fds[2] = {{stdout_.get(), POLLIN, 0}, {stderr_.get(), POLLIN, 0}};
+    int nfds = 0;
+    for (auto& p : fds) {
+      if (p.fd >= 0) ++nfds;
+      else p.events = 0;
+    }
+    if (nfds == 0) return false;
+    if (poll(fds, 2, ms) <= 0) return true;
+    char buf[65536];
+    for (int i = 0; i < 2; ++i) {
+      if (fds[i].fd < 0 || !(fds[i].revents & (POLLIN | POLLHUP | POLLERR))) continue;
+      ssize_t n = read(fds[i].fd, buf, sizeof buf);
+      if (n > 0) {
+        (i == 0 ? out_ : err_).append(buf, static_cast<std::size_t>(n));
+      } else {
+        (i == 0 ? stdout_ : stderr_).reset();
+      }
+    }
+    return true;
+  }
+
+  // Pumps until stdout contains `needle` (true) or the deadline passes / output ends (false).
+  bool wait_for_stdout(const std::string& needle, std::chrono::seconds limit) {
+    auto deadline = Clock::now() + limit;
+    while (out_.find(needle) == std::string::npos) {
+      if (Clock::now() > deadline || !pump(100)) return out_.find(needle) != std::string::npos;
+    }
+    return true;
+  }
+
+  bool running() {
+    if (status_) return false;
+    int st = 0;
+    if (waitpid(pid_, &st, WNOHANG) == pid_) {
+      status_ = WIFEXITED(st) ? WEXITSTATUS(st) : 128 + WTERMSIG(st);
+      return false;
+    }
+    return true;
+  }
+
+  // Drains the output and returns the exit status (the test fails after 120 s).
+  int wait() {
+    auto deadline = Clock::now() + std::chrono::seconds(120);
+    while (pump(100)) {
+      if (Clock::now() > deadline) {
+        ADD_FAILURE() << "agentbox did not finish in time";
+        kill(pid_, SIGKILL);
+        break;
+      }
+    }
+    if (!status_) {
+      int st = 0;
+      waitpid(pid_, &st, 0);
+      status_ = WIFEXITED(st) ? WEXITSTATUS(st) : 128 + WTERMSIG(st);
+    }
+    return *status_;
+  }
+
+  const std::string& out() const { return out_; }
+  const std::string& err() const { return err_; }
+
+ private:
+  pid_t pid_ = -1;
+  std::optional<int> status_;
+  UniqueFd stdin_, stdout_, stderr_;
+  std::thread writer_;
+  std::string out_, err_;
+};
+
+struct CliRun {
+  int code = -1;
+  std::string out;
+  std::string err;
+};
+
+std::ostream& operator<<(std::ostream& os, const CliRun& r) {
+  return os << "exit " << r.code << "\n--- stdout:\n"
+            << r.out.substr(0, 2000) << "\n--- stderr:\n"
+            << r.err.substr(0, 2000);
+}
+
+class CliTest : public ::testing::Test {
+ protected:
+  static void SetUpTestSuite() { daemon_ = new Daemon(); }
+  static void TearDownTestSuite() {
+    delete daemon_;
+    daemon_ = nullptr;
+  }
+
+  // Runs `agentbox --server URL args...` to completion.
+  static CliRun cli(const std::vector<std::string>& args, std::string stdin_data = {},
+                 std::vector<std::string> env = {}) {
+    std::vector<std::string> full = {"--server", daemon_->url()};
+    full.insert(full.end(), args.begin(), args.end());
+    CliProcess p(full, env, std::move(stdin_data));
+    CliRun r;
+    r.code = p.wait();
+    r.out = p.out();
+    r.err = p.err();
+    return r;
+  }
+
+  static std::string workspace(const std::string& id) {
+    return daemon_->data_dir() + "/workspaces/" + id;
+  }
+  std::string local_dir() {
+    std::string d = daemon_->temp_dir() + "/local-" +
+                    ::testing::UnitTest::GetInstance()->current_test_info()->name();
+    fs::create_directories(d);
+    return d;
+  }
+
+  static Daemon* daemon_;
+};
+
+Daemon* CliTest::daemon_ = nullptr;
+
+TEST_F(CliTest, SessionCreateLsShowRm) {
+  CliRun c = cli({"session", "create", "cli-s1", "--label", "team=a", "--env", "FOO=bar",
+               "--memory-mb", "256"});
+  ASSERT_EQ(c.code, 0) << c;
+  json j = json::parse(c.out, nullptr, false);
+  ASSERT_TRUE(j.is_object()) << c;
+  EXPECT_EQ(j["id"], "cli-s1");
+  EXPECT_EQ(j["state"], "running");
+  EXPECT_EQ(j["labels"]["team"], "a");
+  EXPECT_EQ(j["limits"]["memory_mb"], 256);
+  EXPECT_TRUE(fs::is_directory(workspace("cli-s1")));
+
+  // Idempotent: the same id again is the same session.
+  CliRun again = cli({"session", "create", "cli-s1", "-q"});
+  ASSERT_EQ(again.code, 0) << again;
+  EXPECT_EQ(again.out, "cli-s1\n");
+
+  CliRun ls = cli({"session", "ls"});
+  ASSERT_EQ(ls.code, 0) << ls;
+  std::istringstream lines(ls.out);
+  std::string header, row;
+  std::getline(lines, header);
+  for (const char* col : {"ID", "STATE", "BACKEND", "UID", "CREATED", "LAST-USED", "LABELS"}) {
+    EXPECT_NE(header.find(col), std::string::npos) << header;
+  }
+  bool found = false;
+  while (std::getline(lines, row)) {
+    if (row.rfind("cli-s1 ", 0) == 0) {
+      found = true;
+      EXPECT_NE(row.find("running"), std::string::npos) << row;
+      EXPECT_NE(row.find("host"), std::string::npos) << row;
+      EXPECT_NE(row.find("team=a"), std::string::npos) << row;
+    }
+  }
+  EXPECT_TRUE(found) << ls;
+
+  CliRun show = cli({"session", "show", "cli-s1"});
+  ASSERT_EQ(show.code, 0) << show;
+  EXPECT_EQ(json::parse(show.out, nullptr, false)["id"], "cli-s1") << show;
+
+  CliRun rm = cli({"session", "rm", "cli-s1"});
+  ASSERT_EQ(rm.code, 0) << rm;
+  EXPECT_FALSE(fs::exists(workspace("cli-s1")));
+  CliRun gone = cli({"session", "show", "cli-s1"});
+  EXPECT_EQ(gone.code, 1) << gone;
+  EXPECT_EQ(gone.err.rfind("agentbox: ENOENT: ", 0), 0u) << gone;
+  EXPECT_NE(gone.err.find("cli-s1"), std::string::npos) << gone;
+  EXPECT_TRUE(gone.out.empty());
+}
+
+TEST_F(CliTest, SessionCreateFromScopeTemplate) {
+  CliRun c = cli({"session", "create", "--scope", "{launcher_type}_{launcher_id}", "--var",
+               "launcher_type=group", "-q"});
+  ASSERT_EQ(c.code, 0) << c;
+  EXPECT_EQ(c.out, "group_unknown\n");
+  EXPECT_EQ(cli({"session", "rm", "group_unknown"}).code, 0);
+}
+
+TEST_F(CliTest, BadInputIsAnErrorOrAUsageError) {
+  CliRun bad_id = cli({"session", "create", "no/slashes"});
+  EXPECT_EQ(bad_id.code, 1) << bad_id;
+  EXPECT_EQ(bad_id.err.rfind("agentbox: EINVAL: ", 0), 0u) << bad_id;
+
+  // Usage errors exit 2 and never reach the server.
+  for (std::vector<std::string> args :
+       {std::vector<std::string>{"session", "create"}, {"exec"}, {"cp", "a", "b"},
+        {"nosuchcommand"}, {"cat", "nocolon"}, {"session", "create", "x", "--var", "novalue"},
+        {"exec", "s", "--timeout", "soon", "--", "true"}}) {
+    CliRun r = cli(args);
+    EXPECT_EQ(r.code, 2) << ::testing::PrintToString(args) << "\n" << r;
+  }
+  CliRun help = cli({"--help"});
+  EXPECT_EQ(help.code, 0);
+  EXPECT_NE(help.out.find("exec"), std::string::npos);
+}
+
+TEST_F(CliTest, ExecPropagatesExitCodeAndSplitsStreams) {
+  CliRun r = cli({"exec", "cli-exec", "--", "sh", "-c", "echo out; echo err >&2; exit 3"});
+  EXPECT_EQ(r.code, 3) << r;
+  EXPECT_EQ(r.out, "out\n");
+  EXPECT_EQ(r.err, "err\n");
+
+  CliRun ok = cli({"exec", "cli-exec", "--", "true"});
+  EXPECT_EQ(ok.code, 0) << ok;
+  CliRun missing = cli({"exec", "cli-exec", "--", "/no/such/binary"});
+  EXPECT_EQ(missing.code, 127) << missing;
+  CliRun sig = cli({"exec", "cli-exec", "--", "sh", "-c", "kill -TERM $$"});
+  EXPECT_EQ(sig.code, 128 + SIGTERM) << sig;
+  CliRun shell = cli({"exec", "cli-exec", "-c", "echo $((6*7)) | tr 4 X"});
+  EXPECT_EQ(shell.code, 0) << shell;
+  EXPECT_EQ(shell.out, "X2\n");
+}
+
+TEST_F(CliTest, ExecEnvCwdStdinAndTimeout) {
+  ASSERT_EQ(cli({"mkdir", "cli-env:/workspace/sub"}).code, 0);
+  CliRun env = cli({"exec", "cli-env", "--env", "GREETING=hi there", "--cwd", "/workspace/sub", "--",
+                 "sh", "-c", "echo \"$GREETING\"; basename \"$PWD\""});
+  EXPECT_EQ(env.code, 0) << env;
+  EXPECT_EQ(env.out, "hi there\nsub\n");
+
+  CliRun in = cli({"exec", "cli-env", "-i", "--", "wc", "-c"}, std::string(1000, 'x'));
+  EXPECT_EQ(in.code, 0) << in;
+  EXPECT_EQ(in.out.substr(in.out.find_first_not_of(' ')), "1000\n");
+
+  CliRun slow = cli({"exec", "cli-env", "--timeout", "1", "--", "sleep", "30"});
+  EXPECT_EQ(slow.code, 124) << slow;
+  EXPECT_NE(slow.err.find("ETIMEDOUT"), std::string::npos) << slow;
+}
+
+TEST_F(CliTest, ExecStreamsOutputLive) {
+  // The command prints, then waits for a file the test creates only after it has seen that
+  // output: it can only finish if the first line reached us while it was still running.
+  ASSERT_EQ(cli({"session", "create", "cli-live", "-q"}).code, 0);
+  std::vector<std::string> args = {
+      "--server", daemon_->url(), "exec", "cli-live", "--",
+      "sh",       "-c",
+      "echo first; echo to-stderr >&2; i=0; while [ ! -e go ] && [ $i -lt 600 ]; do sleep 0.1; "
+      "i=$((i+1)); done; echo second"};
+  CliProcess p(args, {}, "");
+  ASSERT_TRUE(p.wait_for_stdout("first\n", std::chrono::seconds(60))) << p.err();
+  EXPECT_TRUE(p.running());
+  EXPECT_EQ(p.out().find("second"), std::string::npos);
+  write_file(workspace("cli-live") + "/go", "");
+  EXPECT_EQ(p.wait(), 0) << p.err();
+  EXPECT_EQ(p.out(), "first\nsecond\n");
+  EXPECT_EQ(p.err(), "to-stderr\n");
+}
+
+TEST_F(CliTest, CopyBigBinaryFileBothWays) {
+  std::string dir = local_dir();
+  std::string data = random_bytes(5 * 1000 * 1000 + 17, 42);
+  data[100] = '\0';
+  data[101] = '\n';
+  write_file(dir + "/big.bin", data);
+  chmod((dir + "/big.bin").c_str(), 0750);
+
+  CliRun up = cli({"cp", dir + "/big.bin", "cli-cp:/workspace/in/big.bin", "-p"});
+  EXPECT_EQ(up.code, 1) << up;  // no such session yet: cp does not create one
+  EXPECT_EQ(up.err.rfind("agentbox: ENOENT: ", 0), 0u) << up;
+
+  ASSERT_EQ(cli({"session", "create", "cli-cp", "-q"}).code, 0);
+  up = cli({"cp", "-p", dir + "/big.bin", "cli-cp:/workspace/in/big.bin"});
+  ASSERT_EQ(up.code, 0) << up;
+  EXPECT_TRUE(up.out.empty());
+  EXPECT_TRUE(read_file(workspace("cli-cp") + "/in/big.bin") == data);
+  struct stat st {};
+  ASSERT_EQ(stat((workspace("cli-cp") + "/in/big.bin").c_str(), &st), 0);
+  EXPECT_EQ(st.st_mode & 0777, 0750u);  // the local mode travels, like cp
+
+  CliRun down = cli({"cp", "cli-cp:/workspace/in/big.bin", dir + "/back.bin"});
+  ASSERT_EQ(down.code, 0) << down;
+  std::string back = read_file(dir + "/back.bin");
+  EXPECT_EQ(back.size(), data.size());
+  EXPECT_TRUE(back == data);
+
+  // Into an existing directory, the name is kept; relative paths are under /workspace.
+  fs::create_directories(dir + "/into");
+  ASSERT_EQ(cli({"cp", "cli-cp:in/big.bin", dir + "/into"}).code, 0);
+  EXPECT_TRUE(read_file(dir + "/into/big.bin") == data);
+  ASSERT_EQ(cli({"cp", dir + "/big.bin", "cli-cp:/workspace/in"}).code, 0);
+  ASSERT_EQ(cli({"cp", dir + "/big.bin", "cli-cp:/workspace/in/"}).code, 0);
+
+  // '-' is stdin and stdout, also for binary data.
+  CliRun from_stdin = cli({"cp", "-", "cli-cp:/workspace/piped.bin"}, data);
+  ASSERT_EQ(from_stdin.code, 0) << from_stdin;
+  EXPECT_TRUE(read_file(workspace("cli-cp") + "/piped.bin") == data);
+  CliRun to_stdout = cli({"cp", "cli-cp:/workspace/piped.bin", "-"});
+  ASSERT_EQ(to_stdout.code, 0) << to_stdout.err;
+  EXPECT_TRUE(to_stdout.out == data);
+  // No progress bar when stderr is not a terminal.
+  EXPECT_TRUE(to_stdout.err.empty()) << to_stdout.err;
+}
+
+TEST_F(CliTest, CopyErrorsNameWhatIsWrong) {
+  std::string dir = local_dir();
+  ASSERT_EQ(cli({"session", "create", "cli-cperr", "-q"}).code, 0);
+  CliRun missing = cli({"cp", "cli-cperr:/workspace/nope.txt", dir + "/x"});
+  EXPECT_EQ(missing.code, 1) << missing;
+  EXPECT_EQ(missing.err.rfind("agentbox: ENOENT: ", 0), 0u) << missing;
+  EXPECT_NE(missing.err.find("nope.txt"), std::string::npos) << missing;
+  EXPECT_FALSE(fs::exists(dir + "/x"));
+  EXPECT_TRUE(fs::is_empty(dir));  // no temp file left behind
+
+  CliRun no_parent = cli({"cp", "-", "cli-cperr:/workspace/a/b/c.txt"}, "x");
+  EXPECT_EQ(no_parent.code, 1) << no_parent;
+  EXPECT_EQ(no_parent.err.rfind("agentbox: ENOENT: ", 0), 0u) << no_parent;
+
+  CliRun escape = cli({"cp", "-", "cli-cperr:/workspace/../../etc/x"}, "x");
+  EXPECT_EQ(escape.code, 1) << escape;
+  EXPECT_EQ(escape.err.rfind("agentbox: EACCES: ", 0), 0u) << escape;
+
+  CliRun local_missing = cli({"cp", dir + "/not-here", "cli-cperr:/workspace/x"});
+  EXPECT_EQ(local_missing.code, 1) << local_missing;
+  EXPECT_NE(local_missing.err.find("not-here"), std::string::npos) << local_missing;
+}
+
+TEST_F(CliTest, CatLsRmMkdir) {
+  ASSERT_EQ(cli({"session", "create", "cli-fs", "-q"}).code, 0);
+  ASSERT_EQ(cli({"mkdir", "cli-fs:/workspace/a/b/c"}).code, 0);
+  EXPECT_TRUE(fs::is_directory(workspace("cli-fs") + "/a/b/c"));
+  ASSERT_EQ(cli({"cp", "-", "cli-fs:/workspace/a/hello.txt"}, "hello\nworld\n").code, 0);
+
+  CliRun cat = cli({"cat", "cli-fs:/workspace/a/hello.txt"});
+  EXPECT_EQ(cat.code, 0) << cat;
+  EXPECT_EQ(cat.out, "hello\nworld\n");
+
+  CliRun ls = cli({"ls", "cli-fs:/workspace/a"});
+  EXPECT_EQ(ls.code, 0) << ls;
+  EXPECT_EQ(ls.out, "b/\nhello.txt\n");
+  CliRun ls_ws = cli({"ls", "cli-fs"});
+  EXPECT_EQ(ls_ws.code, 0) << ls_ws;
+  EXPECT_EQ(ls_ws.out, "a/\n");
+  CliRun ls_long = cli({"ls", "-l", "cli-fs:a"});
+  EXPECT_EQ(ls_long.code, 0) << ls_long;
+  EXPECT_NE(ls_long.out.find("drwx"), std::string::npos) << ls_long;
+  EXPECT_NE(ls_long.out.find(" 12 "), std::string::npos) << ls_long;  // hello.txt's size
+  CliRun ls_file = cli({"ls", "cli-fs:/workspace/a/hello.txt"});
+  EXPECT_EQ(ls_file.code, 0) << ls_file;
+  EXPECT_NE(ls_file.out.find("hello.txt"), std::string::npos) << ls_file;
+
+  CliRun not_empty = cli({"rm", "cli-fs:/workspace/a"});
+  EXPECT_EQ(not_empty.code, 1) << not_empty;
+  EXPECT_EQ(not_empty.err.rfind("agentbox: ENOTEMPTY: ", 0), 0u) << not_empty;
+  EXPECT_TRUE(fs::exists(workspace("cli-fs") + "/a/hello.txt"));
+
+  EXPECT_EQ(cli({"rm", "cli-fs:/workspace/a/hello.txt"}).code, 0);
+  EXPECT_FALSE(fs::exists(workspace("cli-fs") + "/a/hello.txt"));
+  EXPECT_EQ(cli({"rm", "-r", "cli-fs:/workspace/a"}).code, 0);
+  EXPECT_FALSE(fs::exists(workspace("cli-fs") + "/a"));
+
+  CliRun cat_missing = cli({"cat", "cli-fs:/workspace/x"});
+  EXPECT_EQ(cat_missing.code, 1) << cat_missing;
+  EXPECT_EQ(cat_missing.err.rfind("agentbox: ENOENT: ", 0), 0u) << cat_missing;
+  EXPECT_NE(cat_missing.err.find("/workspace/x"), std::string::npos) << cat_missing;
+  EXPECT_TRUE(cat_missing.out.empty());
+
+  CliRun rm_ws = cli({"rm", "-r", "cli-fs:/workspace"});
+  EXPECT_EQ(rm_ws.code, 1) << rm_ws;
+  EXPECT_EQ(rm_ws.err.rfind("agentbox: EACCES: ", 0), 0u) << rm_ws;
+}
+
+TEST_F(CliTest, UnknownSessionIsENOENTEverywhere) {
+  for (std::vector<std::string> args :
+       {std::vector<std::string>{"session", "show", "cli-none"}, {"session", "rm", "cli-none"},
+        {"cat", "cli-none:/workspace/x"}, {"ls", "cli-none"}, {"rm", "cli-none:/workspace/x"},
+        {"mkdir", "cli-none:/workspace/x"}}) {
+    CliRun r = cli(args);
+    EXPECT_EQ(r.code, 1) << ::testing::PrintToString(args) << "\n" << r;
+    EXPECT_EQ(r.err.rfind("agentbox: ENOENT: ", 0), 0u) << r;
+  }
+}
+
+TEST_F(CliTest, ServerFromEnvironmentAndUnreachableServer) {
+  // AGENTBOX_URL replaces --server.
+  CliProcess p({"session", "ls"}, {"AGENTBOX_URL=" + daemon_->url()}, "");
+  EXPECT_EQ(p.wait(), 0) << p.err();
+  EXPECT_EQ(p.out().rfind("ID", 0), 0u) << p.out();
+
+  // Nothing listens on this port (a daemon that has stopped).
+  Daemon stopped;
+  std::string url = stopped.url();
+  stopped.stop();
+  CliProcess down({"--server", url, "session", "ls"}, {}, "");
+  EXPECT_EQ(down.wait(), 1);
+  EXPECT_EQ(down.err().rfind("agentbox: EUNAVAILABLE: ", 0), 0u) << down.err();
+}
+
+TEST(CliAuthTest, TokenFromFlagOrEnvironment) {
+  Daemon d({"--token", "s3cret"});
+  CliProcess none({"--server", d.url(), "session", "ls"}, {}, "");
+  EXPECT_EQ(none.wait(), 1);
+  EXPECT_EQ(none.err().rfind("agentbox: EUNAUTHORIZED: ", 0), 0u) << none.err();
+
+  CliProcess wrong({"--server", d.url(), "--token", "nope", "session", "ls"}, {}, "");
+  EXPECT_EQ(wrong.wait(), 1);
+  EXPECT_EQ(wrong.err().rfind("agentbox: EUNAUTHORIZED: ", 0), 0u) << wrong.err();
+
+  CliProcess flag({"--server", d.url(), "--token", "s3cret", "session", "create", "tok", "-q"},
+                  {}, "");
+  EXPECT_EQ(flag.wait(), 0) << flag.err();
+  EXPECT_EQ(flag.out(), "tok\n");
+
+  CliProcess env({"exec", "tok", "--", "echo", "via-env"},
+                 {"AGENTBOX_URL=" + d.url(), "AGENTBOX_TOKEN=s3cret"}, "");
+  EXPECT_EQ(env.wait(), 0) << env.err();
+  EXPECT_EQ(env.out(), "via-env\n");
+
+  // The flag wins over the environment.
+  CliProcess both({"--token", "s3cret", "session", "ls"},
+                  {"AGENTBOX_URL=" + d.url(), "AGENTBOX_TOKEN=wrong"}, "");
+  EXPECT_EQ(both.wait(), 0) << both.err();
+}
+
+}  // namespace
+}  // namespace agentbox

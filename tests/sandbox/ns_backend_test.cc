@@ -1,0 +1,443 @@
+// The ns backend through the Sandbox interface, on real boxes: identity, isolation, the file API,
+// timeouts and kills, background jobs, limits, death with the daemon. Runs as root; never skips.
+#include "sandbox/ns_backend.h"
+
+#include <dirent.h>
+#include <fcntl.h>
+#include <signal.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <boost/asio/co_spawn.hpp>
+#include <boost/asio/io_context.hpp>
+#include <chrono>
+#include <cstdlib>
+#include <filesystem>
+#include <fstream>
+#include <gtest/gtest.h>
+#include <optional>
+#include <sstream>
+#include <thread>
+
+namespace agentbox::sandbox {
+namespace {
+
+namespace fs = std::filesystem;
+using namespace std::chrono_literals;
+
+std::string bin_dir() {
+  if (const char* dir = std::getenv("AGENTBOX_BIN_DIR")) return dir;
+  return (fs::read_symlink("/proc/self/exe").parent_path().parent_path() / "bin").string();
+}
+
+std::string slurp(const std::string& path) {
+  std::ifstream f(path, std::ios::binary);
+  std::stringstream ss;
+  ss << f.rdbuf();
+  return ss.str();
+}
+
+// "Key:" value of /proc/<pid>/status, "" if absent.
+std::string status_field(const std::string& pid, const std::string& key) {
+  std::istringstream in(slurp("/proc/" + pid + "/status"));
+  std::string line;
+  while (std::getline(in, line)) {
+    if (line.rfind(key + ":", 0) == 0) return line.substr(key.size() + 2);
+  }
+  return "";
+}
+
+// Host pids (not zombies) whose real uid is `uid`.
+std::vector<pid_t> host_pids_of_uid(uid_t uid) {
+  std::vector<pid_t> out;
+  DIR* d = ::opendir("/proc");
+  while (dirent* e = ::readdir(d)) {
+    if (e->d_name[0] < '0' || e->d_name[0] > '9') continue;
+    std::string uids = status_field(e->d_name, "Uid");
+    std::string state = status_field(e->d_name, "State");
+    if (uids.empty() || state.rfind("Z", 0) == 0) continue;
+    if (static_cast<uid_t>(std::stoul(uids)) == uid) out.push_back(std::atoi(e->d_name));
+  }
+  ::closedir(d);
+  return out;
+}
+
+bool wait_no_pids_of_uid(uid_t uid, std::chrono::milliseconds limit) {
+  auto end = std::chrono::steady_clock::now() + limit;
+  while (!host_pids_of_uid(uid).empty()) {
+    if (std::chrono::steady_clock::now() > end) return false;
+    std::this_thread::sleep_for(10ms);
+  }
+  return true;
+}
+
+bool pid_alive(pid_t pid) {
+  std::string state = status_field(std::to_string(pid), "State");
+  return !state.empty() && state[0] != 'Z';
+}
+
+class NsBackendTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    char dir[] = "/tmp/agentbox-nstest-XXXXXX";
+    ASSERT_NE(::mkdtemp(dir), nullptr);
+    dir_ = dir;
+    ASSERT_EQ(::chmod(dir, 0755), 0);
+    NsBackendOptions o;
+    o.runtime_dir = dir_ + "/run";
+    o.init_path = bin_dir() + "/agentbox-init";
+    o.cgroup_parent = "agentbox-nstest-" + std::to_string(::getpid());
+    auto b = make_ns_backend(o);
+    ASSERT_TRUE(b) << b.error().message;
+    backend_ = std::move(*b);
+    auto usable = backend_->check_usable();
+    ASSERT_TRUE(usable) << usable.error().message;
+  }
+
+  void TearDown() override {
+    for (auto& s : boxes_) s->shutdown();
+    boxes_.clear();
+    backend_.reset();
+    std::error_code ec;
+    fs::remove_all(dir_, ec);
+  }
+
+  // A box for session `key` with a fresh workspace owned by `uid`.
+  Sandbox& make_box(const std::string& key, uid_t uid, BoxConfig extra = {}) {
+    std::string ws = dir_ + "/ws-" + key;
+    fs::create_directories(ws);
+    EXPECT_EQ(::chown(ws.c_str(), uid, uid), 0);
+    BoxConfig c = std::move(extra);
+    c.key = key;
+    c.workspace_dir = ws;
+    c.uid = uid;
+    c.gid = uid;
+    auto s = backend_->create(std::move(c));
+    EXPECT_TRUE(s) << s.error().message;
+    if (!s) throw std::runtime_error(s.error().message);
+    boxes_.push_back(std::move(*s));
+    return *boxes_.back();
+  }
+
+  Result<ExecResult> exec(Sandbox& s, ExecSpec spec) {
+    std::optional<Result<ExecResult>> out;
+    asio::co_spawn(io_, s.exec(std::move(spec), nullptr),
+                   [&out](std::exception_ptr e, Result<ExecResult> r) {
+                     if (e) std::rethrow_exception(e);
+                     out = std::move(r);
+                   });
+    io_.restart();
+    io_.run();
+    return std::move(*out);
+  }
+  ExecResult sh(Sandbox& s, std::string command, std::chrono::milliseconds timeout = 30s) {
+    ExecSpec spec;
+    spec.command = std::move(command);
+    spec.timeout = timeout;
+    auto r = exec(s, std::move(spec));
+    EXPECT_TRUE(r) << r.error().message;
+    return r ? *r : ExecResult{};
+  }
+
+  std::string dir_;
+  std::unique_ptr<Backend> backend_;
+  std::vector<std::unique_ptr<Sandbox>> boxes_;
+  asio::io_context io_;
+};
+
+TEST_F(NsBackendTest, RunsCommandsAsTheSessionUser) {
+  Sandbox& s = make_box("ident", 42001);
+  EXPECT_EQ(s.name(), "ns");
+  EXPECT_EQ(s.workspace(), "/workspace");
+  EXPECT_EQ(s.uid(), 42001u);
+  ExecResult r = sh(s, "id -u; id -g; id -G; whoami; pwd; echo $HOME");
+  EXPECT_EQ(r.stdout_data, "42001\n42001\n42001\nagent\n/workspace\n/workspace\n") << r.stderr_data;
+  EXPECT_EQ(r.exit_code, 0);
+  ExecSpec argv;
+  argv.argv = {"cat", "/proc/1/cmdline"};
+  auto a = exec(s, argv);
+  ASSERT_TRUE(a);
+  EXPECT_EQ(a->stdout_data, std::string("agentbox-init") + '\0');
+}
+
+TEST_F(NsBackendTest, EnvironmentIsTheBoxesNotTheDaemons) {
+  ::setenv("AGENTBOX_TEST_CANARY", "daemon-secret", 1);
+  BoxConfig c;
+  c.env = {{"FROM_BOX", "b"}, {"LANG", "C"}};
+  Sandbox& s = make_box("env", 42002, c);
+  ExecSpec spec;
+  spec.argv = {"env"};
+  spec.env = {{"FROM_EXEC", "e"}, {"FROM_BOX", "overridden"}};
+  auto r = exec(s, spec);
+  ASSERT_TRUE(r);
+  EXPECT_EQ(r->stdout_data.find("daemon-secret"), std::string::npos) << r->stdout_data;
+  for (const char* want : {"FROM_BOX=overridden\n", "FROM_EXEC=e\n", "LANG=C\n", "HOME=/workspace\n",
+                           "USER=agent\n", "PATH=/usr/local/sbin:"}) {
+    EXPECT_NE(r->stdout_data.find(want), std::string::npos) << want << " in " << r->stdout_data;
+  }
+}
+
+TEST_F(NsBackendTest, ProcessPostureAndIsolation) {
+  Sandbox& s = make_box("posture", 42003);
+  ExecResult r = sh(s, "grep -E '^(NoNewPrivs|Seccomp|Cap(Inh|Prm|Eff|Bnd|Amb)):' /proc/self/status");
+  EXPECT_EQ(r.stdout_data,
+            "CapInh:\t0000000000000000\nCapPrm:\t0000000000000000\nCapEff:\t0000000000000000\n"
+            "CapBnd:\t0000000000000000\nCapAmb:\t0000000000000000\nNoNewPrivs:\t1\nSeccomp:\t2\n");
+  // Only the box's processes, the box's hostname, only lo.
+  r = sh(s, "cat /proc/[0-9]*/comm > /tmp/c; sort /tmp/c | tr '\\n' ' '; hostname; "
+            "tail -n +3 /proc/net/dev | cut -d: -f1 | tr -d ' '");
+  EXPECT_EQ(r.stdout_data, "agentbox-init sh \nagentbox\nlo\n") << r.stderr_data;
+  // Open fds of a command: 0, 1, 2 (ls's own listing fd aside).
+  r = sh(s, "ls -l /proc/self/fd/ | grep -v '/fd$' | grep -o '[0-9]* ->' | tr -d '\\n'");
+  EXPECT_EQ(r.stdout_data, "0 ->1 ->2 ->") << r.stderr_data;
+}
+
+TEST_F(NsBackendTest, FilesystemIsCuratedAndReadOnly) {
+  Sandbox& s = make_box("fsview", 42004);
+  ExecResult r = sh(s, "for p in /home /root /var /run /sys " + dir_ +
+                           " /etc/shadow; do test -e $p && echo visible: $p; done; true");
+  EXPECT_EQ(r.stdout_data, "");
+  for (const char* p : {"/x", "/usr/x", "/etc/passwd"}) {
+    r = sh(s, std::string("echo x > ") + p);
+    EXPECT_NE(r.exit_code, 0);
+    EXPECT_NE(r.stderr_data.find("Read-only file system"), std::string::npos) << p << r.stderr_data;
+  }
+  r = sh(s, "echo w > /workspace/w && echo t > /tmp/t && cat /workspace/w /tmp/t");
+  EXPECT_EQ(r.stdout_data, "w\nt\n") << r.stderr_data;
+  struct stat st;
+  ASSERT_EQ(::stat((dir_ + "/ws-fsview/w").c_str(), &st), 0);
+  EXPECT_EQ(st.st_uid, 42004u);
+}
+
+TEST_F(NsBackendTest, FileApiResolvesInsideTheBoxAsTheSessionUser) {
+  char ro[] = "/tmp/agentbox-nstest-ro-XXXXXX";
+  ASSERT_NE(::mkdtemp(ro), nullptr);
+  ASSERT_EQ(::chmod(ro, 0755), 0);
+  std::ofstream(std::string(ro) + "/shared.txt") << "shared";
+  BoxConfig c;
+  c.mounts.push_back({ro, "/shared", true});
+  Sandbox& s = make_box("files", 42005, c);
+
+  // Workspace files: written through the API, owned by the session user, seen by commands.
+  auto w = s.write_file("notes/a.txt", "hello", WriteOptions{.mkdirs = true});
+  ASSERT_TRUE(w) << w.error().message;
+  struct stat st;
+  ASSERT_EQ(::stat((dir_ + "/ws-files/notes/a.txt").c_str(), &st), 0);
+  EXPECT_EQ(st.st_uid, 42005u);
+  ASSERT_EQ(::stat((dir_ + "/ws-files/notes").c_str(), &st), 0);
+  EXPECT_EQ(st.st_uid, 42005u);
+  EXPECT_EQ(sh(s, "cat /workspace/notes/a.txt").stdout_data, "hello");
+
+  // Any in-box path: /tmp is the box's own tmpfs.
+  ASSERT_TRUE(s.write_file("/tmp/x", "in tmp", {}));
+  EXPECT_EQ(sh(s, "cat /tmp/x").stdout_data, "in tmp");
+  auto back = s.read_file("/tmp/x", 1024);
+  ASSERT_TRUE(back);
+  EXPECT_EQ(*back, "in tmp");
+  EXPECT_FALSE(fs::exists("/tmp/x") && slurp("/tmp/x") == "in tmp");
+
+  // Read-only mounts stay read-only; host files stay invisible.
+  auto passwd = s.write_file("/etc/passwd", "root::0:0::/:/bin/sh\n", {});
+  ASSERT_FALSE(passwd);
+  EXPECT_EQ(passwd.error().code, Code::kAccess) << passwd.error().message;
+  auto shared = s.write_file("/shared/new.txt", "x", {});
+  ASSERT_FALSE(shared);
+  EXPECT_EQ(shared.error().code, Code::kAccess);
+  EXPECT_EQ(*s.read_file("/shared/shared.txt", 100), "shared");
+  auto shadow = s.read_file("/etc/shadow", 100);
+  ASSERT_FALSE(shadow);
+  EXPECT_EQ(shadow.error().code, Code::kNotFound);
+  // Escapes clamp to the box root.
+  auto up = s.read_file("/workspace/../../../../etc/passwd", 4096);
+  ASSERT_TRUE(up);
+  EXPECT_NE(up->find("agent:x:42005"), std::string::npos);
+
+  // The session user's permissions, not the daemon's: the init's files are root's.
+  auto environ = s.read_file("/proc/1/environ", 4096);
+  ASSERT_FALSE(environ);
+  EXPECT_EQ(environ.error().code, Code::kAccess) << environ.error().message;
+
+  // The workspace itself cannot go.
+  auto rm = s.remove_all("/workspace");
+  ASSERT_FALSE(rm);
+  EXPECT_EQ(rm.error().code, Code::kAccess);
+  ASSERT_TRUE(s.remove_all("/workspace/notes"));
+  EXPECT_FALSE(fs::exists(dir_ + "/ws-files/notes"));
+  fs::remove_all(ro);
+}
+
+TEST_F(NsBackendTest, ExtraMountReadOnlyForCommands) {
+  char ro[] = "/tmp/agentbox-nstest-ro-XXXXXX";
+  ASSERT_NE(::mkdtemp(ro), nullptr);
+  ASSERT_EQ(::chmod(ro, 0755), 0);
+  BoxConfig c;
+  c.mounts.push_back({ro, "/workspace/.skills/demo", true});
+  Sandbox& s = make_box("skills", 42006, c);
+  ExecResult r = sh(s, "touch /workspace/.skills/demo/x");
+  EXPECT_NE(r.exit_code, 0);
+  EXPECT_NE(r.stderr_data.find("Read-only file system"), std::string::npos) << r.stderr_data;
+  fs::remove_all(ro);
+}
+
+TEST_F(NsBackendTest, CwdMustExistInTheBox) {
+  Sandbox& s = make_box("cwd", 42007);
+  ExecSpec spec;
+  spec.argv = {"pwd"};
+  spec.cwd = "/tmp";
+  auto r = exec(s, spec);
+  ASSERT_TRUE(r);
+  EXPECT_EQ(r->stdout_data, "/tmp\n");
+  spec.cwd = "/workspace/missing";
+  r = exec(s, spec);
+  ASSERT_FALSE(r);
+  EXPECT_EQ(r.error().code, Code::kNotFound);
+  EXPECT_NE(r.error().message.find("/workspace/missing"), std::string::npos) << r.error().message;
+}
+
+TEST_F(NsBackendTest, StdinAndArtifacts) {
+  Sandbox& s = make_box("io", 42008);
+  ExecSpec spec;
+  spec.argv = {"sh", "-c", "mkdir -p out && cat > out/copy.txt && wc -c < out/copy.txt"};
+  spec.stdin_data = "twelve bytes";
+  spec.artifact_dir = "/workspace/out";
+  auto r = exec(s, spec);
+  ASSERT_TRUE(r) << r.error().message;
+  EXPECT_EQ(r->stdout_data, "12\n") << r->stderr_data;
+  ASSERT_EQ(r->artifacts.size(), 1u);
+  EXPECT_EQ(r->artifacts[0].path, "/workspace/out/copy.txt");
+  EXPECT_EQ(r->artifacts[0].size, 12u);
+}
+
+TEST_F(NsBackendTest, TimeoutKillsEverythingTheCommandStarted) {
+  const uid_t uid = 42009;
+  Sandbox& s = make_box("timeout", uid);
+  // A setsid'd, double-forked, SIGTERM-ignoring grandchild: a process group kill would miss it.
+  ExecResult r = sh(s,
+                    "(setsid sh -c 'trap \"\" TERM; sleep 1000' >/dev/null 2>&1 &); "
+                    "sleep 1000",
+                    500ms);
+  EXPECT_TRUE(r.timed_out);
+  EXPECT_EQ(r.exit_code, -1);
+  EXPECT_TRUE(wait_no_pids_of_uid(uid, 3s)) << "left: " << host_pids_of_uid(uid).size();
+  // The box itself is fine.
+  EXPECT_EQ(sh(s, "echo alive").stdout_data, "alive\n");
+}
+
+TEST_F(NsBackendTest, BackgroundJobsSurviveTheirExecUntilShutdown) {
+  const uid_t uid = 42010;
+  Sandbox& s = make_box("bg", uid);
+  ExecResult r = sh(s, "sleep 100 & echo started");
+  EXPECT_EQ(r.stdout_data, "started\n");
+  EXPECT_FALSE(r.timed_out);
+  r = sh(s, "cat /proc/[0-9]*/comm | grep -c '^sleep$'");
+  EXPECT_EQ(r.stdout_data, "1\n");
+  EXPECT_EQ(host_pids_of_uid(uid).size(), 1u);
+  s.shutdown();
+  EXPECT_TRUE(wait_no_pids_of_uid(uid, 3s));
+  s.shutdown();  // idempotent
+  ExecSpec spec;
+  spec.argv = {"true"};
+  auto after = exec(s, spec);
+  ASSERT_FALSE(after);
+  EXPECT_EQ(after.error().code, Code::kUnavailable);
+}
+
+TEST_F(NsBackendTest, MemoryLimitOomKillsInsideTheBoxOnly) {
+  BoxConfig c;
+  c.limits.memory_mb = 64;
+  Sandbox& s = make_box("oom", 42011, c);
+  // tail keeps a line in memory, and /dev/zero has no newline: it grows until the box's OOM.
+  ExecResult r = sh(s, "head -c 1000M /dev/zero | tail -c 1 > /dev/null");
+  EXPECT_NE(r.exit_code, 0);
+  EXPECT_FALSE(r.timed_out);
+  // The box (its init) survives and serves the next command; we are obviously alive.
+  EXPECT_EQ(sh(s, "echo still here").stdout_data, "still here\n");
+}
+
+TEST_F(NsBackendTest, ConcurrentExecsAcrossSessions) {
+  std::vector<Sandbox*> boxes;
+  for (int i = 0; i < 4; ++i) boxes.push_back(&make_box("many" + std::to_string(i), 42020 + i));
+  constexpr int kPerBox = 10;
+  std::vector<std::optional<Result<ExecResult>>> results(boxes.size() * kPerBox);
+  for (std::size_t b = 0; b < boxes.size(); ++b) {
+    for (int i = 0; i < kPerBox; ++i) {
+      ExecSpec spec;
+      spec.command = "echo $(id -u) " + std::to_string(i);
+      auto& slot = results[b * kPerBox + i];
+      asio::co_spawn(io_, boxes[b]->exec(spec, nullptr),
+                     [&slot](std::exception_ptr e, Result<ExecResult> r) {
+                       if (e) std::rethrow_exception(e);
+                       slot = std::move(r);
+                     });
+    }
+  }
+  io_.run();
+  for (std::size_t b = 0; b < boxes.size(); ++b) {
+    for (int i = 0; i < kPerBox; ++i) {
+      auto& r = results[b * kPerBox + i];
+      ASSERT_TRUE(r && *r);
+      EXPECT_EQ((*r)->stdout_data, std::to_string(42020 + b) + " " + std::to_string(i) + "\n");
+    }
+  }
+}
+
+TEST_F(NsBackendTest, BoxesDieWithTheDaemon) {
+  // A child process plays the daemon: it creates a box, starts a background job, then is
+  // SIGKILLed. Its box's init and everything in the box must die with it.
+  const uid_t uid = 42030;
+  int report[2];
+  ASSERT_EQ(::pipe2(report, O_CLOEXEC), 0);
+  pid_t child = ::fork();
+  ASSERT_GE(child, 0);
+  if (child == 0) {
+    Sandbox& s = make_box("orphan", uid);
+    ExecResult r = sh(s, "sleep 1000 >/dev/null 2>&1 & echo ok");
+    char ok = r.stdout_data == "ok\n" ? 1 : 0;
+    (void)!::write(report[1], &ok, 1);
+    ::pause();
+    _exit(0);
+  }
+  ::close(report[1]);
+  char ok = 0;
+  ASSERT_EQ(::read(report[0], &ok, 1), 1);
+  ::close(report[0]);
+  ASSERT_EQ(ok, 1);
+  // The child's box: an agentbox-init whose parent is the child.
+  pid_t init = 0;
+  for (const auto& e : fs::directory_iterator("/proc")) {
+    std::string name = e.path().filename();
+    if (name[0] < '0' || name[0] > '9') continue;
+    if (status_field(name, "Name") == "agentbox-init" &&
+        status_field(name, "PPid") == std::to_string(child)) {
+      init = std::stoi(name);
+    }
+  }
+  ASSERT_GT(init, 0);
+  EXPECT_EQ(host_pids_of_uid(uid).size(), 1u);
+  ::kill(child, SIGKILL);
+  ::waitpid(child, nullptr, 0);
+  EXPECT_TRUE(wait_no_pids_of_uid(uid, 3s));
+  for (int i = 0; i < 300 && pid_alive(init); ++i) std::this_thread::sleep_for(10ms);
+  EXPECT_FALSE(pid_alive(init));
+}
+
+TEST_F(NsBackendTest, UnusableHostIsNamed) {
+  NsBackendOptions o;
+  o.runtime_dir = dir_ + "/run2";
+  o.init_path = "/nonexistent/agentbox-init";
+  o.cgroup_parent = "agentbox-nstest-unusable-" + std::to_string(::getpid());
+  auto b = make_ns_backend(o);
+  ASSERT_TRUE(b);
+  auto usable = (*b)->check_usable();
+  ASSERT_FALSE(usable);
+  EXPECT_NE(usable.error().message.find("/nonexistent/agentbox-init"), std::string::npos)
+      << usable.error().message;
+  BoxConfig c;
+  c.key = "never";
+  c.workspace_dir = dir_;
+  EXPECT_FALSE((*b)->create(c));
+}
+
+}  // namespace
+}  // namespace agentbox::sandbox

@@ -1,0 +1,142 @@
+#include "server/config.h"
+
+#include <gtest/gtest.h>
+#include <unistd.h>
+
+#include <fstream>
+#include <sstream>
+
+namespace agentbox::server {
+namespace {
+
+ParseOutcome parse(std::vector<std::string> args, std::string* err_text = nullptr) {
+  args.insert(args.begin(), "agentboxd");
+  std::vector<const char*> argv;
+  for (const auto& a : args) argv.push_back(a.c_str());
+  std::ostringstream out, err;
+  auto r = parse_daemon_args(static_cast<int>(argv.size()), argv.data(), out, err);
+  if (err_text) *err_text = err.str() + out.str();
+  return r;
+}
+
+TEST(Config, Defaults) {
+  auto r = parse({});
+  ASSERT_TRUE(r.config);
+  EXPECT_EQ(r.config->listen, "127.0.0.1:9090");
+  EXPECT_EQ(r.config->data_dir, "./.agentbox");
+  EXPECT_EQ(r.config->backend, "host");
+  EXPECT_EQ(r.config->max_file_mb, 500u);
+  EXPECT_TRUE(r.config->tokens.empty());
+  EXPECT_TRUE(validate_config(*r.config).has_value());
+}
+
+TEST(Config, FlagsAndRepeatableTokens) {
+  auto r = parse({"--listen", "127.0.0.1:0", "--token", "a", "--token", "b", "--shared-dirs",
+                  "tpl:/srv/tpl,docs/:/srv/docs", "--max-file-mb", "7", "--ready-file", "/tmp/r",
+                  "--backend", "host", "--backend", "ns"});
+  ASSERT_TRUE(r.config);
+  EXPECT_EQ(r.config->tokens, (std::vector<std::string>{"a", "b"}));
+  ASSERT_EQ(r.config->shared_dirs.size(), 2u);
+  EXPECT_EQ(r.config->shared_dirs[1].prefix, "docs");
+  EXPECT_EQ(r.config->shared_dirs[1].host_path, "/srv/docs");
+  EXPECT_EQ(r.config->max_file_mb, 7u);
+  EXPECT_EQ(r.config->ready_file, "/tmp/r");
+  EXPECT_EQ(r.config->backend, "ns");  // the last one wins
+}
+
+TEST(Config, BadFlagsExitNonZero) {
+  std::string err;
+  EXPECT_FALSE(parse({"--bogus"}, &err).config);
+  EXPECT_NE(parse({"--bogus"}).exit_code, 0);
+  auto bad_shared = parse({"--shared-dirs", "nocolon"}, &err);
+  EXPECT_FALSE(bad_shared.config);
+  EXPECT_EQ(bad_shared.exit_code, 2);
+  EXPECT_NE(err.find("prefix:"), std::string::npos) << err;
+  auto help = parse({"--help"}, &err);
+  EXPECT_FALSE(help.config);
+  EXPECT_EQ(help.exit_code, 0);
+  EXPECT_NE(err.find("--listen"), std::string::npos);
+}
+
+TEST(Config, YamlFileWithFlagsOverriding) {
+  char path[] = "/tmp/agentbox-config-test-XXXXXX";
+  int fd = mkstemp(path);
+  ASSERT_GE(fd, 0);
+  close(fd);
+  std::ofstream(path) << "listen: 127.0.0.1:7000\ndata_dir: /var/lib/x\nbackend: host\n"
+                         "tokens: [t1, t2]\nshared_dirs: {tpl: /srv/tpl}\nmax_file_mb: 3\n"
+                         "log_level: warn\nallowed_mount_roots: [/srv]\n";
+  auto r = parse({"--config", path, "--listen", "127.0.0.1:0", "--token", "flag"});
+  ASSERT_TRUE(r.config);
+  EXPECT_EQ(r.config->listen, "127.0.0.1:0");
+  EXPECT_EQ(r.config->tokens, std::vector<std::string>{"flag"});
+  EXPECT_EQ(r.config->data_dir, "/var/lib/x");
+  EXPECT_EQ(r.config->max_file_mb, 3u);
+  EXPECT_EQ(r.config->log_level, "warn");
+  ASSERT_EQ(r.config->shared_dirs.size(), 1u);
+  EXPECT_EQ(r.config->shared_dirs[0].prefix, "tpl");
+  EXPECT_EQ(r.config->allowed_mount_roots, std::vector<std::string>{"/srv"});
+
+  std::ofstream(path) << "max_file_mb: lots\n";
+  std::string err;
+  auto bad = parse({"--config", path}, &err);
+  EXPECT_FALSE(bad.config);
+  EXPECT_EQ(bad.exit_code, 2);
+  EXPECT_NE(err.find(path), std::string::npos) << err;
+  unlink(path);
+  EXPECT_FALSE(parse({"--config", "/nonexistent/agentboxd.yaml"}).config);
+}
+
+TEST(Config, ListenParsing) {
+  auto v4 = parse_listen("127.0.0.1:9090");
+  ASSERT_TRUE(v4);
+  EXPECT_EQ(v4->first, "127.0.0.1");
+  EXPECT_EQ(v4->second, 9090);
+  auto v6 = parse_listen("[::1]:0");
+  ASSERT_TRUE(v6);
+  EXPECT_EQ(v6->first, "::1");
+  EXPECT_EQ(v6->second, 0);
+  EXPECT_EQ(parse_listen("localhost:80").value().first, "127.0.0.1");
+  for (const char* bad : {"", "9090", "127.0.0.1:", "127.0.0.1:70000", "127.0.0.1:x",
+                          "example.com:80", "[::1:80", "[::1]80"}) {
+    EXPECT_FALSE(parse_listen(bad).has_value()) << bad;
+  }
+}
+
+TEST(Config, NonLoopbackNeedsAToken) {
+  EXPECT_TRUE(is_loopback_address("127.0.0.1"));
+  EXPECT_TRUE(is_loopback_address("127.1.2.3"));
+  EXPECT_TRUE(is_loopback_address("::1"));
+  EXPECT_TRUE(is_loopback_address("::ffff:127.0.0.1"));
+  EXPECT_FALSE(is_loopback_address("0.0.0.0"));
+  EXPECT_FALSE(is_loopback_address("::"));
+  EXPECT_FALSE(is_loopback_address("10.0.0.1"));
+
+  DaemonConfig c;
+  c.listen = "0.0.0.0:9090";
+  auto st = validate_config(c);
+  ASSERT_FALSE(st.has_value());
+  EXPECT_NE(st.error().message.find("token"), std::string::npos);
+  c.tokens = {"t"};
+  EXPECT_TRUE(validate_config(c).has_value());
+  c.tokens = {""};
+  EXPECT_FALSE(validate_config(c).has_value());
+  c = DaemonConfig{};
+  c.max_file_mb = 0;
+  EXPECT_FALSE(validate_config(c).has_value());
+}
+
+TEST(Config, SharedDirs) {
+  auto d = parse_shared_dirs("site-templates:/mnt/shared-readonly/site-templates");
+  ASSERT_TRUE(d);
+  ASSERT_EQ(d->size(), 1u);
+  EXPECT_EQ((*d)[0].prefix, "site-templates");
+  EXPECT_EQ((*d)[0].host_path, "/mnt/shared-readonly/site-templates");
+  EXPECT_TRUE(parse_shared_dirs("").value().empty());
+  EXPECT_FALSE(parse_shared_dirs("a:relative").has_value());
+  EXPECT_FALSE(parse_shared_dirs(":/x").has_value());
+  EXPECT_FALSE(parse_shared_dirs("../a:/x").has_value());
+}
+
+}  // namespace
+}  // namespace agentbox::server
