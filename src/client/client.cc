@@ -24,6 +24,7 @@ using tcp = asio::ip::tcp;
 using error_code = boost::system::error_code;
 
 constexpr std::size_t kChunkBytes = 256 * 1024;
+constexpr std::size_t kReadBufferBytes = 64 * 1024;
 constexpr std::uint32_t kMaxHeaderBytes = 64 * 1024;
 // request() holds the whole reply in memory; replies are JSON, the largest an exec result with
 // two capped output streams. Anything bigger belongs to request_stream().
@@ -145,6 +146,9 @@ std::string url_encode(std::string_view s) {
 // operations. Not thread-safe: one Client per thread.
 struct Client::Impl {
   explicit Impl(ClientOptions o) : opts(std::move(o)) {
+    // Beast sizes each socket read by the buffer's free capacity (at least 512 bytes, at most
+    // 64 KiB); a buffer left at its initial size would read a big download 512 bytes at a time.
+    buffer.reserve(kReadBufferBytes);
     if (auto ep = parse_server(opts.server)) {
       endpoint = std::move(*ep);
     } else {
@@ -267,7 +271,10 @@ struct Client::Impl {
     while (!parser.is_done()) {
       parser.get().body().data = buf.get();
       parser.get().body().size = kChunkBytes;
-      error_code ec = run([&](auto handler) { http::async_read(*stream, buffer, parser, handler); });
+      // read_some, not read: hand out what has arrived (a live exec's output) instead of
+      // waiting for the chunk buffer to fill.
+      error_code ec =
+          run([&](auto handler) { http::async_read_some(*stream, buffer, parser, handler); });
       if (ec == http::error::need_buffer) ec = {};
       if (ec) return std::unexpected(io_error("reading reply from", ec));
       std::size_t n = kChunkBytes - parser.get().body().size;

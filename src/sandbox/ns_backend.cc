@@ -853,14 +853,16 @@ asio::awaitable<Result<ExecResult>> NsSandbox::exec(ExecSpec spec, OutputSink* s
   proc->stdout_fd = std::move(prep->out.read);
   proc->stderr_fd = std::move(prep->err.read);
 
+  // A named RunOptions, not a temporary in the co_await expression: g++ 12 mishandles the
+  // lifetime of aggregate temporaries holding a std::string across co_await (double free).
+  RunOptions opts;
+  opts.timeout = spec.timeout;
+  opts.max_output_bytes = spec.max_output_bytes;
+  opts.stdin_data = std::move(spec.stdin_data);
   ExecResult result;
   std::string failure;
   try {
-    result = co_await run_process(std::move(proc),
-                                  RunOptions{.timeout = spec.timeout,
-                                             .max_output_bytes = spec.max_output_bytes,
-                                             .stdin_data = std::move(spec.stdin_data)},
-                                  sink);
+    result = co_await run_process(std::move(proc), std::move(opts), sink);
   } catch (const std::exception& e) {
     failure = e.what();
   }

@@ -259,30 +259,51 @@ TEST_F(ExecApi, StreamReportsTimeoutAndSurvivesNonUtf8) {
   EXPECT_EQ(lines.back()["exit_code"], -1);
 }
 
+// Sends a request for a streaming exec on a bare connection.
+void send_stream_request(RawConnection& raw, const json& body) {
+  std::string b = body.dump();
+  ASSERT_TRUE(raw.send("POST /v1/sessions/box/exec/stream HTTP/1.1\r\nHost: x\r\n"
+                       "Content-Type: application/json\r\nContent-Length: " +
+                       std::to_string(b.size()) + "\r\n\r\n" + b));
+}
+
+TEST_F(ExecApi, StreamDeliversEachEventWhileTheCommandRuns) {
+  RawConnection raw(daemon_.host_port());
+  send_stream_request(raw, {{"command", "echo first; sleep 20; echo second"}, {"timeout_sec", 60}});
+  // "first" arrives long before the command ends: events are flushed as they come.
+  std::string got;
+  auto start = std::chrono::steady_clock::now();
+  while (got.find("first") == std::string::npos &&
+         std::chrono::steady_clock::now() - start < std::chrono::seconds(10)) {
+    got += raw.read_until_close(std::chrono::milliseconds(200));
+  }
+  EXPECT_NE(got.find("HTTP/1.1 200"), std::string::npos) << got;
+  EXPECT_NE(got.find("application/x-ndjson"), std::string::npos) << got;
+  EXPECT_NE(got.find("chunked"), std::string::npos) << got;
+  EXPECT_NE(got.find(R"({"data":"first\n","type":"stdout"})"), std::string::npos) << got;
+  EXPECT_EQ(got.find("second"), std::string::npos) << got;
+}
+
 TEST_F(ExecApi, ClientLeavingTheStreamKillsTheCommand) {
-  bool got_output = false;
-  auto r = api_.client().request_stream(
-      "POST", "/v1/sessions/box/exec/stream",
-      json{{"command", "echo $$ > loop.pid; while true; do echo tick; sleep 0.1; done"},
-           {"timeout_sec", 600}}
-          .dump(),
-      [&](std::string_view chunk) {
-        got_output = chunk.find("tick") != std::string_view::npos;
-        return !got_output;  // hang up after the first tick
-      });
-  ASSERT_TRUE(r.has_value()) << r.error().message;
-  ASSERT_TRUE(got_output);
-  Api other(daemon_);
-  pid_t pid = 0;
-  ASSERT_TRUE(eventually([&] {
-    auto f = other.get(files_target("box", "loop.pid"));
-    if (f.status == 200) pid = static_cast<pid_t>(std::stol(f.raw));
-    return pid > 0;
-  }));
+  {
+    RawConnection raw(daemon_.host_port());
+    send_stream_request(raw, {{"command", "echo $$ > loop.pid; while true; do echo tick; "
+                                          "sleep 0.1; done"},
+                              {"timeout_sec", 600}});
+    std::string got;
+    auto start = std::chrono::steady_clock::now();
+    while (got.find("tick") == std::string::npos &&
+           std::chrono::steady_clock::now() - start < std::chrono::seconds(10)) {
+      got += raw.read_until_close(std::chrono::milliseconds(200));
+    }
+    ASSERT_NE(got.find("tick"), std::string::npos) << got;
+  }  // hang up mid-stream
+  pid_t pid = pid_from("loop.pid");
+  ASSERT_GT(pid, 0);
   EXPECT_TRUE(eventually([&] { return !process_alive(pid); }, 15))
       << "the command outlived its client";
   // The daemon keeps serving.
-  EXPECT_EQ(other.sh("box", "echo still here").body["stdout"], "still here\n");
+  EXPECT_EQ(api_.sh("box", "echo still here").body["stdout"], "still here\n");
 }
 
 TEST_F(ExecApi, ClientLeavingAOneShotExecKillsTheCommand) {

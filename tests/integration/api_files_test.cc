@@ -284,15 +284,23 @@ TEST_F(FilesApi, MkdirDeleteAndRename) {
 }
 
 TEST_F(FilesApi, PathsThatEscapeAre403AndTouchNothing) {
+  // "a" exists, so "a/../../x" really climbs out (with no "a" it would be a plain ENOENT).
+  ASSERT_EQ(api_.post("/v1/sessions/box/mkdir", {{"path", "a"}}).status, 200);
   const std::vector<std::string> escapes = {"../../etc/passwd", "/etc/passwd", "/workspace/../..",
-                                            "a/../../x", "/workspace2/x"};
+                                            "a/../../x", "/workspace2/x", "../box/x"};
   for (const auto& p : escapes) {
     auto get = api_.get(files_target("box", p));
     EXPECT_EQ(get.status, 403) << p << ": " << get;
     EXPECT_EQ(get.code(), "EACCES") << p;
     EXPECT_EQ(api_.get("/v1/sessions/box/stat?path=" + client::url_encode(p)).status, 403) << p;
     auto put = api_.put(files_target("box", p, "&mkdirs=true"), "pwned");
-    EXPECT_EQ(put.status, 403) << p << ": " << put;
+    if (p == "/workspace/../..") {
+      // A path ending in ".." names no file to write: refused as a directory (409) before it
+      // is resolved. Either way nothing is written.
+      EXPECT_TRUE(put.status == 403 || put.status == 409) << p << ": " << put;
+    } else {
+      EXPECT_EQ(put.status, 403) << p << ": " << put;
+    }
     EXPECT_EQ(api_.del(files_target("box", p, "&recursive=true")).status, 403) << p;
     EXPECT_EQ(api_.post("/v1/sessions/box/mkdir", {{"path", p + "/d"}}).status, 403) << p;
   }

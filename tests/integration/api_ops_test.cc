@@ -142,7 +142,7 @@ TEST(OpsApi, OversizedBodiesAndHeadersAre413AndTheDaemonKeepsServing) {
 
 TEST(OpsApi, MalformedHttpIs400AndOtherClientsAreUnaffected) {
   Daemon d;
-  for (const std::string junk :
+  for (const std::string& junk :
        {std::string("GARBAGE\r\n\r\n"), std::string("GET / HTTP/9.9\r\n\r\n"),
         std::string("GET /healthz HTTP/1.1\r\nContent-Length: abc\r\n\r\n"),
         std::string("\x16\x03\x01\x02\x00\x01\x00\x01\xfc\x03\x03", 11)}) {
