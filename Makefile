@@ -5,7 +5,7 @@ CMAKE_FLAGS ?=
 LISTEN ?= 127.0.0.1:9090
 DATA_DIR ?= $(CURDIR)/.agentbox
 
-.PHONY: all bootstrap configure build run test test-pending test-security test-asan bench clean format
+.PHONY: all bootstrap configure build run test test-security test-asan bench clean format
 
 all: build
 
@@ -24,13 +24,9 @@ run: build
 test: build
 	@scripts/test $(BUILD_DIR)
 
-# The suites not yet green (see tests/CMakeLists.txt).
-test-pending:
-	@$(MAKE) test BUILD_DIR=build-pending CMAKE_FLAGS="-DAGENTBOX_PENDING_TESTS=ON"
-
 # The escape suite of shared/SECURITY.md against real ns boxes (root).
 test-security:
-	@$(MAKE) test BUILD_DIR=build-security CMAKE_FLAGS="-DAGENTBOX_SECURITY_SUITE=ON -DAGENTBOX_PENDING_TESTS=ON"
+	@$(MAKE) test BUILD_DIR=build-security CMAKE_FLAGS="-DAGENTBOX_SECURITY_SUITE=ON"
 
 # The same tests under AddressSanitizer + UndefinedBehaviorSanitizer.
 test-asan:

@@ -16,8 +16,8 @@
 namespace agentbox::cli {
 
 inline constexpr int kExitOk = 0;
-inline constexpr int kExitError = 1;  // API or I/O error
-inline constexpr int kExitUsage = 2;  // bad command line
+inline constexpr int kExitError = 1;       // API or I/O error
+inline constexpr int kExitUsage = 2;       // bad command line
 inline constexpr int kExitTimedOut = 124;  // the command timed out (as coreutils timeout)
 
 struct Globals {

@@ -94,7 +94,7 @@ class EventReader {
         auto code = err->find("code");
         auto msg = err->find("message");
         protocol_error_ = (code != err->end() && code->is_string() ? code->get<std::string>()
-                                                                  : std::string("EINTERNAL")) +
+                                                                   : std::string("EINTERNAL")) +
                           ": " +
                           (msg != err->end() && msg->is_string() ? msg->get<std::string>()
                                                                  : std::string("exec failed"));
@@ -161,10 +161,9 @@ int exec(const Globals& g, const ExecArgs& a) {
   }
   client::Client c(opts);
   EventReader events;
-  auto r = c.request_stream(
-      "POST", session_target(a.session) + "/exec/stream",
-      body.dump(-1, ' ', false, json::error_handler_t::replace),
-      [&events](std::string_view chunk) { return events.feed(chunk); });
+  auto r = c.request_stream("POST", session_target(a.session) + "/exec/stream",
+                            body.dump(-1, ' ', false, json::error_handler_t::replace),
+                            [&events](std::string_view chunk) { return events.feed(chunk); });
   if (events.output_closed()) return 128 + SIGPIPE;
   if (!r) return report(r.error());
   if (r->status < 200 || r->status >= 300) return report(*r);

@@ -22,7 +22,9 @@ using json = nlohmann::json;
 
 constexpr char kWorkspace[] = "/workspace";
 
-bool ok(const client::Response& r) { return r.status >= 200 && r.status < 300; }
+bool ok(const client::Response& r) {
+  return r.status >= 200 && r.status < 300;
+}
 
 std::string base_name(std::string_view p) {
   while (p.size() > 1 && p.back() == '/') p.remove_suffix(1);
@@ -263,16 +265,15 @@ int download(const Globals& g, const RemotePath& src, std::string local) {
   std::uint64_t got = 0;
   std::optional<Error> write_error;
   int fd = sink->fd();
-  auto r = c.request_stream("GET", files_target(src, "/files"), {},
-                            [&](std::string_view chunk) {
-                              if (!write_all(fd, chunk)) {
-                                write_error = Error::from_errno(errno, "write(" + local + ")");
-                                return false;
-                              }
-                              got += chunk.size();
-                              progress.update(got);
-                              return true;
-                            });
+  auto r = c.request_stream("GET", files_target(src, "/files"), {}, [&](std::string_view chunk) {
+    if (!write_all(fd, chunk)) {
+      write_error = Error::from_errno(errno, "write(" + local + ")");
+      return false;
+    }
+    got += chunk.size();
+    progress.update(got);
+    return true;
+  });
   if (write_error) return report(*write_error);
   if (!r) return report(r.error());
   if (!ok(*r)) return report(*r);
@@ -369,7 +370,8 @@ int ls(const Globals& g, const std::string& target, bool long_format) {
 
   for (const json& e : entries) {
     auto name_it = e.find("name");
-    std::string name = name_it != e.end() && name_it->is_string() ? name_it->get<std::string>() : "?";
+    std::string name =
+        name_it != e.end() && name_it->is_string() ? name_it->get<std::string>() : "?";
     bool is_dir = bool_of(e, "is_dir");
     if (long_format) {
       char size[24];
@@ -396,7 +398,8 @@ int cat(const Globals& g, const std::string& target) {
     }
     return true;
   });
-  if (closed) return errno == EPIPE ? 128 + SIGPIPE : report(Error::from_errno(errno, "write(stdout)"));
+  if (closed)
+    return errno == EPIPE ? 128 + SIGPIPE : report(Error::from_errno(errno, "write(stdout)"));
   if (!r) return report(r.error());
   if (!ok(*r)) return report(*r);
   return kExitOk;

@@ -1,6 +1,7 @@
 // agentbox: the command-line client of agentboxd. Thin: parse the command line, run one command.
 
 #include <CLI/CLI.hpp>
+#include <algorithm>
 #include <functional>
 #include <iostream>
 
@@ -14,7 +15,8 @@ using namespace agentbox::cli;
 template <class T>
 CLI::Option* add_optional(CLI::App* app, const std::string& name, std::optional<T>& out,
                           const std::string& help) {
-  return app->add_option_function<T>(name, [&out](const T& v) { out = v; }, help);
+  return app->add_option_function<T>(
+      name, [&out](const T& v) { out = v; }, help);
 }
 
 }  // namespace
@@ -37,16 +39,18 @@ int main(int argc, char** argv) {
   session->require_subcommand(1);
 
   SessionCreateArgs create;
-  CLI::App* s_create = session->add_subcommand("create", "create a session, or get the existing one");
+  CLI::App* s_create =
+      session->add_subcommand("create", "create a session, or get the existing one");
   s_create->add_option("id", create.id, "session id ([A-Za-z0-9._-]{1,128})");
-  s_create->add_option("--scope", create.scope, "id template, e.g. '{launcher_type}_{launcher_id}'");
+  s_create->add_option("--scope", create.scope,
+                       "id template, e.g. '{launcher_type}_{launcher_id}'");
   s_create->add_option("--var", create.vars, "template variable NAME=VALUE (repeatable)")
       ->allow_extra_args(false);
-  s_create->add_option("--backend", create.backend, "backend (ns, host, ...); server default if unset");
+  s_create->add_option("--backend", create.backend,
+                       "backend (ns, host, ...); server default if unset");
   s_create->add_option("--env", create.env, "environment variable K=V for the box (repeatable)")
       ->allow_extra_args(false);
-  s_create->add_option("--label", create.labels, "label K=V (repeatable)")
-      ->allow_extra_args(false);
+  s_create->add_option("--label", create.labels, "label K=V (repeatable)")->allow_extra_args(false);
   add_optional(s_create, "--memory-mb", create.memory_mb, "memory limit in MiB");
   add_optional(s_create, "--cpu-percent", create.cpu_percent, "CPU limit, 100 = one core");
   add_optional(s_create, "--max-pids", create.max_pids, "process limit");
@@ -76,20 +80,38 @@ int main(int argc, char** argv) {
   ExecArgs ex;
   CLI::App* exec = app.add_subcommand(
       "exec", "run a command in a session (created if missing), streaming its output");
+  exec->footer("Usage: agentbox exec [OPTIONS] SESSION [--] CMD [ARGS...]");
+  // Like `docker exec`: everything from the first word that is not an exec option on (or after
+  // "--") is the command, so `agentbox exec s1 ls -la` works.
+  exec->prefix_command();
+  exec->fallthrough(false);  // the command's own flags are not ours
   exec->add_option("session", ex.session, "session id")->required();
-  exec->add_option("cmd", ex.argv, "command and arguments, after --");
   exec->add_option("-c,--command", ex.command, "a shell command line, run by /bin/sh -c");
   exec->add_option("--cwd", ex.cwd, "working directory in the box (default: the workspace)");
   exec->add_option("--env", ex.env, "environment variable K=V (repeatable)")
       ->allow_extra_args(false);
-  add_optional(exec, "--timeout", ex.timeout_sec, "seconds before the command is killed (exit 124)");
+  add_optional(exec, "--timeout", ex.timeout_sec,
+               "seconds before the command is killed (exit 124)");
   exec->add_flag("-i,--stdin", ex.send_stdin, "send our stdin to the command");
-  exec->callback([&] { run = [&] { return agentbox::cli::exec(g, ex); }; });
+  std::vector<std::string> after_dashes;
+  bool has_dashes = false;
+  exec->callback([&] {
+    // `exec S foo -- bar` runs "foo -- bar": a "--" after the command started is its own.
+    ex.argv = exec->remaining();
+    if (!ex.argv.empty() && ex.argv.front().size() > 1 && ex.argv.front()[0] == '-') {
+      throw CLI::ValidationError(
+          "exec", "unknown option " + ex.argv.front() + " (put the command after --)");
+    }
+    if (has_dashes && !ex.argv.empty()) ex.argv.push_back("--");
+    ex.argv.insert(ex.argv.end(), after_dashes.begin(), after_dashes.end());
+    run = [&] { return agentbox::cli::exec(g, ex); };
+  });
 
   // ---- files ----
   std::string cp_from, cp_to;
   bool cp_parents = false;
-  CLI::App* cp = app.add_subcommand("cp", "copy a file: LOCAL SESSION:PATH or SESSION:PATH LOCAL ('-' = stdin/stdout)");
+  CLI::App* cp = app.add_subcommand(
+      "cp", "copy a file: LOCAL SESSION:PATH or SESSION:PATH LOCAL ('-' = stdin/stdout)");
   cp->add_option("from", cp_from, "source")->required();
   cp->add_option("to", cp_to, "destination")->required();
   cp->add_flag("-p,--parents", cp_parents, "create missing parent directories in the box");
@@ -115,14 +137,26 @@ int main(int argc, char** argv) {
   rm->callback([&] { run = [&] { return agentbox::cli::rm(g, rm_target, rm_recursive); }; });
 
   std::string mkdir_target;
-  CLI::App* mkdir = app.add_subcommand("mkdir", "create a directory (and its parents) in a session");
+  CLI::App* mkdir =
+      app.add_subcommand("mkdir", "create a directory (and its parents) in a session");
   mkdir->add_option("target", mkdir_target, "SESSION:PATH")->required();
   bool mkdir_parents = false;  // accepted out of habit: parents are always created
   mkdir->add_flag("-p,--parents", mkdir_parents, "accepted; parents are always created");
   mkdir->callback([&] { run = [&] { return agentbox::cli::mkdir(g, mkdir_target); }; });
 
+  // CLI11 hands what follows "--" to positionals and, with none left, to the parent app; for
+  // exec it is the command, so it is cut off here before parsing.
+  std::vector<std::string> args(argv + 1, argv + argc);
+  if (auto e = std::find(args.begin(), args.end(), "exec"); e != args.end()) {
+    if (auto d = std::find(e, args.end(), "--"); d != args.end()) {
+      has_dashes = true;
+      after_dashes.assign(d + 1, args.end());
+      args.erase(d, args.end());
+    }
+  }
+  std::reverse(args.begin(), args.end());  // CLI11 takes a vector in reverse order
   try {
-    app.parse(argc, argv);
+    app.parse(args);
   } catch (const CLI::CallForHelp& e) {
     return app.exit(e);
   } catch (const CLI::CallForAllHelp& e) {

@@ -11,7 +11,9 @@ namespace {
 
 using json = nlohmann::json;
 
-bool ok(const client::Response& r) { return r.status >= 200 && r.status < 300; }
+bool ok(const client::Response& r) {
+  return r.status >= 200 && r.status < 300;
+}
 
 std::string dump(const json& j) {
   return j.dump(2, ' ', false, json::error_handler_t::replace);
@@ -21,8 +23,8 @@ std::string dump(const json& j) {
 std::optional<json> parse_reply(const client::Response& r) {
   json j = json::parse(r.body, nullptr, /*allow_exceptions=*/false);
   if (j.is_discarded()) {
-    report(Error::make(Code::kInternal, "server reply is not JSON (HTTP " +
-                                            std::to_string(r.status) + ")"));
+    report(Error::make(Code::kInternal,
+                       "server reply is not JSON (HTTP " + std::to_string(r.status) + ")"));
     return std::nullopt;
   }
   return j;
@@ -93,7 +95,8 @@ int session_create(const Globals& g, const SessionCreateArgs& a) {
   if (!limits.empty()) body["limits"] = limits;
 
   client::Client c(g.options());
-  auto r = c.request("POST", "/v1/sessions", body.dump(-1, ' ', false, json::error_handler_t::replace));
+  auto r =
+      c.request("POST", "/v1/sessions", body.dump(-1, ' ', false, json::error_handler_t::replace));
   if (!r) return report(r.error());
   if (!ok(*r)) return report(*r);
   auto j = parse_reply(*r);

@@ -70,8 +70,7 @@ Result<std::map<std::string, std::string>> parse_pairs(const std::vector<std::st
   for (const std::string& a : args) {
     auto eq = a.find('=');
     if (eq == std::string::npos || eq == 0) {
-      return fail(Code::kInvalid,
-                  std::string(flag) + ": expected KEY=VALUE, got \"" + a + "\"");
+      return fail(Code::kInvalid, std::string(flag) + ": expected KEY=VALUE, got \"" + a + "\"");
     }
     out[a.substr(0, eq)] = a.substr(eq + 1);
   }

@@ -43,8 +43,7 @@ Result<Endpoint> parse_server(std::string_view url) {
     if (url.substr(0, 8) == "https://") {
       return fail(Code::kInvalid, "server URL " + std::string(url) + ": https is not supported");
     }
-    return fail(Code::kInvalid,
-                "server URL " + std::string(url) + ": expected http://host:port");
+    return fail(Code::kInvalid, "server URL " + std::string(url) + ": expected http://host:port");
   }
   std::string_view rest = url.substr(kScheme.size());
   while (!rest.empty() && rest.back() == '/') rest.remove_suffix(1);
@@ -179,9 +178,8 @@ struct Client::Impl {
     std::string what = std::string(op) + " " + opts.server + ": " + ec.message();
     close();
     if (ec == beast::error::timeout) {
-      return Error::make(Code::kTimedOut,
-                         what + " (no reply within " + std::to_string(opts.timeout.count()) +
-                             " ms)");
+      return Error::make(Code::kTimedOut, what + " (no reply within " +
+                                              std::to_string(opts.timeout.count()) + " ms)");
     }
     return Error::make(Code::kUnavailable, std::move(what));
   }
@@ -222,9 +220,9 @@ struct Client::Impl {
       return fail(Code::kUnavailable, "resolve " + endpoint.host + ": " + ec.message());
     }
     stream.emplace(ioc);
-    ec = run([&](auto handler) { stream->async_connect(results, [handler](error_code e, auto) {
-                                   handler(e, 0);
-                                 }); });
+    ec = run([&](auto handler) {
+      stream->async_connect(results, [handler](error_code e, auto) { handler(e, 0); });
+    });
     if (ec) return std::unexpected(io_error("connect", ec));
     stream->socket().set_option(tcp::no_delay(true), ec);  // small request/reply round trips
     return false;
@@ -257,7 +255,7 @@ struct Client::Impl {
       ec = run([&](auto handler) { http::async_read_header(*stream, buffer, parser, handler); });
     }
     if (ec) {
-      retryable = reused && is_stale_connection_error(ec) && parser.get().result_int() == 0;
+      retryable = reused && is_stale_connection_error(ec) && !parser.is_header_done();
       return std::unexpected(io_error("request", ec));
     }
     return {};
@@ -288,8 +286,8 @@ struct Client::Impl {
     return {};
   }
 
-  Result<Response> exchange(std::string_view method, std::string_view target,
-                            std::string_view body, std::string_view content_type,
+  Result<Response> exchange(std::string_view method, std::string_view target, std::string_view body,
+                            std::string_view content_type,
                             const std::function<bool(std::string_view)>* on_chunk) {
     auto verb = verb_of(method);
     if (!verb) return std::unexpected(verb.error());
@@ -368,7 +366,8 @@ struct Client::Impl {
         answered_early = true;
         break;
       }
-      std::size_t want = static_cast<std::size_t>(std::min<std::uint64_t>(kChunkBytes, size - sent));
+      std::size_t want =
+          static_cast<std::size_t>(std::min<std::uint64_t>(kChunkBytes, size - sent));
       auto n = read(buf.get(), want);
       if (!n) {
         close();
@@ -376,8 +375,8 @@ struct Client::Impl {
       }
       if (*n == 0 || *n > want) {
         close();
-        return fail(Code::kInvalid, "upload source ended after " + std::to_string(sent) +
-                                        " of " + std::to_string(size) + " bytes");
+        return fail(Code::kInvalid, "upload source ended after " + std::to_string(sent) + " of " +
+                                        std::to_string(size) + " bytes");
       }
       req.body().data = buf.get();
       req.body().size = *n;

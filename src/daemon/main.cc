@@ -14,6 +14,7 @@
 #include <boost/asio/signal_set.hpp>
 #include <boost/asio/thread_pool.hpp>
 #include <cstdio>
+#include <cstring>
 #include <filesystem>
 #include <functional>
 #include <iostream>
@@ -24,6 +25,7 @@
 #include "common/log.h"
 #include "common/unique_fd.h"
 #include "sandbox/host_backend.h"
+#include "sandbox/ns_backend.h"
 #include "server/config.h"
 #include "server/http_server.h"
 #include "session/session_manager.h"
@@ -34,14 +36,45 @@ namespace asio = boost::asio;
 using namespace agentbox;
 
 // The backends this daemon can run sessions on, by name. This is the one place where backends
-// are registered.
-std::map<std::string, std::shared_ptr<sandbox::Backend>> make_backends() {
+// are registered. A backend that cannot run on this host is still registered: its
+// check_usable() says what is missing, and creating a box on it fails with that message.
+Result<std::map<std::string, std::shared_ptr<sandbox::Backend>>> make_backends(
+    const std::string& runtime_dir) {
   std::map<std::string, std::shared_ptr<sandbox::Backend>> backends;
   backends["host"] = std::make_shared<sandbox::HostBackend>();
-  // The isolated `ns` backend registers here once sandbox/ns_backend.h lands:
-  //   if (auto ns = sandbox::make_ns_backend({...})) backends["ns"] = std::move(*ns);
-  //   else spdlog::warn("ns backend unavailable: {}", ns.error().message);
+  sandbox::NsBackendOptions ns_opts;
+  ns_opts.runtime_dir = runtime_dir;
+  auto ns = sandbox::make_ns_backend(std::move(ns_opts));
+  if (!ns) return std::unexpected(ns.error());
+  backends["ns"] = std::move(*ns);
   return backends;
+}
+
+// --check-backend NAME: "NAME: usable" (exit 0) or "NAME: <what is missing>" (exit 1). Uses a
+// throwaway runtime dir so that checking touches no data dir.
+int check_backend(const std::string& name) {
+  char tmp[] = "/tmp/agentbox-check-XXXXXX";
+  if (::mkdtemp(tmp) == nullptr) {
+    std::cerr << "agentboxd: mkdtemp: " << std::strerror(errno) << "\n";
+    return 1;
+  }
+  int rc = 1;
+  {
+    auto backends = make_backends(std::string(tmp) + "/run");
+    if (!backends) {
+      std::cerr << name << ": " << backends.error().message << "\n";
+    } else if (auto it = backends->find(name); it == backends->end()) {
+      std::cerr << name << ": unknown backend\n";
+    } else if (auto st = it->second->check_usable(); !st) {
+      std::cerr << name << ": " << st.error().message << "\n";
+    } else {
+      std::cout << name << ": usable\n";
+      rc = 0;
+    }
+  }
+  std::error_code ec;
+  std::filesystem::remove_all(tmp, ec);
+  return rc;
 }
 
 // Writes "HOST:PORT\n" to `path` atomically (temp file + rename), so a watcher never reads half.
@@ -83,6 +116,10 @@ int main(int argc, char** argv) {
   auto parsed = server::parse_daemon_args(argc, argv, std::cout, std::cerr);
   if (!parsed.config) return parsed.exit_code;
   const server::DaemonConfig& cfg = *parsed.config;
+  if (!cfg.check_backend.empty()) {
+    init_logging("error");
+    return check_backend(cfg.check_backend);
+  }
   if (auto st = server::validate_config(cfg); !st) {
     std::cerr << "agentboxd: " << st.error().message << "\n";
     return 2;
@@ -100,7 +137,12 @@ int main(int argc, char** argv) {
   }
   std::string data_dir = std::filesystem::absolute(cfg.data_dir, fs_ec).string();
 
-  auto backends = make_backends();
+  auto made = make_backends(data_dir + "/run");
+  if (!made) {
+    spdlog::error("backends: {}", made.error().message);
+    return 1;
+  }
+  auto& backends = *made;
   auto backend_it = backends.find(cfg.backend);
   if (backend_it == backends.end()) {
     std::string known;
@@ -110,9 +152,15 @@ int main(int argc, char** argv) {
     return 2;
   }
   std::shared_ptr<sandbox::Backend> default_backend = backend_it->second;
+  // SECURITY: never a silent fallback to less isolation. If the default backend (ns unless the
+  // operator chose otherwise) cannot run here, refuse to start and say what is missing.
   if (auto st = default_backend->check_usable(); !st) {
-    spdlog::warn("backend {} is not usable: {} (/readyz answers 503)", cfg.backend,
-                 st.error().message);
+    std::cerr << "agentboxd: backend '" << cfg.backend << "' cannot run on this host: "
+              << st.error().message << "\n";
+    if (cfg.backend != "host") {
+      std::cerr << "agentboxd: to run WITHOUT isolation, start with --backend host\n";
+    }
+    return 1;
   }
 
   session::ManagerConfig mc;

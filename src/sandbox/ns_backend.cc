@@ -655,7 +655,13 @@ class NsSandbox final : public Sandbox {
         auto pids = p.cgroup->pids();
         if (!pids || pids->empty()) break;
         std::lock_guard lock(cgroup_mu_);
-        for (pid_t pid : *pids) (void)cgroup_->add_process(pid);
+        for (pid_t pid : *pids) {
+          // kNotFound: it exited meanwhile.
+          if (auto s = cgroup_->add_process(pid); !s && s.error().code != Code::kNotFound) {
+            spdlog::warn("ns box {}: keeping background process {}: {}", key_, pid,
+                         s.error().message);
+          }
+        }
       }
     }
     if (auto s = p.cgroup->destroy(); !s) {

@@ -104,7 +104,8 @@ ParseOutcome parse_daemon_args(int argc, const char* const* argv, std::ostream& 
   auto* o_data = app.add_option("--data-dir", c.data_dir, "State and workspaces (created)")
                      ->capture_default_str()
                      ->multi_option_policy(take_last);
-  auto* o_backend = app.add_option("--backend", c.backend, "Default backend: host | ns")
+  auto* o_backend = app.add_option("--backend", c.backend,
+                                   "Default backend: ns (isolated) | host (no isolation)")
                         ->capture_default_str()
                         ->multi_option_policy(take_last);
   auto* o_token = app.add_option("--token", c.tokens,
@@ -127,6 +128,9 @@ ParseOutcome parse_daemon_args(int argc, const char* const* argv, std::ostream& 
                     ->multi_option_policy(take_last);
   app.add_option("--ready-file", c.ready_file,
                  "Write HOST:PORT to this file (atomically) once listening")
+      ->multi_option_policy(take_last);
+  app.add_option("--check-backend", c.check_backend,
+                 "Print whether this backend can run here (what is missing if not) and exit")
       ->multi_option_policy(take_last);
   try {
     app.parse(argc, argv);

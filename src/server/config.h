@@ -25,7 +25,9 @@ struct SharedDir {
 struct DaemonConfig {
   std::string listen = "127.0.0.1:9090";
   std::string data_dir = "./.agentbox";
-  std::string backend = "host";
+  // The default backend of new sessions. `ns` (isolated) unless the operator names another; if
+  // the chosen backend cannot run here the daemon refuses to start (never a silent fallback).
+  std::string backend = "ns";
   std::vector<std::string> tokens;
   std::vector<SharedDir> shared_dirs;
   // Host dirs under which sessions may ask for extra mounts and skills (none: refused).
@@ -33,6 +35,8 @@ struct DaemonConfig {
   std::uint64_t max_file_mb = 500;
   std::string log_level = "info";
   std::string ready_file;  // written with "HOST:PORT\n" once listening
+  // --check-backend NAME: report whether NAME can run on this host and exit (0 usable, 1 not).
+  std::string check_backend;
 };
 
 struct ParseOutcome {

@@ -62,8 +62,8 @@ Status validate_id(std::string_view id) {
   }
   for (char c : id) {
     if (!id_char(c)) {
-      return fail(Code::kInvalid, "invalid session id " + quote(id) +
-                                      ": only A-Z a-z 0-9 . _ - are allowed");
+      return fail(Code::kInvalid,
+                  "invalid session id " + quote(id) + ": only A-Z a-z 0-9 . _ - are allowed");
     }
   }
   // SECURITY: ids name directories under data_dir/workspaces; "." and ".." would name the

@@ -66,7 +66,10 @@ Result<std::string> resolve_host_path(const std::string& host_path, const std::s
   }
   char buf[PATH_MAX];
   if (::realpath(host_path.c_str(), buf) == nullptr) {
-    return fail_errno(errno, field + ": realpath(" + host_path + ")");
+    // A bad field of the request (400), not a missing file of the session (404).
+    Error e = Error::from_errno(errno, field + ": realpath(" + host_path + ")");
+    e.code = Code::kInvalid;
+    return std::unexpected(std::move(e));
   }
   std::string resolved(buf);
   for (const std::string& root : roots) {
@@ -118,7 +121,7 @@ struct SessionManager::Entry {
   std::string id;
   SessionSpec spec;
   std::string backend;
-  uid_t uid = 0;  // allocated for every session; applied by isolating backends
+  uid_t uid = 0;              // allocated for every session; applied by isolating backends
   std::string workspace_dir;  // host path
   std::chrono::system_clock::time_point created_at;
 
@@ -139,7 +142,9 @@ struct SessionManager::BoxStart {
 SessionManager::SessionManager(ManagerConfig config, UniqueFd workspaces_fd)
     : config_(std::move(config)), workspaces_fd_(std::move(workspaces_fd)) {}
 
-SessionManager::~SessionManager() { shutdown_all(); }
+SessionManager::~SessionManager() {
+  shutdown_all();
+}
 
 Result<std::unique_ptr<SessionManager>> SessionManager::open(ManagerConfig config) {
   if (config.data_dir.empty()) return fail(Code::kInvalid, "session manager: data_dir not set");

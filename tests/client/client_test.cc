@@ -168,12 +168,13 @@ TEST(ClientTest, ReconnectsWhenTheServerClosedAnIdleConnection) {
   std::this_thread::sleep_for(std::chrono::milliseconds(100));
   std::string data = "payload";
   std::size_t off = 0;
-  auto up = c.upload("PUT", "/echo", data.size(), [&](char* buf, std::size_t n) -> Result<std::size_t> {
-    std::size_t k = std::min(n, data.size() - off);
-    std::copy_n(data.data() + off, k, buf);
-    off += k;
-    return k;
-  });
+  auto up =
+      c.upload("PUT", "/echo", data.size(), [&](char* buf, std::size_t n) -> Result<std::size_t> {
+        std::size_t k = std::min(n, data.size() - off);
+        std::copy_n(data.data() + off, k, buf);
+        off += k;
+        return k;
+      });
   ASSERT_TRUE(up) << up.error().message;
   EXPECT_EQ(up->body, "PUT /echo\npayload");
   EXPECT_EQ(s.connections(), 3);

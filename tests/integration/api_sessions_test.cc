@@ -100,16 +100,16 @@ TEST_F(SessionsApi, ListShowsEverySessionAndDeleteRemovesSessionAndWorkspace) {
 }
 
 TEST_F(SessionsApi, BadIdsAreRejectedWith400) {
-  for (const std::string id : {"", ".", "..", "../x", "a/b", "a b", std::string(129, 'a'),
-                               "semi;colon"}) {
+  for (const std::string& id : std::vector<std::string>{"", ".", "..", "../x", "a/b", "a b",
+                                                       std::string(129, 'a'), "semi;colon"}) {
     auto r = api_.post("/v1/sessions", {{"id", id}});
     EXPECT_EQ(r.status, 400) << "id '" << id << "': " << r;
     EXPECT_EQ(r.code(), "EINVAL") << id;
   }
   EXPECT_EQ(api_.post("/v1/sessions", {{"id", std::string(128, 'a')}}).status, 201);
 
-  for (const std::string path : {"/v1/sessions/a%20b", "/v1/sessions/..", "/v1/sessions/a%2Fb",
-                                 "/v1/sessions/%2e%2e/exec"}) {
+  for (const char* path : {"/v1/sessions/a%20b", "/v1/sessions/..", "/v1/sessions/a%2Fb",
+                                 "/v1/sessions/%2e%2e/files?path=a"}) {
     auto r = api_.get(path);
     EXPECT_EQ(r.status, 400) << path << ": " << r;
     EXPECT_EQ(r.code(), "EINVAL") << path;

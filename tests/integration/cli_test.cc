@@ -3,13 +3,12 @@
 // terminal sees: stdout, stderr, exit codes, and the bytes that land in the workspace.
 
 #include <fcntl.h>
+#include <gtest/gtest.h>
 #include <poll.h>
 #include <signal.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
-
-#include <gtest/gtest.h>
 
 #include <chrono>
 #include <cstdlib>
@@ -127,8 +126,10 @@ class CliProcess {
     pollfd fds[2] = {{stdout_.get(), POLLIN, 0}, {stderr_.get(), POLLIN, 0}};
     int nfds = 0;
     for (auto& p : fds) {
-      if (p.fd >= 0) ++nfds;
-      else p.events = 0;
+      if (p.fd >= 0)
+        ++nfds;
+      else
+        p.events = 0;
     }
     if (nfds == 0) return false;
     if (poll(fds, 2, ms) <= 0) return true;
@@ -215,7 +216,7 @@ class CliTest : public ::testing::Test {
 
   // Runs `agentbox --server URL args...` to completion.
   static CliRun cli(const std::vector<std::string>& args, std::string stdin_data = {},
-                 std::vector<std::string> env = {}) {
+                    std::vector<std::string> env = {}) {
     std::vector<std::string> full = {"--server", daemon_->url()};
     full.insert(full.end(), args.begin(), args.end());
     CliProcess p(full, env, std::move(stdin_data));
@@ -243,7 +244,7 @@ Daemon* CliTest::daemon_ = nullptr;
 
 TEST_F(CliTest, SessionCreateLsShowRm) {
   CliRun c = cli({"session", "create", "cli-s1", "--label", "team=a", "--env", "FOO=bar",
-               "--memory-mb", "256"});
+                  "--memory-mb", "256"});
   ASSERT_EQ(c.code, 0) << c;
   json j = json::parse(c.out, nullptr, false);
   ASSERT_TRUE(j.is_object()) << c;
@@ -293,7 +294,7 @@ TEST_F(CliTest, SessionCreateLsShowRm) {
 
 TEST_F(CliTest, SessionCreateFromScopeTemplate) {
   CliRun c = cli({"session", "create", "--scope", "{launcher_type}_{launcher_id}", "--var",
-               "launcher_type=group", "-q"});
+                  "launcher_type=group", "-q"});
   ASSERT_EQ(c.code, 0) << c;
   EXPECT_EQ(c.out, "group_unknown\n");
   EXPECT_EQ(cli({"session", "rm", "group_unknown"}).code, 0);
@@ -305,10 +306,13 @@ TEST_F(CliTest, BadInputIsAnErrorOrAUsageError) {
   EXPECT_EQ(bad_id.err.rfind("agentbox: EINVAL: ", 0), 0u) << bad_id;
 
   // Usage errors exit 2 and never reach the server.
-  for (std::vector<std::string> args :
-       {std::vector<std::string>{"session", "create"}, {"exec"}, {"cp", "a", "b"},
-        {"nosuchcommand"}, {"cat", "nocolon"}, {"session", "create", "x", "--var", "novalue"},
-        {"exec", "s", "--timeout", "soon", "--", "true"}}) {
+  for (std::vector<std::string> args : {std::vector<std::string>{"session", "create"},
+                                        {"exec"},
+                                        {"cp", "a", "b"},
+                                        {"nosuchcommand"},
+                                        {"cat", "nocolon"},
+                                        {"session", "create", "x", "--var", "novalue"},
+                                        {"exec", "s", "--timeout", "soon", "--", "true"}}) {
     CliRun r = cli(args);
     EXPECT_EQ(r.code, 2) << ::testing::PrintToString(args) << "\n" << r;
   }
@@ -329,6 +333,13 @@ TEST_F(CliTest, ExecPropagatesExitCodeAndSplitsStreams) {
   EXPECT_EQ(missing.code, 127) << missing;
   CliRun sig = cli({"exec", "cli-exec", "--", "sh", "-c", "kill -TERM $$"});
   EXPECT_EQ(sig.code, 128 + SIGTERM) << sig;
+  // Without "--" the command starts at the first word that is not an exec option; a "--"
+  // after that belongs to the command.
+  CliRun bare = cli({"exec", "cli-exec", "echo", "a", "--", "-b"});
+  EXPECT_EQ(bare.code, 0) << bare;
+  EXPECT_EQ(bare.out, "a -- -b\n");
+  CliRun unknown = cli({"exec", "cli-exec", "--bogus", "--", "true"});
+  EXPECT_EQ(unknown.code, 2) << unknown;
   CliRun shell = cli({"exec", "cli-exec", "-c", "echo $((6*7)) | tr 4 X"});
   EXPECT_EQ(shell.code, 0) << shell;
   EXPECT_EQ(shell.out, "X2\n");
@@ -337,8 +348,8 @@ TEST_F(CliTest, ExecPropagatesExitCodeAndSplitsStreams) {
 TEST_F(CliTest, ExecEnvCwdStdinAndTimeout) {
   ASSERT_EQ(cli({"session", "create", "cli-env", "-q"}).code, 0);
   ASSERT_EQ(cli({"mkdir", "cli-env:/workspace/sub"}).code, 0);
-  CliRun env = cli({"exec", "cli-env", "--env", "GREETING=hi there", "--cwd", "/workspace/sub", "--",
-                 "sh", "-c", "echo \"$GREETING\"; basename \"$PWD\""});
+  CliRun env = cli({"exec", "cli-env", "--env", "GREETING=hi there", "--cwd", "/workspace/sub",
+                    "--", "sh", "-c", "echo \"$GREETING\"; basename \"$PWD\""});
   EXPECT_EQ(env.code, 0) << env;
   EXPECT_EQ(env.out, "hi there\nsub\n");
 
@@ -356,8 +367,13 @@ TEST_F(CliTest, ExecStreamsOutputLive) {
   // output: it can only finish if the first line reached us while it was still running.
   ASSERT_EQ(cli({"session", "create", "cli-live", "-q"}).code, 0);
   std::vector<std::string> args = {
-      "--server", daemon_->url(), "exec", "cli-live", "--",
-      "sh",       "-c",
+      "--server",
+      daemon_->url(),
+      "exec",
+      "cli-live",
+      "--",
+      "sh",
+      "-c",
       "echo first; echo to-stderr >&2; i=0; while [ ! -e go ] && [ $i -lt 600 ]; do sleep 0.1; "
       "i=$((i+1)); done; echo second"};
   CliProcess p(args, {}, "");
@@ -485,10 +501,12 @@ TEST_F(CliTest, CatLsRmMkdir) {
 }
 
 TEST_F(CliTest, UnknownSessionIsENOENTEverywhere) {
-  for (std::vector<std::string> args :
-       {std::vector<std::string>{"session", "show", "cli-none"}, {"session", "rm", "cli-none"},
-        {"cat", "cli-none:/workspace/x"}, {"ls", "cli-none"}, {"rm", "cli-none:/workspace/x"},
-        {"mkdir", "cli-none:/workspace/x"}}) {
+  for (std::vector<std::string> args : {std::vector<std::string>{"session", "show", "cli-none"},
+                                        {"session", "rm", "cli-none"},
+                                        {"cat", "cli-none:/workspace/x"},
+                                        {"ls", "cli-none"},
+                                        {"rm", "cli-none:/workspace/x"},
+                                        {"mkdir", "cli-none:/workspace/x"}}) {
     CliRun r = cli(args);
     EXPECT_EQ(r.code, 1) << ::testing::PrintToString(args) << "\n" << r;
     EXPECT_EQ(r.err.rfind("agentbox: ENOENT: ", 0), 0u) << r;
@@ -520,8 +538,8 @@ TEST(CliAuthTest, TokenFromFlagOrEnvironment) {
   EXPECT_EQ(wrong.wait(), 1);
   EXPECT_EQ(wrong.err().rfind("agentbox: EUNAUTHORIZED: ", 0), 0u) << wrong.err();
 
-  CliProcess flag({"--server", d.url(), "--token", "s3cret", "session", "create", "tok", "-q"},
-                  {}, "");
+  CliProcess flag({"--server", d.url(), "--token", "s3cret", "session", "create", "tok", "-q"}, {},
+                  "");
   EXPECT_EQ(flag.wait(), 0) << flag.err();
   EXPECT_EQ(flag.out(), "tok\n");
 

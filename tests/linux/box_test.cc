@@ -394,7 +394,8 @@ TEST_F(BoxTest, BackgroundJobsOutliveTheirExecAndDieWithTheBox) {
   start();
   CmdResult r = sh("sleep 100 >/dev/null 2>&1 & echo started");
   EXPECT_EQ(r.out, "started\n");
-  r = sh("for p in /proc/[0-9]*; do cat $p/comm; done | grep -c '^sleep$'");
+  r = sh("for i in $(seq 100); do grep -qx sleep /proc/[0-9]*/comm && break; sleep 0.05; done; "
+         "cat /proc/[0-9]*/comm | grep -c '^sleep$'");
   EXPECT_EQ(r.out, "1\n");
   pid_t init = box_->init_pid();
   std::vector<pid_t> pids = *cgroup_->pids();

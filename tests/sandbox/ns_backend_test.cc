@@ -140,6 +140,15 @@ class NsBackendTest : public ::testing::Test {
     return r ? *r : ExecResult{};
   }
 
+  // A backend with `parent` as its cgroup parent, made and dropped: removes stale box cgroups.
+  void o_cleanup(const std::string& parent) {
+    NsBackendOptions o;
+    o.runtime_dir = dir_ + "/run-cleanup";
+    o.init_path = bin_dir() + "/agentbox-init";
+    o.cgroup_parent = parent;
+    EXPECT_TRUE(make_ns_backend(o));
+  }
+
   std::string dir_;
   std::unique_ptr<Backend> backend_;
   std::vector<std::unique_ptr<Sandbox>> boxes_;
@@ -187,7 +196,7 @@ TEST_F(NsBackendTest, ProcessPostureAndIsolation) {
   // Only the box's processes, the box's hostname, only lo.
   r = sh(s, "cat /proc/[0-9]*/comm > /tmp/c; sort /tmp/c | tr '\\n' ' '; hostname; "
             "tail -n +3 /proc/net/dev | cut -d: -f1 | tr -d ' '");
-  EXPECT_EQ(r.stdout_data, "agentbox-init sh \nagentbox\nlo\n") << r.stderr_data;
+  EXPECT_EQ(r.stdout_data, "agentbox-init sh agentbox\nlo\n") << r.stderr_data;
   // Open fds of a command: 0, 1, 2 (ls's own listing fd aside).
   r = sh(s, "ls -l /proc/self/fd/ | grep -v '/fd$' | grep -o '[0-9]* ->' | tr -d '\\n'");
   EXPECT_EQ(r.stdout_data, "0 ->1 ->2 ->") << r.stderr_data;
@@ -330,7 +339,9 @@ TEST_F(NsBackendTest, BackgroundJobsSurviveTheirExecUntilShutdown) {
   ExecResult r = sh(s, "sleep 100 & echo started");
   EXPECT_EQ(r.stdout_data, "started\n");
   EXPECT_FALSE(r.timed_out);
-  r = sh(s, "cat /proc/[0-9]*/comm | grep -c '^sleep$'");
+  // (The background child may still be a forked shell that has not exec'd sleep yet.)
+  r = sh(s, "for i in $(seq 100); do grep -qx sleep /proc/[0-9]*/comm && break; sleep 0.05; done; "
+            "cat /proc/[0-9]*/comm | grep -c '^sleep$'");
   EXPECT_EQ(r.stdout_data, "1\n");
   EXPECT_EQ(host_pids_of_uid(uid).size(), 1u);
   s.shutdown();
@@ -347,9 +358,16 @@ TEST_F(NsBackendTest, MemoryLimitOomKillsInsideTheBoxOnly) {
   BoxConfig c;
   c.limits.memory_mb = 64;
   Sandbox& s = make_box("oom", 42011, c);
-  // tail keeps a line in memory, and /dev/zero has no newline: it grows until the box's OOM.
-  ExecResult r = sh(s, "head -c 1000M /dev/zero | tail -c 1 > /dev/null");
-  EXPECT_NE(r.exit_code, 0);
+  ExecSpec hog;
+  hog.argv = {"python3", "-c", "x = bytearray(512 << 20); print(len(x))"};
+  auto h = exec(s, hog);
+  ASSERT_TRUE(h) << h.error().message;
+  EXPECT_EQ(h->exit_code, 128 + SIGKILL) << h->stdout_data << h->stderr_data;
+  EXPECT_EQ(h->signal, SIGKILL);
+  EXPECT_FALSE(h->timed_out);
+  // And under a shell: the shell survives its child's OOM kill and reports it.
+  ExecResult r = sh(s, "python3 -c 'x = bytearray(512 << 20)'; echo status $?");
+  EXPECT_EQ(r.stdout_data, "status 137\n") << r.stderr_data;
   EXPECT_FALSE(r.timed_out);
   // The box (its init) survives and serves the next command; we are obviously alive.
   EXPECT_EQ(sh(s, "echo still here").stdout_data, "still here\n");
@@ -391,9 +409,31 @@ TEST_F(NsBackendTest, BoxesDieWithTheDaemon) {
   pid_t child = ::fork();
   ASSERT_GE(child, 0);
   if (child == 0) {
-    Sandbox& s = make_box("orphan", uid);
-    ExecResult r = sh(s, "sleep 1000 >/dev/null 2>&1 & echo ok");
-    char ok = r.stdout_data == "ok\n" ? 1 : 0;
+    // Only this thread exists in the child: it builds its own backend (threads and all).
+    char ok = 0;
+    NsBackendOptions o;
+    o.runtime_dir = dir_ + "/run-child";
+    o.init_path = bin_dir() + "/agentbox-init";
+    o.cgroup_parent = "agentbox-nstest-child-" + std::to_string(::getpid());
+    auto b = make_ns_backend(o);
+    std::string ws = dir_ + "/ws-orphan";
+    fs::create_directories(ws);
+    (void)!::chown(ws.c_str(), uid, uid);
+    BoxConfig c;
+    c.key = "orphan";
+    c.workspace_dir = ws;
+    c.uid = uid;
+    auto s = b ? (*b)->create(c) : Result<std::unique_ptr<Sandbox>>(std::unexpected(b.error()));
+    if (s) {
+      asio::io_context io;
+      ExecSpec spec;
+      spec.command = "sleep 1000 >/dev/null 2>&1 & echo ok";
+      asio::co_spawn(io, (*s)->exec(spec, nullptr),
+                     [&ok](std::exception_ptr, Result<ExecResult> r) {
+                       ok = r && r->stdout_data == "ok\n" ? 1 : 0;
+                     });
+      io.run();
+    }
     (void)!::write(report[1], &ok, 1);
     ::pause();
     _exit(0);
@@ -420,6 +460,8 @@ TEST_F(NsBackendTest, BoxesDieWithTheDaemon) {
   EXPECT_TRUE(wait_no_pids_of_uid(uid, 3s));
   for (int i = 0; i < 300 && pid_alive(init); ++i) std::this_thread::sleep_for(10ms);
   EXPECT_FALSE(pid_alive(init));
+  // What the killed "daemon" leaves: its cgroups (a restarted daemon removes them as stale).
+  o_cleanup("agentbox-nstest-child-" + std::to_string(child));
 }
 
 TEST_F(NsBackendTest, UnusableHostIsNamed) {

@@ -125,7 +125,9 @@ TEST_F(PostureTest, MountTableIsTheDesignedListSystemReadOnly) {
       saw_root = true;
       EXPECT_EQ(opts.substr(0, 3), "ro,") << line;
     }
-    if (mnt == "/usr" || mnt == "/etc") EXPECT_EQ(opts.substr(0, 3), "ro,") << line;
+    if (mnt == "/usr" || mnt == "/etc") {
+      EXPECT_EQ(opts.substr(0, 3), "ro,") << line;
+    }
     if (mnt == "/workspace") {
       saw_ws = true;
       EXPECT_THAT(opts, HasSubstr("nosuid")) << line;

@@ -26,8 +26,7 @@ fs::path source_dir() {
   return fs::path(__FILE__).parent_path().parent_path().parent_path();
 }
 
-const std::set<std::string> kMethods = {"get", "put", "post", "delete", "patch", "head",
-                                        "options"};
+const std::set<std::string> kMethods = {"get", "put", "post", "delete", "patch", "head", "options"};
 
 using RouteKey = std::pair<std::string, std::string>;  // (METHOD, /path/{template})
 
@@ -81,8 +80,8 @@ TEST_F(OpenApiTest, EveryDocumentedRouteIsServed) {
   std::set<RouteKey> served;
   for (const auto& r : route_table()) served.emplace(r.method, r.path);
   for (const auto& [method, path] : documented()) {
-    EXPECT_TRUE(served.count({method, path})) << method << " " << path
-                                              << " is in docs/openapi.yaml but not served";
+    EXPECT_TRUE(served.count({method, path}))
+        << method << " " << path << " is in docs/openapi.yaml but not served";
   }
 }
 

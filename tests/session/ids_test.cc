@@ -18,10 +18,9 @@ TEST(ValidateIdTest, AcceptsTheDocumentedAlphabet) {
 }
 
 TEST(ValidateIdTest, RefusesBadIdsNamingThem) {
-  for (std::string bad : {std::string(""), std::string("."), std::string(".."),
-                          std::string("a/b"), std::string("../etc"), std::string("a b"),
-                          std::string("é"), std::string("a\0b", 3), std::string(129, 'x'),
-                          std::string("x;rm")}) {
+  for (std::string bad : {std::string(""), std::string("."), std::string(".."), std::string("a/b"),
+                          std::string("../etc"), std::string("a b"), std::string("é"),
+                          std::string("a\0b", 3), std::string(129, 'x'), std::string("x;rm")}) {
     auto st = validate_id(bad);
     ASSERT_FALSE(st) << "accepted: " << bad;
     EXPECT_EQ(st.error().code, Code::kInvalid);

@@ -29,7 +29,7 @@ class FakeSandbox : public sandbox::Sandbox {
   std::string workspace() const override { return "/workspace"; }
   std::optional<uid_t> uid() const override { return std::nullopt; }
   sandbox::asio::awaitable<Result<sandbox::ExecResult>> exec(sandbox::ExecSpec,
-                                                            sandbox::OutputSink*) override {
+                                                             sandbox::OutputSink*) override {
     co_return sandbox::ExecResult{};
   }
   Result<sandbox::FileReader> open_file(const std::string&) override { return unsupported(); }
@@ -226,8 +226,8 @@ TEST_F(SessionManagerTest, BoxConfigCarriesSpecSharedDirsAndSkills) {
 TEST_F(SessionManagerTest, MountsOutsideTheAllowedRootsAreRefused) {
   // A symlink under the allowed root that points out of it does not pass either.
   fs::create_directory_symlink(root_ + "/elsewhere", root_ + "/skills/link");
-  for (std::string host : {root_ + "/elsewhere", root_ + "/skills/link", root_ + "/skills/../elsewhere",
-                           std::string("/")}) {
+  for (std::string host : {root_ + "/elsewhere", root_ + "/skills/link",
+                           root_ + "/skills/../elsewhere", std::string("/")}) {
     SessionSpec spec;
     spec.mounts = {{host, "/mnt/x", "ro"}};
     auto r = mgr().create_or_get("m1", spec);
@@ -244,6 +244,16 @@ TEST_F(SessionManagerTest, MountsOutsideTheAllowedRootsAreRefused) {
   EXPECT_TRUE(mgr().list().empty());
   EXPECT_FALSE(fs::exists(workspace("m1")));
   EXPECT_EQ(ns_->creates_, 0);
+}
+
+TEST_F(SessionManagerTest, MissingMountSourceIsABadField) {
+  SessionSpec spec;
+  spec.skills = {{"web", root_ + "/skills/not-there"}};
+  auto r = mgr().create_or_get("m2", spec);
+  ASSERT_FALSE(r);
+  EXPECT_EQ(r.error().code, Code::kInvalid) << r.error().message;
+  EXPECT_NE(r.error().message.find("skills.web"), std::string::npos) << r.error().message;
+  EXPECT_NE(r.error().message.find("not-there"), std::string::npos) << r.error().message;
 }
 
 TEST_F(SessionManagerTest, InvalidSpecsNameTheField) {
