@@ -924,6 +924,8 @@ Result<std::unique_ptr<Sandbox>> NsBackend::create(BoxConfig config) {
   spec.seccomp = &core_->seccomp;
   spec.cgroup = cgroup->get();
   spec.rlimits.nofile = config.limits.max_open_files.value_or(kDefaultOpenFiles);
+  // No single file may outgrow the workspace's cap (a write past it fails with EFBIG).
+  if (config.limits.disk_mb) spec.rlimits.fsize_bytes = *config.limits.disk_mb << 20;
   spec.init_oom_score_adj = core_->opts.init_oom_score_adj;
 
   // On the spawner thread: the box's PDEATHSIG is tied to it.

@@ -11,6 +11,7 @@
 #include <utility>
 
 #include "common/log.h"
+#include "linux/quota_disk.h"
 #include "sandbox/rooted_fs.h"
 
 namespace agentbox::session {
@@ -297,6 +298,21 @@ Result<SessionManager::BoxStart> SessionManager::start_box(const Entry& e) {
     }
     return fail_errno(err, "open(" + e.workspace_dir + ")");
   }
+  if (e.spec.limits.disk_mb) {
+    // A capped workspace: the directory becomes the root of its own size-limited file system
+    // (linux/quota_disk.h); reopen it to get the mounted root, not the directory beneath.
+    if (auto st = attach_disk(e, isolated); !st) {
+      drop_new_dir();
+      return std::unexpected(st.error());
+    }
+    dir = UniqueFd(::openat(workspaces_fd_.get(), e.id.c_str(),
+                            O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC));
+    if (!dir) {
+      int err = errno;
+      drop_new_dir();
+      return fail_errno(err, "open(" + e.workspace_dir + ")");
+    }
+  }
   // The umask may have narrowed mkdir's mode, and a reused workspace keeps its own: pin 0700.
   if (::fchmod(dir.get(), 0700) != 0) {
     int err = errno;
@@ -390,7 +406,33 @@ std::vector<SessionInfo> SessionManager::list() {
   return out;
 }
 
+std::string SessionManager::disk_image_path(const std::string& id) const {
+  return config_.data_dir + "/disks/" + id + ".img";
+}
+
+Status SessionManager::attach_disk(const Entry& e, bool isolated) {
+  std::string disks = config_.data_dir + "/disks";
+  // 0700: the images hold every capped workspace's bytes.
+  if (::mkdir(disks.c_str(), 0700) != 0 && errno != EEXIST) {
+    return fail_errno(errno, "mkdir(" + disks + ")");
+  }
+  linux::QuotaDiskSpec spec;
+  spec.image_path = disk_image_path(e.id);
+  spec.mountpoint = e.workspace_dir;
+  spec.bytes = *e.spec.limits.disk_mb << 20;
+  spec.uid = isolated ? e.uid : ::geteuid();
+  spec.gid = isolated ? static_cast<gid_t>(e.uid) : ::getegid();
+  return linux::attach_quota_disk(spec);
+}
+
 Status SessionManager::remove_workspace(const std::string& id) {
+  // A capped workspace is a mount: detach it (and drop its image) before removing the directory,
+  // which remove_all below would otherwise refuse as a mount point.
+  if (auto st = linux::detach_quota_disk(config_.data_dir + "/workspaces/" + id,
+                                          disk_image_path(id));
+      !st && st.error().code != Code::kNotFound) {
+    return st;
+  }
   UniqueFd root(::fcntl(workspaces_fd_.get(), F_DUPFD_CLOEXEC, 0));
   if (!root) return fail_errno(errno, "dup(" + config_.data_dir + "/workspaces)");
   // SECURITY: RootedFs never follows a symlink, so a link the session planted in its workspace

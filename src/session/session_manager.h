@@ -125,6 +125,9 @@ class SessionManager {
                                              const std::string& id);
   uid_t allocate_uid_locked(const std::string& id);
   Status remove_workspace(const std::string& id);
+  // limits.disk_mb: the workspace's size-capped file system (linux/quota_disk.h).
+  std::string disk_image_path(const std::string& id) const;
+  Status attach_disk(const Entry& e, bool isolated);
   // Every change to what a session is (created, started, suspended, used, destroyed) goes
   // through these two, so a persistent store hooks in here and nowhere else. mu_ held.
   void record_locked(const Entry& e);

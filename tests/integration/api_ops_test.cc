@@ -1,6 +1,8 @@
 // Ops and the daemon itself: /healthz, /readyz, /metrics, auth, routing errors, request limits,
 // malformed HTTP, flags and config file, refusing an open listen address, SIGTERM.
 
+#include <cstdio>
+#include <cstdlib>
 #include <filesystem>
 #include <fstream>
 #include <thread>
@@ -273,6 +275,45 @@ TEST(OpsApi, ReadyFileAndStartupMessage) {
   EXPECT_NE(d.log().find("curl"), std::string::npos) << d.log();
   EXPECT_NE(d.log().find(d.host_port()), std::string::npos) << d.log();
   EXPECT_EQ(d.stop(SIGINT), 0);
+}
+
+
+// Issue 3, "Backend choice": ns is the default; when it cannot run, the daemon refuses to start
+// and names what is missing, unless the operator explicitly asks for no isolation. Never a
+// silent fallback. Here ns is made unusable by running a copy of agentboxd that has no
+// agentbox-init beside it.
+TEST(OpsApi, NoSilentFallbackWhenTheNsBackendCannotRun) {
+  char tmpl[] = "/tmp/agentbox-noinit-XXXXXX";
+  std::string dir = mkdtemp(tmpl);
+  std::filesystem::copy_file(Daemon::binary(), dir + "/agentboxd");
+  auto run = [&](const std::string& args) {
+    std::string cmd = "cd " + dir + " && timeout --preserve-status -s TERM 3 ./agentboxd --listen 127.0.0.1:0 " +
+                      "--data-dir " + dir + "/data " + args + " 2>&1; echo \"rc=$?\"";
+    std::string out;
+    FILE* p = ::popen(cmd.c_str(), "r");
+    char buf[4096];
+    while (std::size_t n = std::fread(buf, 1, sizeof buf, p)) out.append(buf, n);
+    ::pclose(p);
+    return out;
+  };
+  for (const char* args : {"", "--backend ns"}) {
+    std::string out = run(args);
+    EXPECT_NE(out.find("rc=1\n"), std::string::npos) << args << ": " << out;
+    EXPECT_NE(out.find("cannot run on this host"), std::string::npos) << out;
+    EXPECT_NE(out.find("agentbox-init"), std::string::npos) << "does not name what is missing: "
+                                                            << out;
+    EXPECT_NE(out.find("--backend host"), std::string::npos) << "no way out offered: " << out;
+    EXPECT_EQ(out.find("listening on"), std::string::npos) << out;
+  }
+  // Explicitly without isolation it serves (and stops cleanly on the SIGTERM of `timeout`).
+  std::string out = run("--backend host");
+  EXPECT_NE(out.find("listening on"), std::string::npos) << out;
+  EXPECT_NE(out.find("rc=0\n"), std::string::npos) << out;
+  // --check-backend reports the same, for scripts.
+  out = run("--check-backend ns");
+  EXPECT_NE(out.find("rc=1\n"), std::string::npos) << out;
+  EXPECT_NE(out.find("agentbox-init"), std::string::npos) << out;
+  std::filesystem::remove_all(dir);
 }
 
 }  // namespace

@@ -260,7 +260,8 @@ bool read_some(int fd, std::string* out, Clock::time_point deadline) {
 
 std::string RawConnection::read_response(std::chrono::milliseconds timeout) {
   auto deadline = Clock::now() + timeout;
-  std::string data;
+  std::string data = std::move(pending_);
+  pending_.clear();
   std::size_t header_end = std::string::npos;
   while ((header_end = data.find("\r\n\r\n")) == std::string::npos) {
     if (!read_some(fd_, &data, deadline)) return data;
@@ -272,6 +273,11 @@ std::string RawConnection::read_response(std::chrono::milliseconds timeout) {
   if (cl != std::string::npos) body_len = std::stoul(lower.substr(cl + 15));
   while (data.size() < header_end + 4 + body_len) {
     if (!read_some(fd_, &data, deadline)) break;
+  }
+  // A pipelined reply may have arrived in the same read: keep it for the next call.
+  if (data.size() > header_end + 4 + body_len) {
+    pending_ = data.substr(header_end + 4 + body_len);
+    data.resize(header_end + 4 + body_len);
   }
   return data;
 }

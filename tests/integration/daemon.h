@@ -85,6 +85,7 @@ class RawConnection {
 
  private:
   int fd_ = -1;
+  std::string pending_;  // bytes read past the last response (pipelined replies)
 };
 
 // The status code of a raw HTTP response ("HTTP/1.1 404 Not Found\r\n..."), -1 if none.

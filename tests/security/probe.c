@@ -245,7 +245,9 @@ int main(int argc, char** argv) {
       ++made;
     }
     printf("FORKED %d %s\n", made, failed_errno ? strerrorname_np(failed_errno) : "none");
-    kill(0, SIGKILL);
+    fflush(stdout);  // stdout is a pipe: flush before the group signal below
+    signal(SIGTERM, SIG_IGN);  // the children (forked before this) keep the default: they die
+    kill(0, SIGTERM);
     return 0;
   }
   if (!strcmp(a, "fds")) {

@@ -2,6 +2,7 @@
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 #include <sys/stat.h>
+#include <sys/statvfs.h>
 
 #include <filesystem>
 #include <fstream>
@@ -107,8 +108,40 @@ TEST(ResourceTest, TmpIsSizeAndInodeCapped) {
   expect_others_serving();
 }
 
+TEST(ResourceTest, WorkspaceIsCappedAtDiskMbAndTheHostDiskUntouched) {
+  Box a(shared_daemon(), "t4-disk", json{{"limits", {{"disk_mb", 32}}}});
+  Box other(shared_daemon(), "t4-disk-other", json{{"limits", {{"disk_mb", 32}}}});
+  struct statvfs host_before {};
+  ASSERT_EQ(::statvfs(shared_daemon().data_dir().c_str(), &host_before), 0);
+  auto r = a.sh("dd if=/dev/zero of=/workspace/fill bs=1M count=1000 2>&1; du -sm /workspace", 60);
+  EXPECT_THAT(r.value("stdout", ""), HasSubstr("No space left on device")) << r.dump();
+  std::string out = r.value("stdout", "");
+  long mb = std::stol(out.substr(out.rfind('\n', out.size() - 2) + 1));
+  EXPECT_LE(mb, 32);
+  // Through the file API too: the quota is EQUOTA (429), and nothing half-written is left.
+  auto put = a.client().request("PUT", "/v1/sessions/t4-disk/files?path=/workspace/more",
+                                std::string(4 << 20, 'x'), "application/octet-stream");
+  ASSERT_TRUE(put);
+  EXPECT_EQ(put->status, 429) << put->body;
+  EXPECT_THAT(put->body, HasSubstr("EQUOTA"));
+  EXPECT_EQ(a.sh("ls -A /workspace").value("stdout", ""), ".probe\nfill\n");  // no temp file
+  // Another session's workspace has all of its own space.
+  auto o = other.sh("dd if=/dev/zero of=/workspace/f bs=1M count=16 2>&1 && echo written", 60);
+  EXPECT_THAT(o.value("stdout", ""), HasSubstr("written"));
+  // The host's disk lost at most what the two images hold (the sparse images grew by what was
+  // written into them), not the 1000 MiB the command asked for.
+  struct statvfs host_after {};
+  ASSERT_EQ(::statvfs(shared_daemon().data_dir().c_str(), &host_after), 0);
+  double used_mb = (static_cast<double>(host_before.f_bavail) - host_after.f_bavail) *
+                   host_before.f_frsize / (1 << 20);
+  EXPECT_LT(used_mb, 200) << "host disk shrank by " << used_mb << " MiB";
+  expect_others_serving();
+}
+
 TEST(ResourceTest, FdsAndFileSizeAreLimited) {
-  Box a(shared_daemon(), "t4-rlimits", json{{"limits", {{"max_open_files", 100}}}});
+  // disk_mb also sets RLIMIT_FSIZE: no single file outgrows the workspace cap.
+  Box a(shared_daemon(), "t4-rlimits",
+        json{{"limits", {{"max_open_files", 100}, {"disk_mb", 64}}}});
   std::string fds = a.probe("fds");
   ASSERT_THAT(fds, StartsWith("OPENED")) << fds;
   EXPECT_LE(std::stol(fds.substr(7)), 100);
@@ -117,10 +150,10 @@ TEST(ResourceTest, FdsAndFileSizeAreLimited) {
   auto lim = a.sh("ulimit -f");
   std::string v = lim.value("stdout", "");
   ASSERT_NE(v, "unlimited\n") << "no RLIMIT_FSIZE in the box";
-  long blocks = std::stol(v);  // 1024-byte blocks in dash
-  long mb = blocks / 1024 + 1;
-  EXPECT_EQ(a.probe("fsize", {"/tmp/big", std::to_string(std::min(mb, 2000L))}),
-            mb <= 2000 ? "DENIED EFBIG" : "ALLOWED");
+  long blocks = std::stol(v);  // 512-byte blocks (POSIX sh)
+  EXPECT_EQ(blocks, 64 * 2048);
+  // /tmp (256 MiB) has room: the write stops at the 64 MiB RLIMIT_FSIZE, not at ENOSPC.
+  EXPECT_EQ(a.probe("fsize", {"/tmp/big", "65"}), "DENIED EFBIG");
 }
 
 TEST(ResourceTest, StdoutFloodIsTruncatedAndDaemonMemoryBounded) {
