@@ -6,6 +6,7 @@
 // Exit codes: 0 after SIGTERM/SIGINT, 2 for a bad configuration, 1 when startup fails.
 
 #include <fcntl.h>
+#include <sys/resource.h>
 #include <signal.h>
 #include <unistd.h>
 
@@ -13,6 +14,7 @@
 #include <boost/asio/post.hpp>
 #include <boost/asio/signal_set.hpp>
 #include <boost/asio/thread_pool.hpp>
+#include <algorithm>
 #include <cstdio>
 #include <cstring>
 #include <filesystem>
@@ -77,6 +79,22 @@ int check_backend(const std::string& name) {
   return rc;
 }
 
+// Every box costs the daemon a few descriptors (control socket, root dir, pidfds, cgroup dirs)
+// and every connection one: the usual soft limit of 1024 would cap a daemon near 250 sessions.
+// Raise it to 65536 (the hard limit too, as root), or at least to the hard limit. Not higher:
+// host-backend commands inherit it, and some programs walk every possible descriptor.
+void raise_open_file_limit() {
+  constexpr rlim_t kWant = 65536;
+  rlimit lim{};
+  if (::getrlimit(RLIMIT_NOFILE, &lim) != 0 || lim.rlim_cur >= kWant) return;
+  rlimit raised{kWant, std::max(lim.rlim_max, kWant)};
+  if (::setrlimit(RLIMIT_NOFILE, &raised) == 0) return;
+  lim.rlim_cur = lim.rlim_max;
+  if (::setrlimit(RLIMIT_NOFILE, &lim) != 0) {
+    spdlog::warn("could not raise the open-file limit: {}", std::strerror(errno));
+  }
+}
+
 // Writes "HOST:PORT\n" to `path` atomically (temp file + rename), so a watcher never reads half.
 Status write_ready_file(const std::string& path, const std::string& host_port) {
   std::string tmp = path + ".tmp";
@@ -125,6 +143,7 @@ int main(int argc, char** argv) {
     return 2;
   }
   init_logging(cfg.log_level);
+  raise_open_file_limit();
   // A client that goes away mid-write must be an EPIPE error, not a dead daemon.
   ::signal(SIGPIPE, SIG_IGN);
 

@@ -423,6 +423,9 @@ class NsProcess final : public Process {
 class ScopedFsIdentity {
  public:
   ScopedFsIdentity(uid_t uid, gid_t gid) {
+    // A credential change clears the thread's parent-death signal; a supervisor (or the test
+    // fixture) that set one must keep it, so it is put back when the identity is restored.
+    if (::prctl(PR_GET_PDEATHSIG, &pdeathsig_) != 0) pdeathsig_ = 0;
     old_gid_ = static_cast<gid_t>(::syscall(SYS_setfsgid, gid));
     old_uid_ = static_cast<uid_t>(::syscall(SYS_setfsuid, uid));
     // setfsuid reports the previous value; asking again (-1 changes nothing) tells the current.
@@ -432,12 +435,14 @@ class ScopedFsIdentity {
   ~ScopedFsIdentity() {
     ::syscall(SYS_setfsuid, old_uid_);
     ::syscall(SYS_setfsgid, old_gid_);
+    if (pdeathsig_ != 0) ::prctl(PR_SET_PDEATHSIG, pdeathsig_);
   }
   bool ok() const { return ok_; }
 
  private:
   uid_t old_uid_;
   gid_t old_gid_;
+  int pdeathsig_ = 0;
   bool ok_ = false;
 };
 
