@@ -24,7 +24,7 @@ TEST(Config, Defaults) {
   ASSERT_TRUE(r.config);
   EXPECT_EQ(r.config->listen, "127.0.0.1:9090");
   EXPECT_EQ(r.config->data_dir, "./.agentbox");
-  EXPECT_EQ(r.config->backend, "host");
+  EXPECT_EQ(r.config->backend, "ns");  // isolated by default (no silent fallback)
   EXPECT_EQ(r.config->max_file_mb, 500u);
   EXPECT_TRUE(r.config->tokens.empty());
   EXPECT_TRUE(validate_config(*r.config).has_value());
