@@ -202,6 +202,9 @@ TEST_F(ArchiveTest, RoundTripKeepsFilesDirsSymlinksModesAndContent) {
   write_file(src + "/run.sh", "#!/bin/sh\necho hi\n", 0755);
   write_file(src + "/secret", "s", 0600);
   write_file(src + "/empty", "", 0640);
+  // Names are bytes: UTF-8 and not-UTF-8 survive the daemon's C locale.
+  write_file(src + "/h\xc3\xa9llo-\xc3\xbc.txt", "utf8", 0644);
+  write_file(src + "/latin1-\xe9", "raw", 0644);
   write_file(src + "/big.bin", random_bytes(3u << 20, 7), 0644);
   ASSERT_EQ(::mkdir((src + "/sub").c_str(), 0750), 0);
   ASSERT_EQ(::mkdir((src + "/sub/deeper").c_str(), 0700), 0);
@@ -219,7 +222,7 @@ TEST_F(ArchiveTest, RoundTripKeepsFilesDirsSymlinksModesAndContent) {
     UniqueFd od(::open(out.path().c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC));
     auto w = write_archive(ws.get(), od.get(), "ws.tar.zst", "src");
     ASSERT_TRUE(w.has_value()) << w.error().message;
-    EXPECT_EQ(w->bytes, 6u + 18u + 1u + (3u << 20) + 6u);
+    EXPECT_EQ(w->bytes, 6u + 18u + 1u + (3u << 20) + 6u + 4u + 3u);
   }
   // Only the final name is left: the temp file was renamed.
   std::vector<std::string> names;
