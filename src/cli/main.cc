@@ -81,8 +81,9 @@ int main(int argc, char** argv) {
   CLI::App* s_restore = session->add_subcommand(
       "restore", "make a new session from an archive that `session rm --archive` wrote");
   s_restore->add_option("id", restore_id, "id of the new session (must not exist)")->required();
-  s_restore->add_option("archive", restore_archive,
-                        "the archive's path on the server (under its data_dir/archives)")
+  s_restore
+      ->add_option("archive", restore_archive,
+                   "the archive's path on the server (under its data_dir/archives)")
       ->required();
   s_restore->callback(
       [&] { run = [&] { return session_restore(g, restore_id, restore_archive); }; });

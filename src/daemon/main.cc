@@ -200,8 +200,7 @@ int main(int argc, char** argv) {
                                 ? "[" + ep->address().to_string() + "]:" + std::to_string(ep->port())
                                 : ep->address().to_string() + ":" + std::to_string(ep->port());
     spdlog::info("listening on {} (backend {}, data dir {}, auth {}, {} tenant(s))", host_port,
-                 cfg.backend, data_dir, opts.tenants.empty() ? "off" : "on",
-                 opts.tenants.size());
+                 cfg.backend, data_dir, opts.tenants.empty() ? "off" : "on", opts.tenants.size());
     http.start();
     if (!cfg.ready_file.empty()) {
       if (auto st = write_ready_file(cfg.ready_file, host_port); !st) {

@@ -60,7 +60,8 @@ Status load_yaml(const std::string& file, DaemonConfig* c,
     }
     if (const YAML::Node& tn = root["tenants"]; tn) {
       if (!tn.IsSequence()) {
-        return fail(Code::kInvalid, "config " + file + ": tenants must be a list of "
+        return fail(Code::kInvalid, "config " + file +
+                                        ": tenants must be a list of "
                                         "{name, tokens, admin, max_sessions}");
       }
       c->tenants.clear();
@@ -309,8 +310,9 @@ Status validate_config(const DaemonConfig& c) {
   for (const auto& t : c.tokens) all_tokens.push_back(&t);
   for (const auto& t : c.tenants) {
     bool ok_name = !t.name.empty() && t.name.size() <= 64 &&
-                   t.name.find_first_not_of("ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz"
-                                            "0123456789._-") == std::string::npos;
+                   t.name.find_first_not_of(
+                       "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz"
+                       "0123456789._-") == std::string::npos;
     if (!ok_name) {
       return fail(Code::kInvalid, "tenant name '" + t.name + "' must be 1-64 of [A-Za-z0-9._-]");
     }
@@ -318,8 +320,9 @@ Status validate_config(const DaemonConfig& c) {
       return fail(Code::kInvalid, "tenant '" + t.name + "' is configured twice");
     }
     if (t.name == kDefaultTenant && !c.tokens.empty()) {
-      return fail(Code::kInvalid, "tenant name 'default' is taken by the --token/tokens tokens; "
-                                  "rename the tenant or move those tokens into it");
+      return fail(Code::kInvalid,
+                  "tenant name 'default' is taken by the --token/tokens tokens; "
+                  "rename the tenant or move those tokens into it");
     }
     names.push_back(t.name);
     if (t.tokens.empty()) {
@@ -334,8 +337,9 @@ Status validate_config(const DaemonConfig& c) {
   for (std::size_t i = 0; i < all_tokens.size(); ++i) {
     for (std::size_t j = i + 1; j < all_tokens.size(); ++j) {
       if (*all_tokens[i] == *all_tokens[j]) {
-        return fail(Code::kInvalid, "a token is configured twice (tokens must be unique "
-                                    "across tenants: a token names exactly one tenant)");
+        return fail(Code::kInvalid,
+                    "a token is configured twice (tokens must be unique "
+                    "across tenants: a token names exactly one tenant)");
       }
     }
   }

@@ -53,9 +53,8 @@ asio::awaitable<Reply> create_session(Context* ctx, Request req) {
 
 asio::awaitable<Reply> list_sessions(Context* ctx, Caller caller) {
   SessionManager* sm = ctx->sessions;
-  auto job3 = run_blocking(ctx->pool, [sm, caller]() -> Result<std::vector<SessionInfo>> {
-    return sm->list(caller);
-  });
+  auto job3 = run_blocking(
+      ctx->pool, [sm, caller]() -> Result<std::vector<SessionInfo>> { return sm->list(caller); });
   auto list = co_await std::move(job3);
   if (!list) co_return error_reply(list.error());
   json arr = json::array();
@@ -69,9 +68,8 @@ asio::awaitable<Reply> delete_session(Context* ctx, std::string id, Request req)
   SessionManager* sm = ctx->sessions;
   Caller caller = req.caller;
   if (*archive) {
-    auto job4a = run_blocking(ctx->pool, [sm, id, caller] {
-      return sm->destroy_archived(id, caller);
-    });
+    auto job4a =
+        run_blocking(ctx->pool, [sm, id, caller] { return sm->destroy_archived(id, caller); });
     auto path = co_await std::move(job4a);
     if (!path) co_return error_reply(path.error());
     spdlog::info("req={} session {} archived to {} and destroyed", req.id, id, *path);
@@ -132,9 +130,8 @@ asio::awaitable<Reply> restore_session(Context* ctx, std::string id, Request req
   std::string archive = it->get<std::string>();
   SessionManager* sm = ctx->sessions;
   Caller caller = req.caller;
-  auto job = run_blocking(ctx->pool, [sm, id, archive, caller] {
-    return sm->restore(id, archive, caller);
-  });
+  auto job = run_blocking(ctx->pool,
+                          [sm, id, archive, caller] { return sm->restore(id, archive, caller); });
   auto s = co_await std::move(job);
   if (!s) co_return error_reply(s.error());
   spdlog::info("req={} session {} restored from {}", req.id, id, archive);
@@ -393,8 +390,10 @@ Result<bool> bool_query(const Request& req, const std::string& name) {
   return fail(Code::kInvalid, "query parameter '" + name + "' must be true or false");
 }
 
-asio::awaitable<Result<std::shared_ptr<sandbox::Sandbox>>> acquire_sandbox(
-    Context* ctx, std::string id, bool create_if_missing, session::Caller caller) {
+asio::awaitable<Result<std::shared_ptr<sandbox::Sandbox>>> acquire_sandbox(Context* ctx,
+                                                                           std::string id,
+                                                                           bool create_if_missing,
+                                                                           session::Caller caller) {
   SessionManager* sm = ctx->sessions;
   // The flag lives in the coroutine frame, which outlives the pool job that sets it.
   auto created = std::make_shared<bool>(false);
@@ -420,8 +419,7 @@ asio::awaitable<Reply> handle_simple(Context* ctx, RouteId route, Request req) {
       co_return co_await metrics(ctx);
     case RouteId::kSessionCreate:
       co_return co_await create_session(ctx, std::move(req));
-    case RouteId::kSessionList:
-      co_return co_await list_sessions(ctx, req.caller);
+    case RouteId::kSessionList: co_return co_await list_sessions(ctx, req.caller);
     case RouteId::kSeedRead:
       co_return co_await seed_read(ctx, std::move(req));
     case RouteId::kSeedWrite:
@@ -442,10 +440,8 @@ asio::awaitable<Reply> handle_simple(Context* ctx, RouteId route, Request req) {
     case RouteId::kSessionDelete:
       co_return co_await delete_session(ctx, *id, std::move(req));
     case RouteId::kSessionResume:
-    case RouteId::kSessionKeepalive:
-      co_return co_await touch_session(ctx, *id, req.caller);
-    case RouteId::kSessionHealth:
-      co_return co_await session_health(ctx, *id, req.caller);
+    case RouteId::kSessionKeepalive: co_return co_await touch_session(ctx, *id, req.caller);
+    case RouteId::kSessionHealth: co_return co_await session_health(ctx, *id, req.caller);
     case RouteId::kSessionRestore:
       co_return co_await restore_session(ctx, *id, std::move(req));
     case RouteId::kSessionSuspend:

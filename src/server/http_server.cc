@@ -117,7 +117,7 @@ std::optional<session::Caller> authenticate(const std::vector<TenantConfig>& ten
   for (const auto& t : tenants) {
     for (const auto& tok : t.tokens) {
       bool hit = token_matches(given, tok);  // always evaluated: no short-circuit
-      if (hit) found = &t;  // tokens are unique across tenants (validate_config)
+      if (hit) found = &t;                   // tokens are unique across tenants (validate_config)
     }
   }
   if (!found) return std::nullopt;
@@ -338,8 +338,8 @@ asio::awaitable<Result<PreparedExec>> prepare_exec(Context* ctx, Request req, bo
     p.spec = std::move(*d);
     p.session_id = std::move(*id);
   }
-  auto box = co_await detail::acquire_sandbox(ctx, p.session_id, /*create_if_missing=*/true,
-                                              req.caller);
+  auto box =
+      co_await detail::acquire_sandbox(ctx, p.session_id, /*create_if_missing=*/true, req.caller);
   if (!box) co_return std::unexpected(box.error());
   p.box = std::move(*box);
   co_return p;

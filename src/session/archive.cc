@@ -12,8 +12,8 @@
 #include <unistd.h>
 
 #include <algorithm>
-#include <cstring>
 #include <cerrno>
+#include <cstring>
 #include <memory>
 #include <random>
 #include <string_view>
@@ -123,7 +123,8 @@ struct Frame {
 
 Status write_header(struct archive* a, archive_entry* e, const std::string& rel) {
   int r = archive_write_header(a, e);
-  if (r < ARCHIVE_WARN) return fail(Code::kInternal, "archive " + shown_name(rel) + ": " + archive_error(a));
+  if (r < ARCHIVE_WARN)
+    return fail(Code::kInternal, "archive " + shown_name(rel) + ": " + archive_error(a));
   return {};
 }
 
@@ -193,8 +194,8 @@ Result<ArchiveStats> write_tree(struct archive* a, int workspace_fd, const std::
       archive_entry_set_filetype(e.get(), AE_IFDIR);
       if (auto st2 = write_header(a, e.get(), rel + "/"); !st2) return std::unexpected(st2.error());
       Frame child;
-      child.fd = UniqueFd(
-          ::openat(dirfd, name.c_str(), O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC));
+      child.fd =
+          UniqueFd(::openat(dirfd, name.c_str(), O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC));
       if (!child.fd) return fail_errno(errno, "open(" + shown + "/" + shown_name(rel) + ")");
       auto names = list_names(child.fd.get(), shown + "/" + shown_name(rel));
       if (!names) return std::unexpected(names.error());
@@ -365,14 +366,14 @@ Result<ArchiveStats> write_archive(int workspace_fd, int out_dir_fd, const std::
 }
 
 Result<ArchiveStats> extract_archive(int archive_fd, int into_fd, const ExtractLimits& limits,
-                                     std::optional<ArchiveOwner> owner,
-                                     const std::string& shown) {
+                                     std::optional<ArchiveOwner> owner, const std::string& shown) {
   struct stat ast;
   if (::fstat(archive_fd, &ast) != 0) return fail_errno(errno, "stat(" + shown + ")");
   if (!S_ISREG(ast.st_mode)) {
     return fail(Code::kInvalid, "archive " + shown + " is not a regular file");
   }
-  const std::uint64_t compressed = std::max<std::uint64_t>(1, static_cast<std::uint64_t>(ast.st_size));
+  const std::uint64_t compressed =
+      std::max<std::uint64_t>(1, static_cast<std::uint64_t>(ast.st_size));
 
   ArchiveReader a(archive_read_new());
   if (!a) return fail(Code::kInternal, "archive_read_new failed");
@@ -380,7 +381,8 @@ Result<ArchiveStats> extract_archive(int archive_fd, int into_fd, const ExtractL
   archive_read_support_filter_zstd(a.get());
   archive_read_support_format_tar(a.get());
   if (archive_read_open_fd(a.get(), archive_fd, kChunk) != ARCHIVE_OK) {
-    return fail(Code::kInvalid, "archive " + shown + " is not a tar.zst: " + archive_error(a.get()));
+    return fail(Code::kInvalid,
+                "archive " + shown + " is not a tar.zst: " + archive_error(a.get()));
   }
   if (archive_filter_code(a.get(), 0) != ARCHIVE_FILTER_ZSTD) {
     return fail(Code::kInvalid, "archive " + shown + " is not zstd-compressed (not a tar.zst)");
@@ -420,9 +422,9 @@ Result<ArchiveStats> extract_archive(int archive_fd, int into_fd, const ExtractL
     }
     const mode_t type = archive_entry_filetype(e);
     if (type != AE_IFREG && type != AE_IFDIR && type != AE_IFLNK) {
-      const char* kind = type == AE_IFIFO ? "a FIFO"
-                         : type == AE_IFCHR ? "a character device"
-                         : type == AE_IFBLK ? "a block device"
+      const char* kind = type == AE_IFIFO    ? "a FIFO"
+                         : type == AE_IFCHR  ? "a character device"
+                         : type == AE_IFBLK  ? "a block device"
                          : type == AE_IFSOCK ? "a socket"
                                              : "of an unknown type";
       // SECURITY: no device nodes or FIFOs in a workspace, whatever the archive says.
@@ -488,8 +490,8 @@ Result<ArchiveStats> extract_archive(int archive_fd, int into_fd, const ExtractL
       }
     }
     // SECURITY: O_EXCL|O_NOFOLLOW: never write through a symlink or over an earlier entry.
-    UniqueFd fd(::openat(pfd, leaf.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC,
-                         0600));
+    UniqueFd fd(
+        ::openat(pfd, leaf.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0600));
     if (!fd) {
       if (errno == EEXIST) {
         return fail(Code::kInvalid, "archive " + shown + ": duplicate entry " + entry);
@@ -499,8 +501,8 @@ Result<ArchiveStats> extract_archive(int archive_fd, int into_fd, const ExtractL
     for (;;) {
       la_ssize_t n = archive_read_data(a.get(), buf.data(), buf.size());
       if (n < 0) {
-        return fail(Code::kInvalid, "archive " + shown + ": entry " + entry + ": " +
-                                        archive_error(a.get()));
+        return fail(Code::kInvalid,
+                    "archive " + shown + ": entry " + entry + ": " + archive_error(a.get()));
       }
       if (n == 0) break;
       stats.bytes += static_cast<std::uint64_t>(n);
@@ -513,7 +515,8 @@ Result<ArchiveStats> extract_archive(int archive_fd, int into_fd, const ExtractL
         return fail(Code::kTooBig, "archive " + shown + " expands over " +
                                        std::to_string(limits.max_ratio) +
                                        "x its compressed size (a zip bomb?); restore aborted at "
-                                       "entry " + entry);
+                                       "entry " +
+                                       entry);
       }
       if (!write_all(fd.get(), buf.data(), static_cast<std::size_t>(n))) {
         return fail_errno(errno, "archive " + shown + ": write entry " + entry);

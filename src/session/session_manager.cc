@@ -3,8 +3,8 @@
 #include <fcntl.h>
 #include <limits.h>
 #include <linux/openat2.h>
-#include <sys/syscall.h>
 #include <sys/stat.h>
+#include <sys/syscall.h>
 #include <unistd.h>
 
 #include <cerrno>
@@ -246,7 +246,8 @@ bool SessionManager::visible(const Entry& e, const Caller& caller) {
 std::size_t SessionManager::running_locked() const {
   std::size_t n = 0;
   for (const auto& [id, e] : sessions_) {
-    if (e->phase == Phase::kCreating || (e->phase == Phase::kReady && e->state == State::kRunning)) {
+    if (e->phase == Phase::kCreating ||
+        (e->phase == Phase::kReady && e->state == State::kRunning)) {
       ++n;
     }
   }
@@ -468,8 +469,7 @@ Status SessionManager::destroy(const std::string& id, const Caller& caller) {
   return {};
 }
 
-Result<std::string> SessionManager::destroy_archived(const std::string& id,
-                                                     const Caller& caller) {
+Result<std::string> SessionManager::destroy_archived(const std::string& id, const Caller& caller) {
   return destroy_impl(id, caller, /*archive=*/true);
 }
 
@@ -527,8 +527,8 @@ Result<std::string> SessionManager::archive_workspace(const Entry& e) {
   UniqueFd ws(::openat(workspaces_fd_.get(), e.id.c_str(),
                        O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC));
   if (!ws) return fail_errno(errno, "open(" + e.workspace_dir + ")");
-  const std::string name = e.id + "-" + archive_stamp(std::chrono::system_clock::now()) +
-                           kArchiveSuffix;
+  const std::string name =
+      e.id + "-" + archive_stamp(std::chrono::system_clock::now()) + kArchiveSuffix;
   auto stats = write_archive(ws.get(), dir->get(), name, "workspace of session " + e.id);
   if (!stats) return std::unexpected(stats.error());
   std::string path = archives_dir() + "/" + name;
@@ -638,7 +638,8 @@ Result<SessionInfo> SessionManager::restore(const std::string& id, const std::st
     return {};
   };
   Status filled = fill();
-  Result<BoxStart> started = filled ? start_box(*e) : Result<BoxStart>(std::unexpected(filled.error()));
+  Result<BoxStart> started =
+      filled ? start_box(*e) : Result<BoxStart>(std::unexpected(filled.error()));
   // SECURITY: a refused (possibly hostile) archive leaves nothing behind; remove_workspace
   // never follows the symlinks it may have planted.
   if (!started && made_dir) (void)remove_workspace(id);

@@ -106,8 +106,7 @@ class SessionManager {
 
   // Returns the session and whether it was created now. An existing id returns it unchanged.
   // Another tenant's id is EEXIST; past a quota EQUOTA naming it.
-  Result<std::pair<SessionInfo, bool>> create_or_get(const std::string& id,
-                                                     const SessionSpec& spec,
+  Result<std::pair<SessionInfo, bool>> create_or_get(const std::string& id, const SessionSpec& spec,
                                                      const Caller& caller = {});
   Result<SessionInfo> get(const std::string& id, const Caller& caller = {});
   std::vector<SessionInfo> list(const Caller& caller = {});  // sorted by id; the caller's only
@@ -130,8 +129,7 @@ class SessionManager {
   // spec first when create_if_missing (exec routes), else ENOENT. Marks the session used.
   // Another tenant's session is ENOENT even with create_if_missing. *created (if given) says
   // whether this call made the session.
-  Result<std::shared_ptr<sandbox::Sandbox>> acquire(const std::string& id,
-                                                    bool create_if_missing,
+  Result<std::shared_ptr<sandbox::Sandbox>> acquire(const std::string& id, bool create_if_missing,
                                                     const Caller& caller = {},
                                                     bool* created = nullptr);
 

@@ -34,8 +34,7 @@ struct TarEntry {
 };
 
 // A zstd pax tar at `path`, made by libarchive from `entries` exactly as given.
-void make_archive(const std::string& path, const std::vector<TarEntry>& entries,
-                  bool zstd = true) {
+void make_archive(const std::string& path, const std::vector<TarEntry>& entries, bool zstd = true) {
   struct archive* a = archive_write_new();
   if (zstd) {
     ASSERT_EQ(archive_write_add_filter_zstd(a), ARCHIVE_OK);
@@ -62,8 +61,7 @@ void make_archive(const std::string& path, const std::vector<TarEntry>& entries,
 // Fills session `id` with a varied tree through the API and commands.
 void populate(Api& api, const std::string& id) {
   ASSERT_EQ(api.put(files_target(id, "hello.txt"), "hello\n").status, 200);
-  ASSERT_EQ(api.put(files_target(id, "bin/run.sh", "&mkdirs=true&mode=0755"), "#!/bin/sh\n")
-                .status,
+  ASSERT_EQ(api.put(files_target(id, "bin/run.sh", "&mkdirs=true&mode=0755"), "#!/bin/sh\n").status,
             200);
   ASSERT_EQ(api.put(files_target(id, "private", "&mode=0600"), "secret").status, 200);
   ASSERT_EQ(api.post("/v1/sessions/" + id + "/mkdir", {{"path", "a/b/c"}}).status, 200);
@@ -127,8 +125,8 @@ TEST_F(ArchiveApi, DeleteWithArchiveThenRestoreGivesBackTheSameWorkspace) {
   EXPECT_EQ(api_.get(files_target("proj", "hello.txt")).raw, "hello\n");
 
   // The same archive into a second id, by a path relative to the archive dir.
-  auto copy = api_.post("/v1/sessions/proj2/restore",
-                        {{"archive", fs::path(path).filename().string()}});
+  auto copy =
+      api_.post("/v1/sessions/proj2/restore", {{"archive", fs::path(path).filename().string()}});
   ASSERT_EQ(copy.status, 201) << copy;
   EXPECT_EQ(api_.sh("proj2", kSnapshot).body["stdout"], snap);
 
@@ -176,8 +174,8 @@ TEST_F(ArchiveApi, WhatIsNotATarZstIs400NamingIt) {
   make_archive(archives() + "/plain-named.tar.zst", {{.name = "f", .data = "x"}},
                /*zstd=*/false);
   std::ofstream(archives() + "/junk.tar.zst") << "not an archive";
-  for (const std::string name : {"plain.tar", "plain-named.tar.zst", "junk.tar.zst",
-                                 "missing.tar.zst"}) {
+  for (const std::string name :
+       {"plain.tar", "plain-named.tar.zst", "junk.tar.zst", "missing.tar.zst"}) {
     SCOPED_TRACE(name);
     auto r = api_.post("/v1/sessions/r2/restore", {{"archive", archives() + "/" + name}});
     EXPECT_EQ(r.status, 400) << r;
@@ -202,8 +200,7 @@ TEST_F(ArchiveApi, HostileArchivesAreRefusedAndLeaveNothingBehind) {
       {"dotdot", {{.name = "ok.txt", .data = "fine"}, {.name = "../../x", .data = "pwned"}}, 403},
       {"absolute", {{.name = canary_dir + "/abs", .data = "pwned"}}, 403},
       {"through-symlink",
-       {{.name = "d", .type = AE_IFLNK, .symlink = canary_dir},
-        {.name = "d/x", .data = "pwned"}},
+       {{.name = "d", .type = AE_IFLNK, .symlink = canary_dir}, {.name = "d/x", .data = "pwned"}},
        403},
       {"root-symlink",
        {{.name = "d", .type = AE_IFLNK, .symlink = "/"},
@@ -250,8 +247,8 @@ TEST(ArchiveApiNs, RestoredWorkspaceBelongsToTheSessionUid) {
   ASSERT_EQ(restored.status, 201) << restored;
   EXPECT_EQ(restored.body["uid"], uid);
   EXPECT_EQ(api.sh("owned", kSnapshot).body["stdout"], before);
-  auto owners = api.sh("owned", "stat -c '%u %g' . d d/f; find . -mindepth 1 ! -user " +
-                                    std::to_string(uid));
+  auto owners =
+      api.sh("owned", "stat -c '%u %g' . d d/f; find . -mindepth 1 ! -user " + std::to_string(uid));
   ASSERT_EQ(owners.body["exit_code"], 0) << owners;
   std::string u = std::to_string(uid);
   EXPECT_EQ(owners.body["stdout"], u + " " + u + "\n" + u + " " + u + "\n" + u + " " + u + "\n");

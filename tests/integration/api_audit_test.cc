@@ -47,8 +47,7 @@ TEST(AuditApi, SessionExecAndFileChangesAreLoggedOneJsonLineEach) {
   ASSERT_EQ(api.exec("aud", {{"argv", {"/bin/echo", "argv-form"}}}).status, 200);
   ASSERT_EQ(api.put(files_target("aud", "notes.txt"), "TOP-SECRET-CONTENT").status, 200);
   ASSERT_EQ(api.post("/v1/sessions/aud/mkdir", {{"path", "d/e"}}).status, 200);
-  ASSERT_EQ(api.post("/v1/sessions/aud/rename", {{"from", "notes.txt"}, {"to", "d/n.txt"}})
-                .status,
+  ASSERT_EQ(api.post("/v1/sessions/aud/rename", {{"from", "notes.txt"}, {"to", "d/n.txt"}}).status,
             200);
   ASSERT_EQ(api.del(files_target("aud", "d/n.txt")).status, 200);
   ASSERT_EQ(api.post("/workspace/write",

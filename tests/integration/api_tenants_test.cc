@@ -38,11 +38,9 @@ class ConfigFile {
 };
 
 std::string tenants_yaml(int max_sessions_a) {
-  return std::string("tenants:\n") +
-         "  - {name: a, tokens: [" + kTokenA + "], max_sessions: " +
-         std::to_string(max_sessions_a) + "}\n" +
-         "  - {name: b, tokens: [" + kTokenB + "]}\n" +
-         "  - {name: ops, tokens: [" + kTokenAdmin + "], admin: true}\n";
+  return std::string("tenants:\n") + "  - {name: a, tokens: [" + kTokenA +
+         "], max_sessions: " + std::to_string(max_sessions_a) + "}\n" + "  - {name: b, tokens: [" +
+         kTokenB + "]}\n" + "  - {name: ops, tokens: [" + kTokenAdmin + "], admin: true}\n";
 }
 
 class TenantsApi : public ::testing::Test {
@@ -235,9 +233,9 @@ TEST(TenantsConfig, BadTenantConfigsAreRefusedAtStartup) {
     SCOPED_TRACE(c.yaml);
     ConfigFile f(c.yaml);
     std::string out;
-    int rc = Daemon::run_to_exit({"--config", f.path(), "--data-dir", "/tmp/agentbox-unused",
-                                  "--listen", "127.0.0.1:0"},
-                                 &out);
+    int rc = Daemon::run_to_exit(
+        {"--config", f.path(), "--data-dir", "/tmp/agentbox-unused", "--listen", "127.0.0.1:0"},
+        &out);
     EXPECT_EQ(rc, 2) << out;
     EXPECT_NE(out.find(c.needle), std::string::npos) << out;
     EXPECT_EQ(out.find("same-token"), std::string::npos) << "tokens are never echoed: " << out;

@@ -74,8 +74,8 @@ struct TarEntry {
   mode_t type = AE_IFREG;
   std::string data;
   mode_t perm = 0644;
-  std::string symlink;   // AE_IFLNK target
-  std::string hardlink;  // makes it a hard link entry
+  std::string symlink;             // AE_IFLNK target
+  std::string hardlink;            // makes it a hard link entry
   std::optional<la_int64_t> size;  // declared size (defaults to data.size())
 };
 
@@ -104,7 +104,8 @@ void make_archive(const std::string& path, const std::vector<TarEntry>& entries,
     if (t.type == AE_IFCHR || t.type == AE_IFBLK) archive_entry_set_rdev(e, makedev(1, 3));
     la_int64_t size = t.size.value_or(static_cast<la_int64_t>(t.data.size()));
     if (t.type == AE_IFREG && t.hardlink.empty()) archive_entry_set_size(e, size);
-    ASSERT_GE(archive_write_header(a, e), ARCHIVE_WARN) << t.name << ": " << archive_error_string(a);
+    ASSERT_GE(archive_write_header(a, e), ARCHIVE_WARN)
+        << t.name << ": " << archive_error_string(a);
     if (!t.data.empty()) {
       ASSERT_GE(archive_write_data(a, t.data.data(), t.data.size()), 0);
     }
@@ -304,9 +305,9 @@ TEST_F(ArchiveTest, RefusesWritingThroughASymlinkedDirectory) {
   EXPECT_FALSE(fs::exists("/etc/agentbox-archive-test"));
   fs::remove_all(into_);
   ASSERT_EQ(::mkdir(into_.c_str(), 0700), 0);
-  expect_refused({{.name = "d", .type = AE_IFLNK, .symlink = outside_},
-                  {.name = "d/x", .data = "pwned"}},
-                 Code::kAccess, "symlink");
+  expect_refused(
+      {{.name = "d", .type = AE_IFLNK, .symlink = outside_}, {.name = "d/x", .data = "pwned"}},
+      Code::kAccess, "symlink");
   fs::remove_all(into_);
   ASSERT_EQ(::mkdir(into_.c_str(), 0700), 0);
   // Relative link climbing out, then a directory entry through it.
@@ -446,8 +447,8 @@ TEST_F(ArchiveTest, RefusesWhatIsNotATarZst) {
 }
 
 TEST_F(ArchiveTest, RefusesDuplicateFileEntries) {
-  expect_refused({{.name = "a", .data = "first"}, {.name = "a", .data = "second"}},
-                 Code::kInvalid, "duplicate");
+  expect_refused({{.name = "a", .data = "first"}, {.name = "a", .data = "second"}}, Code::kInvalid,
+                 "duplicate");
   EXPECT_EQ(read_file(into_ + "/a"), "first");
 }
 

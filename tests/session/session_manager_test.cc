@@ -556,9 +556,7 @@ TEST_F(SessionManagerTest, QuotasAreEquotaNamingTheLimitAndFreeUpOnDestroy) {
 
 TEST_F(SessionManagerTest, RestoreOfAHostileArchiveLeavesNothingAndFreesTheId) {
   ASSERT_TRUE(mgr().create_or_get("src", SessionSpec{}));
-  {
-    std::ofstream(workspace("src") + "/f.txt") << "data";
-  }
+  { std::ofstream(workspace("src") + "/f.txt") << "data"; }
   auto path = mgr().destroy_archived("src");
   ASSERT_TRUE(path) << path.error().message;
   EXPECT_EQ(path->rfind(data_ + "/archives/src-", 0), 0u) << *path;

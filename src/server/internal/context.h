@@ -43,8 +43,8 @@ struct Context {
 
 // Appends an audit line if the server has an audit log (thread-safe).
 void audit(Context* ctx, std::string_view event, const session::Caller& caller,
-           std::string_view session, const nlohmann::ordered_json& fields =
-                                         nlohmann::ordered_json::object());
+           std::string_view session,
+           const nlohmann::ordered_json& fields = nlohmann::ordered_json::object());
 
 // One parsed request, as the handlers see it.
 struct Request {
@@ -83,7 +83,9 @@ Result<bool> bool_query(const Request& req, const std::string& name);
 // The live sandbox of an existing session (ENOENT "no such session"), or a new one when
 // create_if_missing. Runs on the pool.
 // A session made here (an exec's implicit create) is audited as session.create.
-asio::awaitable<Result<std::shared_ptr<sandbox::Sandbox>>> acquire_sandbox(
-    Context* ctx, std::string id, bool create_if_missing, session::Caller caller);
+asio::awaitable<Result<std::shared_ptr<sandbox::Sandbox>>> acquire_sandbox(Context* ctx,
+                                                                           std::string id,
+                                                                           bool create_if_missing,
+                                                                           session::Caller caller);
 
 }  // namespace agentbox::server::detail
