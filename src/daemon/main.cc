@@ -172,6 +172,10 @@ int main(int argc, char** argv) {
   }
   mc.allowed_mount_roots = cfg.allowed_mount_roots;
   mc.max_running_boxes = cfg.max_running_boxes;
+  if (cfg.evict_idle) {
+    spdlog::warn("evict_idle: idle boxes are not evicted yet (needs suspend); past "
+                 "max_running_boxes new boxes are refused with 429 EQUOTA");
+  }
   auto manager = session::SessionManager::open(std::move(mc));
   if (!manager) {
     spdlog::error("sessions: {}", manager.error().message);

@@ -55,6 +55,7 @@ Status load_yaml(const std::string& file, DaemonConfig* c,
     if (root["max_running_boxes"] && !given("max_running_boxes")) {
       c->max_running_boxes = root["max_running_boxes"].as<std::size_t>();
     }
+    if (root["evict_idle"]) c->evict_idle = root["evict_idle"].as<bool>();
     if (root["audit_max_mb"] && !given("audit_max_mb")) {
       c->audit_max_mb = root["audit_max_mb"].as<std::uint64_t>();
     }

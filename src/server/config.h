@@ -45,6 +45,9 @@ struct DaemonConfig {
   std::vector<TenantConfig> tenants;
   // Boxes running at once over all tenants (0 = no limit); past it creates/resumes are 429.
   std::size_t max_running_boxes = 0;
+  // Evict (suspend) the least recently used idle box instead of refusing at max_running_boxes.
+  // Accepted but not acted on yet: eviction needs suspend; until then the limit answers 429.
+  bool evict_idle = false;
   // data_dir/audit.log is rotated at this size (3 old files kept).
   std::uint64_t audit_max_mb = 64;
   std::vector<SharedDir> shared_dirs;

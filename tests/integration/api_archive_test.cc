@@ -138,6 +138,27 @@ TEST_F(ArchiveApi, DeleteWithArchiveThenRestoreGivesBackTheSameWorkspace) {
   EXPECT_EQ(api_.get(files_target("proj", "new.txt")).raw, "new");
 }
 
+TEST_F(ArchiveApi, AFailedArchiveKeepsTheSessionAndItsWorkspace) {
+  // Deeper than an archive may be (kMaxArchiveDepth 256): archiving fails, so nothing may be
+  // deleted and no partial archive may be left.
+  api_.create("deep");
+  auto mk = api_.sh("deep", "p=.; for i in $(seq 300); do p=$p/d; done; mkdir -p $p && "
+                            "echo bottom > $p/f && echo top > top.txt");
+  ASSERT_EQ(mk.body["exit_code"], 0) << mk;
+  auto del = api_.del("/v1/sessions/deep?archive=true");
+  EXPECT_EQ(del.status, 413) << del;
+  EXPECT_EQ(del.code(), "ETOOBIG");
+  EXPECT_NE(del.message().find("deep"), std::string::npos) << del;
+  EXPECT_TRUE(fs::is_directory(workspace("deep")));
+  EXPECT_TRUE(!fs::exists(archives()) || fs::is_empty(archives()));
+  auto got = api_.get("/v1/sessions/deep");
+  ASSERT_EQ(got.status, 200) << got;
+  EXPECT_EQ(api_.get(files_target("deep", "top.txt")).raw, "top\n");
+  // A plain delete still works.
+  EXPECT_EQ(api_.del("/v1/sessions/deep").status, 200);
+  EXPECT_FALSE(fs::exists(workspace("deep")));
+}
+
 TEST_F(ArchiveApi, ArchiveOfAMissingSessionIs404AndWritesNothing) {
   auto r = api_.del("/v1/sessions/ghost?archive=true");
   EXPECT_EQ(r.status, 404) << r;
