@@ -93,6 +93,8 @@ int session_create(const Globals& g, const SessionCreateArgs& a);
 int session_ls(const Globals& g, bool json);
 int session_show(const Globals& g, const std::string& id);
 int session_rm(const Globals& g, const std::string& id, bool archive);
+// POST /v1/sessions/{id}/restore {"archive": archive}; prints the new session as JSON.
+int session_restore(const Globals& g, const std::string& id, const std::string& archive);
 
 struct ExecArgs {
   std::string session;

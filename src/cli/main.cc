@@ -76,6 +76,18 @@ int main(int argc, char** argv) {
   s_rm->add_flag("--archive", rm_archive, "archive the workspace first; prints the archive path");
   s_rm->callback([&] { run = [&] { return session_rm(g, rm_id, rm_archive); }; });
 
+  std::string restore_id;
+  std::string restore_archive;
+  CLI::App* s_restore = session->add_subcommand(
+      "restore", "make a new session from an archive that `session rm --archive` wrote");
+  s_restore->add_option("id", restore_id, "id of the new session (must not exist)")->required();
+  s_restore
+      ->add_option("archive", restore_archive,
+                   "the archive's path on the server (under its data_dir/archives)")
+      ->required();
+  s_restore->callback(
+      [&] { run = [&] { return session_restore(g, restore_id, restore_archive); }; });
+
   // ---- exec ----
   ExecArgs ex;
   CLI::App* exec = app.add_subcommand(

@@ -1,4 +1,4 @@
-// agentbox session create | ls | show | rm
+// agentbox session create | ls | show | rm | restore
 
 #include <algorithm>
 #include <iostream>
@@ -156,6 +156,21 @@ int session_rm(const Globals& g, const std::string& id, bool archive) {
     if (!j) return kExitError;
     std::cout << field(*j, "archive") << '\n';
   }
+  return kExitOk;
+}
+
+int session_restore(const Globals& g, const std::string& id, const std::string& archive) {
+  // The archive is a path on the server (under its data_dir/archives), as `session rm
+  // --archive` printed it; it is sent as given, never read here.
+  json body = {{"archive", archive}};
+  client::Client c(g.options());
+  auto r = c.request("POST", session_target(id) + "/restore",
+                     body.dump(-1, ' ', false, json::error_handler_t::replace));
+  if (!r) return report(r.error());
+  if (!ok(*r)) return report(*r);
+  auto j = parse_reply(*r);
+  if (!j) return kExitError;
+  std::cout << dump(*j) << '\n';
   return kExitOk;
 }
 

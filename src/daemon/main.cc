@@ -190,6 +190,11 @@ int main(int argc, char** argv) {
     mc.shared_dirs.push_back(sandbox::BindMount{d.host_path, d.prefix, /*read_only=*/true});
   }
   mc.allowed_mount_roots = cfg.allowed_mount_roots;
+  mc.max_running_boxes = cfg.max_running_boxes;
+  if (cfg.evict_idle) {
+    spdlog::warn("evict_idle: idle boxes are not evicted yet (needs suspend); past "
+                 "max_running_boxes new boxes are refused with 429 EQUOTA");
+  }
   auto manager = session::SessionManager::open(std::move(mc));
   if (!manager) {
     spdlog::error("sessions: {}", manager.error().message);
@@ -199,7 +204,9 @@ int main(int argc, char** argv) {
   server::ServerOptions opts;
   opts.address = listen->first;
   opts.port = listen->second;
-  opts.tokens = cfg.tokens;
+  opts.tenants = server::effective_tenants(cfg);
+  opts.audit_path = data_dir + "/audit.log";
+  opts.audit_max_bytes = cfg.audit_max_mb << 20;
   opts.shared_dirs = cfg.shared_dirs;
   opts.max_file_bytes = cfg.max_file_mb << 20;
 
@@ -215,8 +222,8 @@ int main(int argc, char** argv) {
     std::string host_port = ep->address().is_v6()
                                 ? "[" + ep->address().to_string() + "]:" + std::to_string(ep->port())
                                 : ep->address().to_string() + ":" + std::to_string(ep->port());
-    spdlog::info("listening on {} (backend {}, data dir {}, auth {})", host_port, cfg.backend,
-                 data_dir, cfg.tokens.empty() ? "off" : "on");
+    spdlog::info("listening on {} (backend {}, data dir {}, auth {}, {} tenant(s))", host_port,
+                 cfg.backend, data_dir, opts.tenants.empty() ? "off" : "on", opts.tenants.size());
     http.start();
     if (!cfg.ready_file.empty()) {
       if (auto st = write_ready_file(cfg.ready_file, host_port); !st) {
@@ -224,7 +231,7 @@ int main(int argc, char** argv) {
         return 1;
       }
     }
-    print_usage_hint("http://" + host_port, !cfg.tokens.empty());
+    print_usage_hint("http://" + host_port, !opts.tenants.empty());
 
     // SIGTERM/SIGINT: stop accepting, kill running commands (their requests then finish with
     // the killed result), wait for connections to drain, exit 0. A second signal exits at once.

@@ -52,6 +52,45 @@ Status load_yaml(const std::string& file, DaemonConfig* c,
         c->tokens.push_back(root["tokens"].as<std::string>());
       }
     }
+    if (root["max_running_boxes"] && !given("max_running_boxes")) {
+      c->max_running_boxes = root["max_running_boxes"].as<std::size_t>();
+    }
+    if (root["evict_idle"]) c->evict_idle = root["evict_idle"].as<bool>();
+    if (root["audit_max_mb"] && !given("audit_max_mb")) {
+      c->audit_max_mb = root["audit_max_mb"].as<std::uint64_t>();
+    }
+    if (const YAML::Node& tn = root["tenants"]; tn) {
+      if (!tn.IsSequence()) {
+        return fail(Code::kInvalid, "config " + file +
+                                        ": tenants must be a list of "
+                                        "{name, tokens, admin, max_sessions}");
+      }
+      c->tenants.clear();
+      for (std::size_t i = 0; i < tn.size(); ++i) {
+        const YAML::Node& t = tn[i];
+        std::string where = "config " + file + ": tenants[" + std::to_string(i) + "]";
+        if (!t.IsMap()) return fail(Code::kInvalid, where + " must be a mapping");
+        for (const auto& kv : t) {
+          std::string key = kv.first.as<std::string>();
+          if (key != "name" && key != "tokens" && key != "admin" && key != "max_sessions") {
+            return fail(Code::kInvalid, where + ": unknown key '" + key + "'");
+          }
+        }
+        TenantConfig tc;
+        if (!t["name"]) return fail(Code::kInvalid, where + ": name is required");
+        tc.name = t["name"].as<std::string>();
+        if (t["tokens"]) {
+          if (t["tokens"].IsSequence()) {
+            for (const auto& tok : t["tokens"]) tc.tokens.push_back(tok.as<std::string>());
+          } else {
+            tc.tokens.push_back(t["tokens"].as<std::string>());
+          }
+        }
+        if (t["admin"]) tc.admin = t["admin"].as<bool>();
+        if (t["max_sessions"]) tc.max_sessions = t["max_sessions"].as<std::size_t>();
+        c->tenants.push_back(std::move(tc));
+      }
+    }
     if (root["allowed_mount_roots"] && !given("allowed_mount_roots")) {
       c->allowed_mount_roots.clear();
       for (const auto& r : root["allowed_mount_roots"]) {
@@ -123,6 +162,14 @@ ParseOutcome parse_daemon_args(int argc, const char* const* argv, std::ostream& 
   auto* o_max = app.add_option("--max-file-mb", c.max_file_mb, "Largest file upload, MiB")
                     ->capture_default_str()
                     ->multi_option_policy(take_last);
+  auto* o_boxes = app.add_option("--max-running-boxes", c.max_running_boxes,
+                                 "Boxes running at once over all tenants (0: no limit)")
+                      ->capture_default_str()
+                      ->multi_option_policy(take_last);
+  auto* o_audit = app.add_option("--audit-max-mb", c.audit_max_mb,
+                                 "Rotate data_dir/audit.log at this size, MiB (3 old kept)")
+                      ->capture_default_str()
+                      ->multi_option_policy(take_last);
   auto* o_log = app.add_option("--log-level", c.log_level, "trace|debug|info|warn|error")
                     ->capture_default_str()
                     ->multi_option_policy(take_last);
@@ -147,6 +194,8 @@ ParseOutcome parse_daemon_args(int argc, const char* const* argv, std::ostream& 
   if (o_roots->count()) given.push_back("allowed_mount_roots");
   if (o_max->count()) given.push_back("max_file_mb");
   if (o_log->count()) given.push_back("log_level");
+  if (o_boxes->count()) given.push_back("max_running_boxes");
+  if (o_audit->count()) given.push_back("audit_max_mb");
 
   if (o_shared->count()) {
     std::string joined;
@@ -245,14 +294,61 @@ bool is_loopback_address(std::string_view address) {
   return false;
 }
 
+std::vector<TenantConfig> effective_tenants(const DaemonConfig& c) {
+  std::vector<TenantConfig> out = c.tenants;
+  if (!c.tokens.empty()) out.push_back(TenantConfig{kDefaultTenant, c.tokens, false, 0});
+  return out;
+}
+
 Status validate_config(const DaemonConfig& c) {
   auto listen = parse_listen(c.listen);
   if (!listen) return std::unexpected(listen.error());
   for (const auto& t : c.tokens) {
     if (t.empty()) return fail(Code::kInvalid, "a --token must not be empty");
   }
+  std::vector<std::string> names;
+  std::vector<const std::string*> all_tokens;
+  for (const auto& t : c.tokens) all_tokens.push_back(&t);
+  for (const auto& t : c.tenants) {
+    bool ok_name = !t.name.empty() && t.name.size() <= 64 &&
+                   t.name.find_first_not_of(
+                       "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz"
+                       "0123456789._-") == std::string::npos;
+    if (!ok_name) {
+      return fail(Code::kInvalid, "tenant name '" + t.name + "' must be 1-64 of [A-Za-z0-9._-]");
+    }
+    if (std::find(names.begin(), names.end(), t.name) != names.end()) {
+      return fail(Code::kInvalid, "tenant '" + t.name + "' is configured twice");
+    }
+    if (t.name == kDefaultTenant && !c.tokens.empty()) {
+      return fail(Code::kInvalid,
+                  "tenant name 'default' is taken by the --token/tokens tokens; "
+                  "rename the tenant or move those tokens into it");
+    }
+    names.push_back(t.name);
+    if (t.tokens.empty()) {
+      return fail(Code::kInvalid, "tenant '" + t.name + "' has no tokens");
+    }
+    for (const auto& tok : t.tokens) {
+      // Never echo a token in an error: it ends up in logs.
+      if (tok.empty()) return fail(Code::kInvalid, "tenant '" + t.name + "' has an empty token");
+      all_tokens.push_back(&tok);
+    }
+  }
+  for (std::size_t i = 0; i < all_tokens.size(); ++i) {
+    for (std::size_t j = i + 1; j < all_tokens.size(); ++j) {
+      if (*all_tokens[i] == *all_tokens[j]) {
+        return fail(Code::kInvalid,
+                    "a token is configured twice (tokens must be unique "
+                    "across tenants: a token names exactly one tenant)");
+      }
+    }
+  }
+  if (c.audit_max_mb < 1 || c.audit_max_mb > (std::uint64_t{1} << 20)) {
+    return fail(Code::kInvalid, "--audit-max-mb must be between 1 and 1048576");
+  }
   // SECURITY: anyone who can reach the port can run commands; only loopback may be open.
-  if (!is_loopback_address(listen->first) && c.tokens.empty()) {
+  if (!is_loopback_address(listen->first) && all_tokens.empty()) {
     return fail(Code::kInvalid, "refusing to listen on non-loopback address " + c.listen +
                                     " without a token: anyone who can reach it could run "
                                     "commands. Pass --token (or listen on 127.0.0.1).");

@@ -1,7 +1,7 @@
 #pragma once
 // agentboxd's configuration: command-line flags (CLI11) over an optional YAML file (--config)
 // with the same keys (listen, data_dir, backend, tokens, shared_dirs, allowed_mount_roots,
-// max_file_mb, log_level).
+// max_file_mb, log_level, max_running_boxes, audit_max_mb) plus `tenants` (YAML only).
 // Flags override the file.
 
 #include <cstdint>
@@ -22,13 +22,34 @@ struct SharedDir {
   std::string host_path;  // absolute
 };
 
+// A tenant (DESIGN.md "tenant"): the owner of some API tokens. It sees only the sessions it
+// created; an admin tenant sees all.
+struct TenantConfig {
+  std::string name;  // [A-Za-z0-9._-]{1,64}
+  std::vector<std::string> tokens;
+  bool admin = false;
+  std::size_t max_sessions = 0;  // 0 = no limit
+};
+
+// The name of the tenant that plain --token tokens (and, without tokens, every caller) belong to.
+inline constexpr char kDefaultTenant[] = "default";
+
 struct DaemonConfig {
   std::string listen = "127.0.0.1:9090";
   std::string data_dir = "./.agentbox";
   // The default backend of new sessions. `ns` (isolated) unless the operator names another; if
   // the chosen backend cannot run here the daemon refuses to start (never a silent fallback).
   std::string backend = "ns";
-  std::vector<std::string> tokens;
+  std::vector<std::string> tokens;  // tenant "default"
+  // YAML `tenants: [{name, tokens: [..], admin, max_sessions}]`.
+  std::vector<TenantConfig> tenants;
+  // Boxes running at once over all tenants (0 = no limit); past it creates/resumes are 429.
+  std::size_t max_running_boxes = 0;
+  // Evict (suspend) the least recently used idle box instead of refusing at max_running_boxes.
+  // Accepted but not acted on yet: eviction needs suspend; until then the limit answers 429.
+  bool evict_idle = false;
+  // data_dir/audit.log is rotated at this size (3 old files kept).
+  std::uint64_t audit_max_mb = 64;
   std::vector<SharedDir> shared_dirs;
   // Host dirs under which sessions may ask for extra mounts and skills (none: refused).
   std::vector<std::string> allowed_mount_roots;
@@ -58,7 +79,12 @@ Result<std::vector<SharedDir>> parse_shared_dirs(std::string_view spec);
 bool is_loopback_address(std::string_view address);
 
 // Checks the combination: a non-loopback listen address needs at least one token, the backend
-// name is not empty, max_file_mb is at least 1, no token is empty.
+// name is not empty, max_file_mb is at least 1, no token is empty, tenant names are valid and
+// unique, every tenant has a token, no token belongs to two tenants.
 Status validate_config(const DaemonConfig& c);
+
+// Every tenant that can authenticate: the YAML tenants plus, when --token tokens are given, the
+// tenant "default" holding them. Empty: auth is off (every caller is tenant "default").
+std::vector<TenantConfig> effective_tenants(const DaemonConfig& c);
 
 }  // namespace agentbox::server

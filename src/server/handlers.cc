@@ -14,8 +14,10 @@
 namespace agentbox::server::detail {
 namespace {
 
+using session::Caller;
 using session::SessionInfo;
 using session::SessionManager;
+using ojson = nlohmann::ordered_json;
 
 // Largest file POST /workspace/read returns inline in JSON.
 constexpr std::uint64_t kSeedReadMax = 32u << 20;
@@ -24,9 +26,9 @@ Reply session_reply(int status, const SessionInfo& s) {
   return json_reply(status, encode_session(s));
 }
 
-asio::awaitable<Result<SessionInfo>> get_session(Context* ctx, std::string id) {
+asio::awaitable<Result<SessionInfo>> get_session(Context* ctx, std::string id, Caller caller) {
   SessionManager* sm = ctx->sessions;
-  auto job1 = run_blocking(ctx->pool, [sm, id] { return sm->get(id); });
+  auto job1 = run_blocking(ctx->pool, [sm, id, caller] { return sm->get(id, caller); });
   co_return co_await std::move(job1);
 }
 
@@ -36,18 +38,23 @@ asio::awaitable<Reply> create_session(Context* ctx, Request req) {
   auto decoded = decode_create_session(*body);
   if (!decoded) co_return error_reply(decoded.error());
   SessionManager* sm = ctx->sessions;
-  auto job2 = run_blocking(
-      ctx->pool, [sm, d = std::move(*decoded)] { return sm->create_or_get(d.id, d.spec); });
+  Caller caller = req.caller;
+  auto job2 = run_blocking(ctx->pool, [sm, d = std::move(*decoded), caller] {
+    return sm->create_or_get(d.id, d.spec, caller);
+  });
   auto r = co_await std::move(job2);
   if (!r) co_return error_reply(r.error());
-  if (r->second) spdlog::info("req={} session {} created", req.id, r->first.id);
+  if (r->second) {
+    spdlog::info("req={} session {} created", req.id, r->first.id);
+    audit(ctx, "session.create", caller, r->first.id);
+  }
   co_return session_reply(r->second ? 201 : 200, r->first);
 }
 
-asio::awaitable<Reply> list_sessions(Context* ctx) {
+asio::awaitable<Reply> list_sessions(Context* ctx, Caller caller) {
   SessionManager* sm = ctx->sessions;
   auto job3 = run_blocking(
-      ctx->pool, [sm]() -> Result<std::vector<SessionInfo>> { return sm->list(); });
+      ctx->pool, [sm, caller]() -> Result<std::vector<SessionInfo>> { return sm->list(caller); });
   auto list = co_await std::move(job3);
   if (!list) co_return error_reply(list.error());
   json arr = json::array();
@@ -58,30 +65,38 @@ asio::awaitable<Reply> list_sessions(Context* ctx) {
 asio::awaitable<Reply> delete_session(Context* ctx, std::string id, Request req) {
   auto archive = bool_query(req, "archive");
   if (!archive) co_return error_reply(archive.error());
-  if (*archive) {
-    auto s = co_await get_session(ctx, id);
-    if (!s) co_return error_reply(s.error());
-    co_return error_reply(not_implemented("archive on delete"));
-  }
   SessionManager* sm = ctx->sessions;
-  auto job4 = run_blocking(ctx->pool, [sm, id] { return sm->destroy(id); });
+  Caller caller = req.caller;
+  if (*archive) {
+    auto job4a =
+        run_blocking(ctx->pool, [sm, id, caller] { return sm->destroy_archived(id, caller); });
+    auto path = co_await std::move(job4a);
+    if (!path) co_return error_reply(path.error());
+    spdlog::info("req={} session {} archived to {} and destroyed", req.id, id, *path);
+    ojson fields = {{"archive", *path}};
+    audit(ctx, "session.archive", caller, id, fields);
+    audit(ctx, "session.destroy", caller, id, fields);
+    co_return json_reply(200, {{"id", id}, {"archive", *path}});
+  }
+  auto job4 = run_blocking(ctx->pool, [sm, id, caller] { return sm->destroy(id, caller); });
   auto st = co_await std::move(job4);
   if (!st) co_return error_reply(st.error());
   spdlog::info("req={} session {} destroyed", req.id, id);
+  audit(ctx, "session.destroy", caller, id);
   co_return json_reply(200, {{"id", id}});
 }
 
 // resume and keepalive: any use brings a session up and marks it used.
-asio::awaitable<Reply> touch_session(Context* ctx, std::string id) {
-  auto sb = co_await acquire_sandbox(ctx, id, /*create_if_missing=*/false);
+asio::awaitable<Reply> touch_session(Context* ctx, std::string id, Caller caller) {
+  auto sb = co_await acquire_sandbox(ctx, id, /*create_if_missing=*/false, caller);
   if (!sb) co_return error_reply(sb.error());
-  auto s = co_await get_session(ctx, id);
+  auto s = co_await get_session(ctx, id, caller);
   if (!s) co_return error_reply(s.error());
   co_return session_reply(200, *s);
 }
 
-asio::awaitable<Reply> session_health(Context* ctx, std::string id) {
-  auto s = co_await get_session(ctx, id);
+asio::awaitable<Reply> session_health(Context* ctx, std::string id, Caller caller) {
+  auto s = co_await get_session(ctx, id, caller);
   if (!s) co_return error_reply(s.error());
   json checks = json::array();
   bool healthy = true;
@@ -89,7 +104,7 @@ asio::awaitable<Reply> session_health(Context* ctx, std::string id) {
     healthy = healthy && ok;
     checks.push_back({{"name", std::move(name)}, {"ok", ok}, {"detail", std::move(detail)}});
   };
-  auto sb = co_await acquire_sandbox(ctx, id, false);
+  auto sb = co_await acquire_sandbox(ctx, id, false, caller);
   add("box", sb.has_value(), sb ? "backend " + s->backend + " is up" : sb.error().message);
   if (sb) {
     std::shared_ptr<sandbox::Sandbox> box = *sb;
@@ -112,10 +127,17 @@ asio::awaitable<Reply> restore_session(Context* ctx, std::string id, Request req
   if (!it->is_string()) {
     co_return error_reply(Error::make(Code::kInvalid, "field 'archive' must be a string"));
   }
-  auto s = co_await get_session(ctx, id);
-  if (s) co_return error_reply(Error::make(Code::kExists, "session " + id + " already exists"));
-  if (s.error().code != Code::kNotFound) co_return error_reply(s.error());
-  co_return error_reply(not_implemented("restore from archive"));
+  std::string archive = it->get<std::string>();
+  SessionManager* sm = ctx->sessions;
+  Caller caller = req.caller;
+  auto job = run_blocking(ctx->pool,
+                          [sm, id, archive, caller] { return sm->restore(id, archive, caller); });
+  auto s = co_await std::move(job);
+  if (!s) co_return error_reply(s.error());
+  spdlog::info("req={} session {} restored from {}", req.id, id, archive);
+  ojson fields = {{"archive", archive}};
+  audit(ctx, "session.restore", caller, id, fields);
+  co_return session_reply(201, *s);
 }
 
 asio::awaitable<Reply> files_route(Context* ctx, RouteId route, std::string id, Request req) {
@@ -146,7 +168,8 @@ asio::awaitable<Reply> files_route(Context* ctx, RouteId route, std::string id, 
       recursive = *rec;
     }
   }
-  auto sb = co_await acquire_sandbox(ctx, id, false);
+  Caller caller = req.caller;
+  auto sb = co_await acquire_sandbox(ctx, id, false, caller);
   if (!sb) co_return error_reply(sb.error());
   std::shared_ptr<sandbox::Sandbox> box = std::move(*sb);
 
@@ -167,6 +190,8 @@ asio::awaitable<Reply> files_route(Context* ctx, RouteId route, std::string id, 
       auto job8 = run_blocking(ctx->pool, [box, path] { return box->mkdir_all(path); });
       auto r = co_await std::move(job8);
       if (!r) co_return error_reply(r.error());
+      ojson fields = {{"path", path}};
+      audit(ctx, "file.mkdir", caller, id, fields);
       co_return json_reply(200, {{"path", path}});
     }
     case RouteId::kFileDelete: {
@@ -175,12 +200,16 @@ asio::awaitable<Reply> files_route(Context* ctx, RouteId route, std::string id, 
       });
       auto r = co_await std::move(job9);
       if (!r) co_return error_reply(r.error());
+      ojson fields = {{"path", path}, {"recursive", recursive}};
+      audit(ctx, "file.delete", caller, id, fields);
       co_return json_reply(200, {{"path", path}});
     }
     case RouteId::kRename: {
       auto job10 = run_blocking(ctx->pool, [box, path, to] { return box->rename(path, to); });
       auto r = co_await std::move(job10);
       if (!r) co_return error_reply(r.error());
+      ojson fields = {{"from", path}, {"to", to}};
+      audit(ctx, "file.rename", caller, id, fields);
       co_return json_reply(200, {{"from", path}, {"to", to}});
     }
     default:
@@ -245,7 +274,7 @@ asio::awaitable<Reply> seed_read(Context* ctx, Request req) {
     });
     content = co_await std::move(job11);
   } else {
-    auto sb = co_await acquire_sandbox(ctx, r->session_id, false);
+    auto sb = co_await acquire_sandbox(ctx, r->session_id, false, req.caller);
     if (!sb) co_return error_reply(sb.error());
     std::shared_ptr<sandbox::Sandbox> box = std::move(*sb);
     std::string path = r->path;
@@ -271,9 +300,11 @@ asio::awaitable<Reply> seed_write(Context* ctx, Request req) {
     co_return error_reply(Error::make(Code::kAccess, "shared dir " + r->path + " is read-only"));
   }
   // Like seed 001's /exec, a write makes the agent's workspace if it has none yet.
-  auto sb = co_await acquire_sandbox(ctx, r->session_id, true);
+  auto sb = co_await acquire_sandbox(ctx, r->session_id, true, req.caller);
   if (!sb) co_return error_reply(sb.error());
   std::shared_ptr<sandbox::Sandbox> box = std::move(*sb);
+  std::string session_id = r->session_id;
+  std::string written_path = r->path;
   sandbox::WriteOptions opts;
   opts.mkdirs = true;  // seed 001 agents write "repos/site/index.html" into fresh trees
   opts.max_bytes = ctx->opts.max_file_bytes;
@@ -282,6 +313,8 @@ asio::awaitable<Reply> seed_write(Context* ctx, Request req) {
   });
   auto n = co_await std::move(job13);
   if (!n) co_return error_reply(n.error());
+  ojson fields = {{"path", written_path}, {"size", *n}};
+  audit(ctx, "file.put", req.caller, session_id, fields);
   co_return json_reply(200, {{"bytes_written", *n}});
 }
 
@@ -328,6 +361,11 @@ Reply error_reply(const Error& e) {
   return r;
 }
 
+void audit(Context* ctx, std::string_view event, const session::Caller& caller,
+           std::string_view session, const nlohmann::ordered_json& fields) {
+  if (ctx->audit) ctx->audit->record(event, caller.tenant, session, fields);
+}
+
 Result<std::string> session_param(const Request& req) {
   auto it = req.params.find("id");
   if (it == req.params.end()) return fail(Code::kInternal, "route has no {id}");
@@ -352,13 +390,19 @@ Result<bool> bool_query(const Request& req, const std::string& name) {
   return fail(Code::kInvalid, "query parameter '" + name + "' must be true or false");
 }
 
-asio::awaitable<Result<std::shared_ptr<sandbox::Sandbox>>> acquire_sandbox(
-    Context* ctx, std::string id, bool create_if_missing) {
+asio::awaitable<Result<std::shared_ptr<sandbox::Sandbox>>> acquire_sandbox(Context* ctx,
+                                                                           std::string id,
+                                                                           bool create_if_missing,
+                                                                           session::Caller caller) {
   SessionManager* sm = ctx->sessions;
-  auto job16 = run_blocking(ctx->pool, [sm, id, create_if_missing] {
-    return sm->acquire(id, create_if_missing);
+  // The flag lives in the coroutine frame, which outlives the pool job that sets it.
+  auto created = std::make_shared<bool>(false);
+  auto job16 = run_blocking(ctx->pool, [sm, id, create_if_missing, caller, created] {
+    return sm->acquire(id, create_if_missing, caller, created.get());
   });
-  co_return co_await std::move(job16);
+  auto r = co_await std::move(job16);
+  if (r && *created) audit(ctx, "session.create", caller, id);
+  co_return r;
 }
 
 asio::awaitable<Reply> handle_simple(Context* ctx, RouteId route, Request req) {
@@ -375,8 +419,7 @@ asio::awaitable<Reply> handle_simple(Context* ctx, RouteId route, Request req) {
       co_return co_await metrics(ctx);
     case RouteId::kSessionCreate:
       co_return co_await create_session(ctx, std::move(req));
-    case RouteId::kSessionList:
-      co_return co_await list_sessions(ctx);
+    case RouteId::kSessionList: co_return co_await list_sessions(ctx, req.caller);
     case RouteId::kSeedRead:
       co_return co_await seed_read(ctx, std::move(req));
     case RouteId::kSeedWrite:
@@ -390,23 +433,21 @@ asio::awaitable<Reply> handle_simple(Context* ctx, RouteId route, Request req) {
   if (!id) co_return error_reply(id.error());
   switch (route) {
     case RouteId::kSessionGet: {
-      auto s = co_await get_session(ctx, *id);
+      auto s = co_await get_session(ctx, *id, req.caller);
       if (!s) co_return error_reply(s.error());
       co_return session_reply(200, *s);
     }
     case RouteId::kSessionDelete:
       co_return co_await delete_session(ctx, *id, std::move(req));
     case RouteId::kSessionResume:
-    case RouteId::kSessionKeepalive:
-      co_return co_await touch_session(ctx, *id);
-    case RouteId::kSessionHealth:
-      co_return co_await session_health(ctx, *id);
+    case RouteId::kSessionKeepalive: co_return co_await touch_session(ctx, *id, req.caller);
+    case RouteId::kSessionHealth: co_return co_await session_health(ctx, *id, req.caller);
     case RouteId::kSessionRestore:
       co_return co_await restore_session(ctx, *id, std::move(req));
     case RouteId::kSessionSuspend:
     case RouteId::kSessionRepair:
     case RouteId::kPty: {
-      auto s = co_await get_session(ctx, *id);
+      auto s = co_await get_session(ctx, *id, req.caller);
       if (!s) co_return error_reply(s.error());
       const char* what = route == RouteId::kSessionSuspend ? "suspend"
                          : route == RouteId::kSessionRepair ? "repair"

@@ -99,19 +99,31 @@ bool token_matches(std::string_view given, std::string_view want) {
   return diff == 0;
 }
 
-bool authorized(const std::vector<std::string>& tokens, std::string_view header) {
-  if (tokens.empty()) return true;
+// The tenant whose token the Authorization header carries, or null. Without configured
+// tenants auth is off and every caller is the non-admin tenant "default".
+// SECURITY: every token of every tenant is compared, in constant time each, with no early
+// exit, so the timing says nothing about which tenant (or how much of a token) matched.
+// Tokens are never logged.
+std::optional<session::Caller> authenticate(const std::vector<TenantConfig>& tenants,
+                                            std::string_view header) {
+  if (tenants.empty()) return session::Caller{kDefaultTenant, false, 0};
   constexpr std::string_view kScheme = "bearer ";
   if (header.size() <= kScheme.size() ||
       !beast::iequals(header.substr(0, kScheme.size()), kScheme)) {
-    return false;
+    return std::nullopt;
   }
   std::string_view given = header.substr(kScheme.size());
   while (!given.empty() && given.front() == ' ') given.remove_prefix(1);
   while (!given.empty() && (given.back() == ' ' || given.back() == '\t')) given.remove_suffix(1);
-  bool ok = false;
-  for (const auto& t : tokens) ok = token_matches(given, t) || ok;  // no early exit
-  return ok;
+  const TenantConfig* found = nullptr;
+  for (const auto& t : tenants) {
+    for (const auto& tok : t.tokens) {
+      bool hit = token_matches(given, tok);  // always evaluated: no short-circuit
+      if (hit) found = &t;                   // tokens are unique across tenants (validate_config)
+    }
+  }
+  if (!found) return std::nullopt;
+  return session::Caller{found->name, found->admin, found->max_sessions};
 }
 
 Result<std::uint32_t> mode_query(const Request& req) {
@@ -310,12 +322,15 @@ asio::awaitable<Result<PreparedExec>> prepare_exec(Context* ctx, Request req, bo
       spec.limits = l;
       session::SessionManager* sm = ctx->sessions;
       std::string id = p.session_id;
-      auto job = run_blocking(ctx->pool, [sm, id, spec] {
-        auto r = sm->create_or_get(id, spec);
-        return r ? Status{} : Status(std::unexpected(r.error()));
+      session::Caller caller = req.caller;
+      auto job = run_blocking(ctx->pool, [sm, id, spec, caller]() -> Result<bool> {
+        auto r = sm->create_or_get(id, spec, caller);
+        if (!r) return std::unexpected(r.error());
+        return r->second;
       });
       auto created = co_await std::move(job);
       if (!created) co_return std::unexpected(created.error());
+      if (*created) detail::audit(ctx, "session.create", caller, id);
     }
   } else {
     auto id = detail::session_param(req);
@@ -325,10 +340,35 @@ asio::awaitable<Result<PreparedExec>> prepare_exec(Context* ctx, Request req, bo
     p.spec = std::move(*d);
     p.session_id = std::move(*id);
   }
-  auto box = co_await detail::acquire_sandbox(ctx, p.session_id, /*create_if_missing=*/true);
+  auto box =
+      co_await detail::acquire_sandbox(ctx, p.session_id, /*create_if_missing=*/true, req.caller);
   if (!box) co_return std::unexpected(box.error());
   p.box = std::move(*box);
   co_return p;
+}
+
+// One audit line per exec that ran: what was run (argv or command), how it ended. Never its
+// output or stdin.
+void audit_exec(Context* ctx, const Request& req, const std::string& session_id,
+                const sandbox::ExecSpec& spec, const Result<sandbox::ExecResult>& r,
+                bool client_gone) {
+  nlohmann::ordered_json f = nlohmann::ordered_json::object();
+  if (!spec.argv.empty()) {
+    f["argv"] = spec.argv;
+  } else {
+    f["command"] = spec.command;
+  }
+  if (r) {
+    f["exit_code"] = r->exit_code;
+    f["duration_ms"] = r->duration.count();
+    f["timed_out"] = r->timed_out;
+  } else {
+    f["exit_code"] = nullptr;
+    f["duration_ms"] = 0;
+    f["error"] = code_name(r.error().code);
+  }
+  if (client_gone) f["client_gone"] = true;
+  detail::audit(ctx, "exec", req.caller, session_id, f);
 }
 
 void record_exec(Context* ctx, const Result<sandbox::ExecResult>& r) {
@@ -349,17 +389,24 @@ asio::awaitable<bool> exec_once(Impl* impl, Conn* conn, Exchange* ex, bool seed)
   conn->stream.expires_never();
   bool gone = false;
   CollectingSink sink(&gone);
+  sandbox::ExecSpec audited = prepared->spec;  // what ran, for the audit line
+  audited.stdin_data.clear();
+  audited.env.clear();
   auto op = run_exec(prepared->box, std::move(prepared->spec), &sink) ||
             watch_disconnect(&conn->stream.socket(), &gone);
   auto outcome = co_await std::move(op);
   if (outcome.index() == 1 || gone) {
     spdlog::info("conn={} req={} client went away; command in session {} killed", conn->id,
                  ex->req.id, prepared->session_id);
-    if (outcome.index() == 0) record_exec(ctx, std::get<0>(outcome));
+    if (outcome.index() == 0) {
+      record_exec(ctx, std::get<0>(outcome));
+      audit_exec(ctx, ex->req, prepared->session_id, audited, std::get<0>(outcome), true);
+    }
     co_return false;
   }
   auto r = std::get<0>(std::move(outcome));
   record_exec(ctx, r);
+  audit_exec(ctx, ex->req, prepared->session_id, audited, r, false);
   if (!r) {
     spdlog::warn("conn={} req={} exec in session {}: {}", conn->id, ex->req.id,
                  prepared->session_id, r.error().message);
@@ -490,17 +537,24 @@ asio::awaitable<bool> exec_stream(Impl* impl, Conn* conn, Exchange* ex, bool see
   bool gone = false;
   NdjsonSink sink(impl, conn, seed, chunked, &gone);
   conn->stream.expires_never();
+  sandbox::ExecSpec audited = prepared->spec;  // what ran, for the audit line
+  audited.stdin_data.clear();
+  audited.env.clear();
   auto op = run_exec(prepared->box, std::move(prepared->spec), &sink) ||
             watch_disconnect(&conn->stream.socket(), &gone);
   auto outcome = co_await std::move(op);
   if (outcome.index() == 1 || gone || sink.failed()) {
     spdlog::info("conn={} req={} client went away; command in session {} killed", conn->id,
                  ex->req.id, prepared->session_id);
-    if (outcome.index() == 0) record_exec(ctx, std::get<0>(outcome));
+    if (outcome.index() == 0) {
+      record_exec(ctx, std::get<0>(outcome));
+      audit_exec(ctx, ex->req, prepared->session_id, audited, std::get<0>(outcome), true);
+    }
     co_return false;
   }
   auto r = std::get<0>(std::move(outcome));
   record_exec(ctx, r);
+  audit_exec(ctx, ex->req, prepared->session_id, audited, r, false);
   if (!co_await sink.flush()) co_return false;
   json last;
   if (!r) {
@@ -541,7 +595,7 @@ asio::awaitable<bool> get_file(Impl* impl, Conn* conn, Exchange* ex) {
   if (!id) co_return co_await send_error(impl, conn, ex, id.error());
   auto path = detail::required_query(ex->req, "path");
   if (!path) co_return co_await send_error(impl, conn, ex, path.error());
-  auto box = co_await detail::acquire_sandbox(ctx, *id, false);
+  auto box = co_await detail::acquire_sandbox(ctx, *id, false, ex->req.caller);
   if (!box) co_return co_await send_error(impl, conn, ex, box.error());
   std::shared_ptr<sandbox::Sandbox> sb = std::move(*box);
   std::string p = *path;
@@ -623,7 +677,7 @@ asio::awaitable<bool> put_file(Impl* impl, Conn* conn, beast::flat_buffer* buffe
   if (ex->content_length && *ex->content_length > cap) {
     co_return co_await send_error(impl, conn, ex, too_big);
   }
-  auto box = co_await detail::acquire_sandbox(ctx, *id, false);
+  auto box = co_await detail::acquire_sandbox(ctx, *id, false, ex->req.caller);
   if (!box) co_return co_await send_error(impl, conn, ex, box.error());
   std::shared_ptr<sandbox::Sandbox> sb = std::move(*box);
 
@@ -700,6 +754,8 @@ asio::awaitable<bool> put_file(Impl* impl, Conn* conn, beast::flat_buffer* buffe
   auto commit_job = run_blocking(ctx->pool, [w] { return w->commit(); });
   auto size = co_await std::move(commit_job);
   if (!size) co_return co_await send_error(impl, conn, ex, size.error());
+  nlohmann::ordered_json fields = {{"path", p}, {"size", *size}};
+  detail::audit(ctx, "file.put", ex->req.caller, *id, fields);
   json done = {{"path", p}, {"size", *size}};
   co_return co_await send_reply(impl, conn, ex, json_reply(200, done));
 }
@@ -751,8 +807,10 @@ asio::awaitable<bool> serve_one(Impl* impl, Conn* conn, beast::flat_buffer* buff
   RouteMatch m = match_route(ex.req.method, ex.req.path);
   // SECURITY: authenticate before anything else, so unauthenticated clients learn nothing
   // (not even which routes exist) and send no body we would read.
-  if ((!m.route || m.route->needs_auth) &&
-      !authorized(ctx->opts.tokens, h[http::field::authorization])) {
+  std::optional<session::Caller> caller =
+      authenticate(ctx->opts.tenants, h[http::field::authorization]);
+  if (caller) ex.req.caller = std::move(*caller);
+  if ((!m.route || m.route->needs_auth) && !caller) {
     Reply r = error_reply(Error::make(Code::kUnauthorized, "missing or invalid bearer token"));
     r.headers.emplace_back("WWW-Authenticate", "Bearer");
     co_return co_await send_reply(impl, conn, &ex, std::move(r));
@@ -890,6 +948,11 @@ HttpServer::~HttpServer() {
 
 Result<tcp::endpoint> HttpServer::listen() {
   Context& ctx = impl_->ctx;
+  if (!ctx.opts.audit_path.empty() && !ctx.audit) {
+    auto audit = AuditLog::open(ctx.opts.audit_path, ctx.opts.audit_max_bytes);
+    if (!audit) return std::unexpected(audit.error());
+    ctx.audit = std::move(*audit);
+  }
   for (const auto& d : ctx.opts.shared_dirs) {
     UniqueFd fd(::open(d.host_path.c_str(), O_PATH | O_DIRECTORY | O_CLOEXEC));
     if (!fd) return fail_errno(errno, "shared dir " + d.prefix + ": open(" + d.host_path + ")");

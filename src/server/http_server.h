@@ -25,7 +25,12 @@ namespace agentbox::server {
 struct ServerOptions {
   std::string address = "127.0.0.1";
   std::uint16_t port = 9090;
-  std::vector<std::string> tokens;  // empty: no auth
+  // Who may call, by token (config.h effective_tenants). Empty: no auth, and every caller is
+  // tenant "default".
+  std::vector<TenantConfig> tenants;
+  // The audit log (audit.h); "" = none.
+  std::string audit_path;
+  std::uint64_t audit_max_bytes = 64ull << 20;
   std::vector<SharedDir> shared_dirs;
   std::uint64_t max_file_bytes = 500ull << 20;
   std::size_t max_json_bytes = 1u << 20;

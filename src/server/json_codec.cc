@@ -384,6 +384,7 @@ json encode_session(const session::SessionInfo& s) {
       {"labels", s.spec.labels},
       {"uid", s.uid ? json(*s.uid) : json(nullptr)},
   };
+  if (!s.tenant.empty()) j["tenant"] = s.tenant;
   if (!s.spec.template_name.empty()) j["template"] = s.spec.template_name;
   if (s.spec.ttl_sec) j["ttl_sec"] = *s.spec.ttl_sec;
   return j;

@@ -2,11 +2,15 @@
 
 #include <fcntl.h>
 #include <limits.h>
+#include <linux/openat2.h>
 #include <sys/stat.h>
+#include <sys/syscall.h>
 #include <unistd.h>
 
 #include <cerrno>
+#include <cstdio>
 #include <cstdlib>
+#include <ctime>
 #include <filesystem>
 #include <utility>
 
@@ -22,6 +26,20 @@ constexpr uid_t kFirstUid = 10000;
 constexpr uid_t kUidRange = 60000;  // uids are allocated in [10000, 70000)
 constexpr char kSkillsDir[] = "/workspace/.skills/";
 constexpr char kSharedDir[] = "/shared/";
+constexpr char kArchiveSuffix[] = ".tar.zst";
+
+// "20261121T220000.123Z": UTC, sortable, no ':' (archive file names).
+std::string archive_stamp(std::chrono::system_clock::time_point t) {
+  auto ms = std::chrono::duration_cast<std::chrono::milliseconds>(t.time_since_epoch()).count();
+  std::time_t secs = static_cast<std::time_t>(ms / 1000);
+  std::tm tm{};
+  ::gmtime_r(&secs, &tm);
+  char buf[40];
+  std::snprintf(buf, sizeof buf, "%04d%02d%02dT%02d%02d%02d.%03dZ", tm.tm_year + 1900,
+                tm.tm_mon + 1, tm.tm_mday, tm.tm_hour, tm.tm_min, tm.tm_sec,
+                static_cast<int>(ms % 1000));
+  return buf;
+}
 
 // Internal life-cycle phase. Only kReady entries are visible to list()/get(); the others are
 // owned by the one thread that set them, and everyone else waits on cv_ for them to settle.
@@ -120,6 +138,7 @@ Status validate_spec(const SessionSpec& spec) {
 struct SessionManager::Entry {
   // Set once under mu_ when the entry is registered; immutable afterwards.
   std::string id;
+  std::string tenant;
   SessionSpec spec;
   std::string backend;
   uid_t uid = 0;              // allocated for every session; applied by isolating backends
@@ -187,6 +206,7 @@ SessionInfo SessionManager::info_locked(const Entry& e) const {
   info.last_used_at = e.last_used_at;
   info.spec = e.spec;
   info.uid = e.box_uid;
+  info.tenant = e.tenant;
   return info;
 }
 
@@ -220,8 +240,33 @@ uid_t SessionManager::allocate_uid_locked(const std::string& id) {
   return 0;
 }
 
+bool SessionManager::visible(const Entry& e, const Caller& caller) {
+  return caller.admin || e.tenant == caller.tenant;
+}
+
+std::size_t SessionManager::running_locked() const {
+  std::size_t n = 0;
+  for (const auto& [id, e] : sessions_) {
+    if (e->phase == Phase::kCreating ||
+        (e->phase == Phase::kReady && e->state == State::kRunning)) {
+      ++n;
+    }
+  }
+  return n;
+}
+
+Status SessionManager::check_running_quota_locked(const std::string& id) const {
+  if (config_.max_running_boxes == 0) return {};
+  if (running_locked() >= config_.max_running_boxes) {
+    return fail(Code::kQuota, "session " + id + ": max_running_boxes limit of " +
+                                  std::to_string(config_.max_running_boxes) +
+                                  " running boxes reached; destroy a session and retry");
+  }
+  return {};
+}
+
 Result<std::shared_ptr<SessionManager::Entry>> SessionManager::create_locked(
-    const std::string& id, const SessionSpec& spec) {
+    const std::string& id, const SessionSpec& spec, const Caller& caller) {
   std::string backend = spec.backend.empty() ? config_.default_backend : spec.backend;
   if (config_.backends.find(backend) == config_.backends.end()) {
     return fail(Code::kInvalid, "backend: unknown backend \"" + backend + "\"");
@@ -230,8 +275,19 @@ Result<std::shared_ptr<SessionManager::Entry>> SessionManager::create_locked(
   if (uids_.size() >= kUidRange) {
     return fail(Code::kQuota, "session " + id + ": no free session uid left");
   }
+  if (caller.max_sessions != 0) {
+    std::size_t mine = 0;
+    for (const auto& [other, oe] : sessions_) mine += oe->tenant == caller.tenant ? 1 : 0;
+    if (mine >= caller.max_sessions) {
+      return fail(Code::kQuota, "session " + id + ": tenant " + caller.tenant +
+                                    " has reached its max_sessions limit of " +
+                                    std::to_string(caller.max_sessions) + " sessions");
+    }
+  }
+  if (auto st = check_running_quota_locked(id); !st) return std::unexpected(st.error());
   auto e = std::make_shared<Entry>();
   e->id = id;
+  e->tenant = caller.tenant;
   e->spec = spec;
   e->spec.backend = backend;
   e->backend = backend;
@@ -373,12 +429,17 @@ Result<std::shared_ptr<SessionManager::Entry>> SessionManager::finish_start_lock
 }
 
 Result<std::pair<SessionInfo, bool>> SessionManager::create_or_get(const std::string& id,
-                                                                   const SessionSpec& spec) {
+                                                                   const SessionSpec& spec,
+                                                                   const Caller& caller) {
   if (auto st = validate_id(id); !st) return std::unexpected(st.error());
   if (auto st = validate_spec(spec); !st) return std::unexpected(st.error());
   std::unique_lock lk(mu_);
-  if (auto e = find_settled_locked(lk, id)) return std::pair{info_locked(*e), false};
-  auto e = create_locked(id, spec);
+  if (auto e = find_settled_locked(lk, id)) {
+    // SECURITY: ids are global, so the create cannot succeed; say only that the id is taken.
+    if (!visible(*e, caller)) return fail(Code::kExists, "session id " + id + " is already in use");
+    return std::pair{info_locked(*e), false};
+  }
+  auto e = create_locked(id, spec, caller);
   if (!e) return std::unexpected(e.error());
   lk.unlock();
   auto started = start_box(**e);
@@ -388,20 +449,21 @@ Result<std::pair<SessionInfo, bool>> SessionManager::create_or_get(const std::st
   return std::pair{info_locked(**done), true};
 }
 
-Result<SessionInfo> SessionManager::get(const std::string& id) {
+Result<SessionInfo> SessionManager::get(const std::string& id, const Caller& caller) {
   if (auto st = validate_id(id); !st) return std::unexpected(st.error());
   std::unique_lock lk(mu_);
   auto e = find_settled_locked(lk, id);
-  if (!e) return fail(Code::kNotFound, "no such session: " + id);
+  // SECURITY: another tenant's session is indistinguishable from a missing one.
+  if (!e || !visible(*e, caller)) return fail(Code::kNotFound, "no such session: " + id);
   return info_locked(*e);
 }
 
-std::vector<SessionInfo> SessionManager::list() {
+std::vector<SessionInfo> SessionManager::list(const Caller& caller) {
   std::lock_guard lk(mu_);
   std::vector<SessionInfo> out;
   out.reserve(sessions_.size());
   for (const auto& [id, e] : sessions_) {  // std::map: already sorted by id
-    if (e->phase == Phase::kReady) out.push_back(info_locked(*e));
+    if (e->phase == Phase::kReady && visible(*e, caller)) out.push_back(info_locked(*e));
   }
   return out;
 }
@@ -443,18 +505,33 @@ Status SessionManager::remove_workspace(const std::string& id) {
   return {};
 }
 
-Status SessionManager::destroy(const std::string& id) {
+Status SessionManager::destroy(const std::string& id, const Caller& caller) {
+  auto r = destroy_impl(id, caller, /*archive=*/false);
+  if (!r) return std::unexpected(r.error());
+  return {};
+}
+
+Result<std::string> SessionManager::destroy_archived(const std::string& id, const Caller& caller) {
+  return destroy_impl(id, caller, /*archive=*/true);
+}
+
+Result<std::string> SessionManager::destroy_impl(const std::string& id, const Caller& caller,
+                                                 bool archive) {
   if (auto st = validate_id(id); !st) return std::unexpected(st.error());
   std::unique_lock lk(mu_);
   auto e = find_settled_locked(lk, id);
-  if (!e) return fail(Code::kNotFound, "no such session: " + id);
+  if (!e || !visible(*e, caller)) return fail(Code::kNotFound, "no such session: " + id);
   e->phase = Phase::kDestroying;
   std::shared_ptr<sandbox::Sandbox> box = std::move(e->box);
   lk.unlock();
 
   // Execs that hold the sandbox keep the object alive; shutdown() ends their commands.
   if (box) box->shutdown();
-  Status removed = remove_workspace(id);
+  // The archive is taken with the box down (nothing writes meanwhile) and is durable before
+  // the workspace is removed.
+  Result<std::string> archived = std::string();
+  if (archive) archived = archive_workspace(*e);
+  Status removed = archived ? remove_workspace(id) : Status(std::unexpected(archived.error()));
 
   lk.lock();
   cv_.notify_all();
@@ -463,26 +540,175 @@ Status SessionManager::destroy(const std::string& id) {
     e->phase = Phase::kReady;
     e->state = State::kSuspended;
     record_locked(*e);
-    spdlog::error("session {}: removing the workspace failed: {}", id, removed.error().message);
-    return removed;
+    spdlog::error("session {}: {} failed: {}", id,
+                  archived ? "removing the workspace" : "archiving the workspace",
+                  removed.error().message);
+    return std::unexpected(removed.error());
   }
   uids_.erase(e->uid);
   sessions_.erase(id);
   forget_locked(*e);
-  spdlog::info("session {}: destroyed", id);
-  return {};
+  spdlog::info("session {}: destroyed{}", id, archive ? " (archived to " + *archived + ")" : "");
+  return *archived;
+}
+
+Result<UniqueFd> SessionManager::open_archives_dir() const {
+  const std::string dir = archives_dir();
+  // SECURITY: 0700, daemon-owned: sessions never see archives of other sessions.
+  if (::mkdir(dir.c_str(), 0700) != 0 && errno != EEXIST) {
+    return fail_errno(errno, "mkdir(" + dir + ")");
+  }
+  UniqueFd fd(::open(dir.c_str(), O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC));
+  if (!fd) return fail_errno(errno, "open(" + dir + ")");
+  return fd;
+}
+
+Result<std::string> SessionManager::archive_workspace(const Entry& e) {
+  auto dir = open_archives_dir();
+  if (!dir) return std::unexpected(dir.error());
+  UniqueFd ws(::openat(workspaces_fd_.get(), e.id.c_str(),
+                       O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC));
+  if (!ws) return fail_errno(errno, "open(" + e.workspace_dir + ")");
+  const std::string name =
+      e.id + "-" + archive_stamp(std::chrono::system_clock::now()) + kArchiveSuffix;
+  auto stats = write_archive(ws.get(), dir->get(), name, "workspace of session " + e.id);
+  if (!stats) return std::unexpected(stats.error());
+  std::string path = archives_dir() + "/" + name;
+  spdlog::info("session {}: archived {} entries, {} bytes to {}", e.id, stats->entries,
+               stats->bytes, path);
+  return path;
+}
+
+Result<UniqueFd> SessionManager::open_archive(const std::string& archive) const {
+  if (archive.empty()) return fail(Code::kInvalid, "archive: must not be empty");
+  if (archive.find('\0') != std::string::npos) {
+    return fail(Code::kInvalid, "archive: path contains NUL");
+  }
+  const std::string dir = archives_dir();
+  std::string rel = archive;
+  if (archive.front() == '/') {
+    std::string norm = std::filesystem::path(archive).lexically_normal().string();
+    if (norm.size() <= dir.size() + 1 || norm.compare(0, dir.size(), dir) != 0 ||
+        norm[dir.size()] != '/') {
+      return fail(Code::kAccess, "archive " + archive + " is not under the archive directory " +
+                                     dir + "; refusing to read it");
+    }
+    rel = norm.substr(dir.size() + 1);
+  }
+  if (rel.size() <= sizeof kArchiveSuffix - 1 ||
+      rel.compare(rel.size() - (sizeof kArchiveSuffix - 1), std::string::npos, kArchiveSuffix) !=
+          0) {
+    return fail(Code::kInvalid, "archive " + archive + " is not a .tar.zst file");
+  }
+  auto dfd = open_archives_dir();
+  if (!dfd) return std::unexpected(dfd.error());
+  open_how how{};
+  how.flags = O_RDONLY | O_NOFOLLOW | O_NONBLOCK | O_CLOEXEC;
+  // SECURITY: "..", symlinks and absolute paths cannot lead out of data_dir/archives.
+  how.resolve = RESOLVE_BENEATH | RESOLVE_NO_SYMLINKS | RESOLVE_NO_MAGICLINKS;
+  long fd = -1;
+  do {
+    fd = ::syscall(SYS_openat2, dfd->get(), rel.c_str(), &how, sizeof how);
+  } while (fd < 0 && (errno == EAGAIN || errno == EINTR));
+  if (fd < 0) {
+    int err = errno;
+    if (err == EXDEV || err == ELOOP) {
+      return fail(Code::kAccess, "archive " + archive + " leads outside the archive directory " +
+                                     dir + "; refusing to read it");
+    }
+    // A bad field of the request (400), not a missing session (404).
+    Error e = Error::from_errno(err, "archive: open(" + archive + ")");
+    e.code = Code::kInvalid;
+    return std::unexpected(std::move(e));
+  }
+  UniqueFd out(static_cast<int>(fd));
+  struct stat st;
+  if (::fstat(out.get(), &st) != 0) return fail_errno(errno, "stat(" + archive + ")");
+  if (!S_ISREG(st.st_mode)) {
+    return fail(Code::kInvalid, "archive " + archive + " is not a regular file");
+  }
+  return out;
+}
+
+Result<SessionInfo> SessionManager::restore(const std::string& id, const std::string& archive,
+                                            const Caller& caller) {
+  if (auto st = validate_id(id); !st) return std::unexpected(st.error());
+  // Same words whoever owns it: the id is taken, nothing more.
+  const auto taken = [&] {
+    return fail(Code::kExists, "session " + id + " already exists; restore needs a free id");
+  };
+  std::unique_lock lk(mu_);
+  if (find_settled_locked(lk, id)) return taken();  // API.md: 409 before the archive is looked at
+  lk.unlock();
+  auto afd = open_archive(archive);
+  if (!afd) return std::unexpected(afd.error());
+  lk.lock();
+  if (find_settled_locked(lk, id)) return taken();
+  auto created = create_locked(id, SessionSpec{}, caller);
+  if (!created) return std::unexpected(created.error());
+  std::shared_ptr<Entry> e = *created;
+  lk.unlock();
+
+  // Slow work on an entry nobody else touches while it is kCreating.
+  const bool isolated = e->backend != kHostBackend;
+  bool made_dir = false;
+  auto fill = [&]() -> Status {
+    // The workspace must be new: a restore never merges into, or clobbers, a directory.
+    if (::mkdirat(workspaces_fd_.get(), id.c_str(), 0700) != 0) {
+      if (errno == EEXIST) {
+        return fail(Code::kExists, "workspace " + e->workspace_dir +
+                                       " already exists on disk; not restoring over it");
+      }
+      return fail_errno(errno, "mkdir(" + e->workspace_dir + ")");
+    }
+    made_dir = true;
+    UniqueFd dir(::openat(workspaces_fd_.get(), id.c_str(),
+                          O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC));
+    if (!dir) return fail_errno(errno, "open(" + e->workspace_dir + ")");
+    if (::fchmod(dir.get(), 0700) != 0) return fail_errno(errno, "chmod(" + e->workspace_dir + ")");
+    std::optional<ArchiveOwner> owner;
+    if (isolated) {
+      owner = ArchiveOwner{e->uid, static_cast<gid_t>(e->uid)};
+      if (::fchown(dir.get(), e->uid, static_cast<gid_t>(e->uid)) != 0) {
+        return fail_errno(errno, "chown(" + e->workspace_dir + ")");
+      }
+    }
+    auto stats = extract_archive(afd->get(), dir.get(), config_.restore_limits, owner, archive);
+    if (!stats) return std::unexpected(stats.error());
+    spdlog::info("session {}: restored {} entries, {} bytes from {}", id, stats->entries,
+                 stats->bytes, archive);
+    return {};
+  };
+  Status filled = fill();
+  Result<BoxStart> started =
+      filled ? start_box(*e) : Result<BoxStart>(std::unexpected(filled.error()));
+  // SECURITY: a refused (possibly hostile) archive leaves nothing behind; remove_workspace
+  // never follows the symlinks it may have planted.
+  if (!started && made_dir) (void)remove_workspace(id);
+  lk.lock();
+  auto done = finish_start_locked(e, std::move(started), /*is_new=*/true);
+  if (!done) return std::unexpected(done.error());
+  return info_locked(**done);
 }
 
 Result<std::shared_ptr<sandbox::Sandbox>> SessionManager::acquire(const std::string& id,
-                                                                  bool create_if_missing) {
+                                                                  bool create_if_missing,
+                                                                  const Caller& caller,
+                                                                  bool* created_now) {
   if (auto st = validate_id(id); !st) return std::unexpected(st.error());
+  if (created_now) *created_now = false;
   std::unique_lock lk(mu_);
   for (;;) {
     std::shared_ptr<Entry> e = find_settled_locked(lk, id);
     bool is_new = false;
+    if (e && !visible(*e, caller)) {
+      // SECURITY: not even an exec (which creates) may touch another tenant's session; to
+      // this caller it does not exist.
+      return fail(Code::kNotFound, "no such session: " + id);
+    }
     if (!e) {
       if (!create_if_missing) return fail(Code::kNotFound, "no such session: " + id);
-      auto created = create_locked(id, SessionSpec{});
+      auto created = create_locked(id, SessionSpec{}, caller);
       if (!created) return std::unexpected(created.error());
       e = *created;
       is_new = true;
@@ -493,6 +719,7 @@ Result<std::shared_ptr<sandbox::Sandbox>> SessionManager::acquire(const std::str
     } else {
       // Suspended: any use resumes it (DESIGN.md "Lifecycle").
       if (closed_) return fail(Code::kUnavailable, "session " + id + ": daemon is shutting down");
+      if (auto st = check_running_quota_locked(id); !st) return std::unexpected(st.error());
       e->phase = Phase::kCreating;
     }
     lk.unlock();
@@ -500,6 +727,7 @@ Result<std::shared_ptr<sandbox::Sandbox>> SessionManager::acquire(const std::str
     lk.lock();
     auto done = finish_start_locked(e, std::move(started), is_new);
     if (!done) return std::unexpected(done.error());
+    if (is_new && created_now) *created_now = true;
     // Loop: the entry is ready and running now (or was destroyed meanwhile, then re-checked).
   }
 }

@@ -19,6 +19,7 @@
 #include "common/error.h"
 #include "common/unique_fd.h"
 #include "sandbox/sandbox.h"
+#include "session/archive.h"
 
 namespace agentbox::session {
 
@@ -58,6 +59,18 @@ struct SessionInfo {
   std::chrono::system_clock::time_point last_used_at;
   SessionSpec spec;
   std::optional<uid_t> uid;
+  std::string tenant;  // who created it (Caller::tenant)
+};
+
+// Who is asking (DESIGN.md "tenant"). A session belongs to the tenant that created it; a
+// non-admin caller sees only its own, and another tenant's session is to it exactly a session
+// that does not exist (ENOENT, same message). Ids stay one global namespace (one workspace dir,
+// one uid each), so creating an id another tenant holds fails with EEXIST ("already in use"),
+// which says nothing about the owner (docs/architecture.md, "Tenants").
+struct Caller {
+  std::string tenant = "default";
+  bool admin = true;             // the default caller (daemon internals, tests) sees everything
+  std::size_t max_sessions = 0;  // sessions this tenant may hold; 0 = no limit
 };
 
 // Session ids: [A-Za-z0-9._-]{1,128}, not "." or "..".
@@ -79,6 +92,11 @@ struct ManagerConfig {
   // SECURITY: a spec's mounts and skills may only name host paths under one of these (after
   // resolving symlinks); none configured means client-chosen host mounts are refused (EACCES).
   std::vector<std::string> allowed_mount_roots;
+  // Boxes up at once, all tenants together (0 = no limit): a create or resume past it is
+  // EQUOTA. (Evicting an idle box instead needs suspend; not here yet.)
+  std::size_t max_running_boxes = 0;
+  // Bounds of POST /restore; archives are read only from data_dir/archives.
+  ExtractLimits restore_limits;
 };
 
 class SessionManager {
@@ -87,17 +105,33 @@ class SessionManager {
   ~SessionManager();
 
   // Returns the session and whether it was created now. An existing id returns it unchanged.
-  Result<std::pair<SessionInfo, bool>> create_or_get(const std::string& id,
-                                                     const SessionSpec& spec);
-  Result<SessionInfo> get(const std::string& id);
-  std::vector<SessionInfo> list();  // sorted by id
+  // Another tenant's id is EEXIST; past a quota EQUOTA naming it.
+  Result<std::pair<SessionInfo, bool>> create_or_get(const std::string& id, const SessionSpec& spec,
+                                                     const Caller& caller = {});
+  Result<SessionInfo> get(const std::string& id, const Caller& caller = {});
+  std::vector<SessionInfo> list(const Caller& caller = {});  // sorted by id; the caller's only
   // Tears the box down and deletes the workspace.
-  Status destroy(const std::string& id);
+  Status destroy(const std::string& id, const Caller& caller = {});
+  // Same, but first writes the workspace to data_dir/archives/<id>-<UTC time>.tar.zst (fsynced
+  // before the workspace goes). Returns the archive's path. If archiving fails the session stays
+  // (suspended) with its workspace.
+  Result<std::string> destroy_archived(const std::string& id, const Caller& caller = {});
+  // Makes session `id` from an archive under data_dir/archives (absolute path, or relative to
+  // that dir): EEXIST if the id exists (any tenant), EACCES if the archive lies elsewhere,
+  // EINVAL if it is missing or not a tar.zst, EACCES/ETOOBIG for hostile content (archive.h).
+  // A failed restore leaves no session and no workspace.
+  Result<SessionInfo> restore(const std::string& id, const std::string& archive,
+                              const Caller& caller = {});
+  // Where archives are written and restored from.
+  std::string archives_dir() const { return config_.data_dir + "/archives"; }
 
   // The live sandbox of a session for exec and file work; creates the session with default
   // spec first when create_if_missing (exec routes), else ENOENT. Marks the session used.
-  Result<std::shared_ptr<sandbox::Sandbox>> acquire(const std::string& id,
-                                                    bool create_if_missing);
+  // Another tenant's session is ENOENT even with create_if_missing. *created (if given) says
+  // whether this call made the session.
+  Result<std::shared_ptr<sandbox::Sandbox>> acquire(const std::string& id, bool create_if_missing,
+                                                    const Caller& caller = {},
+                                                    bool* created = nullptr);
 
   // Counts for /metrics.
   std::map<std::string, std::size_t> count_by_state();
@@ -111,8 +145,19 @@ class SessionManager {
   explicit SessionManager(ManagerConfig config, UniqueFd workspaces_fd);
   struct Entry;
   struct BoxStart;
-  // Validates the spec, allocates the uid and registers a kCreating entry. mu_ held.
-  Result<std::shared_ptr<Entry>> create_locked(const std::string& id, const SessionSpec& spec);
+  // Checks quotas, allocates the uid and registers a kCreating entry. mu_ held.
+  Result<std::shared_ptr<Entry>> create_locked(const std::string& id, const SessionSpec& spec,
+                                               const Caller& caller);
+  static bool visible(const Entry& e, const Caller& caller);
+  // Boxes up or starting (max_running_boxes counts these). mu_ held.
+  std::size_t running_locked() const;
+  Status check_running_quota_locked(const std::string& id) const;
+  Result<std::string> destroy_impl(const std::string& id, const Caller& caller, bool archive);
+  // data_dir/archives (created 0700 on first use).
+  Result<UniqueFd> open_archives_dir() const;
+  Result<std::string> archive_workspace(const Entry& e);
+  // The archive a restore names, opened after the location and name checks.
+  Result<UniqueFd> open_archive(const std::string& archive) const;
   SessionInfo info_locked(const Entry& e) const;
   // Creates (or finds) the workspace and asks the backend for a box. Slow: called without mu_,
   // on an entry that no other thread touches while it is kCreating.

@@ -292,6 +292,32 @@ TEST_F(CliTest, SessionCreateLsShowRm) {
   EXPECT_TRUE(gone.out.empty());
 }
 
+TEST_F(CliTest, SessionRmArchivePrintsThePathAndRestoreBringsItBack) {
+  ASSERT_EQ(cli({"session", "create", "cli-arch", "-q"}).code, 0);
+  ASSERT_EQ(cli({"exec", "cli-arch", "--", "sh", "-c", "echo kept > kept.txt"}).code, 0);
+  CliRun rm = cli({"session", "rm", "--archive", "cli-arch"});
+  ASSERT_EQ(rm.code, 0) << rm;
+  ASSERT_FALSE(rm.out.empty()) << rm;
+  std::string path = rm.out.substr(0, rm.out.size() - 1);  // one line: the path
+  EXPECT_EQ(rm.out.back(), '\n');
+  EXPECT_TRUE(fs::is_regular_file(path)) << path;
+  EXPECT_FALSE(fs::exists(workspace("cli-arch")));
+
+  CliRun restore = cli({"session", "restore", "cli-arch", path});
+  ASSERT_EQ(restore.code, 0) << restore;
+  EXPECT_EQ(json::parse(restore.out, nullptr, false)["id"], "cli-arch") << restore;
+  CliRun cat = cli({"cat", "cli-arch:kept.txt"});
+  EXPECT_EQ(cat.code, 0) << cat;
+  EXPECT_EQ(cat.out, "kept\n");
+
+  // Again onto the now existing session: EEXIST, exit 1.
+  CliRun again = cli({"session", "restore", "cli-arch", path});
+  EXPECT_EQ(again.code, 1) << again;
+  EXPECT_EQ(again.err.rfind("agentbox: EEXIST: ", 0), 0u) << again;
+  // Usage: both arguments are required.
+  EXPECT_EQ(cli({"session", "restore", "cli-arch"}).code, 2);
+}
+
 TEST_F(CliTest, SessionCreateFromScopeTemplate) {
   CliRun c = cli({"session", "create", "--scope", "{launcher_type}_{launcher_id}", "--var",
                   "launcher_type=group", "-q"});

@@ -140,3 +140,88 @@ TEST(Config, SharedDirs) {
 
 }  // namespace
 }  // namespace agentbox::server
+
+namespace agentbox::server {
+namespace {
+
+std::string temp_yaml(const std::string& text) {
+  char path[] = "/tmp/agentbox-config-test-XXXXXX";
+  int fd = mkstemp(path);
+  if (fd < 0) return "";
+  close(fd);
+  std::ofstream(path) << text;
+  return path;
+}
+
+TEST(ConfigTenants, YamlTenantsQuotasAndAuditSize) {
+  std::string path = temp_yaml(
+      "tenants:\n"
+      "  - {name: a, tokens: [ta1, ta2], max_sessions: 10}\n"
+      "  - name: ops\n    tokens: tops\n    admin: true\n"
+      "max_running_boxes: 50\naudit_max_mb: 8\n");
+  auto r = parse({"--config", path, "--token", "plain"});
+  unlink(path.c_str());
+  ASSERT_TRUE(r.config);
+  ASSERT_EQ(r.config->tenants.size(), 2u);
+  EXPECT_EQ(r.config->tenants[0].name, "a");
+  EXPECT_EQ(r.config->tenants[0].tokens, (std::vector<std::string>{"ta1", "ta2"}));
+  EXPECT_FALSE(r.config->tenants[0].admin);
+  EXPECT_EQ(r.config->tenants[0].max_sessions, 10u);
+  EXPECT_EQ(r.config->tenants[1].tokens, std::vector<std::string>{"tops"});
+  EXPECT_TRUE(r.config->tenants[1].admin);
+  EXPECT_EQ(r.config->max_running_boxes, 50u);
+  EXPECT_EQ(r.config->audit_max_mb, 8u);
+  ASSERT_TRUE(validate_config(*r.config).has_value());
+  // Plain tokens are one more tenant, "default", not an admin.
+  auto all = effective_tenants(*r.config);
+  ASSERT_EQ(all.size(), 3u);
+  EXPECT_EQ(all[2].name, "default");
+  EXPECT_EQ(all[2].tokens, std::vector<std::string>{"plain"});
+  EXPECT_FALSE(all[2].admin);
+  // Flags win over the file.
+  auto flags = parse({"--max-running-boxes", "3", "--audit-max-mb", "2"});
+  ASSERT_TRUE(flags.config);
+  EXPECT_EQ(flags.config->max_running_boxes, 3u);
+  EXPECT_EQ(flags.config->audit_max_mb, 2u);
+  EXPECT_EQ(parse({}).config->audit_max_mb, 64u);
+  EXPECT_TRUE(effective_tenants(*parse({}).config).empty());
+}
+
+TEST(ConfigTenants, ValidationNamesTheProblemAndNeverTheToken) {
+  auto check = [](DaemonConfig c, const std::string& needle) {
+    auto st = validate_config(c);
+    ASSERT_FALSE(st.has_value()) << needle;
+    EXPECT_NE(st.error().message.find(needle), std::string::npos) << st.error().message;
+    EXPECT_EQ(st.error().message.find("s3cret"), std::string::npos) << st.error().message;
+  };
+  DaemonConfig c;
+  c.tenants = {{"a", {"s3cret"}, false, 0}, {"b", {"s3cret"}, false, 0}};
+  check(c, "token is configured twice");
+  c.tenants = {{"a", {"s3cret"}, false, 0}};
+  c.tokens = {"s3cret"};
+  check(c, "token is configured twice");
+  c.tokens.clear();
+  c.tenants = {{"a", {"x1"}, false, 0}, {"a", {"x2"}, false, 0}};
+  check(c, "configured twice");
+  c.tenants = {{"", {"x1"}, false, 0}};
+  check(c, "tenant name");
+  c.tenants = {{"a b", {"x1"}, false, 0}};
+  check(c, "tenant name");
+  c.tenants = {{"a", {}, false, 0}};
+  check(c, "no tokens");
+  c.tenants = {{"a", {""}, false, 0}};
+  check(c, "empty token");
+  c.tenants = {{"default", {"x1"}, false, 0}};
+  c.tokens = {"x2"};
+  check(c, "'default'");
+  // Tenant tokens count as tokens for a non-loopback listen address.
+  c.tokens.clear();
+  c.tenants = {{"a", {"x1"}, false, 0}};
+  c.listen = "0.0.0.0:9090";
+  EXPECT_TRUE(validate_config(c).has_value());
+  c.tenants.clear();
+  EXPECT_FALSE(validate_config(c).has_value());
+}
+
+}  // namespace
+}  // namespace agentbox::server

@@ -495,5 +495,96 @@ TEST_F(SessionManagerTest, OpenRefusesAnUnknownDefaultBackend) {
   EXPECT_NE(m.error().message.find("nope"), std::string::npos);
 }
 
+TEST_F(SessionManagerTest, ATenantSeesAndTouchesOnlyItsOwnSessions) {
+  const Caller a{"a", false, 0}, b{"b", false, 0}, admin{"ops", true, 0};
+  ASSERT_TRUE(mgr().create_or_get("mine", SessionSpec{}, a));
+  ASSERT_TRUE(mgr().create_or_get("theirs", SessionSpec{}, b));
+
+  auto got = mgr().get("mine", b);
+  ASSERT_FALSE(got);
+  EXPECT_EQ(got.error().code, Code::kNotFound);
+  // Word for word what a missing session gets.
+  EXPECT_EQ(got.error().message, "no such session: mine");
+  EXPECT_EQ(mgr().get("nobody", b).error().message, "no such session: nobody");
+  auto box = mgr().acquire("mine", /*create_if_missing=*/true, b);
+  ASSERT_FALSE(box);
+  EXPECT_EQ(box.error().code, Code::kNotFound);
+  EXPECT_EQ(mgr().destroy("mine", b).error().code, Code::kNotFound);
+  EXPECT_EQ(mgr().destroy_archived("mine", b).error().code, Code::kNotFound);
+  auto dup = mgr().create_or_get("mine", SessionSpec{}, b);
+  ASSERT_FALSE(dup);
+  EXPECT_EQ(dup.error().code, Code::kExists);
+  EXPECT_TRUE(fs::is_directory(workspace("mine")));
+
+  auto la = mgr().list(a);
+  ASSERT_EQ(la.size(), 1u);
+  EXPECT_EQ(la[0].id, "mine");
+  EXPECT_EQ(la[0].tenant, "a");
+  EXPECT_EQ(mgr().list(admin).size(), 2u);
+  EXPECT_TRUE(mgr().get("mine", admin));
+  bool created = true;
+  EXPECT_TRUE(mgr().acquire("mine", false, admin, &created));
+  EXPECT_FALSE(created);
+  EXPECT_TRUE(mgr().acquire("fresh", true, b, &created));
+  EXPECT_TRUE(created);
+  EXPECT_EQ(mgr().get("fresh", admin)->tenant, "b");
+}
+
+TEST_F(SessionManagerTest, QuotasAreEquotaNamingTheLimitAndFreeUpOnDestroy) {
+  auto c = config();
+  c.max_running_boxes = 3;
+  auto m = SessionManager::open(c);
+  ASSERT_TRUE(m);
+  const Caller a{"a", false, 2}, b{"b", false, 0};
+  ASSERT_TRUE((*m)->create_or_get("a1", SessionSpec{}, a));
+  ASSERT_TRUE((*m)->acquire("a2", true, a));
+  auto over = (*m)->create_or_get("a3", SessionSpec{}, a);
+  ASSERT_FALSE(over);
+  EXPECT_EQ(over.error().code, Code::kQuota);
+  EXPECT_NE(over.error().message.find("max_sessions limit of 2"), std::string::npos)
+      << over.error().message;
+  EXPECT_FALSE(fs::exists(workspace("a3")));
+  ASSERT_TRUE((*m)->create_or_get("b1", SessionSpec{}, b));
+  auto boxes = (*m)->create_or_get("b2", SessionSpec{}, b);
+  ASSERT_FALSE(boxes);
+  EXPECT_EQ(boxes.error().code, Code::kQuota);
+  EXPECT_NE(boxes.error().message.find("max_running_boxes limit of 3"), std::string::npos)
+      << boxes.error().message;
+  ASSERT_TRUE((*m)->destroy("a1", a));
+  EXPECT_TRUE((*m)->create_or_get("a3", SessionSpec{}, a));
+}
+
+TEST_F(SessionManagerTest, RestoreOfAHostileArchiveLeavesNothingAndFreesTheId) {
+  ASSERT_TRUE(mgr().create_or_get("src", SessionSpec{}));
+  { std::ofstream(workspace("src") + "/f.txt") << "data"; }
+  auto path = mgr().destroy_archived("src");
+  ASSERT_TRUE(path) << path.error().message;
+  EXPECT_EQ(path->rfind(data_ + "/archives/src-", 0), 0u) << *path;
+  EXPECT_FALSE(fs::exists(workspace("src")));
+
+  // A file that is not an archive, in the right place: EINVAL, nothing left, id still free.
+  std::ofstream(data_ + "/archives/bad.tar.zst") << "garbage";
+  auto bad = mgr().restore("dst", data_ + "/archives/bad.tar.zst");
+  ASSERT_FALSE(bad);
+  EXPECT_EQ(bad.error().code, Code::kInvalid);
+  EXPECT_FALSE(fs::exists(workspace("dst")));
+  EXPECT_FALSE(mgr().get("dst"));
+  // Elsewhere: EACCES before anything is read.
+  auto elsewhere = mgr().restore("dst", root_ + "/elsewhere/x.tar.zst");
+  ASSERT_FALSE(elsewhere);
+  EXPECT_EQ(elsewhere.error().code, Code::kAccess);
+
+  auto good = mgr().restore("dst", *path);
+  ASSERT_TRUE(good) << good.error().message;
+  EXPECT_EQ(good->state, State::kRunning);
+  std::ifstream f(workspace("dst") + "/f.txt");
+  std::string content;
+  f >> content;
+  EXPECT_EQ(content, "data");
+  struct stat st;
+  ASSERT_EQ(::stat((workspace("dst") + "/f.txt").c_str(), &st), 0);
+  EXPECT_EQ(st.st_uid, first_uid_probe("dst"));  // the ns backend: the session's own uid
+}
+
 }  // namespace
 }  // namespace agentbox::session

@@ -14,6 +14,7 @@
 
 #include "sandbox/rooted_fs.h"
 #include "sandbox/sandbox.h"
+#include "server/audit.h"
 #include "server/http_server.h"
 #include "server/json_codec.h"
 #include "server/metrics.h"
@@ -37,7 +38,13 @@ struct Context {
   ServerOptions opts;
   Metrics metrics;
   std::vector<SharedFs> shared;  // longest prefix first
+  std::unique_ptr<AuditLog> audit;  // null: no audit log (ServerOptions::audit_path "")
 };
+
+// Appends an audit line if the server has an audit log (thread-safe).
+void audit(Context* ctx, std::string_view event, const session::Caller& caller,
+           std::string_view session,
+           const nlohmann::ordered_json& fields = nlohmann::ordered_json::object());
 
 // One parsed request, as the handlers see it.
 struct Request {
@@ -47,6 +54,9 @@ struct Request {
   std::map<std::string, std::string> query;   // decoded
   std::map<std::string, std::string> params;  // route template parameters, decoded
   std::string body;                           // JSON routes only
+  // The authenticated tenant. SECURITY: the default (no token matched, only on routes that
+  // need no auth) is a nameless non-admin that owns no session.
+  session::Caller caller{"", false, 0};
 };
 
 struct Reply {
@@ -72,7 +82,10 @@ Result<std::string> required_query(const Request& req, const std::string& name);
 Result<bool> bool_query(const Request& req, const std::string& name);
 // The live sandbox of an existing session (ENOENT "no such session"), or a new one when
 // create_if_missing. Runs on the pool.
-asio::awaitable<Result<std::shared_ptr<sandbox::Sandbox>>> acquire_sandbox(
-    Context* ctx, std::string id, bool create_if_missing);
+// A session made here (an exec's implicit create) is audited as session.create.
+asio::awaitable<Result<std::shared_ptr<sandbox::Sandbox>>> acquire_sandbox(Context* ctx,
+                                                                           std::string id,
+                                                                           bool create_if_missing,
+                                                                           session::Caller caller);
 
 }  // namespace agentbox::server::detail

@@ -1,0 +1,100 @@
+#include "server/audit.h"
+
+#include <fcntl.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <chrono>
+#include <cstring>
+
+#include "common/log.h"
+#include "server/json_codec.h"
+
+namespace agentbox::server {
+namespace {
+
+Result<UniqueFd> open_log(const std::string& path, std::uint64_t* size) {
+  // 0600: the log names sessions and commands of every tenant.
+  UniqueFd fd(::open(path.c_str(), O_WRONLY | O_CREAT | O_APPEND | O_NOFOLLOW | O_CLOEXEC, 0600));
+  if (!fd) return fail_errno(errno, "open(" + path + ")");
+  struct stat st;
+  if (::fstat(fd.get(), &st) != 0) return fail_errno(errno, "stat(" + path + ")");
+  *size = static_cast<std::uint64_t>(st.st_size);
+  return fd;
+}
+
+}  // namespace
+
+AuditLog::AuditLog(std::string path, std::uint64_t max_bytes, int keep, UniqueFd fd,
+                   std::uint64_t size)
+    : path_(std::move(path)), max_bytes_(max_bytes), keep_(keep), fd_(std::move(fd)), size_(size) {}
+
+Result<std::unique_ptr<AuditLog>> AuditLog::open(std::string path, std::uint64_t max_bytes,
+                                                 int keep) {
+  if (max_bytes == 0) return fail(Code::kInvalid, "audit log: max size must be > 0");
+  std::uint64_t size = 0;
+  auto fd = open_log(path, &size);
+  if (!fd) return std::unexpected(fd.error());
+  return std::unique_ptr<AuditLog>(
+      new AuditLog(std::move(path), max_bytes, keep, std::move(*fd), size));
+}
+
+void AuditLog::rotate_locked() {
+  // audit.log.(keep-1) -> .keep, ..., audit.log -> .1; the oldest is overwritten by rename.
+  for (int i = keep_ - 1; i >= 1; --i) {
+    std::string from = path_ + "." + std::to_string(i);
+    std::string to = path_ + "." + std::to_string(i + 1);
+    if (::rename(from.c_str(), to.c_str()) != 0 && errno != ENOENT) {
+      spdlog::warn("audit log: rename({}, {}): {}", from, to, std::strerror(errno));
+    }
+  }
+  if (keep_ >= 1) {
+    std::string first = path_ + ".1";
+    if (::rename(path_.c_str(), first.c_str()) != 0) {
+      spdlog::warn("audit log: rename({}, {}): {}", path_, first, std::strerror(errno));
+    }
+  } else {
+    (void)::unlink(path_.c_str());
+  }
+  std::uint64_t size = 0;
+  auto fd = open_log(path_, &size);
+  if (!fd) {
+    spdlog::error("audit log: reopening after rotation: {}", fd.error().message);
+    return;  // keep writing to the renamed file rather than lose lines
+  }
+  fd_ = std::move(*fd);
+  size_ = size;
+}
+
+void AuditLog::record(std::string_view event, std::string_view tenant, std::string_view session,
+                      const nlohmann::ordered_json& fields) {
+  nlohmann::ordered_json line = nlohmann::ordered_json::object();
+  line["time"] = rfc3339(std::chrono::system_clock::now());
+  line["event"] = event;
+  line["tenant"] = tenant;
+  line["session"] = session;
+  if (fields.is_object()) {
+    for (const auto& [k, v] : fields.items()) line[k] = v;
+  }
+  // Paths and commands may be any bytes: replace invalid UTF-8 rather than throw.
+  std::string text = line.dump(-1, ' ', false, nlohmann::ordered_json::error_handler_t::replace);
+  text += '\n';
+
+  std::lock_guard lk(mu_);
+  // One write(2) per line on O_APPEND: atomic with respect to other appenders.
+  ssize_t n = ::write(fd_.get(), text.data(), text.size());
+  if (n != static_cast<ssize_t>(text.size())) {
+    if (!warned_) {
+      spdlog::error("audit log {}: write failed: {}", path_,
+                    n < 0 ? std::strerror(errno) : "short write");
+      warned_ = true;
+    }
+    return;
+  }
+  warned_ = false;
+  size_ += text.size();
+  if (size_ >= max_bytes_) rotate_locked();
+}
+
+}  // namespace agentbox::server
