@@ -55,8 +55,12 @@ double percentile(std::vector<double> v, double p) {
 }
 double median(std::vector<double> v) { return percentile(std::move(v), 0.5); }
 
+// The daemon the current section runs (0: none), so that die() does not leave it behind.
+pid_t g_daemon_pid = 0;
+
 [[noreturn]] void die(const std::string& msg) {
   std::fprintf(stderr, "agentbox-bench: %s\n", msg.c_str());
+  if (g_daemon_pid > 0) ::kill(g_daemon_pid, SIGKILL);
   std::exit(1);
 }
 
@@ -119,6 +123,7 @@ class Daemon {
     if (posix_spawn(&pid_, argv[0], nullptr, nullptr, argv.data(), environ) != 0) {
       die("cannot start " + bin);
     }
+    g_daemon_pid = pid_;
     for (int i = 0; i < 1000; ++i) {
       std::ifstream f(ready);
       std::string addr;
@@ -136,6 +141,7 @@ class Daemon {
     kill(pid_, SIGTERM);
     int st;
     waitpid(pid_, &st, 0);
+    g_daemon_pid = 0;
     std::error_code ec;
     fs::remove_all(dir_, ec);
   }

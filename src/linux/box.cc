@@ -210,15 +210,12 @@ int write_file(const char* path, const char* data, std::size_t len) noexcept {
   // 11. Network mode "none": the new net namespace has only `lo`, down until we raise it.
   if (int err = bring_loopback_up(); err != 0) child_fail(ctl, BoxStep::kLoopback, err);
 
-  // 12. rlimits, inherited by the init and every command.
-  if (int err = apply_rlimits(*a.rlimits); err != 0) child_fail(ctl, BoxStep::kRlimits, err);
-
-  // 13. The daemon runs at -1000; the box must be the one the OOM killer picks.
+  // 12. The daemon runs at -1000; the box must be the one the OOM killer picks.
   if (int err = write_file("/proc/self/oom_score_adj", a.oom, a.oom_len); err != 0) {
     child_fail(ctl, BoxStep::kOomScoreAdj, err);
   }
 
-  // 14. fds: /dev/null on 0-2, the control socket at kControlFd, the init binary just above it
+  // 13. fds: /dev/null on 0-2, the control socket at kControlFd, the init binary just above it
   //     (close-on-exec), nothing else. First lift both out of the way of the fixed numbers.
   {
     int null_fd = ::open("/dev/null", O_RDWR | O_CLOEXEC);
@@ -236,6 +233,11 @@ int write_file(const char* path, const char* data, std::size_t len) noexcept {
       child_fail(ctl, BoxStep::kFds, errno);
     }
   }
+
+  // 14. rlimits, inherited by the init and every command. Only now: until step 13 the child
+  //     holds a copy of every daemon descriptor, and with a box's nofile limit (1024 by default)
+  //     below their count, any open() before it would fail with EMFILE.
+  if (int err = apply_rlimits(*a.rlimits); err != 0) child_fail(ctl, BoxStep::kRlimits, err);
 
   // 15. SECURITY: the init keeps only what it needs to start commands as the session user.
   if (int err = keep_only_capabilities(kInitCapabilities); err != 0) {
