@@ -467,7 +467,16 @@ Result<std::string> encode_exec_request(const ExecCommand& cmd, bool has_stdin) 
                                    std::to_string(proto::kMaxPayloadBytes) + "-byte limit");
   }
   proto::ExecRequest req;
+  if (cmd.self_join_fds > proto::kMaxJoinFds) {
+    return fail(Code::kInvalid, "exec: " + std::to_string(cmd.self_join_fds) +
+                                    " cgroup join fds (at most " +
+                                    std::to_string(proto::kMaxJoinFds) + ")");
+  }
   req.flags = has_stdin ? proto::kExecHasStdin : 0;
+  if (cmd.self_join_fds > 0) {
+    req.flags |= proto::kExecSelfJoin;
+    req.join_fds = cmd.self_join_fds;
+  }
   req.id = cmd.id;
   req.uid = cmd.uid;
   req.gid = cmd.gid;

@@ -117,6 +117,9 @@ struct ExecCommand {
   uid_t uid = 0;                  // never 0 (the init refuses)
   gid_t gid = 0;
   int oom_score_adj = 0;          // written for the command before it execs; 0 = inherit
+  // > 0: the request carries this many cgroup `tasks` fds the child joins itself with
+  // (initproto kExecSelfJoin) instead of the go pipe.
+  std::uint32_t self_join_fds = 0;
 };
 
 // The ExecRequest message for `cmd`. kTooBig past initproto::kMaxPayloadBytes; kInvalid for an

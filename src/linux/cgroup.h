@@ -40,6 +40,7 @@
 #include <vector>
 
 #include "common/error.h"
+#include "common/unique_fd.h"
 
 namespace agentbox::linux {
 
@@ -68,6 +69,11 @@ class Cgroup {
   // v1: freezer FROZEN, SIGKILL each pid, THAWED, loop until empty.
   // A process that setsid()s, forks or ignores SIGTERM still dies. kTimedOut if pids remain.
   [[nodiscard]] virtual Status kill_all() = 0;
+
+  // Files a process may write "0" into to move ITSELF into this cgroup (initproto.h,
+  // kExecSelfJoin), opened for writing now: v1's per-hierarchy `tasks` files. Empty where the
+  // driver has no such fast path (v2: moving a process takes the daemon's add_process()).
+  [[nodiscard]] virtual Result<std::vector<UniqueFd>> open_self_join() { return {}; }
 
   // Every pid in it and below (host pids, sorted, no duplicates).
   [[nodiscard]] virtual Result<std::vector<pid_t>> pids() = 0;

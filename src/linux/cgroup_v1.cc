@@ -1,6 +1,8 @@
 // cgroup v1 driver: the box is mirrored in the memory, cpu, pids and freezer hierarchies.
 // Limits: memory.limit_in_bytes (+ memory.memsw.limit_in_bytes), cpu.cfs_quota_us, pids.max;
 // kill_all freezes with the freezer so nothing forks while it kills.
+#include <fcntl.h>
+
 #include <algorithm>
 #include <array>
 #include <string>
@@ -38,6 +40,17 @@ class V1Cgroup final : public Cgroup {
       if (auto st = detail::move_process(join(d, "cgroup.procs"), host_pid); !st) return st;
     }
     return {};
+  }
+
+  Result<std::vector<UniqueFd>> open_self_join() override {
+    std::vector<UniqueFd> fds;
+    for (const auto& d : dirs_) {
+      std::string path = join(d, "tasks");
+      UniqueFd fd(::open(path.c_str(), O_WRONLY | O_CLOEXEC));
+      if (!fd) return fail_errno(errno, "open(" + path + ")");
+      fds.push_back(std::move(fd));
+    }
+    return fds;
   }
 
   Result<std::unique_ptr<Cgroup>> make_child(std::string_view name) override {
@@ -92,6 +105,18 @@ class V1Cgroup final : public Cgroup {
     bool any = false;
     for (const auto& d : dirs_) any = any || detail::exists(d);
     if (!any) return {};
+    // Fast path, the common end of an exec: nothing left inside, so no freeze/kill round trip.
+    // rmdir fails (EBUSY) on a cgroup that holds a process or a child, so a process that slipped
+    // in after the listing makes it fall through to the full path. The freezer goes last: the
+    // full path needs it.
+    if (std::vector<pid_t> left; collect(left) && left.empty()) {
+      bool removed_all = true;
+      for (auto it = dirs_.rbegin(); it != dirs_.rend() && removed_all; ++it) {
+        int err = fs_->remove_dir(*it);
+        removed_all = err == 0 || err == ENOENT;
+      }
+      if (removed_all) return {};
+    }
     // Without the freezer dir there is nothing to freeze with; the other hierarchies' leftovers
     // (a half-made cgroup) hold no processes we could not kill by other means anyway.
     if (detail::exists(dirs_[kFreezer])) {

@@ -22,6 +22,15 @@
 //                                        nothing it starts can escape the per-exec cgroup.
 //   init -> daemon        Exited         the command's leader was reaped (wait status)
 //
+// Self-join (kExecSelfJoin, cgroup v1): instead of the go pipe the request carries the exec
+// cgroup's `tasks` files, opened for writing by the daemon. The forked child writes "0" (itself)
+// into each, then sends ChildReady and execs without waiting. Moving oneself as a single thread
+// skips the kernel's global cgroup_threadgroup_rwsem, whose write side waits for an RCU grace
+// period (~10 ms measured here) when the daemon moves a whole process by pid. Permission is the
+// opener's (the daemon, root). The child aborts (exit 127) if any write fails: a command never
+// runs outside its exec cgroup. A ChildReady that arrives after kill_tree() makes the daemon
+// kill the cgroup again, so a kill racing the start still reaches the command.
+//
 // Background processes a command leaves behind are reparented to the init and reaped silently.
 // When the daemon's end closes, the init exits, and with pid 1 gone the kernel kills the whole
 // box.
@@ -32,7 +41,7 @@
 
 namespace agentbox::linux::initproto {
 
-inline constexpr std::uint32_t kVersion = 1;
+inline constexpr std::uint32_t kVersion = 2;
 
 // The init's end of the control socket. The init's exec'd argv[0] is kInitName.
 inline constexpr int kControlFd = 3;
@@ -69,6 +78,9 @@ struct Hello {
 };
 
 inline constexpr std::uint32_t kExecHasStdin = 1u << 0;  // fds: stdin stdout stderr go
+// fds: [stdin] stdout stderr, then join_fds cgroup `tasks` files instead of the go pipe.
+inline constexpr std::uint32_t kExecSelfJoin = 1u << 1;
+inline constexpr std::uint32_t kMaxJoinFds = 4;  // one per v1 hierarchy the box uses
 
 struct ExecRequest {
   MsgType type = MsgType::kExecRequest;
@@ -80,6 +92,7 @@ struct ExecRequest {
   std::uint32_t argc = 0;  // >= 1
   std::uint32_t envc = 0;
   std::uint32_t payload_bytes = 0;
+  std::uint32_t join_fds = 0;  // with kExecSelfJoin: how many `tasks` fds follow stdio
   // Followed by payload_bytes: argc argv strings, envc "K=V" strings, then the cwd, each
   // NUL-terminated.
 };
@@ -96,8 +109,9 @@ struct Exited {
   std::uint64_t id = 0;
 };
 
-// Fds per ExecRequest (with and without a stdin pipe; without one the command gets /dev/null).
-inline constexpr int kMaxExecFds = 4;
+// Fds per ExecRequest: stdin (optional; without one the command gets /dev/null), stdout,
+// stderr, then the go pipe or up to kMaxJoinFds cgroup files.
+inline constexpr int kMaxExecFds = 3 + static_cast<int>(kMaxJoinFds);
 
 template <typename T>
 inline constexpr bool kWireSafe = std::is_standard_layout_v<T> && std::is_trivially_copyable_v<T>;

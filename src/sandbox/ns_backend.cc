@@ -264,6 +264,7 @@ struct Pending {
   std::mutex mu;                   // guards the fields below (not `exit`: thread-safe itself)
   std::unique_ptr<lx::Cgroup> cgroup;  // the exec's child cgroup
   UniqueFd go;                     // write end of the go pipe; closed once used or cancelled
+  bool self_join = false;          // the command joins its cgroup itself (no go pipe)
   bool killed = false;             // kill_tree() ran: the command must not be let go
   bool started = false;
   pid_t host_pid = 0;
@@ -319,6 +320,19 @@ void on_child_ready(Conn& conn, const lx::BoxMessage& m) {
   auto p = conn.find(m.id, false);
   if (!p) return;  // unknown or already finished: the child reads EOF on its go pipe... if any
   std::lock_guard lock(p->mu);
+  if (p->self_join) {
+    // The child is in its cgroup already and on its way to exec.
+    p->host_pid = m.sender_pid;
+    p->started = true;
+    // SECURITY: a kill_tree() that ran before the child joined found an empty cgroup; the child
+    // joined before sending this, so killing again now reaches it and all it started.
+    if (p->killed) {
+      if (auto s = p->cgroup->kill_all(); !s) {
+        spdlog::warn("ns backend: kill after a racing start: {}", s.error().message);
+      }
+    }
+    return;
+  }
   if (!p->go) return;
   // SECURITY: the sender must be the freshly forked child, still root and not yet the command
   // (only the init and its pre-exec children hold the control socket).
@@ -584,7 +598,8 @@ class NsSandbox final : public Sandbox {
     std::optional<Pipe> in;
     Pipe out;
     Pipe err;
-    UniqueFd go_read;
+    UniqueFd go_read;                // without self-join
+    std::vector<UniqueFd> join_fds;  // with self-join: the exec cgroup's `tasks` files
     std::shared_ptr<Pending> pending;
     std::optional<std::string> artifact_dir;  // normalised in-box path
     TreeSnapshot before;
@@ -779,9 +794,25 @@ Result<NsSandbox::Prepared> NsSandbox::prepare_exec(ExecSpec& spec,
 
   if (auto s = check_paths(spec, cmd, prep); !s) return std::unexpected(s.error());
 
+  auto cg = make_exec_cgroup(cmd.id);
+  if (!cg) return std::unexpected(with_context(cg.error(), "exec: box " + key_));
+  prep.pending = std::make_shared<Pending>(ex);
+  prep.pending->cgroup = std::move(*cg);
+  auto drop = [&](Error e) -> std::unexpected<Error> {
+    (void)prep.pending->cgroup->destroy();
+    return std::unexpected(std::move(e));
+  };
+  // Where the driver allows it, the command joins its cgroup itself (initproto.h, "Self-join"):
+  // one RCU grace period less per exec than the daemon moving it.
+  auto join = prep.pending->cgroup->open_self_join();
+  if (!join) return drop(join.error());
+  prep.join_fds = std::move(*join);
+  prep.pending->self_join = !prep.join_fds.empty();
+  cmd.self_join_fds = static_cast<std::uint32_t>(prep.join_fds.size());
+
   const bool with_stdin = !spec.stdin_data.empty();
   auto msg = lx::encode_exec_request(cmd, with_stdin);
-  if (!msg) return std::unexpected(msg.error());
+  if (!msg) return drop(msg.error());
   prep.id = cmd.id;
   prep.msg = std::move(*msg);
 
@@ -789,27 +820,23 @@ Result<NsSandbox::Prepared> NsSandbox::prepare_exec(ExecSpec& spec,
   // sent.
   if (with_stdin) {
     auto p = make_pipe();
-    if (!p) return std::unexpected(p.error());
+    if (!p) return drop(p.error());
     prep.in = std::move(*p);
   }
   auto out = make_pipe();
-  if (!out) return std::unexpected(out.error());
+  if (!out) return drop(out.error());
   prep.out = std::move(*out);
   auto err = make_pipe();
-  if (!err) return std::unexpected(err.error());
+  if (!err) return drop(err.error());
   prep.err = std::move(*err);
-  auto go = make_pipe();
-  if (!go) return std::unexpected(go.error());
-  prep.go_read = std::move(go->read);
-
-  auto cg = make_exec_cgroup(cmd.id);
-  if (!cg) return std::unexpected(with_context(cg.error(), "exec: box " + key_));
-  prep.pending = std::make_shared<Pending>(ex);
-  prep.pending->cgroup = std::move(*cg);
-  prep.pending->go = std::move(go->write);
+  if (!prep.pending->self_join) {
+    auto go = make_pipe();
+    if (!go) return drop(go.error());
+    prep.go_read = std::move(go->read);
+    prep.pending->go = std::move(go->write);
+  }
   if (!conn_->add(cmd.id, prep.pending)) {
-    (void)prep.pending->cgroup->destroy();
-    return fail(Code::kUnavailable, "box " + key_ + " is gone");
+    return drop(Error::make(Code::kUnavailable, "box " + key_ + " is gone"));
   }
   return prep;
 }
@@ -847,7 +874,11 @@ asio::awaitable<Result<ExecResult>> NsSandbox::exec(ExecSpec spec, OutputSink* s
   if (prep->in) fds.push_back(prep->in->read.get());
   fds.push_back(prep->out.write.get());
   fds.push_back(prep->err.write.get());
-  fds.push_back(prep->go_read.get());
+  if (prep->pending->self_join) {
+    for (const UniqueFd& fd : prep->join_fds) fds.push_back(fd.get());
+  } else {
+    fds.push_back(prep->go_read.get());
+  }
   Status sent = co_await send_request(std::move(prep->msg), std::move(fds));
   if (!sent) {
     conn_->find(prep->id, true);
@@ -858,6 +889,7 @@ asio::awaitable<Result<ExecResult>> NsSandbox::exec(ExecSpec spec, OutputSink* s
   prep->out.write.reset();
   prep->err.write.reset();
   prep->go_read.reset();
+  prep->join_fds.clear();
 
   auto proc = std::make_unique<NsProcess>(prep->pending);
   if (prep->in) proc->stdin_fd = std::move(prep->in->write);

@@ -128,10 +128,11 @@ void reap_all() {
 [[noreturn]] void run_child(const proto::ExecRequest& req, const int* fds, char** argv,
                             char** envp, const char* cwd) {
   const bool has_stdin = (req.flags & proto::kExecHasStdin) != 0;
+  const bool self_join = (req.flags & proto::kExecSelfJoin) != 0;
   const int in_fd = has_stdin ? fds[0] : -1;
   const int out_fd = fds[has_stdin ? 1 : 0];
   const int err_fd = fds[has_stdin ? 2 : 1];
-  const int go_fd = fds[has_stdin ? 3 : 2];
+  const int* after_stdio = fds + (has_stdin ? 3 : 2);
 
   sigset_t none;
   sigemptyset(&none);
@@ -140,21 +141,34 @@ void reap_all() {
   // Own session and process group: a terminal-less leader whose group the command controls.
   ::setsid();
 
-  // Tell the daemon who we are; the kernel attaches our pid as the daemon sees it.
+  if (self_join) {
+    // SECURITY: into the exec's cgroup (every hierarchy) before anything else, so that nothing
+    // this command starts can run outside it; a command that cannot join never runs.
+    for (std::uint32_t i = 0; i < req.join_fds; ++i) {
+      if (::write(after_stdio[i], "0", 1) != 1) {
+        report(err_fd, "join the exec cgroup", nullptr, errno);
+        _exit(127);
+      }
+    }
+  }
+  // Tell the daemon who we are; the kernel attaches our pid as the daemon sees it. Self-joined,
+  // this says "in my cgroup" (a kill that raced us is repeated); else we wait to be moved.
   proto::ChildReady ready;
   ready.id = req.id;
   ready.box_pid = ::getpid();
   if (!send_msg(&ready, sizeof ready)) _exit(127);
-  // SECURITY: block until the daemon has put us into the exec's cgroup, so that nothing this
-  // command starts can run outside it (timeouts and kills reach the whole tree).
-  char go = 0;
-  ssize_t n;
-  do {
-    n = ::read(go_fd, &go, 1);
-  } while (n < 0 && errno == EINTR);
-  if (n != 1) {
-    report(err_fd, "start cancelled by the daemon", nullptr, 0);
-    _exit(127);
+  if (!self_join) {
+    // SECURITY: block until the daemon has put us into the exec's cgroup, so that nothing this
+    // command starts can run outside it (timeouts and kills reach the whole tree).
+    char go = 0;
+    ssize_t n;
+    do {
+      n = ::read(after_stdio[0], &go, 1);
+    } while (n < 0 && errno == EINTR);
+    if (n != 1) {
+      report(err_fd, "start cancelled by the daemon", nullptr, 0);
+      _exit(127);
+    }
   }
 
   if (req.oom_score_adj != 0) {
@@ -277,7 +291,15 @@ bool handle_request() {
     reject(nullptr, fds, nfds, "type");
     return true;
   }
-  const int want_fds = (req.flags & proto::kExecHasStdin) != 0 ? 4 : 3;
+  if ((req.flags & proto::kExecSelfJoin) != 0 &&
+      (req.join_fds == 0 || req.join_fds > proto::kMaxJoinFds)) {
+    reject(&req, fds, nfds, "join fd count");
+    return true;
+  }
+  const int stdio_fds = (req.flags & proto::kExecHasStdin) != 0 ? 3 : 2;
+  const int want_fds = stdio_fds + ((req.flags & proto::kExecSelfJoin) != 0
+                                        ? static_cast<int>(req.join_fds)
+                                        : 1);  // the go pipe
   if ((msg.msg_flags & (MSG_TRUNC | MSG_CTRUNC)) != 0 || nfds != want_fds) {
     reject(&req, fds, nfds, "truncated or wrong fds");
     return true;
@@ -315,7 +337,7 @@ bool handle_request() {
     send_exited(req.id, SIGKILL);
   }
   if (pid < 0) {
-    report(fds[want_fds == 4 ? 2 : 1], "fork", nullptr, fork_err);
+    report(fds[stdio_fds - 1], "fork", nullptr, fork_err);
     send_exited(req.id, 127 << 8);
   }
   for (int i = 0; i < nfds; ++i) ::close(fds[i]);
