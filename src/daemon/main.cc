@@ -6,15 +6,15 @@
 // Exit codes: 0 after SIGTERM/SIGINT, 2 for a bad configuration, 1 when startup fails.
 
 #include <fcntl.h>
-#include <sys/resource.h>
 #include <signal.h>
+#include <sys/resource.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <boost/asio/io_context.hpp>
 #include <boost/asio/post.hpp>
 #include <boost/asio/signal_set.hpp>
 #include <boost/asio/thread_pool.hpp>
-#include <algorithm>
 #include <cstdio>
 #include <cstring>
 #include <filesystem>
@@ -28,6 +28,7 @@
 #include "common/unique_fd.h"
 #include "sandbox/host_backend.h"
 #include "sandbox/ns_backend.h"
+#include "server/audit.h"
 #include "server/config.h"
 #include "server/http_server.h"
 #include "session/session_manager.h"
@@ -115,8 +116,7 @@ void print_usage_hint(const std::string& url, bool with_token) {
   std::string auth = with_token ? " -H 'Authorization: Bearer $TOKEN'" : "";
   std::cout << "agentboxd is serving " << url << "\n"
             << "Try:\n"
-            << "  curl -s" << auth << " -X POST " << url
-            << "/v1/sessions -d '{\"id\":\"demo\"}'\n"
+            << "  curl -s" << auth << " -X POST " << url << "/v1/sessions -d '{\"id\":\"demo\"}'\n"
             << "  curl -s" << auth << " -X POST " << url
             << "/v1/sessions/demo/exec -d '{\"command\":\"echo hello; uname -a\"}'\n"
             << "  curl -sN" << auth << " -X POST " << url
@@ -174,8 +174,8 @@ int main(int argc, char** argv) {
   // SECURITY: never a silent fallback to less isolation. If the default backend (ns unless the
   // operator chose otherwise) cannot run here, refuse to start and say what is missing.
   if (auto st = default_backend->check_usable(); !st) {
-    std::cerr << "agentboxd: backend '" << cfg.backend << "' cannot run on this host: "
-              << st.error().message << "\n";
+    std::cerr << "agentboxd: backend '" << cfg.backend
+              << "' cannot run on this host: " << st.error().message << "\n";
     if (cfg.backend != "host") {
       std::cerr << "agentboxd: to run WITHOUT isolation, start with --backend host\n";
     }
@@ -185,16 +185,40 @@ int main(int argc, char** argv) {
   session::ManagerConfig mc;
   mc.data_dir = data_dir;
   mc.default_backend = cfg.backend;
-  mc.backends = backends;
+  // SECURITY: sessions get the default backend and only those the operator allowed besides;
+  // a client cannot pick `host` (no isolation) on an ns daemon unless --allow-backend host.
+  mc.backends[cfg.backend] = default_backend;
+  for (const std::string& name : cfg.allowed_backends) {
+    auto it = backends.find(name);
+    if (it == backends.end()) {
+      std::cerr << "agentboxd: --allow-backend: unknown backend '" << name << "'\n";
+      return 2;
+    }
+    if (auto st = it->second->check_usable(); !st) {
+      spdlog::warn("allowed backend {} cannot run on this host: {}", name, st.error().message);
+    }
+    mc.backends[name] = it->second;
+  }
   for (const auto& d : cfg.shared_dirs) {
     mc.shared_dirs.push_back(sandbox::BindMount{d.host_path, d.prefix, /*read_only=*/true});
   }
   mc.allowed_mount_roots = cfg.allowed_mount_roots;
   mc.max_running_boxes = cfg.max_running_boxes;
-  if (cfg.evict_idle) {
-    spdlog::warn("evict_idle: idle boxes are not evicted yet (needs suspend); past "
-                 "max_running_boxes new boxes are refused with 429 EQUOTA");
+  mc.evict_idle = cfg.evict_idle;
+  mc.persist = cfg.persist;
+  mc.default_ttl_sec = cfg.ttl_sec;
+  mc.ttl_destroys = cfg.ttl_action == "destroy";
+  // One audit log for the server's requests and the manager's own doings (reaper, eviction).
+  auto audit = server::AuditLog::open(data_dir + "/audit.log", cfg.audit_max_mb << 20);
+  if (!audit) {
+    spdlog::error("audit log: {}", audit.error().message);
+    return 1;
   }
+  std::shared_ptr<server::AuditLog> audit_log = std::move(*audit);
+  mc.on_event = [audit_log](std::string_view event, const session::SessionInfo& s,
+                            std::string_view reason) {
+    audit_log->record(event, s.tenant, s.id, {{"by", "agentboxd"}, {"reason", reason}});
+  };
   auto manager = session::SessionManager::open(std::move(mc));
   if (!manager) {
     spdlog::error("sessions: {}", manager.error().message);
@@ -205,8 +229,8 @@ int main(int argc, char** argv) {
   opts.address = listen->first;
   opts.port = listen->second;
   opts.tenants = server::effective_tenants(cfg);
-  opts.audit_path = data_dir + "/audit.log";
-  opts.audit_max_bytes = cfg.audit_max_mb << 20;
+  opts.audit = audit_log;
+  opts.default_scope = cfg.default_scope;
   opts.shared_dirs = cfg.shared_dirs;
   opts.max_file_bytes = cfg.max_file_mb << 20;
 
@@ -219,9 +243,9 @@ int main(int argc, char** argv) {
       spdlog::error("{}", ep.error().message);
       return 1;
     }
-    std::string host_port = ep->address().is_v6()
-                                ? "[" + ep->address().to_string() + "]:" + std::to_string(ep->port())
-                                : ep->address().to_string() + ":" + std::to_string(ep->port());
+    std::string host_port =
+        ep->address().is_v6() ? "[" + ep->address().to_string() + "]:" + std::to_string(ep->port())
+                              : ep->address().to_string() + ":" + std::to_string(ep->port());
     spdlog::info("listening on {} (backend {}, data dir {}, auth {}, {} tenant(s))", host_port,
                  cfg.backend, data_dir, opts.tenants.empty() ? "off" : "on", opts.tenants.size());
     http.start();

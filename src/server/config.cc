@@ -55,7 +55,21 @@ Status load_yaml(const std::string& file, DaemonConfig* c,
     if (root["max_running_boxes"] && !given("max_running_boxes")) {
       c->max_running_boxes = root["max_running_boxes"].as<std::size_t>();
     }
-    if (root["evict_idle"]) c->evict_idle = root["evict_idle"].as<bool>();
+    if (root["evict_idle"] && !given("evict_idle")) c->evict_idle = root["evict_idle"].as<bool>();
+    if (root["ttl_sec"] && !given("ttl_sec")) c->ttl_sec = root["ttl_sec"].as<std::int64_t>();
+    if (root["ttl_action"] && !given("ttl_action")) {
+      c->ttl_action = root["ttl_action"].as<std::string>();
+    }
+    if (root["persist"] && !given("persist")) c->persist = root["persist"].as<bool>();
+    if (root["default_scope"] && !given("default_scope")) {
+      c->default_scope = root["default_scope"].as<std::string>();
+    }
+    if (root["allowed_backends"] && !given("allowed_backends")) {
+      c->allowed_backends.clear();
+      for (const auto& b : root["allowed_backends"]) {
+        c->allowed_backends.push_back(b.as<std::string>());
+      }
+    }
     if (root["audit_max_mb"] && !given("audit_max_mb")) {
       c->audit_max_mb = root["audit_max_mb"].as<std::uint64_t>();
     }
@@ -72,7 +86,8 @@ Status load_yaml(const std::string& file, DaemonConfig* c,
         if (!t.IsMap()) return fail(Code::kInvalid, where + " must be a mapping");
         for (const auto& kv : t) {
           std::string key = kv.first.as<std::string>();
-          if (key != "name" && key != "tokens" && key != "admin" && key != "max_sessions") {
+          if (key != "name" && key != "tokens" && key != "admin" && key != "max_sessions" &&
+              key != "default_scope") {
             return fail(Code::kInvalid, where + ": unknown key '" + key + "'");
           }
         }
@@ -88,6 +103,7 @@ Status load_yaml(const std::string& file, DaemonConfig* c,
         }
         if (t["admin"]) tc.admin = t["admin"].as<bool>();
         if (t["max_sessions"]) tc.max_sessions = t["max_sessions"].as<std::size_t>();
+        if (t["default_scope"]) tc.default_scope = t["default_scope"].as<std::string>();
         c->tenants.push_back(std::move(tc));
       }
     }
@@ -132,8 +148,7 @@ Status load_yaml(const std::string& file, DaemonConfig* c,
 ParseOutcome parse_daemon_args(int argc, const char* const* argv, std::ostream& out,
                                std::ostream& err) {
   DaemonConfig c;
-  CLI::App app{"agentboxd: isolated, persistent workspaces for AI agents, over HTTP",
-               "agentboxd"};
+  CLI::App app{"agentboxd: isolated, persistent workspaces for AI agents, over HTTP", "agentboxd"};
   std::string config_file;
   std::vector<std::string> shared_dirs;
   auto take_last = CLI::MultiOptionPolicy::TakeLast;
@@ -143,10 +158,10 @@ ParseOutcome parse_daemon_args(int argc, const char* const* argv, std::ostream& 
   auto* o_data = app.add_option("--data-dir", c.data_dir, "State and workspaces (created)")
                      ->capture_default_str()
                      ->multi_option_policy(take_last);
-  auto* o_backend = app.add_option("--backend", c.backend,
-                                   "Default backend: ns (isolated) | host (no isolation)")
-                        ->capture_default_str()
-                        ->multi_option_policy(take_last);
+  auto* o_backend =
+      app.add_option("--backend", c.backend, "Default backend: ns (isolated) | host (no isolation)")
+          ->capture_default_str()
+          ->multi_option_policy(take_last);
   auto* o_token = app.add_option("--token", c.tokens,
                                  "API token (repeatable); when set every route but /healthz "
                                  "needs 'Authorization: Bearer <token>'")
@@ -169,6 +184,26 @@ ParseOutcome parse_daemon_args(int argc, const char* const* argv, std::ostream& 
   auto* o_audit = app.add_option("--audit-max-mb", c.audit_max_mb,
                                  "Rotate data_dir/audit.log at this size, MiB (3 old kept)")
                       ->capture_default_str()
+                      ->multi_option_policy(take_last);
+  auto* o_evict = app.add_flag("--evict-idle", c.evict_idle,
+                               "At --max-running-boxes, suspend the least recently used idle box "
+                               "instead of answering 429");
+  auto* o_allow_be = app.add_option("--allow-backend", c.allowed_backends,
+                                    "Backend a session may ask for besides the default "
+                                    "(repeatable); e.g. host (NO isolation)");
+  auto* o_ttl = app.add_option("--ttl-sec", c.ttl_sec,
+                               "Idle seconds before a session is suspended (0: never)")
+                    ->capture_default_str()
+                    ->multi_option_policy(take_last);
+  auto* o_ttl_action = app.add_option("--ttl-action", c.ttl_action,
+                                      "What the reaper does to idle sessions: suspend|destroy")
+                           ->capture_default_str()
+                           ->multi_option_policy(take_last);
+  auto* o_persist = app.add_flag("--persist,!--no-persist", c.persist,
+                                 "Keep sessions in data_dir/state.db across restarts")
+                        ->capture_default_str();
+  auto* o_scope = app.add_option("--default-scope", c.default_scope,
+                                 "Scope template for creates with variables but no id/scope")
                       ->multi_option_policy(take_last);
   auto* o_log = app.add_option("--log-level", c.log_level, "trace|debug|info|warn|error")
                     ->capture_default_str()
@@ -196,6 +231,12 @@ ParseOutcome parse_daemon_args(int argc, const char* const* argv, std::ostream& 
   if (o_log->count()) given.push_back("log_level");
   if (o_boxes->count()) given.push_back("max_running_boxes");
   if (o_audit->count()) given.push_back("audit_max_mb");
+  if (o_evict->count()) given.push_back("evict_idle");
+  if (o_allow_be->count()) given.push_back("allowed_backends");
+  if (o_ttl->count()) given.push_back("ttl_sec");
+  if (o_ttl_action->count()) given.push_back("ttl_action");
+  if (o_persist->count()) given.push_back("persist");
+  if (o_scope->count()) given.push_back("default_scope");
 
   if (o_shared->count()) {
     std::string joined;
@@ -221,10 +262,9 @@ Result<std::pair<std::string, std::uint16_t>> parse_listen(std::string_view list
   std::string_view port;
   if (!listen.empty() && listen.front() == '[') {
     auto close = listen.find(']');
-    if (close == std::string_view::npos || close + 1 >= listen.size() ||
-        listen[close + 1] != ':') {
-      return fail(Code::kInvalid, "listen address '" + std::string(listen) +
-                                      "' must look like [IPv6]:PORT");
+    if (close == std::string_view::npos || close + 1 >= listen.size() || listen[close + 1] != ':') {
+      return fail(Code::kInvalid,
+                  "listen address '" + std::string(listen) + "' must look like [IPv6]:PORT");
     }
     host = listen.substr(1, close - 1);
     port = listen.substr(close + 2);
@@ -248,8 +288,8 @@ Result<std::pair<std::string, std::uint16_t>> parse_listen(std::string_view list
   if (h == "localhost") h = "127.0.0.1";
   unsigned char buf[16];
   if (inet_pton(AF_INET, h.c_str(), buf) != 1 && inet_pton(AF_INET6, h.c_str(), buf) != 1) {
-    return fail(Code::kInvalid, "listen address '" + std::string(host) +
-                                    "' must be an IP address or localhost");
+    return fail(Code::kInvalid,
+                "listen address '" + std::string(host) + "' must be an IP address or localhost");
   }
   return std::make_pair(h, static_cast<std::uint16_t>(p));
 }
@@ -271,8 +311,7 @@ Result<std::vector<SharedDir>> parse_shared_dirs(std::string_view spec) {
       return fail(Code::kInvalid, "shared dir prefix '" + d.prefix + "' must not contain '..'");
     }
     if (d.host_path.empty() || d.host_path.front() != '/') {
-      return fail(Code::kInvalid,
-                  "shared dir '" + part + "': the host path must be absolute");
+      return fail(Code::kInvalid, "shared dir '" + part + "': the host path must be absolute");
     }
     out.push_back(std::move(d));
   }
@@ -303,6 +342,11 @@ std::vector<TenantConfig> effective_tenants(const DaemonConfig& c) {
 Status validate_config(const DaemonConfig& c) {
   auto listen = parse_listen(c.listen);
   if (!listen) return std::unexpected(listen.error());
+  if (c.ttl_sec < 0) return fail(Code::kInvalid, "ttl_sec must be >= 0 (0: never)");
+  if (c.ttl_action != "suspend" && c.ttl_action != "destroy") {
+    return fail(Code::kInvalid,
+                "ttl_action must be suspend or destroy, not '" + c.ttl_action + "'");
+  }
   for (const auto& t : c.tokens) {
     if (t.empty()) return fail(Code::kInvalid, "a --token must not be empty");
   }

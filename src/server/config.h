@@ -29,6 +29,9 @@ struct TenantConfig {
   std::vector<std::string> tokens;
   bool admin = false;
   std::size_t max_sessions = 0;  // 0 = no limit
+  // Scope template for POST /v1/sessions bodies with `variables` but neither `id` nor `scope`
+  // (seed 002); "" = the daemon's default_scope.
+  std::string default_scope;
 };
 
 // The name of the tenant that plain --token tokens (and, without tokens, every caller) belong to.
@@ -45,9 +48,20 @@ struct DaemonConfig {
   std::vector<TenantConfig> tenants;
   // Boxes running at once over all tenants (0 = no limit); past it creates/resumes are 429.
   std::size_t max_running_boxes = 0;
-  // Evict (suspend) the least recently used idle box instead of refusing at max_running_boxes.
-  // Accepted but not acted on yet: eviction needs suspend; until then the limit answers 429.
+  // Suspend the least recently used idle box instead of refusing at max_running_boxes.
   bool evict_idle = false;
+  // Backends a session may ask for besides the default one (`backend` in POST /v1/sessions).
+  // SECURITY: empty by default, so no client can pick `host` (no isolation) on an ns daemon.
+  std::vector<std::string> allowed_backends;
+  // Sessions idle (no API use, no command running) this long are suspended, or destroyed when
+  // ttl_action is "destroy"; a session's own ttl_sec wins. 0 = never.
+  std::int64_t ttl_sec = 1800;
+  std::string ttl_action = "suspend";  // suspend | destroy
+  // Keep sessions in data_dir/state.db across restarts (false: in memory only).
+  bool persist = true;
+  // Scope template used when a create names neither id nor scope (seed 002's presets, e.g.
+  // "{launcher_type}_{launcher_id}"); per tenant in `tenants[].default_scope`. "" = none.
+  std::string default_scope;
   // data_dir/audit.log is rotated at this size (3 old files kept).
   std::uint64_t audit_max_mb = 64;
   std::vector<SharedDir> shared_dirs;

@@ -1,10 +1,11 @@
 // Route handlers whose reply is one small body. Beast-free: they see a parsed Request and return
 // a Reply; http_server.cc owns the connection. Blocking work goes to the pool (run_blocking).
 
+#include <unistd.h>
+
 #include <algorithm>
 #include <cerrno>
 #include <cstring>
-#include <unistd.h>
 
 #include "common/log.h"
 #include "server/http_error.h"
@@ -35,7 +36,12 @@ asio::awaitable<Result<SessionInfo>> get_session(Context* ctx, std::string id, C
 asio::awaitable<Reply> create_session(Context* ctx, Request req) {
   auto body = parse_object(req.body);
   if (!body) co_return error_reply(body.error());
-  auto decoded = decode_create_session(*body);
+  // The tenant's default scope, else the daemon's (seed 002 presets).
+  std::string default_scope = ctx->opts.default_scope;
+  for (const TenantConfig& t : ctx->opts.tenants) {
+    if (t.name == req.caller.tenant && !t.default_scope.empty()) default_scope = t.default_scope;
+  }
+  auto decoded = decode_create_session(*body, default_scope);
   if (!decoded) co_return error_reply(decoded.error());
   SessionManager* sm = ctx->sessions;
   Caller caller = req.caller;
@@ -86,12 +92,22 @@ asio::awaitable<Reply> delete_session(Context* ctx, std::string id, Request req)
   co_return json_reply(200, {{"id", id}});
 }
 
-// resume and keepalive: any use brings a session up and marks it used.
-asio::awaitable<Reply> touch_session(Context* ctx, std::string id, Caller caller) {
-  auto sb = co_await acquire_sandbox(ctx, id, /*create_if_missing=*/false, caller);
-  if (!sb) co_return error_reply(sb.error());
-  auto s = co_await get_session(ctx, id, caller);
+// suspend, resume, keepalive: a lifecycle step, answered with the session object.
+asio::awaitable<Reply> lifecycle(Context* ctx, RouteId route, std::string id, Request req) {
+  SessionManager* sm = ctx->sessions;
+  Caller caller = req.caller;
+  auto job = run_blocking(ctx->pool, [sm, route, id, caller]() -> Result<SessionInfo> {
+    if (route == RouteId::kSessionSuspend) return sm->suspend(id, caller);
+    if (route == RouteId::kSessionResume) return sm->resume(id, caller);
+    return sm->keepalive(id, caller);
+  });
+  auto s = co_await std::move(job);
   if (!s) co_return error_reply(s.error());
+  if (route != RouteId::kSessionKeepalive) {
+    const char* event = route == RouteId::kSessionSuspend ? "session.suspend" : "session.resume";
+    spdlog::info("req={} session {}: {}", req.id, id, event);
+    audit(ctx, event, caller, id);
+  }
   co_return session_reply(200, *s);
 }
 
@@ -212,8 +228,7 @@ asio::awaitable<Reply> files_route(Context* ctx, RouteId route, std::string id, 
       audit(ctx, "file.rename", caller, id, fields);
       co_return json_reply(200, {{"from", path}, {"to", to}});
     }
-    default:
-      break;
+    default: break;
   }
   co_return error_reply(Error::make(Code::kInternal, "unhandled file route"));
 }
@@ -326,18 +341,18 @@ asio::awaitable<Reply> readyz(Context* ctx) {
   });
   auto st = co_await std::move(job14);
   if (!st) {
-    co_return error_reply(Error::make(
-        Code::kUnavailable, "backend " + std::string(backend ? backend->name() : "?") +
-                                " is not usable: " + st.error().message));
+    co_return error_reply(
+        Error::make(Code::kUnavailable, "backend " + std::string(backend ? backend->name() : "?") +
+                                            " is not usable: " + st.error().message));
   }
   co_return json_reply(200, {{"ready", true}, {"backend", backend->name()}});
 }
 
 asio::awaitable<Reply> metrics(Context* ctx) {
   SessionManager* sm = ctx->sessions;
-  auto job15 = run_blocking(
-      ctx->pool,
-      [sm]() -> Result<std::map<std::string, std::size_t>> { return sm->count_by_state(); });
+  auto job15 = run_blocking(ctx->pool, [sm]() -> Result<std::map<std::string, std::size_t>> {
+    return sm->count_by_state();
+  });
   auto counts = co_await std::move(job15);
   Reply r;
   r.content_type = "text/plain; version=0.0.4; charset=utf-8";
@@ -413,19 +428,13 @@ asio::awaitable<Reply> handle_simple(Context* ctx, RouteId route, Request req) {
       r.body = "ok";
       co_return r;
     }
-    case RouteId::kReadyz:
-      co_return co_await readyz(ctx);
-    case RouteId::kMetrics:
-      co_return co_await metrics(ctx);
-    case RouteId::kSessionCreate:
-      co_return co_await create_session(ctx, std::move(req));
+    case RouteId::kReadyz: co_return co_await readyz(ctx);
+    case RouteId::kMetrics: co_return co_await metrics(ctx);
+    case RouteId::kSessionCreate: co_return co_await create_session(ctx, std::move(req));
     case RouteId::kSessionList: co_return co_await list_sessions(ctx, req.caller);
-    case RouteId::kSeedRead:
-      co_return co_await seed_read(ctx, std::move(req));
-    case RouteId::kSeedWrite:
-      co_return co_await seed_write(ctx, std::move(req));
-    default:
-      break;
+    case RouteId::kSeedRead: co_return co_await seed_read(ctx, std::move(req));
+    case RouteId::kSeedWrite: co_return co_await seed_write(ctx, std::move(req));
+    default: break;
   }
 
   // Everything else is under /v1/sessions/{id}.
@@ -437,31 +446,25 @@ asio::awaitable<Reply> handle_simple(Context* ctx, RouteId route, Request req) {
       if (!s) co_return error_reply(s.error());
       co_return session_reply(200, *s);
     }
-    case RouteId::kSessionDelete:
-      co_return co_await delete_session(ctx, *id, std::move(req));
-    case RouteId::kSessionResume:
-    case RouteId::kSessionKeepalive: co_return co_await touch_session(ctx, *id, req.caller);
-    case RouteId::kSessionHealth: co_return co_await session_health(ctx, *id, req.caller);
-    case RouteId::kSessionRestore:
-      co_return co_await restore_session(ctx, *id, std::move(req));
+    case RouteId::kSessionDelete: co_return co_await delete_session(ctx, *id, std::move(req));
     case RouteId::kSessionSuspend:
+    case RouteId::kSessionResume:
+    case RouteId::kSessionKeepalive: co_return co_await lifecycle(ctx, route, *id, std::move(req));
+    case RouteId::kSessionHealth: co_return co_await session_health(ctx, *id, req.caller);
+    case RouteId::kSessionRestore: co_return co_await restore_session(ctx, *id, std::move(req));
     case RouteId::kSessionRepair:
     case RouteId::kPty: {
       auto s = co_await get_session(ctx, *id, req.caller);
       if (!s) co_return error_reply(s.error());
-      const char* what = route == RouteId::kSessionSuspend ? "suspend"
-                         : route == RouteId::kSessionRepair ? "repair"
-                                                            : "pty (WebSocket)";
+      const char* what = route == RouteId::kSessionRepair ? "repair" : "pty (WebSocket)";
       co_return error_reply(not_implemented(what));
     }
     case RouteId::kStat:
     case RouteId::kDir:
     case RouteId::kMkdir:
     case RouteId::kFileDelete:
-    case RouteId::kRename:
-      co_return co_await files_route(ctx, route, *id, std::move(req));
-    default:
-      break;
+    case RouteId::kRename: co_return co_await files_route(ctx, route, *id, std::move(req));
+    default: break;
   }
   co_return error_reply(Error::make(Code::kInternal, "no handler for this route"));
 }

@@ -948,6 +948,7 @@ HttpServer::~HttpServer() {
 
 Result<tcp::endpoint> HttpServer::listen() {
   Context& ctx = impl_->ctx;
+  if (ctx.opts.audit && !ctx.audit) ctx.audit = ctx.opts.audit;
   if (!ctx.opts.audit_path.empty() && !ctx.audit) {
     auto audit = AuditLog::open(ctx.opts.audit_path, ctx.opts.audit_max_bytes);
     if (!audit) return std::unexpected(audit.error());

@@ -22,16 +22,23 @@
 
 namespace agentbox::server {
 
+class AuditLog;
+
 struct ServerOptions {
   std::string address = "127.0.0.1";
   std::uint16_t port = 9090;
   // Who may call, by token (config.h effective_tenants). Empty: no auth, and every caller is
   // tenant "default".
   std::vector<TenantConfig> tenants;
-  // The audit log (audit.h); "" = none.
+  // The audit log (audit.h); "" = none. Or one opened already (shared with the session
+  // manager's reaper events), which wins over audit_path.
   std::string audit_path;
+  std::shared_ptr<AuditLog> audit;
   std::uint64_t audit_max_bytes = 64ull << 20;
   std::vector<SharedDir> shared_dirs;
+  // POST /v1/sessions with variables but no id/scope renders the caller's tenant's
+  // default_scope, else this one ("" = none: id or scope is required).
+  std::string default_scope;
   std::uint64_t max_file_bytes = 500ull << 20;
   std::size_t max_json_bytes = 1u << 20;
   std::size_t max_header_bytes = 8u << 10;

@@ -225,11 +225,15 @@ std::string to_wire(const json& j) {
   return j.dump(-1, ' ', false, json::error_handler_t::replace);
 }
 
-Result<CreateSessionRequest> decode_create_session(const json& body) {
+Result<CreateSessionRequest> decode_create_session(const json& body,
+                                                   std::string_view default_scope) {
   CreateSessionRequest req;
   AB_ASSIGN_OR_RETURN(auto id, opt_string(body, "id"));
   AB_ASSIGN_OR_RETURN(auto scope, opt_string(body, "scope"));
   if (id && scope) return fail(Code::kInvalid, "give either 'id' or 'scope', not both");
+  if (!id && !scope && !default_scope.empty() && lookup(body, "variables") != nullptr) {
+    scope = std::string(default_scope);
+  }
   if (id) {
     if (auto st = session::validate_id(*id); !st) return std::unexpected(st.error());
     req.id = std::move(*id);

@@ -36,7 +36,9 @@ struct CreateSessionRequest {
   std::string id;  // rendered and validated
   session::SessionSpec spec;
 };
-Result<CreateSessionRequest> decode_create_session(const json& body);
+// `default_scope` is rendered when the body names neither id nor scope but has variables.
+Result<CreateSessionRequest> decode_create_session(const json& body,
+                                                   std::string_view default_scope = {});
 
 // POST /v1/sessions/{id}/exec and .../exec/stream: "command" or "argv" (exactly one), cwd, env,
 // stdin, timeout_sec, max_output_bytes, artifact_dir.

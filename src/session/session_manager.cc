@@ -1,5 +1,6 @@
 #include "session/session_manager.h"
 
+#include <dirent.h>
 #include <fcntl.h>
 #include <limits.h>
 #include <linux/openat2.h>
@@ -12,11 +13,13 @@
 #include <cstdlib>
 #include <ctime>
 #include <filesystem>
+#include <functional>
 #include <utility>
 
 #include "common/log.h"
 #include "linux/quota_disk.h"
 #include "sandbox/rooted_fs.h"
+#include "session/store.h"
 
 namespace agentbox::session {
 namespace {
@@ -27,6 +30,19 @@ constexpr uid_t kUidRange = 60000;  // uids are allocated in [10000, 70000)
 constexpr char kSkillsDir[] = "/workspace/.skills/";
 constexpr char kSharedDir[] = "/shared/";
 constexpr char kArchiveSuffix[] = ".tar.zst";
+constexpr char kStateDb[] = "state.db";
+// rooted_fs.cc names the temp files of atomic writes so.
+constexpr std::string_view kTempPrefix = ".agentbox-tmp-";
+
+std::int64_t to_ms(std::chrono::system_clock::time_point t) {
+  return std::chrono::duration_cast<std::chrono::milliseconds>(t.time_since_epoch()).count();
+}
+std::chrono::system_clock::time_point from_ms(std::int64_t ms) {
+  return std::chrono::system_clock::time_point(std::chrono::milliseconds(ms));
+}
+std::int64_t now_ms() {
+  return to_ms(std::chrono::system_clock::now());
+}
 
 // "20261121T220000.123Z": UTC, sortable, no ':' (archive file names).
 std::string archive_stamp(std::chrono::system_clock::time_point t) {
@@ -43,7 +59,7 @@ std::string archive_stamp(std::chrono::system_clock::time_point t) {
 
 // Internal life-cycle phase. Only kReady entries are visible to list()/get(); the others are
 // owned by the one thread that set them, and everyone else waits on cv_ for them to settle.
-enum class Phase { kCreating, kReady, kDestroying };
+enum class Phase { kCreating, kReady, kSuspending, kDestroying };
 
 // An in-box path a mount may target: absolute, no NUL, no "." or ".." components.
 Status check_box_path(const std::string& p, const std::string& field) {
@@ -133,6 +149,46 @@ Status validate_spec(const SessionSpec& spec) {
   return {};
 }
 
+// A re-create must not silently drop what it asks for: every field the request sets, except
+// labels and ttl_sec (which may change), must equal the session's; else 409 EEXIST naming the
+// first field that differs.
+Status check_same_spec(const std::string& id, const SessionSpec& have, const SessionSpec& want) {
+  auto differs = [&](const std::string& field) -> Status {
+    return fail(Code::kExists, "session " + id + " already exists with a different " + field +
+                                   "; leave " + field + " out, or delete the session first");
+  };
+  if (!want.backend.empty() && want.backend != have.backend) return differs("backend");
+  if (!want.template_name.empty() && want.template_name != have.template_name) {
+    return differs("template");
+  }
+  if (!want.mounts.empty()) {
+    bool same = want.mounts.size() == have.mounts.size();
+    for (std::size_t i = 0; same && i < want.mounts.size(); ++i) {
+      same = want.mounts[i].host_path == have.mounts[i].host_path &&
+             want.mounts[i].mount_path == have.mounts[i].mount_path &&
+             want.mounts[i].mode == have.mounts[i].mode;
+    }
+    if (!same) return differs("mounts");
+  }
+  if (!want.skills.empty() && want.skills != have.skills) return differs("skills");
+  if (!want.env.empty() && want.env != have.env) return differs("env");
+  const sandbox::Limits& wl = want.limits;
+  const sandbox::Limits& hl = have.limits;
+  if (wl.memory_mb && wl.memory_mb != hl.memory_mb) return differs("limits.memory_mb");
+  if (wl.cpu_percent && wl.cpu_percent != hl.cpu_percent) return differs("limits.cpu_percent");
+  if (wl.max_pids && wl.max_pids != hl.max_pids) return differs("limits.max_pids");
+  if (wl.disk_mb && wl.disk_mb != hl.disk_mb) return differs("limits.disk_mb");
+  if (wl.max_open_files && wl.max_open_files != hl.max_open_files) {
+    return differs("limits.max_open_files");
+  }
+  const bool network_given = want.network.mode != "none" || !want.network.allow.empty();
+  if (network_given &&
+      (want.network.mode != have.network.mode || want.network.allow != have.network.allow)) {
+    return differs("network");
+  }
+  return {};
+}
+
 }  // namespace
 
 struct SessionManager::Entry {
@@ -145,13 +201,29 @@ struct SessionManager::Entry {
   std::string workspace_dir;  // host path
   std::chrono::system_clock::time_point created_at;
 
+  // Written without mu_ (a lease ending, a request using a running box), read anywhere.
+  std::atomic<std::int64_t> last_used_ms{0};
+  std::atomic<int> leases{0};  // acquire() results alive: requests and commands in flight
+
   // Guarded by mu_.
   Phase phase = Phase::kCreating;
   State state = State::kSuspended;
-  std::chrono::system_clock::time_point last_used_at;
   std::shared_ptr<sandbox::Sandbox> box;  // set iff state == kRunning
   std::string box_workspace;              // workspace() of the last box; kept while suspended
   std::optional<uid_t> box_uid;
+  std::int64_t stored_used_ms = 0;  // last_used_ms as the database has it
+};
+
+// What acquire() hands out, aliased as the Sandbox: while one is alive the session is in use
+// (not idle, whatever its last-used time); its end marks the session used then, so a build
+// that ran for an hour starts its TTL when it finishes.
+struct SessionManager::Lease {
+  std::shared_ptr<Entry> entry;
+  std::shared_ptr<sandbox::Sandbox> box;
+  ~Lease() {
+    entry->last_used_ms.store(now_ms());
+    entry->leases.fetch_sub(1);
+  }
 };
 
 struct SessionManager::BoxStart {
@@ -163,7 +235,14 @@ SessionManager::SessionManager(ManagerConfig config, UniqueFd workspaces_fd)
     : config_(std::move(config)), workspaces_fd_(std::move(workspaces_fd)) {}
 
 SessionManager::~SessionManager() {
+  {
+    std::lock_guard lk(reaper_mu_);
+    stop_ = true;
+  }
+  reaper_cv_.notify_all();
+  if (reaper_.joinable()) reaper_.join();
   shutdown_all();
+  flush_used();
 }
 
 Result<std::unique_ptr<SessionManager>> SessionManager::open(ManagerConfig config) {
@@ -193,7 +272,119 @@ Result<std::unique_ptr<SessionManager>> SessionManager::open(ManagerConfig confi
   UniqueFd ws_fd(
       ::openat(data_fd.get(), "workspaces", O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC));
   if (!ws_fd) return fail_errno(errno, "open(" + ws + ")");
-  return std::unique_ptr<SessionManager>(new SessionManager(std::move(config), std::move(ws_fd)));
+  std::unique_ptr<SessionManager> sm(new SessionManager(std::move(config), std::move(ws_fd)));
+  sm->started_at_ = std::chrono::system_clock::now();
+  if (sm->config_.persist) {
+    auto store = Store::open(sm->config_.data_dir + "/" + kStateDb);
+    if (!store) return std::unexpected(store.error());
+    sm->store_ = std::move(*store);
+    std::lock_guard lk(sm->mu_);
+    if (auto st = sm->load_locked(); !st) return std::unexpected(st.error());
+  }
+  sm->reaper_ = std::thread([raw = sm.get()] { raw->reaper_loop(); });
+  return sm;
+}
+
+Status SessionManager::load_locked() {
+  auto rows = store_->load();
+  if (!rows) return std::unexpected(rows.error());
+  std::size_t was_running = 0;
+  for (StoredSession& r : *rows) {
+    if (!validate_id(r.id) || uids_.count(r.uid) != 0) {
+      spdlog::error("state: skipping session row {} (bad id or uid {} taken)", r.id, r.uid);
+      continue;
+    }
+    auto e = std::make_shared<Entry>();
+    e->id = r.id;
+    e->tenant = r.tenant;
+    e->spec = std::move(r.spec);
+    e->backend = r.backend;
+    e->uid = r.uid;
+    e->workspace_dir = config_.data_dir + "/workspaces/" + r.id;
+    e->created_at = from_ms(r.created_at_ms);
+    e->last_used_ms.store(r.last_used_at_ms);
+    e->stored_used_ms = r.last_used_at_ms;
+    // Whatever it was, its box died with the daemon that ran it: it comes back suspended and
+    // resumes on first use.
+    e->state = State::kSuspended;
+    e->phase = Phase::kReady;
+    e->box_workspace = r.workspace;
+    e->box_uid = r.box_uid;
+    if (r.state == State::kRunning) ++was_running;
+    if (config_.backends.find(e->backend) == config_.backends.end()) {
+      spdlog::warn(
+          "session {}: its backend \"{}\" is not configured on this daemon; it stays "
+          "suspended until it is",
+          e->id, e->backend);
+    }
+    struct stat st;
+    if (::fstatat(workspaces_fd_.get(), e->id.c_str(), &st, AT_SYMLINK_NOFOLLOW) != 0) {
+      spdlog::warn("session {}: workspace {} is missing; it will start empty", e->id,
+                   e->workspace_dir);
+    }
+    uids_.emplace(e->uid, e->id);
+    sessions_.emplace(e->id, std::move(e));
+  }
+  spdlog::info("state: {} sessions loaded from {} ({} were running; all are suspended now)",
+               sessions_.size(), store_->path(), was_running);
+  // A workspace without a row (a crash between mkdir and the first commit, an older daemon):
+  // reported, never deleted; creating that id again adopts it.
+  UniqueFd dup(::fcntl(workspaces_fd_.get(), F_DUPFD_CLOEXEC, 0));
+  if (DIR* d = dup ? ::fdopendir(dup.get()) : nullptr) {
+    (void)dup.release();
+    while (struct dirent* de = ::readdir(d)) {
+      std::string name = de->d_name;
+      if (name == "." || name == "..") continue;
+      if (sessions_.find(name) == sessions_.end()) {
+        spdlog::warn("state: workspace {}/workspaces/{} belongs to no session; left in place",
+                     config_.data_dir, name);
+      }
+    }
+    ::closedir(d);
+  }
+  return {};
+}
+
+void SessionManager::sweep_temp_files() {
+  std::vector<std::string> ids;
+  {
+    std::lock_guard lk(mu_);
+    for (const auto& [id, e] : sessions_) ids.push_back(id);
+  }
+  const std::int64_t cutoff_ns =
+      std::chrono::duration_cast<std::chrono::nanoseconds>(started_at_.time_since_epoch()).count();
+  std::size_t removed = 0;
+  // Depth-first over each workspace through dirfds only: O_NOFOLLOW and AT_SYMLINK_NOFOLLOW
+  // everywhere, so a symlink a session planted never takes the sweep outside its workspace.
+  // Only regular files named like our temps and older than this daemon go: a write in flight
+  // now has a newer mtime.
+  constexpr int kMaxDepth = 64;
+  std::function<void(int, int)> sweep = [&](int dirfd, int depth) {
+    UniqueFd own(::fcntl(dirfd, F_DUPFD_CLOEXEC, 0));
+    DIR* d = own ? ::fdopendir(own.get()) : nullptr;
+    if (!d) return;
+    (void)own.release();
+    while (struct dirent* de = ::readdir(d)) {
+      std::string_view name = de->d_name;
+      if (name == "." || name == "..") continue;
+      struct stat st;
+      if (::fstatat(dirfd, de->d_name, &st, AT_SYMLINK_NOFOLLOW) != 0) continue;
+      if (S_ISREG(st.st_mode) && name.substr(0, kTempPrefix.size()) == kTempPrefix &&
+          std::int64_t{st.st_mtim.tv_sec} * 1000000000 + st.st_mtim.tv_nsec < cutoff_ns) {
+        if (::unlinkat(dirfd, de->d_name, 0) == 0) ++removed;
+      } else if (S_ISDIR(st.st_mode) && depth < kMaxDepth) {
+        UniqueFd sub(::openat(dirfd, de->d_name, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC));
+        if (sub) sweep(sub.get(), depth + 1);
+      }
+    }
+    ::closedir(d);
+  };
+  for (const std::string& id : ids) {
+    UniqueFd ws(::openat(workspaces_fd_.get(), id.c_str(),
+                         O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC));
+    if (ws) sweep(ws.get(), 0);
+  }
+  if (removed) spdlog::info("state: removed {} temp files of interrupted writes", removed);
 }
 
 SessionInfo SessionManager::info_locked(const Entry& e) const {
@@ -203,19 +394,45 @@ SessionInfo SessionManager::info_locked(const Entry& e) const {
   info.backend = e.backend;
   info.workspace = e.box_workspace;
   info.created_at = e.created_at;
-  info.last_used_at = e.last_used_at;
+  info.last_used_at = from_ms(e.last_used_ms.load());
   info.spec = e.spec;
   info.uid = e.box_uid;
   info.tenant = e.tenant;
   return info;
 }
 
-void SessionManager::record_locked(const Entry&) {
-  // In memory only for now: sessions_ is the whole truth. The SQLite store writes `e` here.
+Status SessionManager::record_locked(Entry& e) {
+  if (!store_) return {};
+  StoredSession row;
+  row.id = e.id;
+  row.tenant = e.tenant;
+  row.backend = e.backend;
+  row.uid = e.uid;
+  row.spec = e.spec;
+  row.state = e.state;
+  row.workspace = e.box_workspace;
+  row.box_uid = e.box_uid;
+  row.created_at_ms = to_ms(e.created_at);
+  row.last_used_at_ms = e.last_used_ms.load();
+  auto st = store_->put(row);
+  if (!st) {
+    spdlog::error("session {}: saving its state failed: {}", e.id, st.error().message);
+    return st;
+  }
+  e.stored_used_ms = row.last_used_at_ms;
+  return {};
 }
 
-void SessionManager::forget_locked(const Entry&) {
-  // In memory only for now; the SQLite store deletes the row here.
+Status SessionManager::forget_locked(const Entry& e) {
+  if (!store_) return {};
+  auto st = store_->erase(e.id);
+  if (!st) spdlog::error("session {}: deleting its state failed: {}", e.id, st.error().message);
+  return st;
+}
+
+void SessionManager::emit(std::string_view event, const SessionInfo& s,
+                          std::string_view reason) const {
+  if (config_.on_event) config_.on_event(event, s, reason);
 }
 
 std::shared_ptr<SessionManager::Entry> SessionManager::find_settled_locked(
@@ -247,7 +464,7 @@ bool SessionManager::visible(const Entry& e, const Caller& caller) {
 std::size_t SessionManager::running_locked() const {
   std::size_t n = 0;
   for (const auto& [id, e] : sessions_) {
-    if (e->phase == Phase::kCreating ||
+    if (e->phase == Phase::kCreating || e->phase == Phase::kSuspending ||
         (e->phase == Phase::kReady && e->state == State::kRunning)) {
       ++n;
     }
@@ -294,7 +511,7 @@ Result<std::shared_ptr<SessionManager::Entry>> SessionManager::create_locked(
   e->uid = allocate_uid_locked(id);
   e->workspace_dir = config_.data_dir + "/workspaces/" + id;
   e->created_at = std::chrono::system_clock::now();
-  e->last_used_at = e->created_at;
+  e->last_used_ms.store(to_ms(e->created_at));
   e->phase = Phase::kCreating;
   sessions_.emplace(id, e);
   return e;
@@ -412,7 +629,7 @@ Result<std::shared_ptr<SessionManager::Entry>> SessionManager::finish_start_lock
     started->box->shutdown();
     e->phase = Phase::kReady;
     e->state = State::kSuspended;
-    record_locked(*e);
+    (void)record_locked(*e);
     return fail(Code::kUnavailable, "session " + e->id + ": daemon is shutting down");
   }
   e->box = std::move(started->box);
@@ -421,8 +638,17 @@ Result<std::shared_ptr<SessionManager::Entry>> SessionManager::finish_start_lock
   if (!e->box_uid && e->backend != kHostBackend) e->box_uid = e->uid;
   e->state = State::kRunning;
   e->phase = Phase::kReady;
-  e->last_used_at = std::chrono::system_clock::now();
-  record_locked(*e);
+  e->last_used_ms.store(now_ms());
+  if (auto st = record_locked(*e); !st && is_new) {
+    // A session is created when it is on disk: one the database does not hold would vanish
+    // at the next restart, so it is not handed out. (The workspace stays, as an orphan the
+    // next start reports; nothing a client was told about is lost.)
+    std::shared_ptr<sandbox::Sandbox> box = std::move(e->box);
+    uids_.erase(e->uid);
+    sessions_.erase(e->id);
+    box->shutdown();
+    return std::unexpected(st.error());
+  }
   spdlog::info("session {}: {} ({} backend, uid {})", e->id, is_new ? "created" : "resumed",
                e->backend, e->uid);
   return e;
@@ -434,10 +660,31 @@ Result<std::pair<SessionInfo, bool>> SessionManager::create_or_get(const std::st
   if (auto st = validate_id(id); !st) return std::unexpected(st.error());
   if (auto st = validate_spec(spec); !st) return std::unexpected(st.error());
   std::unique_lock lk(mu_);
-  if (auto e = find_settled_locked(lk, id)) {
-    // SECURITY: ids are global, so the create cannot succeed; say only that the id is taken.
-    if (!visible(*e, caller)) return fail(Code::kExists, "session id " + id + " is already in use");
-    return std::pair{info_locked(*e), false};
+  for (;;) {
+    if (auto e = find_settled_locked(lk, id)) {
+      // SECURITY: ids are global, so the create cannot succeed; say only that the id is taken.
+      if (!visible(*e, caller)) {
+        return fail(Code::kExists, "session id " + id + " is already in use");
+      }
+      if (auto st = check_same_spec(id, e->spec, spec); !st) return std::unexpected(st.error());
+      // labels and ttl_sec may change on a re-create; they are the request's now.
+      bool changed = false;
+      if (!spec.labels.empty() && spec.labels != e->spec.labels) {
+        e->spec.labels = spec.labels;
+        changed = true;
+      }
+      if (spec.ttl_sec && spec.ttl_sec != e->spec.ttl_sec) {
+        e->spec.ttl_sec = spec.ttl_sec;
+        changed = true;
+      }
+      if (changed) {
+        if (auto st = record_locked(*e); !st) return std::unexpected(st.error());
+      }
+      return std::pair{info_locked(*e), false};
+    }
+    if (auto st = make_room_locked(lk, id); !st) return std::unexpected(st.error());
+    if (sessions_.count(id) != 0) continue;  // made meanwhile, while room was being made
+    break;
   }
   auto e = create_locked(id, spec, caller);
   if (!e) return std::unexpected(e.error());
@@ -490,8 +737,8 @@ Status SessionManager::attach_disk(const Entry& e, bool isolated) {
 Status SessionManager::remove_workspace(const std::string& id) {
   // A capped workspace is a mount: detach it (and drop its image) before removing the directory,
   // which remove_all below would otherwise refuse as a mount point.
-  if (auto st = linux::detach_quota_disk(config_.data_dir + "/workspaces/" + id,
-                                          disk_image_path(id));
+  if (auto st =
+          linux::detach_quota_disk(config_.data_dir + "/workspaces/" + id, disk_image_path(id));
       !st && st.error().code != Code::kNotFound) {
     return st;
   }
@@ -516,11 +763,14 @@ Result<std::string> SessionManager::destroy_archived(const std::string& id, cons
 }
 
 Result<std::string> SessionManager::destroy_impl(const std::string& id, const Caller& caller,
-                                                 bool archive) {
+                                                 bool archive, std::int64_t if_idle_ttl_ms) {
   if (auto st = validate_id(id); !st) return std::unexpected(st.error());
   std::unique_lock lk(mu_);
   auto e = find_settled_locked(lk, id);
   if (!e || !visible(*e, caller)) return fail(Code::kNotFound, "no such session: " + id);
+  if (if_idle_ttl_ms > 0 && !idle_locked(*e, now_ms(), if_idle_ttl_ms)) {
+    return fail(Code::kExists, "session " + id + " is in use again");
+  }
   e->phase = Phase::kDestroying;
   std::shared_ptr<sandbox::Sandbox> box = std::move(e->box);
   lk.unlock();
@@ -539,7 +789,7 @@ Result<std::string> SessionManager::destroy_impl(const std::string& id, const Ca
     // Keep the session (suspended) so the caller can see it and retry the delete.
     e->phase = Phase::kReady;
     e->state = State::kSuspended;
-    record_locked(*e);
+    (void)record_locked(*e);
     spdlog::error("session {}: {} failed: {}", id,
                   archived ? "removing the workspace" : "archiving the workspace",
                   removed.error().message);
@@ -547,7 +797,7 @@ Result<std::string> SessionManager::destroy_impl(const std::string& id, const Ca
   }
   uids_.erase(e->uid);
   sessions_.erase(id);
-  forget_locked(*e);
+  (void)forget_locked(*e);
   spdlog::info("session {}: destroyed{}", id, archive ? " (archived to " + *archived + ")" : "");
   return *archived;
 }
@@ -691,6 +941,16 @@ Result<SessionInfo> SessionManager::restore(const std::string& id, const std::st
   return info_locked(**done);
 }
 
+std::shared_ptr<sandbox::Sandbox> SessionManager::lease_locked(const std::shared_ptr<Entry>& e) {
+  e->leases.fetch_add(1);
+  e->last_used_ms.store(now_ms());
+  auto lease = std::make_shared<Lease>();
+  lease->entry = e;
+  lease->box = e->box;
+  sandbox::Sandbox* raw = lease->box.get();
+  return std::shared_ptr<sandbox::Sandbox>(std::move(lease), raw);
+}
+
 Result<std::shared_ptr<sandbox::Sandbox>> SessionManager::acquire(const std::string& id,
                                                                   bool create_if_missing,
                                                                   const Caller& caller,
@@ -706,20 +966,27 @@ Result<std::shared_ptr<sandbox::Sandbox>> SessionManager::acquire(const std::str
       // this caller it does not exist.
       return fail(Code::kNotFound, "no such session: " + id);
     }
+    if (e && e->state == State::kRunning) return lease_locked(e);
+    if (closed_) return fail(Code::kUnavailable, "session " + id + ": daemon is shutting down");
+    if (!e && !create_if_missing) return fail(Code::kNotFound, "no such session: " + id);
+    if (e && config_.backends.find(e->backend) == config_.backends.end()) {
+      return fail(Code::kUnavailable, "session " + id + ": its backend \"" + e->backend +
+                                          "\" is not configured on this daemon");
+    }
+    if (auto st = make_room_locked(lk, id); !st) return std::unexpected(st.error());
+    // Making room may have let go of mu_: look again.
+    auto again = sessions_.find(id);
+    if ((again == sessions_.end() ? nullptr : again->second) != e ||
+        (e && (e->phase != Phase::kReady || e->state != State::kSuspended))) {
+      continue;
+    }
     if (!e) {
-      if (!create_if_missing) return fail(Code::kNotFound, "no such session: " + id);
       auto created = create_locked(id, SessionSpec{}, caller);
       if (!created) return std::unexpected(created.error());
       e = *created;
       is_new = true;
-    } else if (e->state == State::kRunning) {
-      e->last_used_at = std::chrono::system_clock::now();
-      record_locked(*e);
-      return e->box;
     } else {
       // Suspended: any use resumes it (DESIGN.md "Lifecycle").
-      if (closed_) return fail(Code::kUnavailable, "session " + id + ": daemon is shutting down");
-      if (auto st = check_running_quota_locked(id); !st) return std::unexpected(st.error());
       e->phase = Phase::kCreating;
     }
     lk.unlock();
@@ -729,6 +996,159 @@ Result<std::shared_ptr<sandbox::Sandbox>> SessionManager::acquire(const std::str
     if (!done) return std::unexpected(done.error());
     if (is_new && created_now) *created_now = true;
     // Loop: the entry is ready and running now (or was destroyed meanwhile, then re-checked).
+  }
+}
+
+Result<SessionInfo> SessionManager::resume(const std::string& id, const Caller& caller) {
+  auto box = acquire(id, /*create_if_missing=*/false, caller);
+  if (!box) return std::unexpected(box.error());
+  return get(id, caller);
+}
+
+Result<SessionInfo> SessionManager::keepalive(const std::string& id, const Caller& caller) {
+  if (auto st = validate_id(id); !st) return std::unexpected(st.error());
+  std::unique_lock lk(mu_);
+  auto e = find_settled_locked(lk, id);
+  if (!e || !visible(*e, caller)) return fail(Code::kNotFound, "no such session: " + id);
+  e->last_used_ms.store(now_ms());
+  return info_locked(*e);
+}
+
+void SessionManager::suspend_locked(std::unique_lock<std::mutex>& lk,
+                                    const std::shared_ptr<Entry>& e) {
+  AB_CHECK(e->phase == Phase::kReady && e->state == State::kRunning);
+  e->phase = Phase::kSuspending;
+  std::shared_ptr<sandbox::Sandbox> box = std::move(e->box);
+  lk.unlock();
+  // Commands still running (execs holding a lease included) die with the box; leases keep the
+  // object alive until their requests finish.
+  box->shutdown();
+  box.reset();
+  lk.lock();
+  e->state = State::kSuspended;
+  e->phase = Phase::kReady;
+  (void)record_locked(*e);
+  cv_.notify_all();
+  spdlog::info("session {}: suspended", e->id);
+}
+
+Result<SessionInfo> SessionManager::suspend(const std::string& id, const Caller& caller) {
+  if (auto st = validate_id(id); !st) return std::unexpected(st.error());
+  std::unique_lock lk(mu_);
+  auto e = find_settled_locked(lk, id);
+  if (!e || !visible(*e, caller)) return fail(Code::kNotFound, "no such session: " + id);
+  if (e->state == State::kRunning) suspend_locked(lk, e);
+  e->last_used_ms.store(now_ms());
+  return info_locked(*e);
+}
+
+bool SessionManager::idle_locked(const Entry& e, std::int64_t now, std::int64_t ttl_ms) const {
+  return e.phase == Phase::kReady && e.leases.load() == 0 && now - e.last_used_ms.load() >= ttl_ms;
+}
+
+Status SessionManager::make_room_locked(std::unique_lock<std::mutex>& lk, const std::string& id) {
+  for (;;) {
+    auto st = check_running_quota_locked(id);
+    if (st || !config_.evict_idle) return st;
+    // The least recently used running box with nothing in flight.
+    std::shared_ptr<Entry> victim;
+    const std::int64_t now = now_ms();
+    for (const auto& [other, e] : sessions_) {
+      if (e->state != State::kRunning || !idle_locked(*e, now, 0)) continue;
+      if (!victim || e->last_used_ms.load() < victim->last_used_ms.load()) victim = e;
+    }
+    if (!victim) return st;
+    spdlog::info("session {}: suspended to make room for {} (max_running_boxes {})", victim->id, id,
+                 config_.max_running_boxes);
+    suspend_locked(lk, victim);
+    SessionInfo info = info_locked(*victim);
+    lk.unlock();
+    emit("session.suspend", info, "evicted: max_running_boxes reached");
+    lk.lock();
+  }
+}
+
+std::size_t SessionManager::reap_idle() {
+  struct Candidate {
+    std::string id;
+    std::int64_t ttl_ms;
+  };
+  std::vector<Candidate> due;
+  {
+    std::lock_guard lk(mu_);
+    const std::int64_t now = now_ms();
+    for (const auto& [id, e] : sessions_) {
+      std::int64_t ttl = e->spec.ttl_sec ? *e->spec.ttl_sec : config_.default_ttl_sec;
+      if (ttl <= 0) continue;
+      if (!config_.ttl_destroys && e->state != State::kRunning) continue;
+      if (idle_locked(*e, now, ttl * 1000)) due.push_back({id, ttl * 1000});
+    }
+  }
+  std::size_t n = 0;
+  const Caller system;  // admin
+  for (const Candidate& c : due) {
+    std::string reason = "idle for " + std::to_string(c.ttl_ms / 1000) + " s (ttl_sec)";
+    if (config_.ttl_destroys) {
+      std::optional<SessionInfo> info;
+      {
+        std::lock_guard lk(mu_);
+        if (auto it = sessions_.find(c.id); it != sessions_.end()) info = info_locked(*it->second);
+      }
+      if (!info) continue;
+      if (destroy_impl(c.id, system, /*archive=*/false, c.ttl_ms)) {
+        spdlog::info("session {}: destroyed by the reaper ({})", c.id, reason);
+        emit("session.destroy", *info, reason);
+        ++n;
+      }
+      continue;
+    }
+    std::unique_lock lk(mu_);
+    auto it = sessions_.find(c.id);
+    if (it == sessions_.end()) continue;
+    std::shared_ptr<Entry> e = it->second;
+    // Re-checked under the lock: a request that came in since has a lease now.
+    if (e->state != State::kRunning || !idle_locked(*e, now_ms(), c.ttl_ms)) continue;
+    suspend_locked(lk, e);
+    SessionInfo info = info_locked(*e);
+    lk.unlock();
+    spdlog::info("session {}: suspended by the reaper ({})", c.id, reason);
+    emit("session.suspend", info, reason);
+    ++n;
+  }
+  return n;
+}
+
+void SessionManager::flush_used() {
+  if (!store_) return;
+  std::vector<std::pair<std::string, std::int64_t>> batch;
+  {
+    std::lock_guard lk(mu_);
+    for (const auto& [id, e] : sessions_) {
+      std::int64_t used = e->last_used_ms.load();
+      if (e->phase == Phase::kReady && used != e->stored_used_ms) batch.emplace_back(id, used);
+    }
+  }
+  if (batch.empty()) return;
+  if (auto st = store_->touch(batch); !st) {
+    spdlog::warn("state: saving last-used times failed: {}", st.error().message);
+    return;
+  }
+  std::lock_guard lk(mu_);
+  for (const auto& [id, used] : batch) {
+    if (auto it = sessions_.find(id); it != sessions_.end()) it->second->stored_used_ms = used;
+  }
+}
+
+void SessionManager::reaper_loop() {
+  if (store_) sweep_temp_files();
+  std::unique_lock lk(reaper_mu_);
+  while (!stop_) {
+    reaper_cv_.wait_for(lk, config_.reaper_interval, [this] { return stop_; });
+    if (stop_) break;
+    lk.unlock();
+    flush_used();
+    (void)reap_idle();
+    lk.lock();
   }
 }
 
@@ -750,8 +1170,8 @@ void SessionManager::shutdown_all() {
     for (auto& [id, e] : sessions_) {
       if (e->phase != Phase::kReady || !e->box) continue;
       boxes.push_back(std::move(e->box));
+      // Not written: every session comes back suspended at the next start anyway.
       e->state = State::kSuspended;
-      record_locked(*e);
     }
   }
   // Outside the lock: shutting a box down waits for its processes to die.

@@ -5,14 +5,17 @@
 
 #include <sys/types.h>
 
+#include <atomic>
 #include <chrono>
 #include <condition_variable>
+#include <functional>
 #include <map>
 #include <memory>
 #include <mutex>
 #include <optional>
 #include <string>
 #include <string_view>
+#include <thread>
 #include <utility>
 #include <vector>
 
@@ -44,7 +47,7 @@ struct SessionSpec {
   std::map<std::string, std::string> labels;
   sandbox::Limits limits;
   NetworkSpec network;
-  std::optional<std::int64_t> ttl_sec;
+  std::optional<std::int64_t> ttl_sec;  // idle seconds before the reaper acts; 0 = never
 };
 
 enum class State { kRunning, kSuspended };
@@ -95,9 +98,28 @@ struct ManagerConfig {
   // Boxes up at once, all tenants together (0 = no limit): a create or resume past it is
   // EQUOTA. (Evicting an idle box instead needs suspend; not here yet.)
   std::size_t max_running_boxes = 0;
+  // At max_running_boxes, suspend the least recently used idle box (no command running, no
+  // request in flight) to make room instead of answering EQUOTA.
+  bool evict_idle = false;
   // Bounds of POST /restore; archives are read only from data_dir/archives.
   ExtractLimits restore_limits;
+  // Sessions live in data_dir/state.db and come back (suspended) after a restart or a crash.
+  // false: in memory only (throwaway daemons; the persistence benchmark's baseline).
+  bool persist = true;
+  // The reaper: a session idle (no API use and no command running) for its ttl_sec, or this
+  // default when its spec has none, is suspended, or destroyed when ttl_destroys. 0 = never.
+  std::int64_t default_ttl_sec = 0;
+  bool ttl_destroys = false;
+  // How often the reaper looks, and how often batched last-used times reach the database.
+  std::chrono::milliseconds reaper_interval{1000};
+  // Told about changes nobody asked for through the API (the reaper, idle eviction): event is
+  // "session.suspend" or "session.destroy", reason says why. Called without locks held, from
+  // the reaper's or a request's thread.
+  std::function<void(std::string_view event, const SessionInfo& s, std::string_view reason)>
+      on_event;
 };
+
+class Store;
 
 class SessionManager {
  public:
@@ -133,6 +155,20 @@ class SessionManager {
                                                     const Caller& caller = {},
                                                     bool* created = nullptr);
 
+  // running -> suspended: the box goes down (its processes die), the workspace and the uid stay.
+  // Suspending a suspended session is a no-op. The next use resumes it.
+  Result<SessionInfo> suspend(const std::string& id, const Caller& caller = {});
+  // suspended -> running (a running session is returned as it is).
+  Result<SessionInfo> resume(const std::string& id, const Caller& caller = {});
+  // Marks the session used now, extending its TTL, without resuming it.
+  Result<SessionInfo> keepalive(const std::string& id, const Caller& caller = {});
+
+  // One reaper pass (the background thread runs it every reaper_interval); returns how many
+  // sessions it suspended or destroyed. Exposed for tests.
+  std::size_t reap_idle();
+  // Writes batched last-used times to the database (the reaper does this every interval).
+  void flush_used();
+
   // Counts for /metrics.
   std::map<std::string, std::size_t> count_by_state();
 
@@ -145,6 +181,21 @@ class SessionManager {
   explicit SessionManager(ManagerConfig config, UniqueFd workspaces_fd);
   struct Entry;
   struct BoxStart;
+  struct Lease;
+  // Loads the database into sessions_ (all suspended) and reports what does not match the disk.
+  Status load_locked();
+  // Removes temp files of writes a crash interrupted (older than this daemon) from workspaces.
+  void sweep_temp_files();
+  void reaper_loop();
+  // Whether e may be reaped or evicted now: settled, no lease out, unused for ttl. mu_ held.
+  bool idle_locked(const Entry& e, std::int64_t now_ms, std::int64_t ttl_ms) const;
+  // Takes a running, settled entry's box down; unlocks mu_ while it waits. mu_ held on entry
+  // and exit.
+  void suspend_locked(std::unique_lock<std::mutex>& lk, const std::shared_ptr<Entry>& e);
+  // Under max_running_boxes, evicting idle boxes if configured, else EQUOTA. May unlock mu_.
+  Status make_room_locked(std::unique_lock<std::mutex>& lk, const std::string& id);
+  // A lease on a running box: what acquire() hands out. mu_ held.
+  std::shared_ptr<sandbox::Sandbox> lease_locked(const std::shared_ptr<Entry>& e);
   // Checks quotas, allocates the uid and registers a kCreating entry. mu_ held.
   Result<std::shared_ptr<Entry>> create_locked(const std::string& id, const SessionSpec& spec,
                                                const Caller& caller);
@@ -152,7 +203,9 @@ class SessionManager {
   // Boxes up or starting (max_running_boxes counts these). mu_ held.
   std::size_t running_locked() const;
   Status check_running_quota_locked(const std::string& id) const;
-  Result<std::string> destroy_impl(const std::string& id, const Caller& caller, bool archive);
+  // if_idle_ttl_ms > 0: only if the session is still idle for that long (the reaper).
+  Result<std::string> destroy_impl(const std::string& id, const Caller& caller, bool archive,
+                                   std::int64_t if_idle_ttl_ms = 0);
   // data_dir/archives (created 0700 on first use).
   Result<UniqueFd> open_archives_dir() const;
   Result<std::string> archive_workspace(const Entry& e);
@@ -173,10 +226,12 @@ class SessionManager {
   // limits.disk_mb: the workspace's size-capped file system (linux/quota_disk.h).
   std::string disk_image_path(const std::string& id) const;
   Status attach_disk(const Entry& e, bool isolated);
-  // Every change to what a session is (created, started, suspended, used, destroyed) goes
-  // through these two, so a persistent store hooks in here and nowhere else. mu_ held.
-  void record_locked(const Entry& e);
-  void forget_locked(const Entry& e);
+  // Every change to what a session is (created, started, suspended, destroyed) goes through
+  // these two: one durable transaction each (store.h). Last-used times are batched apart
+  // (flush_used). mu_ held.
+  Status record_locked(Entry& e);
+  Status forget_locked(const Entry& e);
+  void emit(std::string_view event, const SessionInfo& s, std::string_view reason) const;
 
   ManagerConfig config_;
   UniqueFd workspaces_fd_;  // data_dir/workspaces, O_DIRECTORY; ids are resolved beneath it
@@ -185,6 +240,14 @@ class SessionManager {
   bool closed_ = false;         // shutdown_all() ran: no box is started again
   std::map<std::string, std::shared_ptr<Entry>> sessions_;
   std::map<uid_t, std::string> uids_;  // allocated uid -> session id
+  std::unique_ptr<Store> store_;       // null when !config_.persist
+  std::chrono::system_clock::time_point started_at_;
+
+  // The reaper thread; stop_ under reaper_mu_.
+  std::mutex reaper_mu_;
+  std::condition_variable reaper_cv_;
+  bool stop_ = false;
+  std::thread reaper_;
 };
 
 }  // namespace agentbox::session

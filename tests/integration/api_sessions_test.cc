@@ -34,11 +34,24 @@ TEST_F(SessionsApi, CreateIsIdempotentAndReturnsTheSessionObject) {
   EXPECT_EQ(s["labels"]["team"], "a");
   EXPECT_TRUE(s.contains("uid"));
 
-  // Same id again: 200, the existing session unchanged (its limits were not replaced).
-  auto second = api_.post("/v1/sessions", {{"id", "group_123"}, {"limits", {{"memory_mb", 1}}}});
+  // Same id again: 200, the existing session unchanged.
+  auto second = api_.post("/v1/sessions", {{"id", "group_123"}});
   ASSERT_EQ(second.status, 200) << second;
   EXPECT_EQ(second.body["created_at"], s["created_at"]);
   EXPECT_EQ(second.body["limits"]["memory_mb"], 512);
+  // Asking for something else under the same id is a conflict naming the field, not a silent
+  // success with other limits than asked for.
+  auto clash = api_.post("/v1/sessions", {{"id", "group_123"}, {"limits", {{"memory_mb", 1}}}});
+  ASSERT_EQ(clash.status, 409) << clash;
+  EXPECT_EQ(clash.code(), "EEXIST");
+  EXPECT_NE(clash.message().find("limits.memory_mb"), std::string::npos) << clash;
+  // labels may change on a re-create.
+  auto relabel = api_.post("/v1/sessions", {{"id", "group_123"}, {"labels", {{"team", "b"}}}});
+  ASSERT_EQ(relabel.status, 200) << relabel;
+  EXPECT_EQ(relabel.body["labels"]["team"], "b");
+  EXPECT_EQ(relabel.body["limits"]["memory_mb"], 512);
+  ASSERT_EQ(api_.post("/v1/sessions", {{"id", "group_123"}, {"labels", {{"team", "a"}}}}).status,
+            200);
 
   auto got = api_.get("/v1/sessions/group_123");
   ASSERT_EQ(got.status, 200) << got;
@@ -215,10 +228,21 @@ TEST_F(SessionsApi, LifecycleRoutes) {
     EXPECT_TRUE(c.contains("name") && c.contains("ok") && c.contains("detail")) << c;
   }
 
+  auto suspend = api_.call("POST", "/v1/sessions/life/suspend");
+  ASSERT_EQ(suspend.status, 200) << suspend;
+  EXPECT_EQ(suspend.body["state"], "suspended");
+  // keepalive extends without resuming; resume brings it back.
+  auto keep2 = api_.call("POST", "/v1/sessions/life/keepalive");
+  ASSERT_EQ(keep2.status, 200) << keep2;
+  EXPECT_EQ(keep2.body["state"], "suspended");
+  auto resume2 = api_.call("POST", "/v1/sessions/life/resume");
+  ASSERT_EQ(resume2.status, 200) << resume2;
+  EXPECT_EQ(resume2.body["state"], "running");
+
   // Not in this version: a clear EINVAL, never a 500.
-  for (const std::string route : {"suspend", "repair"}) {
-    auto r = api_.call("POST", "/v1/sessions/life/" + route);
-    EXPECT_EQ(r.status, 422) << route << ": " << r;
+  {
+    auto r = api_.call("POST", "/v1/sessions/life/repair");
+    EXPECT_EQ(r.status, 422) << r;
     EXPECT_EQ(r.code(), "EINVAL");
     EXPECT_NE(r.message().find("not implemented"), std::string::npos) << r;
   }

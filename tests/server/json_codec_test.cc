@@ -16,7 +16,9 @@ std::string error_of(F decode, std::string_view body) {
   return r.error().message;
 }
 
-auto exec_error(std::string_view body) { return error_of(decode_exec, body); }
+auto exec_error(std::string_view body) {
+  return error_of(decode_exec, body);
+}
 
 TEST(JsonCodec, ParseObject) {
   EXPECT_FALSE(parse_object("").has_value());
@@ -97,7 +99,9 @@ TEST(JsonCodec, CreateSession) {
   EXPECT_EQ(r->spec.template_name, "py");
   EXPECT_EQ(r->spec.backend, "host");
 
-  auto err = [](std::string_view b) { return error_of(decode_create_session, b); };
+  auto err = [](std::string_view b) {
+    return error_of([](const json& j) { return decode_create_session(j); }, b);
+  };
   EXPECT_EQ(err("{}"), "field 'id' (or 'scope') is required");
   EXPECT_EQ(err(R"({"id":"a","scope":"b"})"), "give either 'id' or 'scope', not both");
   EXPECT_NE(err(R"({"id":"../a"})"), "");
@@ -115,20 +119,20 @@ TEST(JsonCodec, CreateSession) {
 }
 
 TEST(JsonCodec, SeedRequests) {
-  auto e = decode_seed_exec(*parse_object(
-      R"({"command":"ls","env":{"AGENT_ID":"agent-1"},"cgroup":{"memory_mb":256}})"));
+  auto e = decode_seed_exec(
+      *parse_object(R"({"command":"ls","env":{"AGENT_ID":"agent-1"},"cgroup":{"memory_mb":256}})"));
   ASSERT_TRUE(e) << e.error().message;
   EXPECT_EQ(e->session_id, "agent-1");
   EXPECT_EQ(e->spec.cwd, "/workspace");
   EXPECT_EQ(e->limits.memory_mb, 256u);
-  auto top = decode_seed_exec(*parse_object(R"({"command":"ls","agent_id":"b","env":{"AGENT_ID":"a"}})"));
+  auto top =
+      decode_seed_exec(*parse_object(R"({"command":"ls","agent_id":"b","env":{"AGENT_ID":"a"}})"));
   ASSERT_TRUE(top);
   EXPECT_EQ(top->session_id, "b");
-  EXPECT_NE(error_of(decode_seed_exec, R"({"command":"ls"})").find("agent_id"),
-            std::string::npos);
-  EXPECT_NE(error_of(decode_seed_exec, R"({"command":"ls","env":{"AGENT_ID":7}})")
-                .find("'env.AGENT_ID'"),
-            std::string::npos);
+  EXPECT_NE(error_of(decode_seed_exec, R"({"command":"ls"})").find("agent_id"), std::string::npos);
+  EXPECT_NE(
+      error_of(decode_seed_exec, R"({"command":"ls","env":{"AGENT_ID":7}})").find("'env.AGENT_ID'"),
+      std::string::npos);
 
   auto w = decode_seed_write(*parse_object(R"({"agent_id":"a","path":"p","content":"c"})"));
   ASSERT_TRUE(w);

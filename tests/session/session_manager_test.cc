@@ -12,6 +12,7 @@
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
+#include <functional>
 #include <mutex>
 #include <set>
 #include <thread>
@@ -110,7 +111,14 @@ class SessionManagerTest : public ::testing::Test {
     c.backends = {{"ns", ns_}, {"host", host_}};
     c.shared_dirs = {{root_ + "/shared/tpl", "site-templates", false}};
     c.allowed_mount_roots = {root_ + "/skills"};
+    c.reaper_interval = std::chrono::hours(1);  // tests call reap_idle() themselves
+    if (tweak_) tweak_(c);
     return c;
+  }
+  // A daemon restart: the manager goes (its boxes shut down), a new one opens the same data dir.
+  void restart() {
+    mgr_.reset();
+    (void)mgr();
   }
   SessionManager& mgr() {
     if (!mgr_) {
@@ -123,6 +131,7 @@ class SessionManagerTest : public ::testing::Test {
   std::string workspace(const std::string& id) { return data_ + "/workspaces/" + id; }
 
   std::string root_, data_;
+  std::function<void(ManagerConfig&)> tweak_;
   std::shared_ptr<FakeBackend> ns_, host_;
   std::unique_ptr<SessionManager> mgr_;
 };
@@ -141,13 +150,14 @@ TEST_F(SessionManagerTest, CreateThenGetIsIdempotent) {
   ASSERT_TRUE(r->first.uid.has_value());
   EXPECT_EQ(*r->first.uid, first_uid_probe("group_123"));
 
-  // Same id again: the existing session, unchanged (the new spec is not applied).
+  // Same id again: the existing session, no new box; labels are the one field that follows a
+  // re-create (RecreateWithADifferentSpecIsEexistNamingTheField has the rest).
   SessionSpec other;
   other.labels = {{"team", "b"}};
   auto again = mgr().create_or_get("group_123", other);
   ASSERT_TRUE(again);
   EXPECT_FALSE(again->second);
-  EXPECT_EQ(again->first.spec.labels.at("team"), "a");
+  EXPECT_EQ(again->first.spec.labels.at("team"), "b");
   EXPECT_EQ(again->first.created_at, r->first.created_at);
   EXPECT_EQ(ns_->creates_, 1);
 
@@ -584,6 +594,252 @@ TEST_F(SessionManagerTest, RestoreOfAHostileArchiveLeavesNothingAndFreesTheId) {
   struct stat st;
   ASSERT_EQ(::stat((workspace("dst") + "/f.txt").c_str(), &st), 0);
   EXPECT_EQ(st.st_uid, first_uid_probe("dst"));  // the ns backend: the session's own uid
+}
+
+// --- Lifecycle, persistence, the reaper ---
+
+TEST_F(SessionManagerTest, SuspendTakesTheBoxDownAndAnyUseResumesWithTheSameUid) {
+  auto created = mgr().create_or_get("s1", {});
+  ASSERT_TRUE(created);
+  auto first = mgr().acquire("s1", false);
+  ASSERT_TRUE(first);
+  auto* fake = dynamic_cast<FakeSandbox*>(first->get());
+  ASSERT_NE(fake, nullptr);
+  std::ofstream(workspace("s1") + "/keep.txt") << "still here";
+
+  auto suspended = mgr().suspend("s1");
+  ASSERT_TRUE(suspended) << suspended.error().message;
+  EXPECT_EQ(suspended->state, State::kSuspended);
+  EXPECT_TRUE(fake->shut_down());
+  EXPECT_EQ(mgr().count_by_state()["suspended"], 1u);
+  ASSERT_TRUE(mgr().suspend("s1"));  // suspending a suspended session is a no-op
+  EXPECT_EQ(ns_->creates_, 1);
+
+  auto again = mgr().acquire("s1", false);  // any use resumes
+  ASSERT_TRUE(again) << again.error().message;
+  EXPECT_EQ(ns_->creates_, 2);
+  EXPECT_NE(again->get(), first->get());
+  auto info = mgr().get("s1");
+  ASSERT_TRUE(info);
+  EXPECT_EQ(info->state, State::kRunning);
+  EXPECT_EQ(info->uid, created->first.uid);
+  EXPECT_TRUE(fs::exists(workspace("s1") + "/keep.txt"));
+
+  ASSERT_TRUE(mgr().suspend("s1"));
+  auto resumed = mgr().resume("s1");
+  ASSERT_TRUE(resumed);
+  EXPECT_EQ(resumed->state, State::kRunning);
+  EXPECT_EQ(mgr().suspend("nope").error().code, Code::kNotFound);
+  EXPECT_EQ(mgr().resume("nope").error().code, Code::kNotFound);
+}
+
+TEST_F(SessionManagerTest, SessionsSurviveARestartSuspendedWithUidsSpecsAndTenants) {
+  auto ids = colliding_ids(42424, 3);
+  SessionSpec spec;
+  spec.labels = {{"team", "a"}};
+  spec.limits.memory_mb = 256;
+  spec.env = {{"K", "V"}};
+  spec.ttl_sec = 99;
+  Caller alice{"alice", false, 0};
+  auto a = mgr().create_or_get(ids[0], spec, alice);
+  auto b = mgr().create_or_get(ids[1], {});
+  ASSERT_TRUE(a && b);
+  ASSERT_EQ(*a->first.uid, 42424u);
+  ASSERT_EQ(*b->first.uid, 42425u);
+  ASSERT_TRUE(mgr().destroy(ids[0], alice));
+  auto a2 = mgr().create_or_get(ids[0], spec, alice);  // the uid is free again, and reused
+  ASSERT_TRUE(a2);
+  ASSERT_EQ(*a2->first.uid, 42424u);
+
+  restart();
+  auto list = mgr().list();
+  ASSERT_EQ(list.size(), 2u);
+  for (const SessionInfo& s : list) EXPECT_EQ(s.state, State::kSuspended) << s.id;
+  auto ra = mgr().get(ids[0], alice);
+  ASSERT_TRUE(ra) << "the tenant lost its session";
+  EXPECT_EQ(ra->uid, 42424u);
+  EXPECT_EQ(ra->spec.labels, spec.labels);
+  EXPECT_EQ(ra->spec.limits.memory_mb, 256u);
+  EXPECT_EQ(ra->spec.env, spec.env);
+  EXPECT_EQ(ra->spec.ttl_sec, 99);
+  EXPECT_EQ(ra->workspace, "/workspace");
+  EXPECT_EQ(ra->created_at.time_since_epoch() / std::chrono::milliseconds(1),
+            a2->first.created_at.time_since_epoch() / std::chrono::milliseconds(1));
+  EXPECT_FALSE(mgr().get(ids[0], Caller{"bob", false, 0})) << "tenant lost at restart";
+  EXPECT_EQ(mgr().get(ids[1])->uid, 42425u);
+
+  // The third colliding id probes past both stored allocations, as before the restart.
+  auto c = mgr().create_or_get(ids[2], {});
+  ASSERT_TRUE(c);
+  EXPECT_EQ(*c->first.uid, 42426u);
+  // First use resumes with the stored spec.
+  ASSERT_TRUE(mgr().acquire(ids[0], false, alice));
+  EXPECT_EQ(ns_->configs_.back().limits.memory_mb, 256u);
+  EXPECT_EQ(ns_->configs_.back().uid, 42424u);
+  // A destroyed session stays destroyed after the next restart.
+  ASSERT_TRUE(mgr().destroy(ids[1]));
+  restart();
+  EXPECT_FALSE(mgr().get(ids[1]));
+  EXPECT_EQ(mgr().list().size(), 2u);
+}
+
+TEST_F(SessionManagerTest, WithoutPersistenceARestartForgetsSessions) {
+  tweak_ = [](ManagerConfig& c) { c.persist = false; };
+  ASSERT_TRUE(mgr().create_or_get("mem", {}));
+  restart();
+  EXPECT_FALSE(mgr().get("mem"));
+  EXPECT_FALSE(fs::exists(data_ + "/state.db"));
+  EXPECT_TRUE(fs::is_directory(workspace("mem"))) << "a workspace is never deleted by a restart";
+}
+
+TEST_F(SessionManagerTest, AWorkspaceWithoutARowIsKeptAndAdopted) {
+  fs::create_directories(workspace("orphan"));
+  std::ofstream(workspace("orphan") + "/data.txt") << "precious";
+  restart();
+  EXPECT_TRUE(fs::exists(workspace("orphan") + "/data.txt"));
+  EXPECT_FALSE(mgr().get("orphan"));
+  ASSERT_TRUE(mgr().create_or_get("orphan", {}));
+  EXPECT_TRUE(fs::exists(workspace("orphan") + "/data.txt"));
+}
+
+TEST_F(SessionManagerTest, TempFilesOfInterruptedWritesAreSweptAtStartup) {
+  ASSERT_TRUE(mgr().create_or_get("tw", {}));
+  fs::create_directories(workspace("tw") + "/deep/er");
+  const std::string stale = workspace("tw") + "/deep/er/.agentbox-tmp-abc123";
+  std::ofstream(stale) << "half a write";
+  std::ofstream(workspace("tw") + "/deep/kept.txt") << "a real file";
+  // Older than the daemon that will sweep.
+  fs::last_write_time(stale, fs::file_time_type::clock::now() - std::chrono::hours(1));
+  // A symlink to a dir outside holding a temp-named file: never followed.
+  fs::create_directories(root_ + "/elsewhere/x");
+  const std::string outside = root_ + "/elsewhere/x/.agentbox-tmp-outside";
+  std::ofstream(outside) << "not ours";
+  fs::last_write_time(outside, fs::file_time_type::clock::now() - std::chrono::hours(1));
+  fs::create_directory_symlink(root_ + "/elsewhere/x", workspace("tw") + "/link");
+  restart();
+  for (int i = 0; i < 200 && fs::exists(stale); ++i) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  }
+  EXPECT_FALSE(fs::exists(stale));
+  EXPECT_TRUE(fs::exists(workspace("tw") + "/deep/kept.txt"));
+  EXPECT_TRUE(fs::exists(outside));
+}
+
+TEST_F(SessionManagerTest, ReaperSuspendsIdleSessionsButNeverOneInUse) {
+  tweak_ = [](ManagerConfig& c) { c.default_ttl_sec = 1; };
+  ASSERT_TRUE(mgr().create_or_get("idle", {}));
+  ASSERT_TRUE(mgr().create_or_get("busy", {}));
+  SessionSpec forever;
+  forever.ttl_sec = 0;  // its own ttl_sec wins over the default: never
+  ASSERT_TRUE(mgr().create_or_get("forever", forever));
+  EXPECT_EQ(mgr().reap_idle(), 0u);
+  auto lease = mgr().acquire("busy", false);  // a long command holds this
+  ASSERT_TRUE(lease);
+  std::this_thread::sleep_for(std::chrono::milliseconds(1100));
+  EXPECT_EQ(mgr().reap_idle(), 1u);
+  EXPECT_EQ(mgr().get("idle")->state, State::kSuspended);
+  EXPECT_EQ(mgr().get("busy")->state, State::kRunning);
+  EXPECT_EQ(mgr().get("forever")->state, State::kRunning);
+  // The command ends: the TTL starts then, not when it began.
+  lease->reset();
+  EXPECT_EQ(mgr().reap_idle(), 0u);
+  std::this_thread::sleep_for(std::chrono::milliseconds(1100));
+  EXPECT_EQ(mgr().reap_idle(), 1u);
+  EXPECT_EQ(mgr().get("busy")->state, State::kSuspended);
+  EXPECT_TRUE(fs::is_directory(workspace("busy")));
+}
+
+TEST_F(SessionManagerTest, KeepaliveExtendsWithoutResuming) {
+  SessionSpec spec;
+  spec.ttl_sec = 1;
+  ASSERT_TRUE(mgr().create_or_get("k", spec));
+  std::this_thread::sleep_for(std::chrono::milliseconds(700));
+  auto kept = mgr().keepalive("k");
+  ASSERT_TRUE(kept);
+  EXPECT_EQ(kept->state, State::kRunning);
+  std::this_thread::sleep_for(std::chrono::milliseconds(500));
+  EXPECT_EQ(mgr().reap_idle(), 0u);
+  ASSERT_TRUE(mgr().suspend("k"));
+  ASSERT_TRUE(mgr().keepalive("k"));
+  EXPECT_EQ(mgr().get("k")->state, State::kSuspended);
+  EXPECT_EQ(mgr().keepalive("nope").error().code, Code::kNotFound);
+}
+
+TEST_F(SessionManagerTest, ReaperDestroysWhenConfiguredAndTellsWhy) {
+  std::vector<std::string> events;
+  std::mutex mu;
+  tweak_ = [&](ManagerConfig& c) {
+    c.default_ttl_sec = 1;
+    c.ttl_destroys = true;
+    c.on_event = [&](std::string_view ev, const SessionInfo& s, std::string_view reason) {
+      std::lock_guard lk(mu);
+      events.push_back(std::string(ev) + " " + s.id + " " + std::string(reason));
+    };
+  };
+  ASSERT_TRUE(mgr().create_or_get("gone", {}));
+  ASSERT_TRUE(mgr().suspend("gone"));  // suspended ones are destroyed too when idle
+  std::this_thread::sleep_for(std::chrono::milliseconds(1100));
+  EXPECT_EQ(mgr().reap_idle(), 1u);
+  EXPECT_FALSE(mgr().get("gone"));
+  EXPECT_FALSE(fs::exists(workspace("gone")));
+  std::lock_guard lk(mu);
+  ASSERT_EQ(events.size(), 1u);
+  EXPECT_EQ(events[0].rfind("session.destroy gone idle", 0), 0u) << events[0];
+}
+
+TEST_F(SessionManagerTest, RecreateWithADifferentSpecIsEexistNamingTheField) {
+  SessionSpec spec;
+  spec.limits.memory_mb = 256;
+  spec.labels = {{"v", "1"}};
+  ASSERT_TRUE(mgr().create_or_get("r", spec));
+  SessionSpec other = spec;
+  other.limits.memory_mb = 512;
+  auto clash = mgr().create_or_get("r", other);
+  ASSERT_FALSE(clash);
+  EXPECT_EQ(clash.error().code, Code::kExists);
+  EXPECT_NE(clash.error().message.find("limits.memory_mb"), std::string::npos)
+      << clash.error().message;
+  SessionSpec env;
+  env.env = {{"A", "b"}};
+  auto clash2 = mgr().create_or_get("r", env);
+  ASSERT_FALSE(clash2);
+  EXPECT_NE(clash2.error().message.find("env"), std::string::npos);
+  // Fields left out are not a difference; labels and ttl_sec may change.
+  ASSERT_TRUE(mgr().create_or_get("r", {}));
+  SessionSpec relabel;
+  relabel.labels = {{"v", "2"}};
+  relabel.ttl_sec = 60;
+  auto ok = mgr().create_or_get("r", relabel);
+  ASSERT_TRUE(ok) << ok.error().message;
+  EXPECT_FALSE(ok->second);
+  EXPECT_EQ(ok->first.spec.labels.at("v"), "2");
+  EXPECT_EQ(ok->first.spec.limits.memory_mb, 256u);
+  restart();
+  EXPECT_EQ(mgr().get("r")->spec.labels.at("v"), "2");
+  EXPECT_EQ(mgr().get("r")->spec.ttl_sec, 60);
+}
+
+TEST_F(SessionManagerTest, EvictIdleSuspendsTheLeastRecentlyUsedBoxToMakeRoom) {
+  tweak_ = [](ManagerConfig& c) {
+    c.max_running_boxes = 2;
+    c.evict_idle = true;
+  };
+  ASSERT_TRUE(mgr().create_or_get("old", {}));
+  std::this_thread::sleep_for(std::chrono::milliseconds(5));
+  ASSERT_TRUE(mgr().create_or_get("new", {}));
+  auto third = mgr().create_or_get("third", {});
+  ASSERT_TRUE(third) << third.error().message;
+  EXPECT_EQ(mgr().get("old")->state, State::kSuspended);
+  EXPECT_EQ(mgr().get("new")->state, State::kRunning);
+  EXPECT_EQ(mgr().get("third")->state, State::kRunning);
+  // Nothing idle to evict: both running boxes are in use.
+  auto l1 = mgr().acquire("new", false);
+  auto l2 = mgr().acquire("third", false);
+  ASSERT_TRUE(l1 && l2);
+  auto refused = mgr().acquire("old", false);
+  ASSERT_FALSE(refused);
+  EXPECT_EQ(refused.error().code, Code::kQuota);
+  EXPECT_NE(refused.error().message.find("max_running_boxes"), std::string::npos);
 }
 
 }  // namespace

@@ -1,0 +1,315 @@
+#include "session/store.h"
+
+#include <sqlite3.h>
+
+#include <nlohmann/json.hpp>
+
+namespace agentbox::session {
+namespace {
+
+using json = nlohmann::json;
+
+// Bumped when the table layout changes; open() refuses a database from a newer daemon.
+constexpr int kSchemaVersion = 1;
+
+constexpr char kSchema[] = R"sql(
+CREATE TABLE IF NOT EXISTS sessions (
+  id            TEXT PRIMARY KEY,
+  tenant        TEXT NOT NULL,
+  backend       TEXT NOT NULL,
+  uid           INTEGER NOT NULL UNIQUE,
+  spec          TEXT NOT NULL,
+  state         TEXT NOT NULL,
+  workspace     TEXT NOT NULL,
+  box_uid       INTEGER,
+  created_at    INTEGER NOT NULL,
+  last_used_at  INTEGER NOT NULL
+) WITHOUT ROWID;
+)sql";
+
+// Finalizes a statement on every path out of a function.
+struct Stmt {
+  sqlite3_stmt* s = nullptr;
+  ~Stmt() { sqlite3_finalize(s); }
+};
+
+json encode_map(const std::map<std::string, std::string>& m) {
+  json j = json::object();
+  for (const auto& [k, v] : m) j[k] = v;
+  return j;
+}
+
+std::map<std::string, std::string> decode_map(const json& j) {
+  std::map<std::string, std::string> m;
+  if (!j.is_object()) return m;
+  for (auto it = j.begin(); it != j.end(); ++it) {
+    if (it->is_string()) m[it.key()] = it->get<std::string>();
+  }
+  return m;
+}
+
+template <typename T>
+void put_opt(json& j, const char* key, const std::optional<T>& v) {
+  if (v) j[key] = *v;
+}
+
+template <typename T>
+void get_opt(const json& j, const char* key, std::optional<T>& out) {
+  auto it = j.find(key);
+  if (it != j.end() && it->is_number_unsigned()) out = it->get<T>();
+}
+
+std::string text_column(sqlite3_stmt* s, int col) {
+  const unsigned char* t = sqlite3_column_text(s, col);
+  return t ? std::string(reinterpret_cast<const char*>(t),
+                         static_cast<std::size_t>(sqlite3_column_bytes(s, col)))
+           : std::string();
+}
+
+}  // namespace
+
+std::string encode_spec(const SessionSpec& spec) {
+  json j;
+  j["backend"] = spec.backend;
+  j["template"] = spec.template_name;
+  json mounts = json::array();
+  for (const MountSpec& m : spec.mounts) {
+    mounts.push_back({{"host_path", m.host_path}, {"mount_path", m.mount_path}, {"mode", m.mode}});
+  }
+  j["mounts"] = std::move(mounts);
+  j["skills"] = encode_map(spec.skills);
+  j["env"] = encode_map(spec.env);
+  j["labels"] = encode_map(spec.labels);
+  json limits = json::object();
+  put_opt(limits, "memory_mb", spec.limits.memory_mb);
+  put_opt(limits, "cpu_percent", spec.limits.cpu_percent);
+  put_opt(limits, "max_pids", spec.limits.max_pids);
+  put_opt(limits, "disk_mb", spec.limits.disk_mb);
+  put_opt(limits, "max_open_files", spec.limits.max_open_files);
+  j["limits"] = std::move(limits);
+  j["network"] = {{"mode", spec.network.mode}, {"allow", spec.network.allow}};
+  if (spec.ttl_sec) j["ttl_sec"] = *spec.ttl_sec;
+  // Process output never lands here, but names and env values may be any bytes.
+  return j.dump(-1, ' ', false, json::error_handler_t::replace);
+}
+
+Result<SessionSpec> decode_spec(std::string_view text) {
+  json j = json::parse(text, nullptr, /*allow_exceptions=*/false);
+  if (j.is_discarded() || !j.is_object()) return fail(Code::kInternal, "spec is not a JSON object");
+  SessionSpec spec;
+  auto str = [&](const char* key) {
+    auto it = j.find(key);
+    return it != j.end() && it->is_string() ? it->get<std::string>() : std::string();
+  };
+  spec.backend = str("backend");
+  spec.template_name = str("template");
+  if (auto it = j.find("mounts"); it != j.end() && it->is_array()) {
+    for (const json& m : *it) {
+      if (!m.is_object()) continue;
+      MountSpec ms;
+      ms.host_path = m.value("host_path", "");
+      ms.mount_path = m.value("mount_path", "");
+      ms.mode = m.value("mode", "rw");
+      spec.mounts.push_back(std::move(ms));
+    }
+  }
+  if (auto it = j.find("skills"); it != j.end()) spec.skills = decode_map(*it);
+  if (auto it = j.find("env"); it != j.end()) spec.env = decode_map(*it);
+  if (auto it = j.find("labels"); it != j.end()) spec.labels = decode_map(*it);
+  if (auto it = j.find("limits"); it != j.end() && it->is_object()) {
+    get_opt(*it, "memory_mb", spec.limits.memory_mb);
+    get_opt(*it, "cpu_percent", spec.limits.cpu_percent);
+    get_opt(*it, "max_pids", spec.limits.max_pids);
+    get_opt(*it, "disk_mb", spec.limits.disk_mb);
+    get_opt(*it, "max_open_files", spec.limits.max_open_files);
+  }
+  if (auto it = j.find("network"); it != j.end() && it->is_object()) {
+    spec.network.mode = it->value("mode", "none");
+    if (auto a = it->find("allow"); a != it->end() && a->is_array()) {
+      for (const json& s : *a) {
+        if (s.is_string()) spec.network.allow.push_back(s.get<std::string>());
+      }
+    }
+  }
+  if (auto it = j.find("ttl_sec"); it != j.end() && it->is_number_integer()) {
+    spec.ttl_sec = it->get<std::int64_t>();
+  }
+  return spec;
+}
+
+Store::Store(sqlite3* db, std::string path) : db_(db), path_(std::move(path)) {}
+
+Store::~Store() {
+  sqlite3_close_v2(db_);
+}
+
+Error Store::sql_error_locked(std::string_view what) const {
+  return Error::make(Code::kInternal,
+                     std::string(what) + " (" + path_ + "): " + sqlite3_errmsg(db_));
+}
+
+Status Store::exec_locked(const char* sql) {
+  char* err = nullptr;
+  if (sqlite3_exec(db_, sql, nullptr, nullptr, &err) != SQLITE_OK) {
+    std::string msg = err ? err : "unknown error";
+    sqlite3_free(err);
+    return fail(Code::kInternal, "sqlite (" + path_ + "): " + msg + " in: " + sql);
+  }
+  return {};
+}
+
+Result<sqlite3_stmt*> Store::prepare_locked(const char* sql) {
+  sqlite3_stmt* s = nullptr;
+  if (sqlite3_prepare_v2(db_, sql, -1, &s, nullptr) != SQLITE_OK) {
+    return std::unexpected(sql_error_locked(std::string("prepare: ") + sql));
+  }
+  return s;
+}
+
+Result<std::unique_ptr<Store>> Store::open(const std::string& path) {
+  sqlite3* db = nullptr;
+  int rc = sqlite3_open_v2(
+      path.c_str(), &db, SQLITE_OPEN_READWRITE | SQLITE_OPEN_CREATE | SQLITE_OPEN_NOMUTEX, nullptr);
+  if (rc != SQLITE_OK) {
+    std::string msg = db ? sqlite3_errmsg(db) : sqlite3_errstr(rc);
+    sqlite3_close_v2(db);
+    return fail(Code::kInternal, "open state database " + path + ": " + msg);
+  }
+  std::unique_ptr<Store> store(new Store(db, path));
+  std::lock_guard lk(store->mu_);
+  // WAL: readers never block the writer, and a commit is one append + fsync. synchronous=FULL
+  // fsyncs the WAL at every commit, so a state change is durable when put() returns (kill -9
+  // and power loss alike).
+  for (const char* sql : {"PRAGMA journal_mode=WAL;", "PRAGMA synchronous=FULL;",
+                          "PRAGMA foreign_keys=ON;", kSchema}) {
+    if (auto st = store->exec_locked(sql); !st) return std::unexpected(st.error());
+  }
+  sqlite3_busy_timeout(db, 5000);
+  // The schema version lives in the database header (user_version).
+  Stmt v;
+  auto p = store->prepare_locked("PRAGMA user_version;");
+  if (!p) return std::unexpected(p.error());
+  v.s = *p;
+  int version = sqlite3_step(v.s) == SQLITE_ROW ? sqlite3_column_int(v.s, 0) : 0;
+  if (version > kSchemaVersion) {
+    return fail(Code::kInternal, "state database " + path + " has schema version " +
+                                     std::to_string(version) + ", newer than this daemon's " +
+                                     std::to_string(kSchemaVersion));
+  }
+  if (version < kSchemaVersion) {
+    std::string sql = "PRAGMA user_version=" + std::to_string(kSchemaVersion) + ";";
+    if (auto st = store->exec_locked(sql.c_str()); !st) return std::unexpected(st.error());
+  }
+  return store;
+}
+
+Result<std::vector<StoredSession>> Store::load() {
+  std::lock_guard lk(mu_);
+  Stmt q;
+  auto p = prepare_locked(
+      "SELECT id, tenant, backend, uid, spec, state, workspace, box_uid, created_at, "
+      "last_used_at FROM sessions ORDER BY id;");
+  if (!p) return std::unexpected(p.error());
+  q.s = *p;
+  std::vector<StoredSession> out;
+  int rc;
+  while ((rc = sqlite3_step(q.s)) == SQLITE_ROW) {
+    StoredSession s;
+    s.id = text_column(q.s, 0);
+    s.tenant = text_column(q.s, 1);
+    s.backend = text_column(q.s, 2);
+    s.uid = static_cast<uid_t>(sqlite3_column_int64(q.s, 3));
+    auto spec = decode_spec(text_column(q.s, 4));
+    if (!spec) {
+      return fail(Code::kInternal,
+                  "state database " + path_ + ": session " + s.id + ": " + spec.error().message);
+    }
+    s.spec = std::move(*spec);
+    s.state = text_column(q.s, 5) == "running" ? State::kRunning : State::kSuspended;
+    s.workspace = text_column(q.s, 6);
+    if (sqlite3_column_type(q.s, 7) != SQLITE_NULL) {
+      s.box_uid = static_cast<uid_t>(sqlite3_column_int64(q.s, 7));
+    }
+    s.created_at_ms = sqlite3_column_int64(q.s, 8);
+    s.last_used_at_ms = sqlite3_column_int64(q.s, 9);
+    out.push_back(std::move(s));
+  }
+  if (rc != SQLITE_DONE) return std::unexpected(sql_error_locked("load sessions"));
+  return out;
+}
+
+Status Store::put(const StoredSession& s) {
+  const std::string spec = encode_spec(s.spec);
+  std::lock_guard lk(mu_);
+  Stmt q;
+  auto p = prepare_locked(
+      // An upsert on id only: a uid another row holds is a constraint error, never a silent
+      // replacement of that row (which INSERT OR REPLACE would do).
+      "INSERT INTO sessions (id, tenant, backend, uid, spec, state, workspace, box_uid, "
+      "created_at, last_used_at) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10) "
+      "ON CONFLICT(id) DO UPDATE SET tenant = excluded.tenant, backend = excluded.backend, "
+      "uid = excluded.uid, spec = excluded.spec, state = excluded.state, "
+      "workspace = excluded.workspace, box_uid = excluded.box_uid, "
+      "created_at = excluded.created_at, last_used_at = excluded.last_used_at;");
+  if (!p) return std::unexpected(p.error());
+  q.s = *p;
+  sqlite3_bind_text(q.s, 1, s.id.data(), static_cast<int>(s.id.size()), SQLITE_STATIC);
+  sqlite3_bind_text(q.s, 2, s.tenant.data(), static_cast<int>(s.tenant.size()), SQLITE_STATIC);
+  sqlite3_bind_text(q.s, 3, s.backend.data(), static_cast<int>(s.backend.size()), SQLITE_STATIC);
+  sqlite3_bind_int64(q.s, 4, s.uid);
+  sqlite3_bind_text(q.s, 5, spec.data(), static_cast<int>(spec.size()), SQLITE_STATIC);
+  std::string_view state = state_name(s.state);
+  sqlite3_bind_text(q.s, 6, state.data(), static_cast<int>(state.size()), SQLITE_STATIC);
+  sqlite3_bind_text(q.s, 7, s.workspace.data(), static_cast<int>(s.workspace.size()),
+                    SQLITE_STATIC);
+  if (s.box_uid) {
+    sqlite3_bind_int64(q.s, 8, *s.box_uid);
+  } else {
+    sqlite3_bind_null(q.s, 8);
+  }
+  sqlite3_bind_int64(q.s, 9, s.created_at_ms);
+  sqlite3_bind_int64(q.s, 10, s.last_used_at_ms);
+  if (sqlite3_step(q.s) != SQLITE_DONE) {
+    return std::unexpected(sql_error_locked("store session " + s.id));
+  }
+  return {};
+}
+
+Status Store::erase(const std::string& id) {
+  std::lock_guard lk(mu_);
+  Stmt q;
+  auto p = prepare_locked("DELETE FROM sessions WHERE id = ?1;");
+  if (!p) return std::unexpected(p.error());
+  q.s = *p;
+  sqlite3_bind_text(q.s, 1, id.data(), static_cast<int>(id.size()), SQLITE_STATIC);
+  if (sqlite3_step(q.s) != SQLITE_DONE) {
+    return std::unexpected(sql_error_locked("delete session " + id));
+  }
+  return {};
+}
+
+Status Store::touch(const std::vector<std::pair<std::string, std::int64_t>>& used) {
+  if (used.empty()) return {};
+  std::lock_guard lk(mu_);
+  if (auto st = exec_locked("BEGIN IMMEDIATE;"); !st) return st;
+  Stmt q;
+  auto p = prepare_locked("UPDATE sessions SET last_used_at = ?2 WHERE id = ?1;");
+  if (!p) {
+    (void)exec_locked("ROLLBACK;");
+    return std::unexpected(p.error());
+  }
+  q.s = *p;
+  for (const auto& [id, ms] : used) {
+    sqlite3_bind_text(q.s, 1, id.data(), static_cast<int>(id.size()), SQLITE_STATIC);
+    sqlite3_bind_int64(q.s, 2, ms);
+    if (sqlite3_step(q.s) != SQLITE_DONE) {
+      Error e = sql_error_locked("touch session " + id);
+      (void)exec_locked("ROLLBACK;");
+      return std::unexpected(std::move(e));
+    }
+    sqlite3_reset(q.s);
+  }
+  return exec_locked("COMMIT;");
+}
+
+}  // namespace agentbox::session

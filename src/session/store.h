@@ -1,0 +1,75 @@
+#pragma once
+// Durable session state (shared/DESIGN.md "Sessions": "State lives in SQLite under the data
+// dir"): one row a session in data_dir/state.db (WAL, synchronous=FULL), holding its spec,
+// state, tenant, uid (the uid allocation: UNIQUE, so two sessions can never share one) and
+// times. Every put/erase is one transaction that is on disk when it returns; last-used times
+// come in batches (touch) so an exec never waits for a disk write.
+//
+// Thread-safe: one connection behind a mutex. The spec is stored as a JSON document of this
+// module's own making (a storage format, not the wire; parsed only from our own file).
+
+#include <sys/types.h>
+
+#include <cstdint>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "common/error.h"
+#include "session/session_manager.h"
+
+struct sqlite3;
+struct sqlite3_stmt;
+
+namespace agentbox::session {
+
+struct StoredSession {
+  std::string id;
+  std::string tenant;
+  std::string backend;
+  uid_t uid = 0;
+  SessionSpec spec;
+  State state = State::kSuspended;
+  std::string workspace;           // as commands saw it (SessionInfo::workspace)
+  std::optional<uid_t> box_uid;    // SessionInfo::uid
+  std::int64_t created_at_ms = 0;  // Unix epoch
+  std::int64_t last_used_at_ms = 0;
+};
+
+class Store {
+ public:
+  // Opens (creating if missing) the database at `path`. Errors name the step and the file.
+  static Result<std::unique_ptr<Store>> open(const std::string& path);
+  ~Store();
+  Store(const Store&) = delete;
+  Store& operator=(const Store&) = delete;
+
+  // Every stored session, sorted by id. A row that cannot be decoded is an error naming it.
+  Result<std::vector<StoredSession>> load();
+  // Inserts or updates the row of s.id, durably; a uid held by another row is an error.
+  Status put(const StoredSession& s);
+  // Deletes the row of `id` (absent is fine), durably.
+  Status erase(const std::string& id);
+  // Updates last_used_at of existing rows, all in one transaction.
+  Status touch(const std::vector<std::pair<std::string, std::int64_t>>& used);
+
+  const std::string& path() const { return path_; }
+
+ private:
+  Store(sqlite3* db, std::string path);
+  Status exec_locked(const char* sql);
+  Error sql_error_locked(std::string_view what) const;
+  Result<sqlite3_stmt*> prepare_locked(const char* sql);
+
+  sqlite3* db_;
+  std::string path_;
+  std::mutex mu_;
+};
+
+// The stored form of a spec (exposed for tests).
+std::string encode_spec(const SessionSpec& spec);
+Result<SessionSpec> decode_spec(std::string_view text);
+
+}  // namespace agentbox::session

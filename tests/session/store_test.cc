@@ -1,0 +1,125 @@
+// The SQLite store on its own: what goes in comes out, durably, and the database refuses what it
+// must (a uid held twice, a schema from a newer daemon).
+
+#include "session/store.h"
+
+#include <gtest/gtest.h>
+#include <sqlite3.h>
+#include <unistd.h>
+
+#include <filesystem>
+
+namespace agentbox::session {
+namespace {
+
+namespace fs = std::filesystem;
+
+class StoreTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    char tmpl[] = "/tmp/store_test.XXXXXX";
+    ASSERT_NE(::mkdtemp(tmpl), nullptr);
+    dir_ = tmpl;
+  }
+  void TearDown() override { fs::remove_all(dir_); }
+  std::string db() const { return dir_ + "/state.db"; }
+  std::string dir_;
+};
+
+StoredSession sample(std::string id, uid_t uid) {
+  StoredSession s;
+  s.id = std::move(id);
+  s.tenant = "team-a";
+  s.backend = "ns";
+  s.uid = uid;
+  s.spec.backend = "ns";
+  s.spec.mounts = {{"/srv/data", "/data", "ro"}};
+  s.spec.skills = {{"web", "/srv/skills/web"}};
+  s.spec.env = {{"K", "V\xff"}};  // env values may be any bytes but NUL
+  s.spec.labels = {{"team", "a"}};
+  s.spec.limits.memory_mb = 256;
+  s.spec.limits.max_pids = 64;
+  s.spec.network.mode = "allowlist";
+  s.spec.network.allow = {"pypi.org"};
+  s.spec.ttl_sec = 0;
+  s.state = State::kRunning;
+  s.workspace = "/workspace";
+  s.box_uid = uid;
+  s.created_at_ms = 1700000000123;
+  s.last_used_at_ms = 1700000000456;
+  return s;
+}
+
+TEST_F(StoreTest, WhatIsPutIsLoadedBackAfterReopening) {
+  {
+    auto st = Store::open(db());
+    ASSERT_TRUE(st) << st.error().message;
+    ASSERT_TRUE((*st)->put(sample("b", 20001)));
+    ASSERT_TRUE((*st)->put(sample("a", 20000)));
+    StoredSession host = sample("h", 20002);
+    host.backend = "host";
+    host.box_uid.reset();
+    ASSERT_TRUE((*st)->put(host));
+    ASSERT_TRUE((*st)->touch({{"a", 1800000000000}, {"missing", 1}}));
+  }
+  auto st = Store::open(db());
+  ASSERT_TRUE(st);
+  auto rows = (*st)->load();
+  ASSERT_TRUE(rows) << rows.error().message;
+  ASSERT_EQ(rows->size(), 3u);
+  const StoredSession& a = (*rows)[0];
+  EXPECT_EQ(a.id, "a");
+  EXPECT_EQ(a.tenant, "team-a");
+  EXPECT_EQ(a.uid, 20000u);
+  EXPECT_EQ(a.state, State::kRunning);
+  EXPECT_EQ(a.last_used_at_ms, 1800000000000);
+  EXPECT_EQ(a.created_at_ms, 1700000000123);
+  EXPECT_EQ(a.spec.mounts.size(), 1u);
+  EXPECT_EQ(a.spec.mounts[0].mode, "ro");
+  EXPECT_EQ(a.spec.skills.at("web"), "/srv/skills/web");
+  EXPECT_EQ(a.spec.limits.memory_mb, 256u);
+  EXPECT_EQ(a.spec.limits.max_pids, 64u);
+  EXPECT_FALSE(a.spec.limits.cpu_percent);
+  EXPECT_EQ(a.spec.network.mode, "allowlist");
+  EXPECT_EQ(a.spec.network.allow, std::vector<std::string>{"pypi.org"});
+  EXPECT_EQ(a.spec.ttl_sec, 0);
+  EXPECT_EQ(a.spec.env.at("K"), "V\xEF\xBF\xBD");  // invalid UTF-8 stored replaced, not lost
+  EXPECT_EQ((*rows)[1].id, "b");
+  EXPECT_EQ((*rows)[2].id, "h");
+  EXPECT_FALSE((*rows)[2].box_uid);
+
+  ASSERT_TRUE((*st)->erase("b"));
+  ASSERT_TRUE((*st)->erase("b"));  // absent is fine
+  EXPECT_EQ((*st)->load()->size(), 2u);
+}
+
+TEST_F(StoreTest, AUidIsNeverHeldByTwoSessions) {
+  auto st = Store::open(db());
+  ASSERT_TRUE(st);
+  ASSERT_TRUE((*st)->put(sample("a", 30000)));
+  auto clash = (*st)->put(sample("b", 30000));
+  ASSERT_FALSE(clash);
+  EXPECT_NE(clash.error().message.find("store session b"), std::string::npos)
+      << clash.error().message;
+  EXPECT_EQ((*st)->load()->size(), 1u);
+}
+
+TEST_F(StoreTest, ADatabaseFromANewerDaemonIsRefusedNamingTheVersion) {
+  { ASSERT_TRUE(Store::open(db())); }
+  sqlite3* raw = nullptr;
+  ASSERT_EQ(sqlite3_open(db().c_str(), &raw), SQLITE_OK);
+  ASSERT_EQ(sqlite3_exec(raw, "PRAGMA user_version=99;", nullptr, nullptr, nullptr), SQLITE_OK);
+  sqlite3_close(raw);
+  auto st = Store::open(db());
+  ASSERT_FALSE(st);
+  EXPECT_NE(st.error().message.find("99"), std::string::npos) << st.error().message;
+}
+
+TEST_F(StoreTest, AnUnopenableDatabaseNamesThePath) {
+  auto st = Store::open(dir_ + "/no/such/dir/state.db");
+  ASSERT_FALSE(st);
+  EXPECT_NE(st.error().message.find(dir_ + "/no/such/dir/state.db"), std::string::npos);
+}
+
+}  // namespace
+}  // namespace agentbox::session
