@@ -87,6 +87,10 @@ struct SessionCreateArgs {
   std::optional<std::uint64_t> memory_mb;
   std::optional<std::uint32_t> cpu_percent;
   std::optional<std::uint32_t> max_pids;
+  std::optional<std::uint64_t> disk_mb;
+  std::optional<std::int64_t> ttl_sec;
+  std::vector<std::string> mounts;  // HOST:BOX[:ro|rw]
+  std::vector<std::string> skills;  // NAME=DIR
   bool quiet = false;
 };
 int session_create(const Globals& g, const SessionCreateArgs& a);
@@ -95,6 +99,8 @@ int session_show(const Globals& g, const std::string& id);
 int session_rm(const Globals& g, const std::string& id, bool archive);
 // POST /v1/sessions/{id}/restore {"archive": archive}; prints the new session as JSON.
 int session_restore(const Globals& g, const std::string& id, const std::string& archive);
+// POST /v1/sessions/{id}/{suspend|resume|keepalive}; prints "ID STATE".
+int session_lifecycle(const Globals& g, const std::string& id, const std::string& action);
 
 struct ExecArgs {
   std::string session;

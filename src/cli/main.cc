@@ -54,6 +54,17 @@ int main(int argc, char** argv) {
   add_optional(s_create, "--memory-mb", create.memory_mb, "memory limit in MiB");
   add_optional(s_create, "--cpu-percent", create.cpu_percent, "CPU limit, 100 = one core");
   add_optional(s_create, "--max-pids", create.max_pids, "process limit");
+  add_optional(s_create, "--disk-mb", create.disk_mb, "workspace size cap in MiB");
+  add_optional(s_create, "--ttl", create.ttl_sec,
+               "idle seconds before the server suspends it (0: never)");
+  s_create
+      ->add_option("--mount", create.mounts,
+                   "host dir mounted in the box, HOST:BOX[:ro|rw] (default rw; repeatable)")
+      ->allow_extra_args(false);
+  s_create
+      ->add_option("--skill", create.skills,
+                   "skill NAME=DIR, mounted read-only at /workspace/.skills/NAME (repeatable)")
+      ->allow_extra_args(false);
   s_create->add_flag("-q,--quiet", create.quiet, "print only the session id");
   s_create->callback([&] { run = [&] { return session_create(g, create); }; });
 
@@ -87,6 +98,18 @@ int main(int argc, char** argv) {
       ->required();
   s_restore->callback(
       [&] { run = [&] { return session_restore(g, restore_id, restore_archive); }; });
+
+  std::string life_id;
+  for (const char* action : {"suspend", "resume", "keepalive"}) {
+    std::string help = std::string(action) == "suspend"
+                           ? "stop the box (processes end, the workspace stays); any use resumes"
+                       : std::string(action) == "resume" ? "start a suspended session's box again"
+                                                         : "mark a session used (resets its TTL)";
+    CLI::App* sub = session->add_subcommand(action, help);
+    sub->add_option("id", life_id, "session id")->required();
+    sub->callback(
+        [&, action] { run = [&, action] { return session_lifecycle(g, life_id, action); }; });
+  }
 
   // ---- exec ----
   ExecArgs ex;

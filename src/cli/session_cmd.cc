@@ -37,6 +37,51 @@ std::string field(const json& j, const char* key) {
   return it->dump();
 }
 
+// "HOST:BOX[:ro|rw]" -> {"host_path","mount_path","mode"}.
+Result<json> parse_mount(const std::string& spec) {
+  std::string host = spec, box, mode = "rw";
+  auto first = spec.find(':');
+  if (first == std::string::npos) {
+    return fail(Code::kInvalid, "--mount " + spec + ": expected HOST:BOX[:ro|rw]");
+  }
+  host = spec.substr(0, first);
+  box = spec.substr(first + 1);
+  if (auto last = box.rfind(':'); last != std::string::npos) {
+    std::string tail = box.substr(last + 1);
+    if (tail != "ro" && tail != "rw") {
+      return fail(Code::kInvalid, "--mount " + spec + ": mode must be ro or rw, not " + tail);
+    }
+    mode = tail;
+    box = box.substr(0, last);
+  }
+  if (host.empty() || box.empty()) {
+    return fail(Code::kInvalid, "--mount " + spec + ": expected HOST:BOX[:ro|rw]");
+  }
+  return json{{"host_path", host}, {"mount_path", box}, {"mode", mode}};
+}
+
+// "2026-11-21T22:00:00Z" -> seconds since the epoch, or -1.
+std::int64_t parse_utc(const std::string& s) {
+  std::tm tm{};
+  if (s.size() < 19 || ::strptime(s.c_str(), "%Y-%m-%dT%H:%M:%S", &tm) == nullptr) return -1;
+  return static_cast<std::int64_t>(::timegm(&tm));
+}
+
+// Seconds as "45s", "12m", "3h", "2d".
+std::string human_duration(std::int64_t secs) {
+  if (secs < 0) return "-";
+  if (secs < 120) return std::to_string(secs) + "s";
+  if (secs < 7200) return std::to_string(secs / 60) + "m";
+  if (secs < 172800) return std::to_string(secs / 3600) + "h";
+  return std::to_string(secs / 86400) + "d";
+}
+
+std::string since(const json& j, const char* key, std::int64_t now) {
+  std::string t = field(j, key);
+  std::int64_t at = parse_utc(t);
+  return at < 0 ? "-" : human_duration(std::max<std::int64_t>(0, now - at));
+}
+
 std::string labels_of(const json& j) {
   auto it = j.find("labels");
   if (it == j.end() || !it->is_object() || it->empty()) return "-";
@@ -92,7 +137,24 @@ int session_create(const Globals& g, const SessionCreateArgs& a) {
   if (a.memory_mb) limits["memory_mb"] = *a.memory_mb;
   if (a.cpu_percent) limits["cpu_percent"] = *a.cpu_percent;
   if (a.max_pids) limits["max_pids"] = *a.max_pids;
+  if (a.disk_mb) limits["disk_mb"] = *a.disk_mb;
   if (!limits.empty()) body["limits"] = limits;
+  if (a.ttl_sec) {
+    if (*a.ttl_sec < 0) return usage("--ttl: must be >= 0 (0: never)");
+    body["ttl_sec"] = *a.ttl_sec;
+  }
+  if (!a.mounts.empty()) {
+    json mounts = json::array();
+    for (const std::string& m : a.mounts) {
+      auto parsed = parse_mount(m);
+      if (!parsed) return usage(parsed.error().message);
+      mounts.push_back(*parsed);
+    }
+    body["mounts"] = std::move(mounts);
+  }
+  auto skills = parse_pairs(a.skills, "--skill");
+  if (!skills) return usage(skills.error().message);
+  if (!skills->empty()) body["skills"] = *skills;
 
   client::Client c(g.options());
   auto r =
@@ -125,11 +187,13 @@ int session_ls(const Globals& g, bool as_json) {
     return report(Error::make(Code::kInternal, "server reply has no \"sessions\" array"));
   }
   std::vector<std::vector<std::string>> rows{
-      {"ID", "STATE", "BACKEND", "UID", "CREATED", "LAST-USED", "LABELS"}};
+      {"ID", "STATE", "BACKEND", "UID", "AGE", "IDLE", "TTL", "LABELS"}};
+  const std::int64_t now = static_cast<std::int64_t>(::time(nullptr));
   for (const json& s : *sessions) {
     if (!s.is_object()) continue;
     rows.push_back({field(s, "id"), field(s, "state"), field(s, "backend"), field(s, "uid"),
-                    field(s, "created_at"), field(s, "last_used_at"), labels_of(s)});
+                    since(s, "created_at", now), since(s, "last_used_at", now), field(s, "ttl_sec"),
+                    labels_of(s)});
   }
   print_table(rows);
   return kExitOk;
@@ -156,6 +220,17 @@ int session_rm(const Globals& g, const std::string& id, bool archive) {
     if (!j) return kExitError;
     std::cout << field(*j, "archive") << '\n';
   }
+  return kExitOk;
+}
+
+int session_lifecycle(const Globals& g, const std::string& id, const std::string& action) {
+  client::Client c(g.options());
+  auto r = c.request("POST", session_target(id) + "/" + action, "{}");
+  if (!r) return report(r.error());
+  if (!ok(*r)) return report(*r);
+  auto j = parse_reply(*r);
+  if (!j) return kExitError;
+  std::cout << field(*j, "id") << ' ' << field(*j, "state") << '\n';
   return kExitOk;
 }
 

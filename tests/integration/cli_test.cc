@@ -264,7 +264,7 @@ TEST_F(CliTest, SessionCreateLsShowRm) {
   std::istringstream lines(ls.out);
   std::string header, row;
   std::getline(lines, header);
-  for (const char* col : {"ID", "STATE", "BACKEND", "UID", "CREATED", "LAST-USED", "LABELS"}) {
+  for (const char* col : {"ID", "STATE", "BACKEND", "UID", "AGE", "IDLE", "TTL", "LABELS"}) {
     EXPECT_NE(header.find(col), std::string::npos) << header;
   }
   bool found = false;
@@ -290,6 +290,51 @@ TEST_F(CliTest, SessionCreateLsShowRm) {
   EXPECT_EQ(gone.err.rfind("agentbox: ENOENT: ", 0), 0u) << gone;
   EXPECT_NE(gone.err.find("cli-s1"), std::string::npos) << gone;
   EXPECT_TRUE(gone.out.empty());
+}
+
+TEST_F(CliTest, SessionSuspendResumeKeepaliveTtlMountsAndSkills) {
+  CliRun c = cli({"session", "create", "cli-life", "--ttl", "600", "--label", "k=v", "-q"});
+  ASSERT_EQ(c.code, 0) << c;
+  ASSERT_EQ(cli({"exec", "cli-life", "--", "sh", "-c", "echo kept > kept.txt"}).code, 0);
+  CliRun s = cli({"session", "suspend", "cli-life"});
+  ASSERT_EQ(s.code, 0) << s;
+  EXPECT_EQ(s.out, "cli-life suspended\n");
+  CliRun ls = cli({"session", "ls"});
+  bool found = false;
+  std::istringstream lines(ls.out);
+  for (std::string row; std::getline(lines, row);) {
+    if (row.rfind("cli-life ", 0) != 0) continue;
+    found = true;
+    EXPECT_NE(row.find("suspended"), std::string::npos) << row;
+    EXPECT_NE(row.find(" 600 "), std::string::npos) << row;  // TTL
+    EXPECT_NE(row.find("k=v"), std::string::npos) << row;
+    EXPECT_NE(row.find("0s"), std::string::npos) << row;  // age / idle of a fresh session
+  }
+  EXPECT_TRUE(found) << ls;
+  CliRun k = cli({"session", "keepalive", "cli-life"});
+  ASSERT_EQ(k.code, 0) << k;
+  EXPECT_EQ(k.out, "cli-life suspended\n");
+  CliRun r = cli({"session", "resume", "cli-life"});
+  ASSERT_EQ(r.code, 0) << r;
+  EXPECT_EQ(r.out, "cli-life running\n");
+  CliRun cat = cli({"cat", "cli-life:kept.txt"});
+  EXPECT_EQ(cat.out, "kept\n") << cat;
+  CliRun missing = cli({"session", "suspend", "cli-nobody"});
+  EXPECT_EQ(missing.code, 1) << missing;
+  EXPECT_EQ(missing.err.rfind("agentbox: ENOENT: ", 0), 0u) << missing;
+
+  // --mount and --skill reach the server, which names the refused field (this daemon allows
+  // no host mounts); a malformed --mount is a usage error.
+  CliRun m = cli({"session", "create", "cli-m", "--mount", daemon_->temp_dir() + ":/data:ro"});
+  EXPECT_EQ(m.code, 1) << m;
+  EXPECT_NE(m.err.find("EACCES"), std::string::npos) << m;
+  EXPECT_NE(m.err.find("mounts[0].host_path"), std::string::npos) << m;
+  CliRun sk = cli({"session", "create", "cli-m", "--skill", "web=" + daemon_->temp_dir()});
+  EXPECT_EQ(sk.code, 1) << sk;
+  EXPECT_NE(sk.err.find("skills.web"), std::string::npos) << sk;
+  EXPECT_EQ(cli({"session", "create", "cli-m", "--mount", "/srv/data"}).code, 2);
+  EXPECT_EQ(cli({"session", "create", "cli-m", "--mount", "/a:/b:rx"}).code, 2);
+  EXPECT_EQ(cli({"session", "show", "cli-m"}).code, 1);
 }
 
 TEST_F(CliTest, SessionRmArchivePrintsThePathAndRestoreBringsItBack) {
