@@ -10,6 +10,8 @@
 //   sessions  new session -> first exec completes, 100 sessions, p50/p99
 //   idle      1,000 idle sessions: memory per session (init RSS + cgroup usage), daemon RSS
 //   rate      execs/s across 100 sessions vs the bare posix_spawn rate, on all cores
+//   lifecycle suspend + resume round trip; daemon restart with 1,000 sessions in the database
+//             (time to ready) vs an empty one; exec latency with persistence on vs off
 
 #include <fcntl.h>
 #include <signal.h>
@@ -53,7 +55,9 @@ double percentile(std::vector<double> v, double p) {
   std::size_t i = static_cast<std::size_t>(p * static_cast<double>(v.size() - 1) + 0.5);
   return v[std::min(i, v.size() - 1)];
 }
-double median(std::vector<double> v) { return percentile(std::move(v), 0.5); }
+double median(std::vector<double> v) {
+  return percentile(std::move(v), 0.5);
+}
 
 // The daemon the current section runs (0: none), so that die() does not leave it behind.
 pid_t g_daemon_pid = 0;
@@ -107,33 +111,50 @@ long rss_kib(pid_t pid) {
 // The daemon under test: started on port 0 with a fresh data dir, stopped with SIGTERM.
 class Daemon {
  public:
-  Daemon(const std::string& bin, const std::string& backend, const std::vector<std::string>& extra) {
-    dir_ = fs::temp_directory_path() / ("agentbox-bench-" + std::to_string(getpid()));
-    fs::remove_all(dir_);
+  // `dir` empty: a fresh one of this bench process. A given dir is reused as it is (its data
+  // dir included: a restart) and kept when the daemon stops.
+  Daemon(const std::string& bin, const std::string& backend, const std::vector<std::string>& extra,
+         fs::path dir = {}) {
+    if (dir.empty()) {
+      static int n = 0;
+      dir_ = fs::temp_directory_path() /
+             ("agentbox-bench-" + std::to_string(getpid()) + "-" + std::to_string(n++));
+      fs::remove_all(dir_);
+      remove_dir_ = true;
+    } else {
+      dir_ = dir;
+    }
     fs::create_directories(dir_);
     std::string ready = (dir_ / "ready").string();
-    std::vector<std::string> args = {bin,           "--listen",  "127.0.0.1:0",
-                                     "--data-dir",  (dir_ / "data").string(),
-                                     "--backend",   backend,     "--ready-file",
-                                     ready,         "--log-level", "warn"};
+    fs::remove(ready);
+    started_ = Clock::now();
+    std::vector<std::string> args = {
+        bin,         "--listen", "127.0.0.1:0",  "--data-dir", (dir_ / "data").string(),
+        "--backend", backend,    "--ready-file", ready,        "--log-level",
+        "warn"};
     args.insert(args.end(), extra.begin(), extra.end());
     std::vector<char*> argv;
     for (auto& a : args) argv.push_back(a.data());
     argv.push_back(nullptr);
-    if (posix_spawn(&pid_, argv[0], nullptr, nullptr, argv.data(), environ) != 0) {
-      die("cannot start " + bin);
-    }
+    // Its usage hint (stdout) would interleave with the figures; warnings (stderr) stay.
+    posix_spawn_file_actions_t fa;
+    posix_spawn_file_actions_init(&fa);
+    posix_spawn_file_actions_addopen(&fa, 1, "/dev/null", O_WRONLY, 0);
+    int rc = posix_spawn(&pid_, argv[0], &fa, nullptr, argv.data(), environ);
+    posix_spawn_file_actions_destroy(&fa);
+    if (rc != 0) die("cannot start " + bin);
     g_daemon_pid = pid_;
-    for (int i = 0; i < 1000; ++i) {
+    for (int i = 0; i < 60000; ++i) {
       std::ifstream f(ready);
       std::string addr;
       if (f && std::getline(f, addr) && !addr.empty()) {
         url_ = "http://" + addr;
+        ready_ms_ = ms_since(started_);
         return;
       }
       int st;
       if (waitpid(pid_, &st, WNOHANG) == pid_) die("agentboxd exited at startup");
-      usleep(10000);
+      usleep(1000);
     }
     die("agentboxd did not become ready");
   }
@@ -143,19 +164,26 @@ class Daemon {
     waitpid(pid_, &st, 0);
     g_daemon_pid = 0;
     std::error_code ec;
-    fs::remove_all(dir_, ec);
+    if (remove_dir_) fs::remove_all(dir_, ec);
   }
   const std::string& url() const { return url_; }
+  // From spawn to the ready file naming the bound address.
+  double ready_ms() const { return ready_ms_; }
   pid_t pid() const { return pid_; }
   fs::path dir() const { return dir_; }
 
  private:
   fs::path dir_;
+  bool remove_dir_ = false;
   pid_t pid_ = -1;
   std::string url_;
+  Clock::time_point started_;
+  double ready_ms_ = 0;
 };
 
-Client make_client(const Daemon& d) { return Client(ClientOptions{.server = d.url()}); }
+Client make_client(const Daemon& d) {
+  return Client(ClientOptions{.server = d.url()});
+}
 
 void create_session(Client& c, const std::string& id) {
   nlohmann::json body = {{"id", id}};
@@ -205,11 +233,14 @@ void section_exec(const Daemon& d, const std::string& backend, int n) {
 
   if (backend != "ns") return;
   // bubblewrap with every namespace unshared and a minimal read-only system, per command.
-  std::vector<std::string> bwrap = {"bwrap", "--unshare-all", "--die-with-parent",
-                                    "--ro-bind", "/usr", "/usr", "--symlink", "usr/bin", "/bin",
-                                    "--symlink", "usr/lib", "/lib", "--symlink", "usr/lib64",
-                                    "/lib64", "--proc", "/proc", "--dev", "/dev", "--tmpfs",
-                                    "/tmp", "/bin/true"};
+  std::vector<std::string> bwrap = {"bwrap",     "--unshare-all", "--die-with-parent",
+                                    "--ro-bind", "/usr",          "/usr",
+                                    "--symlink", "usr/bin",       "/bin",
+                                    "--symlink", "usr/lib",       "/lib",
+                                    "--symlink", "usr/lib64",     "/lib64",
+                                    "--proc",    "/proc",         "--dev",
+                                    "/dev",      "--tmpfs",       "/tmp",
+                                    "/bin/true"};
   auto bw = time_spawns(bwrap, std::max(20, n / 5));
   if (bw.empty()) {
     row("bwrap --unshare-all ... /bin/true", 0, "ms", "FAILED to run");
@@ -219,9 +250,9 @@ void section_exec(const Daemon& d, const std::string& backend, int n) {
         ratio_note(m_bw / m_api, ">= 3 (bwrap / agentbox)"));
   }
   // Seed 001's way: a mount+pid namespace and setpriv to the agent's uid, per command.
-  std::vector<std::string> seed = {"unshare", "--mount", "--pid", "--fork", "setpriv",
-                                   "--reuid=12345", "--regid=12345", "--clear-groups",
-                                   "/bin/true"};
+  std::vector<std::string> seed = {"unshare",       "--mount",        "--pid",
+                                   "--fork",        "setpriv",        "--reuid=12345",
+                                   "--regid=12345", "--clear-groups", "/bin/true"};
   auto sd = time_spawns(seed, std::max(20, n / 5));
   if (!sd.empty()) {
     double m_sd = median(sd);
@@ -256,8 +287,9 @@ void section_files(const Daemon& d, std::uint64_t mb) {
   create_session(c, "bench-files");
   for (int round = 0; round < 3; ++round) {
     auto t0 = Clock::now();
-    spawn_wait({"sh", "-c", "cat '" + src.string() + "' > '" + dst.string() + "' && sync '" +
-                                dst.string() + "'"});
+    spawn_wait(
+        {"sh", "-c",
+         "cat '" + src.string() + "' > '" + dst.string() + "' && sync '" + dst.string() + "'"});
     cat_up.push_back(ms_since(t0));
     t0 = Clock::now();
     spawn_wait({"sh", "-c", "cat '" + dst.string() + "' > /dev/null"});
@@ -269,7 +301,8 @@ void section_files(const Daemon& d, std::uint64_t mb) {
     auto r = c.upload("PUT", "/v1/sessions/bench-files/files?path=/workspace/big.bin", size,
                       [fd](char* p, std::size_t n) -> agentbox::Result<std::size_t> {
                         ssize_t got = ::read(fd, p, n);
-                        if (got < 0) return std::unexpected(agentbox::Error::from_errno(errno, "read"));
+                        if (got < 0)
+                          return std::unexpected(agentbox::Error::from_errno(errno, "read"));
                         return static_cast<std::size_t>(got);
                       });
     api_up.push_back(ms_since(t0));
@@ -381,9 +414,7 @@ void section_rate(const Daemon& d, int sessions, double seconds) {
     std::atomic<bool> stop{false};
     std::vector<std::thread> ts;
     for (unsigned t = 0; t < threads; ++t) {
-      ts.emplace_back([&, t] {
-        body(t, done, stop);
-      });
+      ts.emplace_back([&, t] { body(t, done, stop); });
     }
     std::this_thread::sleep_for(std::chrono::duration<double>(seconds));
     stop = true;
@@ -406,7 +437,110 @@ void section_rate(const Daemon& d, int sessions, double seconds) {
   row("bare posix_spawn /bin/true", bare, "/s");
   row("agentbox exec across sessions", api, "/s", ratio_note(api / bare, ">= 0.7"));
   Client c = make_client(d);
-  for (int i = 0; i < sessions; ++i) c.request("DELETE", "/v1/sessions/bench-rate-" + std::to_string(i));
+  for (int i = 0; i < sessions; ++i)
+    c.request("DELETE", "/v1/sessions/bench-rate-" + std::to_string(i));
+}
+
+void post_ok(Client& c, const std::string& target) {
+  auto r = c.request("POST", target, "{}");
+  if (!r || r->status != 200) die("POST " + target + ": " + (r ? r->body : r.error().message));
+}
+
+void section_lifecycle(const std::string& bin, const std::string& backend, int n_sessions,
+                       int iters) {
+  std::printf("\n[lifecycle] suspend/resume, restart with %d sessions, cost of persistence\n",
+              n_sessions);
+  {
+    Daemon d(bin, backend, {});
+    Client c = make_client(d);
+    create_session(c, "bench-life");
+    exec_true(c, "bench-life");
+    std::vector<double> suspend, resume;
+    for (int i = 0; i < iters; ++i) {
+      auto t0 = Clock::now();
+      post_ok(c, "/v1/sessions/bench-life/suspend");
+      suspend.push_back(ms_since(t0));
+      t0 = Clock::now();
+      if (!exec_true(c, "bench-life")) die("exec after suspend failed");  // resumes, then runs
+      resume.push_back(ms_since(t0));
+    }
+    row("suspend (box down, processes gone)", median(suspend), "ms");
+    row("resume + first exec of /bin/true", median(resume), "ms");
+    row("suspend + resume round trip", median(suspend) + median(resume), "ms");
+  }
+  {
+    // Persistence on (the default) vs off, the same exec interleaved in blocks so that the
+    // machine's noise hits both alike.
+    Daemon on(bin, backend, {});
+    Daemon off(bin, backend, {"--no-persist"});
+    Client con = make_client(on), coff = make_client(off);
+    create_session(con, "p");
+    create_session(coff, "p");
+    for (int i = 0; i < 20; ++i) exec_true(con, "p"), exec_true(coff, "p");
+    std::vector<double> t_on, t_off;
+    for (int block = 0; block < 10; ++block) {
+      for (int i = 0; i < iters; ++i) {
+        auto t0 = Clock::now();
+        if (!exec_true(con, "p")) die("exec failed");
+        t_on.push_back(ms_since(t0));
+      }
+      for (int i = 0; i < iters; ++i) {
+        auto t0 = Clock::now();
+        if (!exec_true(coff, "p")) die("exec failed");
+        t_off.push_back(ms_since(t0));
+      }
+    }
+    row("exec /bin/true, persistence off (--no-persist)", median(t_off), "ms");
+    row("exec /bin/true, persistence on (SQLite)", median(t_on), "ms",
+        ratio_note(median(t_on) / median(t_off), "<= 1.05"));
+  }
+  {
+    // Time to ready: an empty data dir vs one holding n_sessions sessions.
+    fs::path dir =
+        fs::temp_directory_path() / ("agentbox-bench-restart-" + std::to_string(getpid()));
+    fs::remove_all(dir);
+    double empty_ms;
+    {
+      Daemon d(bin, backend, {}, dir);
+      empty_ms = d.ready_ms();
+      Client c = make_client(d);
+      for (int i = 0; i < n_sessions; ++i) {
+        create_session(c, "r" + std::to_string(i));
+        // Keep the box count low: a suspended session is all the restart has to load.
+        post_ok(c, "/v1/sessions/r" + std::to_string(i) + "/suspend");
+      }
+    }
+    std::vector<double> full;
+    for (int i = 0; i < 5; ++i) {
+      Daemon d(bin, backend, {}, dir);
+      full.push_back(d.ready_ms());
+      if (i == 0) {
+        Client c = make_client(d);
+        auto r = c.request("GET", "/v1/sessions");
+        std::size_t n = 0;
+        for (std::size_t p = 0; r && (p = r->body.find("\"id\":", p)) != std::string::npos; ++p)
+          ++n;
+        if (n != static_cast<std::size_t>(n_sessions)) {
+          die("restart brought back " + std::to_string(n) + " sessions, not " +
+              std::to_string(n_sessions));
+        }
+      }
+    }
+    std::vector<double> empty;
+    empty.push_back(empty_ms);
+    fs::path dir0 = dir.string() + "-empty";
+    for (int i = 0; i < 4; ++i) {
+      fs::remove_all(dir0);
+      Daemon d(bin, backend, {}, dir0);
+      empty.push_back(d.ready_ms());
+    }
+    row("daemon start to ready, empty data dir", median(empty), "ms");
+    row(("daemon start to ready, " + std::to_string(n_sessions) + " sessions in state.db").c_str(),
+        median(full), "ms", "all listed after the restart");
+    std::error_code ec;
+    fs::remove_all(dir, ec);
+    fs::remove_all(dir0, ec);
+  }
 }
 
 }  // namespace
@@ -420,7 +554,7 @@ int main(int argc, char** argv) {
   double rate_seconds = 5;
   app.add_option("--daemon", daemon, "agentboxd binary");
   app.add_option("--backend", backend, "backend to measure");
-  app.add_option("--section", sections, "exec files sessions idle rate")->delimiter(',');
+  app.add_option("--section", sections, "exec files sessions idle rate lifecycle")->delimiter(',');
   app.add_option("--iterations", iterations);
   app.add_option("--sessions", sessions);
   app.add_option("--idle", idle);
@@ -432,12 +566,20 @@ int main(int argc, char** argv) {
   Daemon d(daemon, backend, {});
   std::printf("agentbox-bench: backend %s, daemon %s\n", backend.c_str(), d.url().c_str());
   for (const auto& s : sections) {
-    if (s == "exec") section_exec(d, backend, iterations);
-    else if (s == "files") section_files(d, file_mb);
-    else if (s == "sessions") section_sessions(d, sessions);
-    else if (s == "idle") section_idle(d, idle);
-    else if (s == "rate") section_rate(d, sessions, rate_seconds);
-    else die("unknown section " + s);
+    if (s == "exec")
+      section_exec(d, backend, iterations);
+    else if (s == "files")
+      section_files(d, file_mb);
+    else if (s == "sessions")
+      section_sessions(d, sessions);
+    else if (s == "idle")
+      section_idle(d, idle);
+    else if (s == "rate")
+      section_rate(d, sessions, rate_seconds);
+    else if (s == "lifecycle")
+      section_lifecycle(daemon, backend, idle, 30);
+    else
+      die("unknown section " + s);
     std::fflush(stdout);
   }
   return 0;
