@@ -145,6 +145,28 @@ Result<sandbox::Limits> decode_limits(const json& obj, std::string_view key) {
   if (cpu) l.cpu_percent = static_cast<std::uint32_t>(*cpu);
   if (pids) l.max_pids = static_cast<std::uint32_t>(*pids);
   if (files) l.max_open_files = static_cast<std::uint32_t>(*files);
+  // SECURITY: the cgroup drivers read 0 as "no limit", so a 0 here would lift the cap rather
+  // than tighten it; and a box needs room for its init and one command. Floors, not defaults.
+  struct Floor {
+    const char* name;
+    std::optional<std::uint64_t> value;
+    std::uint64_t min;
+    std::uint64_t max;
+  };
+  const Floor floors[] = {
+      {"memory_mb", l.memory_mb, 16, kBig},
+      {"cpu_percent", l.cpu_percent, 1, k32},
+      {"max_pids", l.max_pids, 8, k32},
+      {"disk_mb", l.disk_mb, 16, kBig},
+      {"max_open_files", l.max_open_files, 16, 1u << 20},  // fs.nr_open's default ceiling
+  };
+  for (const Floor& f : floors) {
+    if (f.value && (*f.value < f.min || *f.value > f.max)) {
+      return bad_field(std::string(key) + "." + f.name, "must be between " +
+                                                            std::to_string(f.min) + " and " +
+                                                            std::to_string(f.max));
+    }
+  }
   return l;
 }
 

@@ -41,7 +41,7 @@ TEST_F(SessionsApi, CreateIsIdempotentAndReturnsTheSessionObject) {
   EXPECT_EQ(second.body["limits"]["memory_mb"], 512);
   // Asking for something else under the same id is a conflict naming the field, not a silent
   // success with other limits than asked for.
-  auto clash = api_.post("/v1/sessions", {{"id", "group_123"}, {"limits", {{"memory_mb", 1}}}});
+  auto clash = api_.post("/v1/sessions", {{"id", "group_123"}, {"limits", {{"memory_mb", 1024}}}});
   ASSERT_EQ(clash.status, 409) << clash;
   EXPECT_EQ(clash.code(), "EEXIST");
   EXPECT_NE(clash.message().find("limits.memory_mb"), std::string::npos) << clash;
@@ -156,6 +156,17 @@ TEST_F(SessionsApi, MalformedBodiesNameTheBadField) {
   auto negative = api_.post("/v1/sessions", {{"id", "x"}, {"limits", {{"max_pids", -1}}}});
   EXPECT_EQ(negative.status, 400);
   EXPECT_NE(negative.message().find("'limits.max_pids'"), std::string::npos) << negative;
+
+  // 0 would mean "no limit" to a cgroup: refused, like anything below what a box needs.
+  for (const char* f : {"memory_mb", "max_pids", "cpu_percent", "max_open_files", "disk_mb"}) {
+    auto zero = api_.post("/v1/sessions", {{"id", "x"}, {"limits", {{f, 0}}}});
+    EXPECT_EQ(zero.status, 400) << f << ": " << zero;
+    EXPECT_NE(zero.message().find(std::string("'limits.") + f + "'"), std::string::npos) << zero;
+    EXPECT_NE(zero.message().find("between"), std::string::npos) << zero;
+  }
+  auto files = api_.post("/v1/sessions", {{"id", "x"}, {"limits", {{"max_open_files", 1 << 21}}}});
+  EXPECT_EQ(files.status, 400) << files;
+  EXPECT_EQ(api_.get("/v1/sessions/x").status, 404);
 
   auto net = api_.post("/v1/sessions", {{"id", "x"}, {"network", {{"mode", "everything"}}}});
   EXPECT_EQ(net.status, 400);
