@@ -95,6 +95,18 @@ TEST_F(QuotaDiskTest, AttachIsIdempotentAndAReattachKeepsTheFiles) {
   // A host reboot (or a lost mount) and a new attach: the same image comes back.
   ASSERT_EQ(::umount2(mnt_.c_str(), 0), 0);
   EXPECT_FALSE(fs::exists(mnt_ + "/kept"));
+  // The kernel releases an autoclear loop device asynchronously (its last writes to the image
+  // included); a reboot would have waited for it, so the test does too.
+  auto attached = [&] {
+    for (const auto& e : fs::directory_iterator("/sys/block")) {
+      std::ifstream f(e.path() / "loop/backing_file");
+      std::string b;
+      if (std::getline(f, b) && b == img_) return true;
+    }
+    return false;
+  };
+  for (int i = 0; i < 500 && attached(); ++i) ::usleep(10000);
+  ASSERT_FALSE(attached()) << "the loop device of " << img_ << " was not released";
   ASSERT_TRUE(attach_quota_disk(spec(16)));
   std::ifstream in(mnt_ + "/kept");
   std::string s;
