@@ -345,39 +345,72 @@ void section_sessions(const Daemon& d, int n) {
   for (int i = 0; i < n; ++i) c.request("DELETE", "/v1/sessions/bench-new-" + std::to_string(i));
 }
 
-// Sum of VmRSS over processes named agentbox-init (the boxes' pid 1s).
-std::pair<long, int> init_rss_kib() {
-  long total = 0;
-  int count = 0;
+// The parent pid field of /proc/<pid>/stat (-1 if unreadable).
+pid_t ppid_of(pid_t pid) {
+  std::ifstream f("/proc/" + std::to_string(pid) + "/stat");
+  std::string stat;
+  std::getline(f, stat);
+  auto rp = stat.rfind(')');
+  if (rp == std::string::npos) return -1;
+  std::istringstream rest(stat.substr(rp + 2));
+  char state;
+  long ppid = -1;
+  rest >> state >> ppid;
+  return static_cast<pid_t>(ppid);
+}
+
+// This daemon's box inits: processes named agentbox-init whose parent is the daemon (it clones
+// them), so boxes of other daemons on the machine are not counted.
+std::vector<pid_t> box_inits_of(pid_t daemon) {
+  std::vector<pid_t> out;
   for (const auto& e : fs::directory_iterator("/proc")) {
     std::string name = e.path().filename();
     if (name.empty() || !std::isdigit(static_cast<unsigned char>(name[0]))) continue;
     std::ifstream f(e.path() / "comm");
     std::string comm;
     if (f && std::getline(f, comm) && comm == "agentbox-init") {
-      long r = rss_kib(std::stoi(name));
-      if (r > 0) total += r, ++count;
+      pid_t pid = std::stoi(name);
+      if (ppid_of(pid) == daemon) out.push_back(pid);
     }
   }
-  return {total, count};
+  return out;
 }
 
-// Memory charged to the boxes' cgroups: v1 memory hierarchy or v2 unified, under agentbox/.
-long cgroup_usage_kib() {
-  for (const char* p : {"/sys/fs/cgroup/memory/agentbox/memory.usage_in_bytes",
-                        "/sys/fs/cgroup/agentbox/memory.current",
-                        "/sys/fs/cgroup/unified/agentbox/memory.current"}) {
-    std::ifstream f(p);
+// Memory charged to the box cgroup of an init (bytes), -1 if not found. The box cgroup is read
+// from the init's /proc/<pid>/cgroup, wherever the daemon put it (its parent is named after its
+// runtime dir, "agentbox-<hash>"): v1, the init's memory cgroup; v2, the parent of the init's
+// leaf (<box>/init).
+long long box_cgroup_usage_bytes(pid_t init) {
+  std::ifstream f("/proc/" + std::to_string(init) + "/cgroup");
+  std::string v1, v2;
+  for (std::string line; std::getline(f, line);) {
+    auto a = line.find(':'), b = line.find(':', a + 1);
+    if (a == std::string::npos || b == std::string::npos) continue;
+    std::string ctl = line.substr(a + 1, b - a - 1), path = line.substr(b + 1);
+    std::istringstream ctls(ctl);
+    for (std::string c; std::getline(ctls, c, ',');) {
+      if (c == "memory") v1 = path;
+    }
+    if (ctl.empty()) v2 = path;
+  }
+  std::vector<std::string> candidates;
+  if (!v1.empty()) candidates.push_back("/sys/fs/cgroup/memory" + v1 + "/memory.usage_in_bytes");
+  if (!v2.empty() && v2.size() > 5 && v2.compare(v2.size() - 5, 5, "/init") == 0) {
+    const std::string box = v2.substr(0, v2.size() - 5);
+    candidates.push_back("/sys/fs/cgroup" + box + "/memory.current");
+    candidates.push_back("/sys/fs/cgroup/unified" + box + "/memory.current");
+  }
+  for (const auto& p : candidates) {
+    std::ifstream u(p);
     long long v;
-    if (f >> v) return static_cast<long>(v / 1024);
+    if (u >> v) return v;
   }
   return -1;
 }
 
-void section_idle(const Daemon& d, int n) {
+void section_idle(const Daemon& d, const std::string& backend, int n) {
   std::printf("\n[idle] %d live idle sessions\n", n);
   Client c = make_client(d);
-  long base_cg = cgroup_usage_kib();
   long base_rss = rss_kib(d.pid());
   auto t0 = Clock::now();
   for (int i = 0; i < n; ++i) {
@@ -387,15 +420,34 @@ void section_idle(const Daemon& d, int n) {
   }
   double secs = ms_since(t0) / 1000.0;
   std::this_thread::sleep_for(std::chrono::seconds(1));
-  auto [init_kib, inits] = init_rss_kib();
-  long cg = cgroup_usage_kib();
+  long init_kib = 0;
+  long long cg_bytes = 0;
+  int inits = 0, cgroups = 0;
+  for (pid_t init : box_inits_of(d.pid())) {
+    long r = rss_kib(init);
+    if (r > 0) init_kib += r, ++inits;
+    long long u = box_cgroup_usage_bytes(init);
+    if (u >= 0) cg_bytes += u, ++cgroups;
+  }
   long rss = rss_kib(d.pid());
   row("sessions created (with one exec each)", n, "", "in " + std::to_string(secs) + " s");
-  if (inits > 0) row("init processes found", inits, "");
+  if (backend == "ns") {
+    // Each session has a box: its init and its cgroup must both be found, or the per-session
+    // figure below would silently leave a part out.
+    if (inits != n)
+      die("found " + std::to_string(inits) + " box inits of the daemon, want " + std::to_string(n));
+    if (cgroups != n)
+      die("found the memory cgroup of " + std::to_string(cgroups) + " of " + std::to_string(n) +
+          " boxes");
+    row("init processes found", inits, "");
+    row("box cgroups found", cgroups, "");
+    row("  init RSS per session", static_cast<double>(init_kib) / inits / 1024.0, "MiB");
+    row("  cgroup usage per session", static_cast<double>(cg_bytes) / cgroups / (1 << 20), "MiB");
+  }
   double per = 0;
-  if (inits > 0) per += static_cast<double>(init_kib) / inits;
-  if (cg >= 0 && base_cg >= 0) per += static_cast<double>(cg - base_cg) / n;
-  row("memory per session (init RSS + cgroup usage)", per / 1024.0, "MiB", "(target <= 2 MiB)");
+  if (inits > 0) per += static_cast<double>(init_kib) * 1024.0 / inits;
+  if (cgroups > 0) per += static_cast<double>(cg_bytes) / cgroups;
+  row("memory per session (init RSS + cgroup usage)", per / (1 << 20), "MiB", "(target <= 2 MiB)");
   row("daemon RSS", static_cast<double>(rss) / 1024.0, "MiB",
       "(+" + std::to_string((rss - base_rss) / 1024) + " MiB over idle)");
   for (int i = 0; i < n; ++i) c.request("DELETE", "/v1/sessions/bench-idle-" + std::to_string(i));
@@ -573,7 +625,7 @@ int main(int argc, char** argv) {
     else if (s == "sessions")
       section_sessions(d, sessions);
     else if (s == "idle")
-      section_idle(d, idle);
+      section_idle(d, backend, idle);
     else if (s == "rate")
       section_rate(d, sessions, rate_seconds);
     else if (s == "lifecycle")

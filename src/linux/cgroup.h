@@ -75,6 +75,15 @@ class Cgroup {
   // driver has no such fast path (v2: moving a process takes the daemon's add_process()).
   [[nodiscard]] virtual Result<std::vector<UniqueFd>> open_self_join() { return {}; }
 
+  // Moves every process in it and below into `target` (a cgroup of the same driver, e.g. the box
+  // an exec child belongs to) with this cgroup frozen, so a process that forks meanwhile cannot
+  // leave a child behind: v1 freezes with the freezer and moves each process into target's
+  // freezer hierarchy last (the kernel thaws it there, by which time it is wholly in target);
+  // v2 writes cgroup.freeze (a frozen task moved to an unfrozen cgroup is thawed). Thaws this
+  // cgroup afterwards, also on failure. Processes that exit meanwhile are skipped. kTimedOut if
+  // processes remain after ~2 s; kInvalid if target is from another driver.
+  [[nodiscard]] virtual Status move_processes_to(Cgroup& target) = 0;
+
   // Every pid in it and below (host pids, sorted, no duplicates).
   [[nodiscard]] virtual Result<std::vector<pid_t>> pids() = 0;
 

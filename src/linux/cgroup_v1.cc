@@ -91,6 +91,42 @@ class V1Cgroup final : public Cgroup {
     }
   }
 
+  Status move_processes_to(Cgroup& target) override {
+    auto* dst = dynamic_cast<V1Cgroup*>(&target);
+    if (dst == nullptr) {
+      return fail(Code::kInvalid, "move processes from " + dirs_[kFreezer] + " to " +
+                                      target.describe() + ": not a cgroup v1 target");
+    }
+    // Fast path, the common end of an exec: nothing left to move, so no freeze round trip. A
+    // cgroup that is empty stays empty: only its members' forks could populate it.
+    if (std::vector<pid_t> left; collect(left) && left.empty()) return {};
+    const auto deadline = Clock::now() + detail::kKillTimeout;
+    const std::string state = join(dirs_[kFreezer], "freezer.state");
+    if (auto st = detail::write_file(state, "FROZEN"); !st) return st;
+    Status result;
+    for (;;) {
+      // A task still FREEZING may fork once more: its child lands in this (freezing) cgroup and
+      // is found by the next listing.
+      wait_frozen(state, std::min(deadline, Clock::now() + std::chrono::milliseconds(200)));
+      std::vector<pid_t> pids;
+      if (result = collect(pids); !result || pids.empty()) break;
+      if (Clock::now() >= deadline) {
+        result = fail(Code::kTimedOut, "move processes from " + dirs_[kFreezer] + ": " +
+                                           std::to_string(pids.size()) + " processes left");
+        break;
+      }
+      for (pid_t pid : pids) {
+        result = dst->add_process_freezer_last(pid);
+        if (!result && result.error().code == Code::kNotFound) result = {};  // exited meanwhile
+        if (!result) break;
+      }
+      if (!result) break;
+    }
+    // Never leave the exec frozen, also on failure: its owner kills or removes it next.
+    if (auto st = detail::write_file(state, "THAWED"); !st && result) result = st;
+    return result;
+  }
+
   Result<std::vector<pid_t>> pids() override {
     std::vector<pid_t> out;
     if (auto st = collect(out); !st) return std::unexpected(std::move(st.error()));
@@ -152,6 +188,18 @@ class V1Cgroup final : public Cgroup {
   }
 
   const std::string& dir(Hier h) const { return dirs_[h]; }
+
+  // add_process() with the freezer hierarchy last, for a frozen process: it stays frozen (so it
+  // cannot fork into the hierarchies it has not left yet) until it is in every one of ours.
+  Status add_process_freezer_last(pid_t host_pid) {
+    for (std::size_t i = 0; i < kHierCount; ++i) {
+      const std::size_t h = (i + 1) % kHierCount;  // pids, memory, cpu, then freezer
+      if (auto st = detail::move_process(join(dirs_[h], "cgroup.procs"), host_pid); !st) {
+        return st;
+      }
+    }
+    return {};
+  }
 
  private:
   // Every hierarchy: a process moved in only some of them (by a failed add_process, or by root

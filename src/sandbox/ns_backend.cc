@@ -663,7 +663,10 @@ class NsSandbox final : public Sandbox {
   }
 
   // After a run: background jobs the command left (when it was not killed) move to the box
-  // cgroup, where they live until shutdown; then the exec's cgroup goes.
+  // cgroup, where they live until shutdown; then the exec's cgroup goes. The exec cgroup is
+  // frozen for the move (Cgroup::move_processes_to): moving pids from a listing while they run
+  // would miss children forked between the listing and the move, and the removal below would
+  // then kill them (and with them a job that keeps re-forking itself).
   void release_exec_cgroup(Pending& p) {
     bool killed;
     {
@@ -671,17 +674,9 @@ class NsSandbox final : public Sandbox {
       killed = p.killed;
     }
     if (!killed) {
-      for (int round = 0; round < 3; ++round) {
-        auto pids = p.cgroup->pids();
-        if (!pids || pids->empty()) break;
-        std::lock_guard lock(cgroup_mu_);
-        for (pid_t pid : *pids) {
-          // kNotFound: it exited meanwhile.
-          if (auto s = cgroup_->add_process(pid); !s && s.error().code != Code::kNotFound) {
-            spdlog::warn("ns box {}: keeping background process {}: {}", key_, pid,
-                         s.error().message);
-          }
-        }
+      std::lock_guard lock(cgroup_mu_);
+      if (auto s = p.cgroup->move_processes_to(*cgroup_); !s) {
+        spdlog::warn("ns box {}: keeping background processes: {}", key_, s.error().message);
       }
     }
     if (auto s = p.cgroup->destroy(); !s) {

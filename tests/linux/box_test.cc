@@ -4,6 +4,7 @@
 
 #include <dirent.h>
 #include <fcntl.h>
+#include <gtest/gtest.h>
 #include <poll.h>
 #include <signal.h>
 #include <sys/socket.h>
@@ -15,7 +16,7 @@
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
-#include <gtest/gtest.h>
+#include <functional>
 #include <sstream>
 #include <thread>
 
@@ -110,7 +111,14 @@ class BoxTest : public ::testing::Test {
   Result<std::unique_ptr<Box>> make_box(const BoxFsSpec& fs_spec, const std::string& key) {
     auto plan = plan_box_fs(fs_spec);
     if (!plan) return std::unexpected(plan.error());
-    plan_ = std::move(*plan);
+    return make_planned_box(std::move(*plan), key);
+  }
+
+  // A box from a plan made earlier; `tweak` may change the spec before the clone.
+  Result<std::unique_ptr<Box>> make_planned_box(
+      MountPlan plan, const std::string& key,
+      const std::function<void(BoxSpec&)>& tweak = nullptr) {
+    plan_ = std::move(plan);
     auto cg = driver_->create(key, CgroupLimits{});
     if (!cg) return std::unexpected(cg.error());
     cgroup_ = std::move(*cg);
@@ -121,6 +129,7 @@ class BoxTest : public ::testing::Test {
     spec.fs = &plan_;
     spec.seccomp = &seccomp_;
     spec.cgroup = cgroup_.get();
+    if (tweak) tweak(spec);
     return Box::create(spec);
   }
 
@@ -184,9 +193,7 @@ class BoxTest : public ::testing::Test {
     ::close(out[0]);
     ::close(err[0]);
     // Move survivors (background jobs) to the box cgroup and drop the exec's.
-    if (auto pids = (*exec_cg)->pids(); pids) {
-      for (pid_t p : *pids) (void)cgroup_->add_process(p);
-    }
+    EXPECT_TRUE((*exec_cg)->move_processes_to(*cgroup_));
     (void)(*exec_cg)->destroy();
     return r;
   }
@@ -388,6 +395,51 @@ TEST_F(BoxTest, InvalidBindsAreRejectedBeforeCloning) {
   p = plan_box_fs(s);
   ASSERT_FALSE(p);
   EXPECT_EQ(p.error().code, Code::kNotFound);
+}
+
+// The API error of a failed box names the setup step that failed (and for the filesystem, the
+// mount operation), so an operator can tell a vanished host dir from a kernel without a feature.
+TEST_F(BoxTest, SetupFailureNamesTheFailingStep) {
+  // A bind whose host dir vanishes between planning (which checks it exists) and the clone.
+  char gone[] = "/tmp/agentbox-boxtest-gone-XXXXXX";
+  ASSERT_NE(::mkdtemp(gone), nullptr);
+  BoxFsSpec s = fs_spec();
+  s.binds.push_back({gone, "/data/gone", true});
+  auto plan = plan_box_fs(s);
+  ASSERT_TRUE(plan) << plan.error().message;
+  ASSERT_EQ(::rmdir(gone), 0);
+  auto b = make_planned_box(std::move(*plan), "vanished");
+  ASSERT_FALSE(b);
+  EXPECT_EQ(b.error().code, Code::kNotFound) << b.error().message;
+  EXPECT_EQ(b.error().sys_errno, ENOENT) << b.error().message;
+  EXPECT_NE(b.error().message.find("box vanished setup step 'box filesystem: bind " +
+                                   std::string(gone) + " on /data/gone (ro,"),
+            std::string::npos)
+      << b.error().message;
+  // The half-made box is gone: nothing of it is left in its cgroup.
+  auto left = cgroup_->pids();
+  ASSERT_TRUE(left) << left.error().message;
+  EXPECT_TRUE(left->empty()) << left->size() << " processes left";
+
+  // A step after the filesystem: an oom_score_adj the kernel refuses (range -1000..1000).
+  auto plan2 = plan_box_fs(fs_spec());
+  ASSERT_TRUE(plan2) << plan2.error().message;
+  b = make_planned_box(std::move(*plan2), "badoom",
+                       [](BoxSpec& spec) { spec.init_oom_score_adj = 5000; });
+  ASSERT_FALSE(b);
+  EXPECT_EQ(b.error().sys_errno, EINVAL) << b.error().message;
+  EXPECT_NE(b.error().message.find("box badoom setup step 'oom_score_adj'"), std::string::npos)
+      << b.error().message;
+
+  // A step before it: the root's mountpoint is gone.
+  auto plan3 = plan_box_fs(fs_spec());
+  ASSERT_TRUE(plan3) << plan3.error().message;
+  b = make_planned_box(std::move(*plan3), "noroot",
+                       [this](BoxSpec& spec) { spec.root_mountpoint = mountpoint_ + "/missing"; });
+  ASSERT_FALSE(b);
+  EXPECT_EQ(b.error().sys_errno, ENOENT) << b.error().message;
+  EXPECT_NE(b.error().message.find("box noroot setup step 'root tmpfs'"), std::string::npos)
+      << b.error().message;
 }
 
 TEST_F(BoxTest, BackgroundJobsOutliveTheirExecAndDieWithTheBox) {

@@ -354,6 +354,58 @@ TEST_F(NsBackendTest, BackgroundJobsSurviveTheirExecUntilShutdown) {
   EXPECT_EQ(after.error().code, Code::kUnavailable);
 }
 
+// A background job that forks all the time survives the end of the exec that started it: the
+// daemon moves it out of the exec's cgroup with that cgroup frozen. Moving from a listing while
+// it runs misses what it forks meanwhile, and removing the exec cgroup then kills that. Two
+// shapes: a relay whose every generation forks the next and exits (the job lives only in its
+// newest process, so one missed child ends it), and a loop that forks sleeps.
+TEST_F(NsBackendTest, ForkingBackgroundJobSurvivesTheEndOfItsExec) {
+  const uid_t uid = 42012;
+  Sandbox& s = make_box("forky", uid);
+  for (int round = 0; round < 5; ++round) {
+    const std::string hb = "/workspace/hb" + std::to_string(round);
+    const std::string stop = "/workspace/stop" + std::to_string(round);
+    const std::string hbl = "/workspace/hbl" + std::to_string(round);
+    // Bounded: each job ends by itself after 60 s or when the stop file appears.
+    ExecResult r = sh(s, "relay() { echo $1 > " + hb + "; [ -e " + stop +
+                             " ] && exit; [ $(( $(date +%s) - $2 )) -gt 60 ] && exit; "
+                             "relay $(( $1 + 1 )) $2 & }; "
+                             "relay 0 $(date +%s) >/dev/null 2>&1; "
+                             "(i=0; end=$(( $(date +%s) + 60 )); while [ ! -e " +
+                             stop +
+                             " ] && [ $(date +%s) -lt $end ]; do sleep 0.01 & i=$((i+1)); "
+                             "echo $i > " +
+                             hbl +
+                             "; sleep 0.002; done) >/dev/null 2>&1 & "
+                             "echo started");
+    ASSERT_EQ(r.stdout_data, "started\n") << r.stderr_data;
+    ASSERT_FALSE(r.timed_out);
+    // Both keep counting after their exec is over.
+    std::this_thread::sleep_for(300ms);
+    auto count = [&](const std::string& file) {
+      // The writers truncate before they write: retry a read that lands in between.
+      std::string v = sh(s, "for i in $(seq 100); do v=$(cat " + file +
+                                "); [ -n \"$v\" ] && break; done; "
+                                "echo $v")
+                          .stdout_data;
+      if (v == "\n") v.clear();
+      return v.empty() ? -1L : std::stol(v);
+    };
+    long a = count(hb), la = count(hbl);
+    std::this_thread::sleep_for(300ms);
+    long b = count(hb), lb = count(hbl);
+    EXPECT_GE(a, 0) << "round " << round;
+    EXPECT_GT(b, a) << "round " << round << ": the relay died with its exec";
+    EXPECT_GE(la, 0) << "round " << round;
+    EXPECT_GT(lb, la) << "round " << round << ": the fork loop died with its exec";
+    sh(s, "touch " + stop);
+  }
+  // Everything ends when asked, and nothing is left in the exec cgroups.
+  EXPECT_EQ(sh(s, "sleep 0.5; echo ok").stdout_data, "ok\n");
+  s.shutdown();
+  EXPECT_TRUE(wait_no_pids_of_uid(uid, 3s));
+}
+
 TEST_F(NsBackendTest, MemoryLimitOomKillsInsideTheBoxOnly) {
   BoxConfig c;
   c.limits.memory_mb = 64;

@@ -1,6 +1,7 @@
 #include "security/box_fixture.h"
 
 #include <dirent.h>
+#include <stdlib.h>
 #include <unistd.h>
 
 #include <chrono>
@@ -11,12 +12,20 @@
 namespace agentbox::security {
 
 Daemon& shared_daemon() {
-  static Daemon* d = new Daemon({"--backend", "ns"});  // lives until exit; its dtor stops it
+  static Daemon* d = [] {
+    // Only this daemon inherits the token: set for its spawn, unset again at once.
+    ::setenv("AGENTBOX_TOKEN", kSuiteToken, 1);
+    auto* started = new Daemon({"--backend", "ns"});  // lives until exit
+    ::unsetenv("AGENTBOX_TOKEN");
+    return started;
+  }();
   return *d;
 }
 
-Box::Box(Daemon& d, std::string id, json spec)
-    : daemon_(d), id_(std::move(id)), client_(std::make_unique<client::Client>(d.options())) {
+Box::Box(Daemon& d, std::string id, json spec, std::string token)
+    : daemon_(d),
+      id_(std::move(id)),
+      client_(std::make_unique<client::Client>(d.options(std::move(token)))) {
   spec["id"] = id_;
   auto r = client_->request("POST", "/v1/sessions", spec.dump());
   if (!r || (r->status != 200 && r->status != 201)) {
@@ -74,6 +83,59 @@ std::vector<pid_t> host_pids_of_uid(uid_t uid) {
   }
   closedir(d);
   return out;
+}
+
+pid_t box_init_pid(pid_t member) {
+  char want[128] = {0};
+  std::string link = "/proc/" + std::to_string(member) + "/ns/pid";
+  if (readlink(link.c_str(), want, sizeof want - 1) <= 0) return -1;
+  DIR* d = opendir("/proc");
+  if (!d) return -1;
+  pid_t found = -1;
+  while (dirent* e = readdir(d)) {
+    if (e->d_name[0] < '0' || e->d_name[0] > '9') continue;
+    std::string dir = std::string("/proc/") + e->d_name;
+    if (slurp(dir + "/comm") != "agentbox-init\n") continue;
+    char ns[128] = {0};
+    if (readlink((dir + "/ns/pid").c_str(), ns, sizeof ns - 1) <= 0) continue;
+    // The init's own pid namespace is the box's (it is pid 1 there).
+    if (std::string(ns) == want) {
+      found = static_cast<pid_t>(std::stol(e->d_name));
+      break;
+    }
+  }
+  closedir(d);
+  return found;
+}
+
+pid_t start_sleeper(Box& b) {
+  auto r = b.sh("sleep 600 >/dev/null 2>&1 &");
+  if (r.value("exit_code", -2) != 0) return -1;
+  for (int i = 0; i < 100; ++i) {
+    for (pid_t p : host_pids_of_uid(b.uid())) {
+      if (slurp("/proc/" + std::to_string(p) + "/comm") == "sleep\n") return p;
+    }
+    usleep(20000);
+  }
+  return -1;
+}
+
+std::string cgroup_of(pid_t pid, const std::string& controller) {
+  std::istringstream in(slurp("/proc/" + std::to_string(pid) + "/cgroup"));
+  for (std::string line; std::getline(in, line);) {
+    auto a = line.find(':'), b = line.find(':', a + 1);
+    if (a == std::string::npos || b == std::string::npos) continue;
+    std::string ctl = line.substr(a + 1, b - a - 1);
+    bool match = controller.empty() ? ctl.empty() : false;
+    for (std::size_t s = 0; !controller.empty() && s <= ctl.size();) {
+      std::size_t e = ctl.find(',', s);
+      if (e == std::string::npos) e = ctl.size();
+      if (ctl.substr(s, e - s) == controller) match = true;
+      s = e + 1;
+    }
+    if (match) return line.substr(b + 1);
+  }
+  return "";
 }
 
 std::string proc_status(pid_t pid, const std::string& key) {

@@ -5,14 +5,14 @@
 // and exits 0, so the test asserts on the exact outcome. Killed by SIGSYS = refused by seccomp.
 // Deliberately C and statically linked: it must run in a box that sees only the host's /usr.
 #define _GNU_SOURCE
+#include <arpa/inet.h>
 #include <errno.h>
 #include <fcntl.h>
+#include <grp.h>
 #include <linux/bpf.h>
 #include <linux/keyctl.h>
 #include <linux/perf_event.h>
-#include <grp.h>
 #include <netinet/in.h>
-#include <sys/ptrace.h>
 #include <sched.h>
 #include <signal.h>
 #include <stdint.h>
@@ -22,6 +22,7 @@
 #include <sys/ioctl.h>
 #include <sys/mman.h>
 #include <sys/mount.h>
+#include <sys/ptrace.h>
 #include <sys/resource.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
@@ -131,6 +132,20 @@ int main(int argc, char** argv) {
     int fd = open(arg, O_WRONLY);
     if (fd < 0) return report(-1);
     return report(write(fd, "1", 1));
+  }
+
+  // --- T6 network: "connect ADDR PORT" (TCP, IPv4) and "udp ADDR PORT" (one datagram)
+  if (!strcmp(a, "connect") || !strcmp(a, "udp")) {
+    const int udp = !strcmp(a, "udp");
+    struct sockaddr_in sa = {.sin_family = AF_INET, .sin_port = htons((uint16_t)atoi(argv[3]))};
+    if (inet_pton(AF_INET, arg, &sa.sin_addr) != 1) {
+      printf("BADADDR\n");
+      return 0;
+    }
+    int s = socket(AF_INET, (udp ? SOCK_DGRAM : SOCK_STREAM) | SOCK_CLOEXEC, 0);
+    if (s < 0) return report(-1);
+    if (udp) return report(sendto(s, "x", 1, 0, (struct sockaddr*)&sa, sizeof sa));
+    return report(connect(s, (struct sockaddr*)&sa, sizeof sa));
   }
 
   // --- T2 privileges and syscalls

@@ -156,7 +156,7 @@ TEST_F(FilesystemTest, SymlinkExchangeRaceStaysInside) {
               "  libc.renameat2(-100,b'/workspace/race/d',-100,b'/workspace/race/l',2)\n"},
              20);
   });
-  client::Client cl(shared_daemon().options());
+  client::Client cl(shared_daemon().options(kSuiteToken));
   int ok = 0;
   for (int i = 0; i < 300; ++i) {
     auto r = cl.request("PUT", "/v1/sessions/t3-fs/files?path=/workspace/race/d/f" + std::to_string(i % 5),
@@ -190,6 +190,58 @@ TEST_F(FilesystemTest, FileApiOnFifoSocketAndDeviceLinksDoesNotHang) {
   EXPECT_LT(s1, 500);
   EXPECT_LT(s2, 500);
   EXPECT_LT(std::chrono::steady_clock::now() - t0, std::chrono::seconds(10));
+}
+
+TEST_F(FilesystemTest, FileApiOnAUnixSocketFailsAtOnceWithAClearError) {
+  // A live listener on a unix socket in the workspace (left running in the background): opening
+  // it must neither block nor connect; the API names the problem.
+  ASSERT_EQ(a_->exec({"/bin/sh", "-c",
+                      "python3 -c 'import socket,time\n"
+                      "s=socket.socket(socket.AF_UNIX);s.bind(\"/workspace/sock\");s.listen(1)\n"
+                      "time.sleep(600)' >/dev/null 2>&1 & "
+                      "for i in $(seq 100); do test -S /workspace/sock && exit 0; sleep 0.05; done;"
+                      " exit 1"})
+                .value("exit_code", -1),
+            0);
+  auto t0 = std::chrono::steady_clock::now();
+  auto r = a_->client().request("GET", "/v1/sessions/t3-fs/files?path=/workspace/sock");
+  ASSERT_TRUE(r);
+  EXPECT_EQ(r->status, 400) << r->body;
+  EXPECT_THAT(r->body, HasSubstr("/workspace/sock"));
+  EXPECT_THAT(r->body, HasSubstr("not a regular file"));
+  EXPECT_LT(std::chrono::steady_clock::now() - t0, std::chrono::seconds(5));
+  // The socket is still a socket: the failed read did not touch it.
+  EXPECT_EQ(a_->sh("test -S /workspace/sock && echo socket").value("stdout", ""), "socket\n");
+}
+
+TEST_F(FilesystemTest, MagicLinkToTheDaemonsCwdIsRefused) {
+  // The daemon's cwd on the host is the canary: a file API call that followed
+  // /proc/<daemon's host pid>/cwd on the host would read or write there.
+  const pid_t daemon = shared_daemon().pid();
+  std::error_code ec;
+  const fs::path cwd = fs::read_symlink("/proc/" + std::to_string(daemon) + "/cwd", ec);
+  ASSERT_FALSE(ec) << ec.message();
+  const std::string canary_name = "agentbox-canary-" + std::to_string(getpid());
+  std::ofstream(cwd / canary_name) << "canary\n";
+  const std::string link = "/proc/" + std::to_string(daemon) + "/cwd";
+  ASSERT_EQ(a_->sh("ln -sfn " + link + " /workspace/dcwd").value("exit_code", -1), 0);
+  // In the box, /proc is the box's own: the daemon's host pid names no process of the box (else
+  // the link would be a magic link into one of the box's own processes, refused just the same).
+  const bool in_box =
+      a_->sh("test -e /proc/" + std::to_string(daemon) + " && echo yes").value("stdout", "") ==
+      "yes\n";
+  const int want = in_box ? 403 : 404;
+  EXPECT_EQ(get_status("/workspace/dcwd/" + canary_name), want);
+  EXPECT_EQ(put_status("/workspace/dcwd/" + canary_name, "pwned\n"), want);
+  EXPECT_EQ(put_status("/workspace/dcwd/new-" + canary_name, "pwned\n"), want);
+  // Through a magic link the box surely has (pid 1 is the box's init): refused, 403.
+  ASSERT_EQ(a_->sh("ln -sfn /proc/1/cwd /workspace/icwd").value("exit_code", -1), 0);
+  EXPECT_EQ(get_status("/workspace/icwd/" + canary_name), 403);
+  EXPECT_EQ(put_status("/workspace/icwd/" + canary_name, "pwned\n"), 403);
+  // The canary is intact and nothing new appeared next to it.
+  EXPECT_EQ(slurp((cwd / canary_name).string()), "canary\n");
+  EXPECT_FALSE(fs::exists(cwd / ("new-" + canary_name)));
+  fs::remove(cwd / canary_name, ec);
 }
 
 TEST_F(FilesystemTest, ProcSysAndKernelFilesAreProtected) {
