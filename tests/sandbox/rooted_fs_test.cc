@@ -722,7 +722,8 @@ TEST_F(RootedFsTest, SymlinkExchangeRaceNeverRenamesOutside) {
     int moves = 0;
     {
       Exchanger ex(ws_ + "/d", ws_ + "/d2");
-      for (int i = 0; i < 2000; ++i) {
+      // At least 2000 attempts, and on until a move got through (see below).
+      for (int i = 0; i < 20'000 && (i < 2000 || moves == 0); ++i) {
         auto s = inside_d ? f.rename("d/keep.txt", "mine.txt") : f.rename("mine.txt", "d/keep.txt");
         if (s) {
           ++moves;
@@ -756,7 +757,9 @@ TEST_F(RootedFsTest, SymlinkExchangeRaceNeverMakesDirectoriesOutside) {
     int made = 0;
     {
       Exchanger ex(ws_ + "/d", ws_ + "/d2");
-      for (int i = 0; i < 1000; ++i) {
+      // At least 1000 attempts, and on until one got through (a loaded machine can let the
+      // racer win many in a row): a race in which nothing is ever created proves little.
+      for (int i = 0; i < 20'000 && (i < 1000 || made == 0); ++i) {
         auto s = f.mkdir_all("d/n" + std::to_string(i) + "/sub");
         if (s) {
           ++made;
