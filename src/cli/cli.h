@@ -55,8 +55,17 @@ bool write_all(int fd, std::string_view data);
 // Human-readable byte count: "512 B", "1.5 KiB", "12.0 MiB".
 std::string human_bytes(std::uint64_t n);
 
+// One frame of the progress bar, without the leading "\r" and the trailing erase-to-end-of-line:
+// "a.bin [==========>                   ]  33% 1.0 MiB / 3.0 MiB  512.0 KiB/s". `final` (the
+// last frame) draws no '>' head.
+std::string progress_line(std::string_view label, std::uint64_t done, std::uint64_t total,
+                          std::uint64_t bytes_per_sec, bool final);
+
+// Whether a transfer of `total` bytes shows a progress bar when stderr is a terminal: over 1 MiB.
+bool wants_progress(std::uint64_t total);
+
 // A one-line progress bar on stderr, redrawn at most ~10 times a second. Inactive (prints
-// nothing) unless stderr is a terminal and the total is over 1 MiB.
+// nothing) unless stderr is a terminal and wants_progress(total).
 class Progress {
  public:
   Progress(std::string label, std::uint64_t total);

@@ -18,8 +18,10 @@ namespace {
 
 using json = nlohmann::json;
 
-// The exec API carries stdin inside the JSON request; keep it to what a request body may hold.
-constexpr std::size_t kMaxStdinBytes = 16 << 20;
+// The exec API carries stdin inside the JSON request; keep it to what a request body may hold
+// (client.h: the server's exec body cap is kMaxExecBodyBytes).
+constexpr std::size_t kMaxStdinBytes = client::kMaxExecStdinBytes;
+static_assert(client::kMaxExecStdinBytes < client::kMaxExecBodyBytes);
 
 struct ExitEvent {
   int exit_code = 0;
@@ -159,10 +161,18 @@ int exec(const Globals& g, const ExecArgs& a) {
     auto want = std::chrono::milliseconds(std::int64_t{*a.timeout_sec} * 1000 + 60'000);
     if (want > opts.timeout) opts.timeout = want;
   }
+  std::string request = body.dump(-1, ' ', false, json::error_handler_t::replace);
+  if (request.size() > client::kMaxExecBodyBytes) {
+    // Only stdin can make it this big: bytes JSON must escape (control characters) take up to
+    // six bytes each on the wire.
+    return report(Error::make(Code::kTooBig, "stdin encodes to a " + human_bytes(request.size()) +
+                                                 " request, over the server's limit of " +
+                                                 human_bytes(client::kMaxExecBodyBytes) +
+                                                 "; copy it in with `agentbox cp` instead"));
+  }
   client::Client c(opts);
   EventReader events;
-  auto r = c.request_stream("POST", session_target(a.session) + "/exec/stream",
-                            body.dump(-1, ' ', false, json::error_handler_t::replace),
+  auto r = c.request_stream("POST", session_target(a.session) + "/exec/stream", request,
                             [&events](std::string_view chunk) { return events.feed(chunk); });
   if (events.output_closed()) return 128 + SIGPIPE;
   if (!r) return report(r.error());

@@ -108,9 +108,30 @@ std::string human_bytes(std::uint64_t n) {
   return buf;
 }
 
+bool wants_progress(std::uint64_t total) {
+  return total > kProgressMinBytes;
+}
+
+std::string progress_line(std::string_view label, std::uint64_t done, std::uint64_t total,
+                          std::uint64_t bytes_per_sec, bool final) {
+  constexpr int kWidth = 30;
+  double frac = total ? static_cast<double>(done) / static_cast<double>(total) : 1.0;
+  if (frac > 1) frac = 1;
+  int fill = static_cast<int>(frac * kWidth);
+  std::string bar(static_cast<std::size_t>(fill), '=');
+  if (fill < kWidth) bar += final ? '=' : '>';
+  bar.resize(kWidth, ' ');
+  char pct[8];
+  std::snprintf(pct, sizeof pct, "%3d%%", static_cast<int>(frac * 100));
+  std::string line(label);
+  line += " [" + bar + "] " + pct + " " + human_bytes(done) + " / " + human_bytes(total) + "  " +
+          human_bytes(bytes_per_sec) + "/s";
+  return line;
+}
+
 Progress::Progress(std::string label, std::uint64_t total)
     : label_(std::move(label)), total_(total) {
-  active_ = total_ > kProgressMinBytes && ::isatty(STDERR_FILENO) == 1;
+  active_ = wants_progress(total_) && ::isatty(STDERR_FILENO) == 1;
   start_ms_ = now_ms();
 }
 
@@ -136,18 +157,10 @@ void Progress::finish() {
 }
 
 void Progress::draw(bool final) {
-  constexpr int kWidth = 30;
-  double frac = total_ ? static_cast<double>(done_) / static_cast<double>(total_) : 1.0;
-  if (frac > 1) frac = 1;
-  int fill = static_cast<int>(frac * kWidth);
-  std::string bar(static_cast<std::size_t>(fill), '=');
-  if (fill < kWidth) bar += final ? '=' : '>';
-  bar.resize(kWidth, ' ');
   double secs = static_cast<double>(now_ms() - start_ms_) / 1000.0;
   std::uint64_t rate = secs > 0 ? static_cast<std::uint64_t>(static_cast<double>(done_) / secs) : 0;
-  std::fprintf(stderr, "\r%s [%s] %3d%% %s / %s  %s/s\x1b[K", label_.c_str(), bar.c_str(),
-               static_cast<int>(frac * 100), human_bytes(done_).c_str(),
-               human_bytes(total_).c_str(), human_bytes(rate).c_str());
+  std::string line = progress_line(label_, done_, total_, rate, final);
+  std::fprintf(stderr, "\r%s\x1b[K", line.c_str());
   std::fflush(stderr);
 }
 

@@ -5,6 +5,7 @@
 // the {"error":{code,message}} body). An Error means no reply could be had (connect, I/O).
 
 #include <chrono>
+#include <cstddef>
 #include <cstdint>
 #include <functional>
 #include <map>
@@ -16,6 +17,12 @@
 #include "common/error.h"
 
 namespace agentbox::client {
+
+// The exec routes carry stdin inside their JSON body. agentboxd caps an exec request body at
+// kMaxExecBodyBytes by default (server::ServerOptions::max_exec_json_bytes); the CLI sends at
+// most kMaxExecStdinBytes of stdin, which leaves room for JSON escaping of ordinary text.
+inline constexpr std::size_t kMaxExecBodyBytes = 24u << 20;
+inline constexpr std::size_t kMaxExecStdinBytes = 16u << 20;
 
 struct ClientOptions {
   std::string server = "http://127.0.0.1:9090";  // http://host:port

@@ -1,7 +1,7 @@
 // agentboxd: parse the configuration, wire backends -> SessionManager -> HttpServer, run.
 //
 // Threads: the io_context runs on this thread (all network I/O and exec supervision); a pool of
-// two threads takes the blocking file-system and session work.
+// max(4, 2 x cores) threads takes the blocking file-system, session and artifact-scan work.
 //
 // Exit codes: 0 after SIGTERM/SIGINT, 2 for a bad configuration, 1 when startup fails.
 
@@ -23,6 +23,7 @@
 #include <map>
 #include <memory>
 #include <string>
+#include <thread>
 
 #include "common/log.h"
 #include "common/unique_fd.h"
@@ -41,16 +42,24 @@ using namespace agentbox;
 // The backends this daemon can run sessions on, by name. This is the one place where backends
 // are registered. A backend that cannot run on this host is still registered: its
 // check_usable() says what is missing, and creating a box on it fails with that message.
+// `blocking`: the worker pool the backends run the blocking steps of an exec on (empty: none).
 Result<std::map<std::string, std::shared_ptr<sandbox::Backend>>> make_backends(
-    const std::string& runtime_dir) {
+    const std::string& runtime_dir, asio::any_io_executor blocking = {}) {
   std::map<std::string, std::shared_ptr<sandbox::Backend>> backends;
-  backends["host"] = std::make_shared<sandbox::HostBackend>();
+  backends["host"] = std::make_shared<sandbox::HostBackend>(blocking);
   sandbox::NsBackendOptions ns_opts;
   ns_opts.runtime_dir = runtime_dir;
+  ns_opts.blocking = blocking;
   auto ns = sandbox::make_ns_backend(std::move(ns_opts));
   if (!ns) return std::unexpected(ns.error());
   backends["ns"] = std::move(*ns);
   return backends;
+}
+
+// max(4, 2 x cores), at most 32.
+std::size_t worker_threads() {
+  const std::size_t cores = std::max(1u, std::thread::hardware_concurrency());
+  return std::clamp<std::size_t>(2 * cores, 4, 32);
 }
 
 // --check-backend NAME: "NAME: usable" (exit 0) or "NAME: <what is missing>" (exit 1). Uses a
@@ -156,7 +165,11 @@ int main(int argc, char** argv) {
   }
   std::string data_dir = std::filesystem::absolute(cfg.data_dir, fs_ec).string();
 
-  auto made = make_backends(data_dir + "/run");
+  // The worker pool: every blocking step (file routes, fsync, session set-up, artifact scans)
+  // runs here, never on the network thread. Those steps are mostly waits on the disk, not CPU,
+  // so a few more threads than cores keep one slow client's fsync from queueing everyone else.
+  asio::thread_pool pool(worker_threads());
+  auto made = make_backends(data_dir + "/run", pool.get_executor());
   if (!made) {
     spdlog::error("backends: {}", made.error().message);
     return 1;
@@ -236,7 +249,6 @@ int main(int argc, char** argv) {
 
   {
     asio::io_context ioc(1);
-    asio::thread_pool pool(2);
     server::HttpServer http(ioc, pool, **manager, default_backend, opts);
     auto ep = http.listen();
     if (!ep) {

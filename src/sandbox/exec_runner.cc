@@ -11,6 +11,7 @@
 #include <boost/asio/bind_cancellation_slot.hpp>
 #include <boost/asio/bind_executor.hpp>
 #include <boost/asio/cancellation_signal.hpp>
+#include <boost/asio/cancellation_state.hpp>
 #include <boost/asio/co_spawn.hpp>
 #include <boost/asio/experimental/channel.hpp>
 #include <boost/asio/posix/stream_descriptor.hpp>
@@ -128,6 +129,7 @@ struct RunState {
   bool leader_exited = false;
   bool timed_out = false;
   bool sink_gone = false;
+  bool cancelled = false;  // the awaiting coroutine was cancelled (its client went away)
   bool finished = false;
 };
 
@@ -388,6 +390,24 @@ asio::awaitable<ExecResult> supervise(std::shared_ptr<RunState> st, Clock::time_
   co_return r;
 }
 
+// Installed in the awaiting coroutine's cancellation slot for the duration of a run. Called by
+// whoever emits the cancellation, on its thread: the kill itself happens on the run's strand.
+struct CancelHandler {
+  std::shared_ptr<RunState> st;
+  void operator()(asio::cancellation_type_t type) const {
+    if (type == asio::cancellation_type::none) return;
+    asio::post(st->strand, KillOnCancel{st});
+  }
+  struct KillOnCancel {
+    std::shared_ptr<RunState> st;
+    void operator()() const {
+      if (st->finished) return;
+      st->cancelled = true;
+      st->kill();
+    }
+  };
+};
+
 }  // namespace
 
 asio::awaitable<ExecResult> run_process(std::unique_ptr<Process> p, RunOptions opts,
@@ -402,13 +422,27 @@ asio::awaitable<ExecResult> run_process(std::unique_ptr<Process> p, RunOptions o
   UniqueFd out_fd = std::move(p->stdout_fd);
   UniqueFd err_fd = std::move(p->stderr_fd);
   auto st = std::make_shared<RunState>(strand, std::move(p), std::move(opts), sink);
-  // An empty cancellation slot: cancelling the caller must not abandon the children mid-run
-  // (they reference the sink); the run ends when the command does.
+
+  // Cancellation of the awaiting coroutine kills the command (step 6). The awaiting coroutine's
+  // own slot gets a handler that kills the tree; the supervisor is spawned with an EMPTY slot,
+  // so cancelling never abandons the children mid-run (they reference the sink): the run ends
+  // when the killed command does. No co_await in here may throw on cancellation either, else
+  // the caller would lose the result (and its clean-up) of a command that did run.
+  const bool throw_if_cancelled = co_await asio::this_coro::throw_if_cancelled();
+  co_await asio::this_coro::throw_if_cancelled(false);
+  asio::cancellation_state cs = co_await asio::this_coro::cancellation_state;
+  asio::cancellation_slot slot = cs.slot();
+  if (slot.is_connected()) slot.assign(CancelHandler{st});
+  if (cs.cancelled() != asio::cancellation_type::none) CancelHandler{st}(cs.cancelled());
+
   asio::awaitable<ExecResult> task =
       supervise(st, start, std::move(in_fd), std::move(out_fd), std::move(err_fd));
   auto token = asio::bind_cancellation_slot(asio::cancellation_slot(), asio::use_awaitable);
   auto run = asio::co_spawn(strand, std::move(task), token);
-  co_return co_await std::move(run);
+  ExecResult r = co_await std::move(run);
+  if (slot.is_connected()) slot.clear();
+  co_await asio::this_coro::throw_if_cancelled(throw_if_cancelled);
+  co_return r;
 }
 
 }  // namespace agentbox::sandbox

@@ -16,6 +16,10 @@
 //      pipes must not hold the reply. The pipes are then closed.
 //   4. On timeout the whole tree is killed (Process::kill_tree): timed_out, exit_code -1, signal 9.
 //   5. A sink returning false (consumer gone) kills the tree too; the run then finishes as in 3.
+//   6. So does cancelling the awaiting coroutine (any cancellation type reaching its
+//      cancellation slot, e.g. the losing side of `a || b`: the client went away while the
+//      command printed nothing). The run still completes, with the killed result; it does not
+//      throw operation_aborted.
 
 #include <boost/asio/awaitable.hpp>
 #include <chrono>
@@ -41,10 +45,9 @@ struct RunOptions {
 // the run cannot finish while a sink call is pending.
 //
 // Internally the run is serialised on a strand of the caller's executor, so a multi-threaded
-// io_context is fine. The run is not cancellable from outside (cancelling the awaiting coroutine
-// does not abort it): to stop it early, kill the command (Process::kill_tree, Sandbox::shutdown)
-// or return false from the sink. `sink` must outlive the returned awaitable's completion.
-// artifacts stay empty: the backend fills them.
+// io_context is fine. Cancellation (6) does not abandon the run midway: it kills the command and
+// the run ends as the command does, so `sink` is never called after the returned awaitable
+// completed. `sink` must outlive that completion. artifacts stay empty: the backend fills them.
 boost::asio::awaitable<ExecResult> run_process(std::unique_ptr<Process> p, RunOptions opts,
                                                OutputSink* sink);
 

@@ -13,6 +13,7 @@
 
 #include "common/log.h"
 #include "sandbox/artifacts.h"
+#include "sandbox/blocking.h"
 #include "sandbox/exec_runner.h"
 #include "sandbox/host_exec.h"
 #include "sandbox/path.h"
@@ -57,14 +58,16 @@ Result<std::unique_ptr<Sandbox>> HostBackend::create(BoxConfig config) {
   if (!real) return fail_errno(errno, "realpath(" + dir + ")");
   UniqueFd root(::open(real.get(), O_PATH | O_DIRECTORY | O_CLOEXEC));
   if (!root) return fail_errno(errno, "open(" + std::string(real.get()) + ")");
-  return std::make_unique<HostSandbox>(real.get(), std::move(root), std::move(config.env));
+  return std::make_unique<HostSandbox>(real.get(), std::move(root), std::move(config.env),
+                                       blocking_);
 }
 
 HostSandbox::HostSandbox(std::string workspace, UniqueFd root,
-                         std::map<std::string, std::string> env)
+                         std::map<std::string, std::string> env, asio::any_io_executor blocking)
     : workspace_(std::move(workspace)),
       fs_(std::move(root), RootMode::kBeneath, std::nullopt, workspace_),
-      env_(std::move(env)) {}
+      env_(std::move(env)),
+      blocking_(std::move(blocking)) {}
 
 HostSandbox::~HostSandbox() {
   shutdown();
@@ -85,6 +88,19 @@ Result<HostSandbox::Mapped> HostSandbox::map_path(std::string_view path) const {
 }
 
 asio::awaitable<Result<ExecResult>> HostSandbox::exec(ExecSpec spec, OutputSink* sink) {
+  // Cancellation (the caller gave up: its client went away) kills the command inside
+  // run_process and must not abandon the bookkeeping below midway, so no co_await in here
+  // throws on it. The caller's setting is restored afterwards.
+  const bool throw_if_cancelled = co_await asio::this_coro::throw_if_cancelled();
+  co_await asio::this_coro::throw_if_cancelled(false);
+  asio::awaitable<Result<ExecResult>> run = exec_uncancellable(std::move(spec), sink);
+  Result<ExecResult> r = co_await std::move(run);
+  co_await asio::this_coro::throw_if_cancelled(throw_if_cancelled);
+  co_return r;
+}
+
+asio::awaitable<Result<ExecResult>> HostSandbox::exec_uncancellable(ExecSpec spec,
+                                                                    OutputSink* sink) {
   if (auto s = check_open(); !s) co_return std::unexpected(s.error());
 
   LaunchSpec launch;
@@ -124,21 +140,25 @@ asio::awaitable<Result<ExecResult>> HostSandbox::exec(ExecSpec spec, OutputSink*
   for (const auto& [k, v] : env) launch.env.push_back(k + "=" + v);
 
   // Artifacts: a dir that does not exist yet counts as empty, so files in a dir the command
-  // creates are reported too.
+  // creates are reported too. The walks run on the blocking pool: a big artifact dir must not
+  // stall the network thread (and every other client) for the length of a directory walk.
   std::optional<Mapped> art;
   TreeSnapshot before;
   if (!spec.artifact_dir.empty()) {
     auto m = map_path(spec.artifact_dir);
     if (!m) co_return std::unexpected(with_context(m.error(), "exec: artifact_dir"));
     art = std::move(*m);
-    auto dir = fs_.open_dir(art->rel);
-    if (dir) {
-      auto snap = snapshot_tree(dir->get());
-      if (!snap) co_return std::unexpected(with_context(snap.error(), "exec: artifact_dir"));
-      before = std::move(*snap);
-    } else if (dir.error().code != Code::kNotFound) {
-      co_return std::unexpected(with_context(dir.error(), "exec: artifact_dir"));
-    }
+    const RootedFs* fs = &fs_;  // outlives the call: the caller holds the sandbox
+    std::string rel = art->rel;
+    auto job = run_blocking(blocking_, [fs, rel]() -> Result<TreeSnapshot> {
+      auto dir = fs->open_dir(rel);
+      if (dir) return snapshot_tree(dir->get());
+      if (dir.error().code == Code::kNotFound) return TreeSnapshot{};
+      return std::unexpected(dir.error());
+    });
+    auto snap = co_await std::move(job);
+    if (!snap) co_return std::unexpected(with_context(snap.error(), "exec: artifact_dir"));
+    before = std::move(*snap);
   }
 
   launch.with_stdin = !spec.stdin_data.empty();
@@ -167,13 +187,22 @@ asio::awaitable<Result<ExecResult>> HostSandbox::exec(ExecSpec spec, OutputSink*
   if (pgid > 0) command_finished(pgid);
 
   if (art) {
-    if (auto dir = fs_.open_dir(art->rel)) {
-      auto after = snapshot_tree(dir->get());
-      if (after) {
-        result.artifacts = diff_artifacts(before, *after, dir->get(), art->abs);
-      } else {
-        spdlog::warn("exec in {}: artifact scan failed: {}", workspace_, after.error().message);
-      }
+    const RootedFs* fs = &fs_;
+    std::string rel = art->rel;
+    std::string abs = art->abs;
+    auto job = run_blocking(
+        blocking_, [fs, rel, abs, b = std::move(before)]() -> Result<std::vector<Artifact>> {
+          auto dir = fs->open_dir(rel);
+          if (!dir) return std::vector<Artifact>{};  // the command removed it: nothing new
+          auto after = snapshot_tree(dir->get());
+          if (!after) return std::unexpected(after.error());
+          return diff_artifacts(b, *after, dir->get(), abs);
+        });
+    auto found = co_await std::move(job);
+    if (found) {
+      result.artifacts = std::move(*found);
+    } else {
+      spdlog::warn("exec in {}: artifact scan failed: {}", workspace_, found.error().message);
     }
   }
   co_return result;

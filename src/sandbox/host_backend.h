@@ -10,6 +10,7 @@
 
 #include <sys/types.h>
 
+#include <boost/asio/any_io_executor.hpp>
 #include <map>
 #include <memory>
 #include <mutex>
@@ -24,17 +25,25 @@ namespace agentbox::sandbox {
 
 class HostBackend : public Backend {
  public:
+  // `blocking`: where sandboxes run their blocking steps of an exec (artifact scans): the
+  // daemon's worker pool. Empty: on the exec's own executor (tests).
+  explicit HostBackend(asio::any_io_executor blocking = {}) : blocking_(std::move(blocking)) {}
   std::string_view name() const override { return "host"; }
   Status check_usable() override { return {}; }
   // config.workspace_dir must be an existing directory; uid/gid, limits and mounts are ignored
   // (this backend runs everything as the daemon's user, unconfined).
   Result<std::unique_ptr<Sandbox>> create(BoxConfig config) override;
+
+ private:
+  asio::any_io_executor blocking_;
 };
 
 class HostSandbox : public Sandbox {
  public:
-  // `workspace`: canonical absolute host path of the workspace; `root`: an fd of it.
-  HostSandbox(std::string workspace, UniqueFd root, std::map<std::string, std::string> env);
+  // `workspace`: canonical absolute host path of the workspace; `root`: an fd of it;
+  // `blocking`: see HostBackend.
+  HostSandbox(std::string workspace, UniqueFd root, std::map<std::string, std::string> env,
+              asio::any_io_executor blocking = {});
   ~HostSandbox() override;
 
   std::string_view name() const override { return "host"; }
@@ -42,7 +51,8 @@ class HostSandbox : public Sandbox {
 
   // Runs on the caller's executor. cwd must be an existing directory inside the workspace (an
   // Error naming it otherwise, never a silent fallback). Environment: a small base (PATH, HOME =
-  // the workspace, LANG, TERM) + the box's env + spec.env, later ones winning.
+  // the workspace, LANG, TERM) + the box's env + spec.env, later ones winning. Cancelling the
+  // awaiting coroutine kills the command's process group (Sandbox::exec).
   asio::awaitable<Result<ExecResult>> exec(ExecSpec spec, OutputSink* sink) override;
 
   Result<FileReader> open_file(const std::string& path) override;
@@ -68,6 +78,8 @@ class HostSandbox : public Sandbox {
   // Normalises an API path and maps it into the workspace; EACCES outside it.
   Result<Mapped> map_path(std::string_view path) const;
   Status check_open() const;
+  // exec() with the caller's throw-on-cancellation switched off.
+  asio::awaitable<Result<ExecResult>> exec_uncancellable(ExecSpec spec, OutputSink* sink);
 
   // Process-group bookkeeping for shutdown(). A group is tracked from launch until it is seen
   // empty; `leader_reaped` says whether its id may have been recycled (see kill_groups_locked).
@@ -79,6 +91,7 @@ class HostSandbox : public Sandbox {
   const std::string workspace_;
   const RootedFs fs_;
   const std::map<std::string, std::string> env_;
+  const asio::any_io_executor blocking_;
 
   mutable std::mutex mu_;
   bool shut_down_ = false;                  // guarded by mu_

@@ -45,6 +45,7 @@
 #include "linux/rlimits.h"
 #include "linux/seccomp_policy.h"
 #include "sandbox/artifacts.h"
+#include "sandbox/blocking.h"
 #include "sandbox/exec_runner.h"
 #include "sandbox/path.h"
 #include "sandbox/process.h"
@@ -605,10 +606,15 @@ class NsSandbox final : public Sandbox {
     TreeSnapshot before;
   };
   Result<Prepared> prepare_exec(ExecSpec& spec, const asio::any_io_executor& ex);
-  // The cwd (into cmd) and the artifact dir's first snapshot (into prep), resolved in the box
-  // with the session user's permissions.
-  Status check_paths(const ExecSpec& spec, lx::ExecCommand& cmd, Prepared& prep);
+  // The cwd (into cmd), resolved in the box with the session user's permissions.
+  Status check_paths(const ExecSpec& spec, lx::ExecCommand& cmd);
+  // The artifact dir's state before a command, as the session user sees it. Blocking (a
+  // directory walk): runs on the pool.
+  Result<TreeSnapshot> snapshot_artifact_dir(const std::string& dir_path);
+  // After a run: the exec cgroup released and the artifacts scanned. Blocking: runs on the pool.
   void finish_exec(Prepared& prep, ExecResult& result);
+  // exec() with the caller's throw-on-cancellation switched off.
+  asio::awaitable<Result<ExecResult>> exec_uncancellable(ExecSpec spec, OutputSink* sink);
 
   // A FileWriter whose calls run with the session's fs identity (see ScopedFsIdentity).
   class AsUserWriter final : public FileWriter {
@@ -701,8 +707,11 @@ class NsSandbox final : public Sandbox {
       if (std::chrono::steady_clock::now() >= deadline) {
         co_return fail(Code::kUnavailable, "box " + key_ + ": the init does not take requests");
       }
+      // as_tuple: a cancelled wait (the caller gave up) just retries; run_process then kills
+      // the command at once.
       asio::steady_timer t(ex, std::chrono::milliseconds(1));
-      co_await t.async_wait(asio::use_awaitable);
+      auto [ec] = co_await t.async_wait(asio::as_tuple(asio::use_awaitable));
+      (void)ec;
     }
   }
 
@@ -721,7 +730,7 @@ class NsSandbox final : public Sandbox {
   bool shut_down_ = false;  // guarded by mu_
 };
 
-Status NsSandbox::check_paths(const ExecSpec& spec, lx::ExecCommand& cmd, Prepared& prep) {
+Status NsSandbox::check_paths(const ExecSpec& spec, lx::ExecCommand& cmd) {
   ScopedFsIdentity as_user(uid_, gid_);
   if (!as_user.ok()) return identity_error();
   // The cwd must be a directory the session user can enter, checked the way the command will
@@ -732,23 +741,18 @@ Status NsSandbox::check_paths(const ExecSpec& spec, lx::ExecCommand& cmd, Prepar
     return std::unexpected(with_context(dir.error(), "exec: cwd"));
   }
   cmd.cwd = std::move(*cwd);
-
-  // Artifacts: a dir that does not exist yet counts as empty.
-  if (!spec.artifact_dir.empty()) {
-    auto a = normalize_box_path(spec.artifact_dir, kWorkspace);
-    if (!a) return std::unexpected(with_context(a.error(), "exec: artifact_dir"));
-    prep.artifact_dir = std::move(*a);
-    auto dir = fs_.open_dir(*prep.artifact_dir);
-    if (dir) {
-      auto snap = snapshot_tree(dir->get());
-      if (!snap) return std::unexpected(with_context(snap.error(), "exec: artifact_dir"));
-      prep.before = std::move(*snap);
-    } else if (dir.error().code != Code::kNotFound) {
-      return std::unexpected(with_context(dir.error(), "exec: artifact_dir"));
-    }
-  }
-
   return {};
+}
+
+Result<TreeSnapshot> NsSandbox::snapshot_artifact_dir(const std::string& dir_path) {
+  ScopedFsIdentity as_user(uid_, gid_);
+  if (!as_user.ok()) return identity_error();
+  // A dir that does not exist yet counts as empty, so files in a dir the command creates are
+  // reported too.
+  auto dir = fs_.open_dir(dir_path);
+  if (dir) return snapshot_tree(dir->get());
+  if (dir.error().code == Code::kNotFound) return TreeSnapshot{};
+  return std::unexpected(dir.error());
 }
 
 Result<NsSandbox::Prepared> NsSandbox::prepare_exec(ExecSpec& spec,
@@ -787,7 +791,7 @@ Result<NsSandbox::Prepared> NsSandbox::prepare_exec(ExecSpec& spec,
   cmd.env.reserve(env.size());
   for (const auto& [k, v] : env) cmd.env.push_back(k + "=" + v);
 
-  if (auto s = check_paths(spec, cmd, prep); !s) return std::unexpected(s.error());
+  if (auto s = check_paths(spec, cmd); !s) return std::unexpected(s.error());
 
   auto cg = make_exec_cgroup(cmd.id);
   if (!cg) return std::unexpected(with_context(cg.error(), "exec: box " + key_));
@@ -862,8 +866,41 @@ void NsSandbox::finish_exec(Prepared& prep, ExecResult& result) {
 #pragma GCC diagnostic push
 #pragma GCC diagnostic ignored "-Wmismatched-new-delete"
 asio::awaitable<Result<ExecResult>> NsSandbox::exec(ExecSpec spec, OutputSink* sink) {
-  auto prep = prepare_exec(spec, co_await asio::this_coro::executor);
+  // Cancellation (the caller gave up: its client went away) kills the command inside
+  // run_process (through the exec cgroup) and must not abandon the clean-up below midway (the
+  // exec cgroup, the control-socket entry), so no co_await in here throws on it. The caller's
+  // setting is restored afterwards.
+  const bool throw_if_cancelled = co_await asio::this_coro::throw_if_cancelled();
+  co_await asio::this_coro::throw_if_cancelled(false);
+  asio::awaitable<Result<ExecResult>> run = exec_uncancellable(std::move(spec), sink);
+  Result<ExecResult> r = co_await std::move(run);
+  co_await asio::this_coro::throw_if_cancelled(throw_if_cancelled);
+  co_return r;
+}
+
+asio::awaitable<Result<ExecResult>> NsSandbox::exec_uncancellable(ExecSpec spec, OutputSink* sink) {
+  // The artifact dir's first snapshot, on the pool: a big dir must not stall the network
+  // thread (and every other client) for the length of a directory walk.
+  std::optional<std::string> artifact_dir;
+  TreeSnapshot before;
+  if (!spec.artifact_dir.empty()) {
+    auto a = map_path(spec.artifact_dir);  // EUNAVAILABLE once shut down
+    if (!a) co_return std::unexpected(with_context(a.error(), "exec: artifact_dir"));
+    artifact_dir = std::move(*a);
+    NsSandbox* self = this;  // the caller holds the sandbox for the whole exec
+    std::string dir = *artifact_dir;
+    auto job = run_blocking(core_->opts.blocking,
+                            [self, dir] { return self->snapshot_artifact_dir(dir); });
+    auto snap = co_await std::move(job);
+    if (!snap) co_return std::unexpected(with_context(snap.error(), "exec: artifact_dir"));
+    before = std::move(*snap);
+  }
+
+  asio::any_io_executor ex = co_await asio::this_coro::executor;
+  auto prep = prepare_exec(spec, ex);
   if (!prep) co_return std::unexpected(prep.error());
+  prep->artifact_dir = std::move(artifact_dir);
+  prep->before = std::move(before);
 
   std::vector<int> fds;
   if (prep->in) fds.push_back(prep->in->read.get());
@@ -904,7 +941,15 @@ asio::awaitable<Result<ExecResult>> NsSandbox::exec(ExecSpec spec, OutputSink* s
   } catch (const std::exception& e) {
     failure = e.what();
   }
-  finish_exec(*prep, result);
+  NsSandbox* self = this;
+  Prepared* p = &*prep;  // both live in this frame until the job has completed
+  ExecResult* res = &result;
+  auto finish = run_blocking(core_->opts.blocking, [self, p, res]() -> Status {
+    self->finish_exec(*p, *res);
+    return {};
+  });
+  Status finished = co_await std::move(finish);
+  (void)finished;  // finish_exec reports its own problems (warnings); it cannot fail
   if (!failure.empty()) co_return fail(Code::kInternal, "exec: " + failure);
   co_return result;
 }

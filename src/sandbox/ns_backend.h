@@ -22,6 +22,7 @@
 
 #include <sys/types.h>
 
+#include <boost/asio/any_io_executor.hpp>
 #include <memory>
 #include <string>
 #include <string_view>
@@ -50,6 +51,9 @@ struct NsBackendOptions {
   // Box defaults (BoxConfig::limits override memory, cpu, pids and open files).
   std::uint64_t tmp_bytes = 256ull << 20;
   std::uint64_t tmp_inodes = 65536;
+  // Where sandboxes run the blocking steps of an exec (artifact scans, releasing the exec
+  // cgroup): the daemon's worker pool. Empty: on the exec's own executor (tests).
+  boost::asio::any_io_executor blocking;
 };
 
 // Builds the backend. Fails only on unusable options; whether this host can run boxes is

@@ -126,6 +126,11 @@ class Sandbox {
 
   // Runs one command. Expected failures of the command itself (non-zero exit, no such binary,
   // timeout) are an ExecResult, not an Error; an Error means the box could not run anything.
+  // Cancelling the awaiting coroutine (its cancellation slot; e.g. it is the losing side of
+  // `exec || watch_disconnect`) kills the command and everything it started, promptly, also
+  // when the command prints nothing; exec then completes normally with the killed result (it
+  // does not throw operation_aborted). Blocking steps (artifact scans) run off the caller's
+  // thread where the backend was given a pool for them.
   virtual asio::awaitable<Result<ExecResult>> exec(ExecSpec spec, OutputSink* sink) = 0;
 
   virtual Result<FileReader> open_file(const std::string& path) = 0;

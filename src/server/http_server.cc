@@ -224,12 +224,11 @@ asio::awaitable<bool> maybe_continue(Conn* conn, Exchange* ex) {
 // gone or the reply has been sent (too big).
 asio::awaitable<bool> read_small_body(Impl* impl, Conn* conn, beast::flat_buffer* buffer,
                                       std::unique_ptr<HeaderParser> hp, Exchange* ex,
-                                      bool* reply_sent) {
+                                      std::size_t limit, bool* reply_sent) {
   *reply_sent = false;
   if (!ex->body_pending) co_return true;
-  const std::size_t limit = impl->ctx.opts.max_json_bytes;
-  Error too_big = Error::make(Code::kTooBig, "request body is over the limit of " +
-                                                 std::to_string(limit) + " bytes");
+  Error too_big = Error::make(
+      Code::kTooBig, "request body is over the limit of " + std::to_string(limit) + " bytes");
   if (ex->content_length && *ex->content_length > limit) {
     *reply_sent = true;
     co_await send_error(impl, conn, ex, too_big);
@@ -253,10 +252,10 @@ asio::awaitable<bool> read_small_body(Impl* impl, Conn* conn, beast::flat_buffer
 }
 
 // Completes when the client has closed its end (EOF or an error on the socket), and sets *gone.
-// Runs beside a command: the command's output sink then returns false, which kills it. (The exec
-// runner ignores cancellation, so a command that prints nothing more runs on until it ends or
-// times out; then the reply is dropped.) A client that pipelines its next request makes the
-// socket readable without EOF; then we cannot tell and wait until cancelled.
+// Runs beside a command as `exec || watch_disconnect`: its completion cancels the exec, which
+// kills the command's whole tree at once (Sandbox::exec), also one that prints nothing; the
+// output sink returning false covers output already on its way. A client that pipelines its next
+// request makes the socket readable without EOF; then we cannot tell and wait until cancelled.
 asio::awaitable<void> watch_disconnect(tcp::socket* sock, bool* gone) {
   for (;;) {
     auto [ec] = co_await sock->async_wait(tcp::socket::wait_read, kTuple);
@@ -842,7 +841,10 @@ asio::awaitable<bool> serve_one(Impl* impl, Conn* conn, beast::flat_buffer* buff
     co_return co_await put_file(impl, conn, buffer, std::move(hp), &ex);
   }
   bool reply_sent = false;
-  if (!co_await read_small_body(impl, conn, buffer, std::move(hp), &ex, &reply_sent)) {
+  const bool is_exec = route == RouteId::kExec || route == RouteId::kSeedExec ||
+                       route == RouteId::kExecStream || route == RouteId::kSeedExecStream;
+  const std::size_t limit = is_exec ? ctx->opts.max_exec_json_bytes : ctx->opts.max_json_bytes;
+  if (!co_await read_small_body(impl, conn, buffer, std::move(hp), &ex, limit, &reply_sent)) {
     co_return false;
   }
   switch (route) {

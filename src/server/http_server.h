@@ -41,6 +41,9 @@ struct ServerOptions {
   std::string default_scope;
   std::uint64_t max_file_bytes = 500ull << 20;
   std::size_t max_json_bytes = 1u << 20;
+  // The exec routes carry the command's stdin inside their JSON body: the CLI sends up to
+  // 16 MiB of it (client::kMaxExecStdinBytes), plus room for JSON escaping.
+  std::size_t max_exec_json_bytes = 24u << 20;
   std::size_t max_header_bytes = 8u << 10;
   std::size_t max_connections = 4096;
   // How long a connection may sit idle between requests, or make no progress on a read or write.

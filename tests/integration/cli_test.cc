@@ -5,11 +5,13 @@
 #include <fcntl.h>
 #include <gtest/gtest.h>
 #include <poll.h>
+#include <pty.h>
 #include <signal.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <cerrno>
 #include <chrono>
 #include <cstdlib>
 #include <cstring>
@@ -500,6 +502,108 @@ TEST_F(CliTest, CopyBigBinaryFileBothWays) {
   EXPECT_TRUE(to_stdout.out == data);
   // No progress bar when stderr is not a terminal.
   EXPECT_TRUE(to_stdout.err.empty()) << to_stdout.err;
+}
+
+// Runs `agentbox --server URL args...` with stderr on a pseudo-terminal (stdin and stdout on
+// /dev/null), as a person at a terminal would; returns its exit status and what the terminal
+// showed.
+int cli_on_tty(const std::vector<std::string>& args, std::string* shown) {
+  int master = -1, slave = -1;
+  if (::openpty(&master, &slave, nullptr, nullptr, nullptr) != 0) {
+    ADD_FAILURE() << "openpty: " << std::strerror(errno);
+    return -1;
+  }
+  UniqueFd m(master);
+  UniqueFd s(slave);
+  std::vector<std::string> argv = {cli_binary()};
+  argv.insert(argv.end(), args.begin(), args.end());
+  std::vector<char*> cargv;
+  for (auto& a : argv) cargv.push_back(a.data());
+  cargv.push_back(nullptr);
+  pid_t pid = fork();
+  if (pid < 0) return -1;
+  if (pid == 0) {
+    int null = ::open("/dev/null", O_RDWR);
+    dup2(null, 0);
+    dup2(null, 1);
+    dup2(s.get(), 2);
+    execv(cargv[0], cargv.data());
+    _exit(127);
+  }
+  s.reset();
+  // Read the terminal until the CLI exits and the slave side is closed (EIO), or 120 s pass.
+  auto deadline = Clock::now() + std::chrono::seconds(120);
+  char buf[4096];
+  while (Clock::now() < deadline) {
+    pollfd p{m.get(), POLLIN, 0};
+    if (poll(&p, 1, 200) < 0) break;
+    if (p.revents == 0) continue;
+    ssize_t n = read(m.get(), buf, sizeof buf);
+    if (n <= 0) break;
+    shown->append(buf, static_cast<std::size_t>(n));
+  }
+  int st = 0;
+  if (Clock::now() >= deadline) kill(pid, SIGKILL);
+  waitpid(pid, &st, 0);
+  return WIFEXITED(st) ? WEXITSTATUS(st) : 128 + WTERMSIG(st);
+}
+
+TEST_F(CliTest, CopyOverOneMiBShowsAProgressBarOnATerminal) {
+  std::string dir = local_dir();
+  std::string data = random_bytes(3 * 1024 * 1024 + 5, 7);
+  write_file(dir + "/tty.bin", data);
+  ASSERT_EQ(cli({"session", "create", "cli-tty", "-q"}).code, 0);
+
+  std::string up;
+  ASSERT_EQ(
+      cli_on_tty({"--server", daemon_->url(), "cp", dir + "/tty.bin", "cli-tty:tty.bin"}, &up), 0)
+      << up;
+  EXPECT_TRUE(read_file(workspace("cli-tty") + "/tty.bin") == data);
+  // The bar: the file's name, a bracketed bar, a percentage and the sizes, ending at 100%.
+  EXPECT_NE(up.find("tty.bin ["), std::string::npos) << up;
+  EXPECT_NE(up.find("] 100% 3.0 MiB / 3.0 MiB"), std::string::npos) << up;
+
+  std::string down;
+  ASSERT_EQ(
+      cli_on_tty({"--server", daemon_->url(), "cp", "cli-tty:tty.bin", dir + "/back.bin"}, &down),
+      0)
+      << down;
+  EXPECT_TRUE(read_file(dir + "/back.bin") == data);
+  EXPECT_NE(down.find("] 100% 3.0 MiB / 3.0 MiB"), std::string::npos) << down;
+
+  // A small file gets no bar, even on a terminal.
+  write_file(dir + "/small.txt", "hello\n");
+  std::string small;
+  ASSERT_EQ(cli_on_tty({"--server", daemon_->url(), "cp", dir + "/small.txt", "cli-tty:small.txt"},
+                       &small),
+            0)
+      << small;
+  EXPECT_EQ(small.find('%'), std::string::npos) << small;
+}
+
+TEST_F(CliTest, ExecStdinUpToTheCliLimitIsAcceptedByTheServer) {
+  // The CLI reads up to 16 MiB of stdin into the exec request; the server must take a request
+  // that big (its exec body cap is above it), not answer 413.
+  ASSERT_EQ(cli({"session", "create", "cli-stdin", "-q"}).code, 0);
+  std::string text(16u << 20, 'x');
+  for (std::size_t i = 80; i < text.size(); i += 81) text[i] = '\n';
+  CliRun in = cli({"exec", "cli-stdin", "-i", "--", "wc", "-c"}, text);
+  ASSERT_EQ(in.code, 0) << in;
+  EXPECT_EQ(in.out.substr(in.out.find_first_not_of(' ')), std::to_string(text.size()) + "\n");
+
+  // One byte more is refused by the CLI itself, with a hint.
+  CliRun over = cli({"exec", "cli-stdin", "-i", "--", "wc", "-c"}, text + "y");
+  EXPECT_EQ(over.code, 1) << over;
+  EXPECT_EQ(over.err.rfind("agentbox: ETOOBIG: stdin is over 16.0 MiB", 0), 0u) << over;
+  EXPECT_NE(over.err.find("agentbox cp"), std::string::npos) << over;
+
+  // Bytes that JSON must escape (6 bytes each) can push a smaller stdin over the server's
+  // request limit: the CLI says so before sending anything.
+  CliRun escaped =
+      cli({"exec", "cli-stdin", "-i", "--", "wc", "-c"}, std::string(5u << 20, '\x01'));
+  EXPECT_EQ(escaped.code, 1) << escaped;
+  EXPECT_EQ(escaped.err.rfind("agentbox: ETOOBIG: stdin encodes to a 30.0 MiB request", 0), 0u)
+      << escaped;
 }
 
 TEST_F(CliTest, CopyErrorsNameWhatIsWrong) {

@@ -708,6 +708,102 @@ TEST_F(RootedFsTest, SymlinkExchangeRaceNeverReadsOutside) {
   EXPECT_GT(ex.stop(), 0);
 }
 
+TEST_F(RootedFsTest, SymlinkExchangeRaceNeverRenamesOutside) {
+  // A file goes into the racing dir under the canary's name and comes back out, over and over,
+  // while the dir is swapped with a symlink to the canary dir. Through the symlink, the first
+  // rename would replace the canary and the second would pull it into the workspace.
+  for (RootMode mode : {RootMode::kBeneath, RootMode::kInRoot}) {
+    SCOPED_TRACE(mode == RootMode::kBeneath ? "beneath" : "in-root");
+    ASSERT_EQ(::mkdir((ws_ + "/d").c_str(), 0755), 0);
+    ASSERT_EQ(::symlink(canary_dir_.c_str(), (ws_ + "/d2").c_str()), 0);
+    put(ws_ + "/mine.txt", "mine");
+    auto f = fs(mode);
+    bool inside_d = false;
+    int moves = 0;
+    {
+      Exchanger ex(ws_ + "/d", ws_ + "/d2");
+      // At least 2000 attempts, and on until a move got through (see below).
+      for (int i = 0; i < 20'000 && (i < 2000 || moves == 0); ++i) {
+        auto s = inside_d ? f.rename("d/keep.txt", "mine.txt") : f.rename("mine.txt", "d/keep.txt");
+        if (s) {
+          ++moves;
+          inside_d = !inside_d;
+          if (!inside_d) {
+            ASSERT_EQ(get(ws_ + "/mine.txt"), "mine") << "pulled in from outside";
+          }
+        } else {
+          const Code c = s.error().code;
+          EXPECT_TRUE(c == Code::kAccess || c == Code::kNotFound) << s.error().message;
+        }
+      }
+      EXPECT_GT(ex.stop(), 0);
+    }
+    EXPECT_GT(moves, 0);
+    EXPECT_EQ(names_in(canary_dir_), std::vector<std::string>{"keep.txt"});
+    EXPECT_EQ(get(canary_dir_ + "/keep.txt"), kCanary);
+    ASSERT_EQ(
+        std::system(("rm -rf -- '" + ws_ + "/d' '" + ws_ + "/d2' '" + ws_ + "/mine.txt'").c_str()),
+        0);
+  }
+}
+
+TEST_F(RootedFsTest, SymlinkExchangeRaceNeverMakesDirectoriesOutside) {
+  // mkdir_all through a parent that is swapped with a symlink to the canary dir.
+  for (RootMode mode : {RootMode::kBeneath, RootMode::kInRoot}) {
+    SCOPED_TRACE(mode == RootMode::kBeneath ? "beneath" : "in-root");
+    ASSERT_EQ(::mkdir((ws_ + "/d").c_str(), 0755), 0);
+    ASSERT_EQ(::symlink(canary_dir_.c_str(), (ws_ + "/d2").c_str()), 0);
+    auto f = fs(mode);
+    int made = 0;
+    {
+      Exchanger ex(ws_ + "/d", ws_ + "/d2");
+      // At least 1000 attempts, and on until one got through (a loaded machine can let the
+      // racer win many in a row): a race in which nothing is ever created proves little.
+      for (int i = 0; i < 20'000 && (i < 1000 || made == 0); ++i) {
+        auto s = f.mkdir_all("d/n" + std::to_string(i) + "/sub");
+        if (s) {
+          ++made;
+        } else {
+          const Code c = s.error().code;
+          EXPECT_TRUE(c == Code::kAccess || c == Code::kNotFound) << s.error().message;
+        }
+      }
+      EXPECT_GT(ex.stop(), 0);
+    }
+    EXPECT_GT(made, 0);
+    EXPECT_EQ(names_in(canary_dir_), std::vector<std::string>{"keep.txt"});
+    ASSERT_EQ(std::system(("rm -rf -- '" + ws_ + "/d' '" + ws_ + "/d2'").c_str()), 0);
+  }
+}
+
+TEST_F(RootedFsTest, DirectoryJustMadeSwappedForASymlinkIsNotEntered) {
+  // mkdir_all creates "x", then enters it to create "y": a racer swaps the fresh "x" with a
+  // symlink to the canary dir in between. mkdir_all must then fail (or have entered the real
+  // directory already), never create "y" in the canary dir.
+  auto f = fs();
+  const std::string x = ws_ + "/d/x";
+  const std::string lnk = ws_ + "/lnk";
+  ASSERT_EQ(::mkdir((ws_ + "/d").c_str(), 0755), 0);
+  int swaps = 0;
+  for (int round = 0; round < 300; ++round) {
+    ASSERT_EQ(::symlink(canary_dir_.c_str(), lnk.c_str()), 0);
+    {
+      Exchanger ex(x, lnk);  // fails (ENOENT) until mkdir_all has made x
+      auto s = f.mkdir_all("d/x/y/z");
+      if (!s) {
+        EXPECT_NE(s.error().code, Code::kInternal) << s.error().message;
+      }
+      swaps += ex.stop();
+    }
+    ASSERT_EQ(names_in(canary_dir_), std::vector<std::string>{"keep.txt"}) << "round " << round;
+    // One of x and lnk is the real directory (rm -rf), the other the symlink (rm removes the
+    // link only).
+    ASSERT_EQ(std::system(("rm -rf -- '" + x + "' '" + lnk + "'").c_str()), 0);
+  }
+  EXPECT_GT(swaps, 0);
+  EXPECT_EQ(get(canary_dir_ + "/keep.txt"), kCanary);
+}
+
 TEST_F(RootedFsTest, SymlinkExchangeRaceNeverRemovesOutside) {
   // t/x is a directory and t/y a symlink to the canary dir, swapped all the time; whichever
   // remove_all deletes is planted again, and t itself is rebuilt for the next round.
