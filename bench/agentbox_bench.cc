@@ -412,6 +412,8 @@ void section_idle(const Daemon& d, const std::string& backend, int n) {
   std::printf("\n[idle] %d live idle sessions\n", n);
   Client c = make_client(d);
   long base_rss = rss_kib(d.pid());
+  // Boxes of earlier sections (still up) are not this section's.
+  std::vector<pid_t> earlier = box_inits_of(d.pid());
   auto t0 = Clock::now();
   for (int i = 0; i < n; ++i) {
     std::string id = "bench-idle-" + std::to_string(i);
@@ -424,6 +426,7 @@ void section_idle(const Daemon& d, const std::string& backend, int n) {
   long long cg_bytes = 0;
   int inits = 0, cgroups = 0;
   for (pid_t init : box_inits_of(d.pid())) {
+    if (std::find(earlier.begin(), earlier.end(), init) != earlier.end()) continue;
     long r = rss_kib(init);
     if (r > 0) init_kib += r, ++inits;
     long long u = box_cgroup_usage_bytes(init);
