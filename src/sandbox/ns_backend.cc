@@ -17,8 +17,8 @@
 #include <boost/asio/executor_work_guard.hpp>
 #include <boost/asio/experimental/concurrent_channel.hpp>
 #include <boost/asio/io_context.hpp>
-#include <boost/asio/post.hpp>
 #include <boost/asio/posix/stream_descriptor.hpp>
+#include <boost/asio/post.hpp>
 #include <boost/asio/steady_timer.hpp>
 #include <boost/asio/this_coro.hpp>
 #include <boost/asio/use_awaitable.hpp>
@@ -262,27 +262,26 @@ struct Core {
 
 struct Pending {
   explicit Pending(const asio::any_io_executor& ex) : exit(ex, 1) {}
-  std::mutex mu;                   // guards the fields below (not `exit`: thread-safe itself)
+  std::mutex mu;                       // guards the fields below (not `exit`: thread-safe itself)
   std::unique_ptr<lx::Cgroup> cgroup;  // the exec's child cgroup
-  UniqueFd go;                     // write end of the go pipe; closed once used or cancelled
-  bool self_join = false;          // the command joins its cgroup itself (no go pipe)
-  bool killed = false;             // kill_tree() ran: the command must not be let go
+  UniqueFd go;                         // write end of the go pipe; closed once used or cancelled
+  bool self_join = false;              // the command joins its cgroup itself (no go pipe)
+  bool killed = false;                 // kill_tree() ran: the command must not be let go
   bool started = false;
   pid_t host_pid = 0;
-  std::string start_error;         // why the daemon refused to let it start, if it did
+  std::string start_error;  // why the daemon refused to let it start, if it did
   ExitChannel exit;
 };
 
 // The daemon's side of one box's control socket.
 struct Conn {
-  explicit Conn(asio::io_context& io, UniqueFd fd)
-      : sd(io, fd.release()) {}
+  explicit Conn(asio::io_context& io, UniqueFd fd) : sd(io, fd.release()) {}
 
   asio::posix::stream_descriptor sd;  // io thread only (a dup of the box's control fd)
 
   std::mutex mu;
   std::unordered_map<std::uint64_t, std::shared_ptr<Pending>> pending;  // guarded by mu
-  bool dead = false;                                                     // guarded by mu
+  bool dead = false;                                                    // guarded by mu
 
   // Registers an exec; false when the box is gone.
   bool add(std::uint64_t id, std::shared_ptr<Pending> p) {
@@ -577,6 +576,9 @@ class NsSandbox final : public Sandbox {
     // command), then the init itself through its pidfd (which takes the pid namespace with it).
     {
       std::lock_guard lock(cgroup_mu_);
+      // The spares are children of cgroup_: its destroy() removes their directories.
+      shut_down_cgroups_ = true;
+      spare_cgroups_.clear();
       if (auto s = cgroup_->destroy(); !s) {
         spdlog::warn("ns box {}: destroy cgroup: {}", key_, s.error().message);
       }
@@ -662,10 +664,39 @@ class NsSandbox final : public Sandbox {
     return {};
   }
 
-  // A fresh child cgroup for one exec.
+  // An empty child cgroup for one exec: a spare one an earlier exec left empty, else a new one.
+  // Recycling keeps mkdir and rmdir in four v1 hierarchies (memcg creation and offlining the
+  // costliest) off every exec's path.
   Result<std::unique_ptr<lx::Cgroup>> make_exec_cgroup(std::uint64_t id) {
     std::lock_guard lock(cgroup_mu_);
+    if (!spare_cgroups_.empty()) {
+      std::unique_ptr<lx::Cgroup> cg = std::move(spare_cgroups_.back());
+      spare_cgroups_.pop_back();
+      return cg;
+    }
     return cgroup_->make_child("x" + std::to_string(id));
+  }
+
+  // Keeps an exec cgroup for the next exec if it is empty (nothing of the exec left in it, so
+  // the next exec's kill reaches only its own processes), else removes it. True if recycled.
+  bool recycle_exec_cgroup(std::unique_ptr<lx::Cgroup>& cg) {
+    auto pids = cg->pids();
+    if (!pids || !pids->empty()) return false;
+    std::lock_guard lock(cgroup_mu_);
+    if (spare_cgroups_.size() >= kSpareExecCgroups || shut_down_cgroups_) return false;
+    spare_cgroups_.push_back(std::move(cg));
+    return true;
+  }
+
+  // The common end of an exec, done inline on the io thread: nothing of the command is left
+  // (its cgroup is empty) and there is no artifact scan. False: finish_exec() on the pool.
+  bool finish_exec_fast(Prepared& prep) {
+    if (prep.artifact_dir) return false;
+    {
+      std::lock_guard lock(prep.pending->mu);
+      if (prep.pending->killed || !prep.pending->start_error.empty()) return false;
+    }
+    return recycle_exec_cgroup(prep.pending->cgroup);
   }
 
   // After a run: background jobs the command left (when it was not killed) move to the box
@@ -680,10 +711,13 @@ class NsSandbox final : public Sandbox {
       killed = p.killed;
     }
     if (!killed) {
-      std::lock_guard lock(cgroup_mu_);
-      if (auto s = p.cgroup->move_processes_to(*cgroup_); !s) {
-        spdlog::warn("ns box {}: keeping background processes: {}", key_, s.error().message);
+      {
+        std::lock_guard lock(cgroup_mu_);
+        if (auto s = p.cgroup->move_processes_to(*cgroup_); !s) {
+          spdlog::warn("ns box {}: keeping background processes: {}", key_, s.error().message);
+        }
       }
+      if (recycle_exec_cgroup(p.cgroup)) return;
     }
     if (auto s = p.cgroup->destroy(); !s) {
       spdlog::warn("ns box {}: exec cgroup: {}", key_, s.error().message);
@@ -698,8 +732,7 @@ class NsSandbox final : public Sandbox {
                                       static_cast<int>(fds.size()), true);
       if (err == 0) co_return Status{};
       if (err != EAGAIN && err != ENOBUFS) {
-        co_return fail(err == EPIPE || err == ECONNRESET ? Code::kUnavailable
-                                                         : code_for_errno(err),
+        co_return fail(err == EPIPE || err == ECONNRESET ? Code::kUnavailable : code_for_errno(err),
                        "box " + key_ + ": send exec request: " + std::strerror(err));
       }
       // The init's queue is full (it is busy forking): wait a little. Rare; a timer is simpler
@@ -720,8 +753,12 @@ class NsSandbox final : public Sandbox {
   const uid_t uid_;
   const gid_t gid_;
   const std::map<std::string, std::string> env_;
-  std::mutex cgroup_mu_;                 // serialises use of cgroup_ (thread-compatible)
+  std::mutex cgroup_mu_;  // serialises use of cgroup_ (thread-compatible)
   std::unique_ptr<lx::Cgroup> cgroup_;
+  // Empty exec cgroups kept for reuse, and whether shutdown() took them; under cgroup_mu_.
+  static constexpr std::size_t kSpareExecCgroups = 4;
+  std::vector<std::unique_ptr<lx::Cgroup>> spare_cgroups_;
+  bool shut_down_cgroups_ = false;
   std::unique_ptr<lx::Box> box_;
   const RootedFs fs_;
   std::shared_ptr<Conn> conn_;
@@ -941,15 +978,17 @@ asio::awaitable<Result<ExecResult>> NsSandbox::exec_uncancellable(ExecSpec spec,
   } catch (const std::exception& e) {
     failure = e.what();
   }
-  NsSandbox* self = this;
-  Prepared* p = &*prep;  // both live in this frame until the job has completed
-  ExecResult* res = &result;
-  auto finish = run_blocking(core_->opts.blocking, [self, p, res]() -> Status {
-    self->finish_exec(*p, *res);
-    return {};
-  });
-  Status finished = co_await std::move(finish);
-  (void)finished;  // finish_exec reports its own problems (warnings); it cannot fail
+  if (!finish_exec_fast(*prep)) {
+    NsSandbox* self = this;
+    Prepared* p = &*prep;  // both live in this frame until the job has completed
+    ExecResult* res = &result;
+    auto finish = run_blocking(core_->opts.blocking, [self, p, res]() -> Status {
+      self->finish_exec(*p, *res);
+      return {};
+    });
+    Status finished = co_await std::move(finish);
+    (void)finished;  // finish_exec reports its own problems (warnings); it cannot fail
+  }
   if (!failure.empty()) co_return fail(Code::kInternal, "exec: " + failure);
   co_return result;
 }
@@ -1038,8 +1077,8 @@ uid_t default_box_uid(std::string_view key) {
 
 Result<std::unique_ptr<Backend>> make_ns_backend(NsBackendOptions opts) {
   if (opts.runtime_dir.empty() || opts.runtime_dir.front() != '/') {
-    return fail(Code::kInvalid, "ns backend: runtime dir must be an absolute path: '" +
-                                    opts.runtime_dir + "'");
+    return fail(Code::kInvalid,
+                "ns backend: runtime dir must be an absolute path: '" + opts.runtime_dir + "'");
   }
   auto core = std::make_shared<Core>();
   if (opts.init_path.empty()) {
@@ -1072,8 +1111,8 @@ Result<std::unique_ptr<Backend>> make_ns_backend(NsBackendOptions opts) {
   std::error_code ec;
   std::filesystem::create_directories(core->root_mountpoint, ec);
   if (ec) {
-    missing += (missing.empty() ? "" : "; ") + std::string("runtime dir ") +
-               core->root_mountpoint + ": " + ec.message();
+    missing += (missing.empty() ? "" : "; ") + std::string("runtime dir ") + core->root_mountpoint +
+               ": " + ec.message();
   }
   if (!missing.empty()) {
     core->usable = fail(Code::kUnavailable, "ns backend unusable, missing: " + missing);
@@ -1091,9 +1130,10 @@ Result<std::unique_ptr<Backend>> make_ns_backend(NsBackendOptions opts) {
     std::ofstream adj("/proc/self/oom_score_adj");
     adj << "-1000" << std::flush;
     if (!adj) {
-      spdlog::warn("ns backend: could not set the daemon's oom_score_adj to -1000 (needs "
-                   "CAP_SYS_RESOURCE); boxes still get +{}",
-                   opts.command_oom_score_adj);
+      spdlog::warn(
+          "ns backend: could not set the daemon's oom_score_adj to -1000 (needs "
+          "CAP_SYS_RESOURCE); boxes still get +{}",
+          opts.command_oom_score_adj);
     }
   }
   spdlog::info("ns backend: cgroup {} at {}, init {}", core->driver->version(),

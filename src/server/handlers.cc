@@ -410,6 +410,10 @@ asio::awaitable<Result<std::shared_ptr<sandbox::Sandbox>>> acquire_sandbox(Conte
                                                                            bool create_if_missing,
                                                                            session::Caller caller) {
   SessionManager* sm = ctx->sessions;
+  // The common case, a running session, without a hop through the pool and back.
+  if (session::validate_id(id)) {
+    if (auto box = sm->try_acquire_running(id, caller)) co_return box;
+  }
   // The flag lives in the coroutine frame, which outlives the pool job that sets it.
   auto created = std::make_shared<bool>(false);
   auto job16 = run_blocking(ctx->pool, [sm, id, create_if_missing, caller, created] {

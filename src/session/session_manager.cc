@@ -999,6 +999,19 @@ Result<std::shared_ptr<sandbox::Sandbox>> SessionManager::acquire(const std::str
   }
 }
 
+std::shared_ptr<sandbox::Sandbox> SessionManager::try_acquire_running(const std::string& id,
+                                                                      const Caller& caller) {
+  std::unique_lock lk(mu_, std::try_to_lock);
+  if (!lk.owns_lock()) return nullptr;  // e.g. a create is committing to the database
+  auto it = sessions_.find(id);
+  if (it == sessions_.end()) return nullptr;
+  const std::shared_ptr<Entry>& e = it->second;
+  if (e->phase != Phase::kReady || e->state != State::kRunning || !visible(*e, caller)) {
+    return nullptr;
+  }
+  return lease_locked(e);
+}
+
 Result<SessionInfo> SessionManager::resume(const std::string& id, const Caller& caller) {
   auto box = acquire(id, /*create_if_missing=*/false, caller);
   if (!box) return std::unexpected(box.error());

@@ -158,6 +158,11 @@ class SessionManager {
   // running -> suspended: the box goes down (its processes die), the workspace and the uid stay.
   // Suspending a suspended session is a no-op. The next use resumes it.
   Result<SessionInfo> suspend(const std::string& id, const Caller& caller = {});
+  // acquire() of a session that is running, without ever blocking (callable on a network
+  // thread): nullptr when that would wait or do work (not running, mid-transition, not visible,
+  // or the manager's lock is busy); then call acquire() from a thread that may block.
+  std::shared_ptr<sandbox::Sandbox> try_acquire_running(const std::string& id,
+                                                        const Caller& caller = {});
   // suspended -> running (a running session is returned as it is).
   Result<SessionInfo> resume(const std::string& id, const Caller& caller = {});
   // Marks the session used now, extending its TTL, without resuming it.
