@@ -21,6 +21,15 @@
 
 namespace agentbox {
 
+// The daemon memory bound the tests hold it to: 64 MiB (the foundation issue). Under
+// AddressSanitizer (make test-asan) its quarantine (256 MiB of freed blocks by default) and
+// shadow memory come on top, so there the bound only catches growth with the data size.
+#if defined(__SANITIZE_ADDRESS__)
+inline constexpr long kDaemonRssCapKib = 384 * 1024;
+#else
+inline constexpr long kDaemonRssCapKib = 64 * 1024;
+#endif
+
 class Daemon {
  public:
   explicit Daemon(std::vector<std::string> extra_args = {});

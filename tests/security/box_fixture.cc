@@ -35,15 +35,17 @@ Box::Box(Daemon& d, std::string id, json spec, std::string token)
   uid_ = s.value("uid", 0u);
   std::ifstream f(AGENTBOX_PROBE, std::ios::binary);
   std::string bytes((std::istreambuf_iterator<char>(f)), std::istreambuf_iterator<char>());
-  auto put = client_->request("PUT",
-                              "/v1/sessions/" + id_ + "/files?path=/workspace/.probe&mode=0755",
-                              bytes, "application/octet-stream");
+  auto put =
+      client_->request("PUT", "/v1/sessions/" + id_ + "/files?path=/workspace/.probe&mode=0755",
+                       bytes, "application/octet-stream");
   if (!put || put->status != 200) {
     throw std::runtime_error("upload probe: " + (put ? put->body : put.error().message));
   }
 }
 
-std::string Box::workspace_host() const { return daemon_.data_dir() + "/workspaces/" + id_; }
+std::string Box::workspace_host() const {
+  return daemon_.data_dir() + "/workspaces/" + id_;
+}
 
 json Box::exec(std::vector<std::string> argv, int timeout_sec, json extra) {
   extra["argv"] = std::move(argv);
@@ -71,7 +73,22 @@ std::string Box::probe(const std::string& attack, std::vector<std::string> args)
   return nl == std::string::npos ? out : out.substr(0, nl);
 }
 
+// Whether `ancestor` is `pid`'s parent, grandparent, ... (box processes hang below their init,
+// the init below the daemon, the daemon below this test process).
+bool descends_from(pid_t pid, pid_t ancestor) {
+  for (int depth = 0; pid > 1 && depth < 64; ++depth) {
+    std::string ppid = proc_status(pid, "PPid");
+    if (ppid.empty()) return false;
+    pid = static_cast<pid_t>(std::stol(ppid));
+    if (pid == ancestor) return true;
+  }
+  return false;
+}
+
 std::vector<pid_t> host_pids_of_uid(uid_t uid) {
+  // Only this test process's own boxes: test binaries run in parallel with daemons of their
+  // own, and a session id (so its uid) may be the same in two of them.
+  const pid_t self = ::getpid();
   std::vector<pid_t> out;
   DIR* d = opendir("/proc");
   if (!d) return out;
@@ -79,7 +96,7 @@ std::vector<pid_t> host_pids_of_uid(uid_t uid) {
     if (e->d_name[0] < '0' || e->d_name[0] > '9') continue;
     pid_t pid = static_cast<pid_t>(std::stol(e->d_name));
     std::string uids = proc_status(pid, "Uid");
-    if (!uids.empty() && std::stoul(uids) == uid) out.push_back(pid);
+    if (!uids.empty() && std::stoul(uids) == uid && descends_from(pid, self)) out.push_back(pid);
   }
   closedir(d);
   return out;

@@ -49,7 +49,8 @@ class Box {
   std::unique_ptr<client::Client> client_;
 };
 
-// Host pids whose real uid is `uid` (the box's commands, seen from outside).
+// Host pids whose real uid is `uid` (the box's commands, seen from outside), of this test
+// process's own daemons only.
 std::vector<pid_t> host_pids_of_uid(uid_t uid);
 // The host pid of the box's init (agentbox-init in the same pid namespace as host pid `member`),
 // -1 if not found.

@@ -205,7 +205,7 @@ TEST(ResourceTest, StdoutFloodIsTruncatedAndDaemonMemoryBounded) {
                   json{{"max_output_bytes", 1 << 20}});
   EXPECT_TRUE(r.value("stdout_truncated", false));
   EXPECT_EQ(r.value("stdout", "").size(), 1u << 20);
-  EXPECT_LT(daemon_rss_kib(), 64 * 1024);
+  EXPECT_LT(daemon_rss_kib(), kDaemonRssCapKib);
 }
 
 TEST(ResourceTest, CrashLeavesNoCoreFile) {
