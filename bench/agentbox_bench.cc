@@ -6,16 +6,21 @@
 // Sections:
 //   exec      exec round trip of /bin/true through HTTP keep-alive vs a bare posix_spawn (and,
 //             for ns, vs bwrap --unshare-all and seed 001's unshare+setpriv)
-//   files     256 MiB upload and download through the API vs cat to/from local disk
+//   files     256 MiB upload and download through the API vs cat to/from local disk, and vs
+//             the same bytes over raw loopback TCP (the ceiling of the medium)
 //   sessions  new session -> first exec completes, 100 sessions, p50/p99
 //   idle      1,000 idle sessions: memory per session (init RSS + cgroup usage), daemon RSS
 //   rate      execs/s across 100 sessions vs the bare posix_spawn rate, on all cores
 //   lifecycle suspend + resume round trip; daemon restart with 1,000 sessions in the database
 //             (time to ready) vs an empty one; exec latency with persistence on vs off
 
+#include <arpa/inet.h>
 #include <fcntl.h>
+#include <netinet/in.h>
 #include <signal.h>
 #include <spawn.h>
+#include <sys/sendfile.h>
+#include <sys/socket.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -261,9 +266,82 @@ void section_exec(const Daemon& d, const std::string& backend, int n) {
   }
 }
 
-void section_files(const Daemon& d, std::uint64_t mb) {
-  std::printf("\n[files] %llu MiB upload and download, MB/s\n",
-              static_cast<unsigned long long>(mb));
+// The medium's ceiling for [files]: the same bytes over a plain loopback TCP connection, no
+// HTTP and no daemon. A receiver thread and a sender (this thread), with the syscalls the
+// agentbox client and daemon use for the same work: `from` empty, the sender writes 1 MiB at a
+// time from memory; else it sendfile(2)s the (page-cached) file `from`. `to` empty, the
+// receiver reads 1 MiB at a time and discards; else it writes `to` and fsyncs it, as the
+// daemon's atomic writer does. Returns the wall time in ms
+// from the first byte sent to the receiver done.
+double raw_tcp_ms(std::uint64_t size, const fs::path& from, const fs::path& to) {
+  constexpr std::size_t kChunk = 1u << 20;
+  int lfd = ::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+  sockaddr_in addr{};
+  addr.sin_family = AF_INET;
+  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  socklen_t alen = sizeof addr;
+  if (lfd < 0 || ::bind(lfd, reinterpret_cast<sockaddr*>(&addr), sizeof addr) != 0 ||
+      ::listen(lfd, 1) != 0 || ::getsockname(lfd, reinterpret_cast<sockaddr*>(&addr), &alen) != 0) {
+    die("raw TCP baseline: cannot listen on loopback");
+  }
+  std::atomic<bool> rx_ok{false};
+  std::thread rx([&] {
+    int c = ::accept4(lfd, nullptr, nullptr, SOCK_CLOEXEC);
+    if (c < 0) return;
+    int out = to.empty() ? -1 : ::open(to.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0600);
+    std::vector<char> buf(kChunk);
+    std::uint64_t got = 0;
+    bool ok = to.empty() || out >= 0;
+    while (ok && got < size) {
+      ssize_t n = ::read(c, buf.data(), buf.size());
+      if (n <= 0) break;
+      got += static_cast<std::uint64_t>(n);
+      if (out >= 0 && ::write(out, buf.data(), static_cast<std::size_t>(n)) != n) ok = false;
+    }
+    if (out >= 0) {
+      ok = ok && ::fsync(out) == 0;
+      ::close(out);
+    }
+    ::close(c);
+    rx_ok = ok && got == size;
+  });
+  int s = ::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+  if (s < 0 || ::connect(s, reinterpret_cast<sockaddr*>(&addr), sizeof addr) != 0) {
+    die("raw TCP baseline: cannot connect");
+  }
+  int in = from.empty() ? -1 : ::open(from.c_str(), O_RDONLY | O_CLOEXEC);
+  std::vector<char> buf(kChunk, 'x');
+  auto t0 = Clock::now();
+  std::uint64_t sent = 0;
+  while (sent < size) {
+    std::size_t want = static_cast<std::size_t>(std::min<std::uint64_t>(kChunk, size - sent));
+    if (in >= 0) {
+      ssize_t r = ::sendfile(s, in, nullptr, want);
+      if (r <= 0) break;
+      sent += static_cast<std::uint64_t>(r);
+      continue;
+    }
+    std::size_t off = 0;
+    while (off < want) {
+      ssize_t w = ::write(s, buf.data() + off, want - off);
+      if (w <= 0) break;
+      off += static_cast<std::size_t>(w);
+    }
+    if (off < want) break;
+    sent += want;
+  }
+  ::close(s);
+  rx.join();
+  double ms = ms_since(t0);
+  if (in >= 0) ::close(in);
+  ::close(lfd);
+  if (!rx_ok || sent != size) die("raw TCP baseline: transfer failed");
+  return ms;
+}
+
+void section_files(const Daemon& d, std::uint64_t mb, int rounds) {
+  std::printf("\n[files] %llu MiB upload and download, MB/s, medians of %d rounds\n",
+              static_cast<unsigned long long>(mb), rounds);
   const std::uint64_t size = mb << 20;
   fs::path src = d.dir() / "src.bin";
   {
@@ -280,12 +358,17 @@ void section_files(const Daemon& d, std::uint64_t mb) {
     }
   }
   auto mbps = [&](double ms) { return static_cast<double>(mb) / (ms / 1000.0); };
-  // Baselines: cat to local disk (with the fsync the daemon also does) and from local disk.
+  // Baselines, each measured in every round next to the API transfers:
+  //  - cat to local disk (with the fsync the daemon also does) and from local disk (page cache
+  //    to /dev/null): what the target is written against;
+  //  - the same bytes over raw loopback TCP, file -> socket -> file (+fsync), and file ->
+  //    socket -> discarded: the ceiling of the medium the API runs on, with the same disk work;
+  //  - raw loopback TCP memory to memory: the medium alone.
   fs::path dst = d.dir() / "dst.bin";
-  std::vector<double> cat_up, cat_down, api_up, api_down;
+  std::vector<double> cat_up, cat_down, api_up, api_down, tcp_up, tcp_down, tcp_mem;
   Client c = make_client(d);
   create_session(c, "bench-files");
-  for (int round = 0; round < 3; ++round) {
+  for (int round = 0; round < rounds; ++round) {
     auto t0 = Clock::now();
     spawn_wait(
         {"sh", "-c",
@@ -296,15 +379,16 @@ void section_files(const Daemon& d, std::uint64_t mb) {
     cat_down.push_back(ms_since(t0));
     fs::remove(dst);
 
+    tcp_up.push_back(raw_tcp_ms(size, src, dst));
+    fs::remove(dst);
+    tcp_down.push_back(raw_tcp_ms(size, src, {}));
+    tcp_mem.push_back(raw_tcp_ms(size, {}, {}));
+
     int fd = ::open(src.c_str(), O_RDONLY | O_CLOEXEC);
     t0 = Clock::now();
-    auto r = c.upload("PUT", "/v1/sessions/bench-files/files?path=/workspace/big.bin", size,
-                      [fd](char* p, std::size_t n) -> agentbox::Result<std::size_t> {
-                        ssize_t got = ::read(fd, p, n);
-                        if (got < 0)
-                          return std::unexpected(agentbox::Error::from_errno(errno, "read"));
-                        return static_cast<std::size_t>(got);
-                      });
+    // As `agentbox cp` uploads a local file: sendfile from the file.
+    auto r =
+        c.upload_file("PUT", "/v1/sessions/bench-files/files?path=/workspace/big.bin", fd, size);
     api_up.push_back(ms_since(t0));
     ::close(fd);
     if (!r || r->status != 200) die("upload failed: " + (r ? r->body : r.error().message));
@@ -321,10 +405,19 @@ void section_files(const Daemon& d, std::uint64_t mb) {
   long daemon_rss = rss_kib(d.pid());
   double up = mbps(median(api_up)), down = mbps(median(api_down));
   double cup = mbps(median(cat_up)), cdown = mbps(median(cat_down));
+  double tup = mbps(median(tcp_up)), tdown = mbps(median(tcp_down));
+  double tmem = mbps(median(tcp_mem));
+  char vs_tcp[64];
   row("cat to local disk (+fsync)", cup, "MB/s");
-  row("agentbox upload (PUT, atomic, fsynced)", up, "MB/s", ratio_note(up / cup, ">= 0.8"));
-  row("cat from local disk", cdown, "MB/s");
-  row("agentbox download (GET)", down, "MB/s", ratio_note(down / cdown, ">= 0.8"));
+  row("raw loopback TCP, file -> socket -> file (+fsync)", tup, "MB/s");
+  std::snprintf(vs_tcp, sizeof vs_tcp, ", %.2f of raw TCP", up / tup);
+  row("agentbox upload (PUT, atomic, fsynced)", up, "MB/s",
+      ratio_note(up / cup, ">= 0.8") + vs_tcp);
+  row("cat from local disk (page cache -> /dev/null)", cdown, "MB/s");
+  row("raw loopback TCP, file -> socket -> discarded", tdown, "MB/s");
+  std::snprintf(vs_tcp, sizeof vs_tcp, ", %.2f of raw TCP", down / tdown);
+  row("agentbox download (GET)", down, "MB/s", ratio_note(down / cdown, ">= 0.8") + vs_tcp);
+  row("raw loopback TCP, memory -> memory (the medium)", tmem, "MB/s");
   row("daemon RSS after the transfers", static_cast<double>(daemon_rss) / 1024.0, "MiB",
       "(target < 64 MiB)");
 }
@@ -606,6 +699,7 @@ int main(int argc, char** argv) {
   std::vector<std::string> sections = {"exec", "files"};
   int iterations = 500, sessions = 100, idle = 1000;
   std::uint64_t file_mb = 256;
+  int file_rounds = 5;
   double rate_seconds = 5;
   app.add_option("--daemon", daemon, "agentboxd binary");
   app.add_option("--backend", backend, "backend to measure");
@@ -614,6 +708,7 @@ int main(int argc, char** argv) {
   app.add_option("--sessions", sessions);
   app.add_option("--idle", idle);
   app.add_option("--file-mb", file_mb);
+  app.add_option("--file-rounds", file_rounds, "rounds of the files section (medians)");
   app.add_option("--rate-seconds", rate_seconds);
   CLI11_PARSE(app, argc, argv);
   signal(SIGPIPE, SIG_IGN);
@@ -624,7 +719,7 @@ int main(int argc, char** argv) {
     if (s == "exec")
       section_exec(d, backend, iterations);
     else if (s == "files")
-      section_files(d, file_mb);
+      section_files(d, file_mb, file_rounds);
     else if (s == "sessions")
       section_sessions(d, sessions);
     else if (s == "idle")

@@ -173,18 +173,9 @@ int upload(const Globals& g, const std::string& local, RemotePath dst, bool pare
     target += std::string("&mode=") + m;
   }
   Progress progress(base_name(dst.path), src->size);
-  int fd = src->fd;
-  auto r = c.upload(
-      "PUT", target, src->size,
-      [fd, &local](char* buf, std::size_t n) -> Result<std::size_t> {
-        for (;;) {
-          ssize_t got = ::read(fd, buf, n);
-          if (got < 0 && errno == EINTR) continue;
-          if (got < 0) return fail_errno(errno, "read(" + local + ")");
-          return static_cast<std::size_t>(got);
-        }
-      },
-      [&progress](std::uint64_t sent) { progress.update(sent); });
+  // open_source always yields a regular file (a pipe is spooled first): sendfile can read it.
+  auto r = c.upload_file("PUT", target, src->fd, src->size,
+                         [&progress](std::uint64_t sent) { progress.update(sent); });
   if (!r) return report(r.error());
   if (!ok(*r)) return report(*r);
   progress.finish();

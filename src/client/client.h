@@ -63,14 +63,21 @@ class Client {
   // status and headers; body is left empty unless the status is not 2xx (then it holds the
   // error body).
   Result<Response> request_stream(std::string_view method, std::string_view target,
-                                   std::string_view body,
-                                   const std::function<bool(std::string_view)>& on_chunk);
+                                  std::string_view body,
+                                  const std::function<bool(std::string_view)>& on_chunk);
 
   // A request whose body of `size` bytes is pulled from `read` (fills the buffer, returns the
   // count; 0 only at the end) — a file upload. `progress` gets the bytes sent so far.
   Result<Response> upload(std::string_view method, std::string_view target, std::uint64_t size,
                           const std::function<Result<std::size_t>(char*, std::size_t)>& read,
                           const std::function<void(std::uint64_t)>& progress = {});
+
+  // The same upload with the body taken from `fd` (a regular file) from its current offset,
+  // sent with sendfile(2): the bytes go from the page cache to the socket without being copied
+  // through this process. Fewer than `size` bytes left in the file is an error.
+  Result<Response> upload_file(std::string_view method, std::string_view target, int fd,
+                               std::uint64_t size,
+                               const std::function<void(std::uint64_t)>& progress = {});
 
  private:
   struct Impl;

@@ -13,24 +13,27 @@
 #include "server/http_server.h"
 
 #include <fcntl.h>
+#include <sys/sendfile.h>
 #include <sys/socket.h>
 #include <unistd.h>
 
 #include <algorithm>
 #include <array>
-#include <tuple>
 #include <boost/asio/as_tuple.hpp>
 #include <boost/asio/co_spawn.hpp>
 #include <boost/asio/experimental/awaitable_operators.hpp>
+#include <boost/asio/read.hpp>
 #include <boost/asio/steady_timer.hpp>
 #include <boost/asio/use_awaitable.hpp>
 #include <boost/asio/write.hpp>
 #include <boost/beast/core.hpp>
 #include <boost/beast/http.hpp>
 #include <list>
+#include <tuple>
 #include <variant>
 
 #include "common/log.h"
+#include "common/no_sigpipe.h"
 #include "server/http_error.h"
 #include "server/internal/blocking.h"
 #include "server/internal/context.h"
@@ -52,9 +55,10 @@ using namespace boost::asio::experimental::awaitable_operators;
 namespace {
 
 constexpr auto kTuple = asio::as_tuple(asio::use_awaitable);
-// Files move in chunks of this size; with one buffer per transfer, memory stays flat however
-// big the file.
-constexpr std::size_t kFileChunk = 256u << 10;
+// Uploads move in chunks of this size (two buffers per upload: one filling from the socket while
+// the other is written to the file); memory stays flat however big the file. 1 MiB: a quarter
+// of the pool hops, timer resets and write(2) calls that 256 KiB took.
+constexpr std::size_t kFileChunk = 1u << 20;
 // Seed 001's /exec-stream sends output as lines; a longer line goes out in pieces of this size.
 constexpr std::size_t kMaxLine = 64u << 10;
 // After an error reply to a request whose body was not read, how long we keep reading (and
@@ -166,8 +170,8 @@ namespace {
 using Impl = HttpServer::Impl;
 
 void log_request(const Conn* conn, const Exchange* ex, int status) {
-  auto ms = std::chrono::duration_cast<std::chrono::milliseconds>(
-                std::chrono::steady_clock::now() - ex->start)
+  auto ms = std::chrono::duration_cast<std::chrono::milliseconds>(std::chrono::steady_clock::now() -
+                                                                  ex->start)
                 .count();
   auto level = status >= 500 ? spdlog::level::err : spdlog::level::debug;
   spdlog::log(level, "conn={} req={} {} {} -> {} ({} ms)", conn->id, ex->req.id, ex->req.method,
@@ -440,7 +444,8 @@ class NdjsonSink final : public sandbox::OutputSink {
       }
       pending.erase(0, start);
       while (pending.size() >= kMaxLine) {
-        std::size_t cut = kMaxLine - utf8_incomplete_tail(std::string_view(pending).substr(0, kMaxLine));
+        std::size_t cut =
+            kMaxLine - utf8_incomplete_tail(std::string_view(pending).substr(0, kMaxLine));
         if (!co_await emit(k, pending.substr(0, cut))) co_return false;
         pending.erase(0, cut);
       }
@@ -587,7 +592,41 @@ asio::awaitable<bool> exec_stream(Impl* impl, Conn* conn, Exchange* ex, bool see
   co_return keep;
 }
 
-// GET /v1/sessions/{id}/files?path=P: the file's bytes, streamed from its fd.
+// One sendfile(2) job of get_file: the bytes it moved, and whether the file ended early.
+struct SendfileStep {
+  std::size_t sent = 0;
+  bool file_ended = false;
+};
+
+// Moves up to `want` bytes of `file_fd` from `offset` to the non-blocking socket `sock_fd`, until
+// the socket's send buffer is full (EAGAIN) or `want` is done. Runs in the pool: sendfile reads
+// the file through the page cache and, for a file not cached, waits on the disk, which must never
+// stall the io thread; the socket being non-blocking means a slow client never holds the pool
+// thread either (it returns on EAGAIN and the io thread waits for the socket to drain).
+Result<SendfileStep> sendfile_step(int sock_fd, int file_fd, std::uint64_t offset,
+                                   std::size_t want) {
+  SendfileStep step;
+  auto off = static_cast<off_t>(offset);
+  while (step.sent < want) {
+    ssize_t n =
+        call_without_sigpipe([&] { return ::sendfile(sock_fd, file_fd, &off, want - step.sent); });
+    if (n > 0) {
+      step.sent += static_cast<std::size_t>(n);
+      continue;
+    }
+    if (n == 0) {
+      step.file_ended = true;
+      break;
+    }
+    if (errno == EINTR) continue;
+    if (errno == EAGAIN || errno == EWOULDBLOCK) break;
+    return fail_errno(errno, "sendfile");
+  }
+  return step;
+}
+
+// GET /v1/sessions/{id}/files?path=P: the file's bytes, sent with sendfile(2) straight from the
+// page cache to the socket (no copy through our memory, no buffer: RSS stays flat).
 asio::awaitable<bool> get_file(Impl* impl, Conn* conn, Exchange* ex) {
   Context* ctx = &impl->ctx;
   auto id = detail::session_param(ex->req);
@@ -602,59 +641,125 @@ asio::awaitable<bool> get_file(Impl* impl, Conn* conn, Exchange* ex) {
   auto reader = co_await std::move(open_job);
   if (!reader) co_return co_await send_error(impl, conn, ex, reader.error());
 
-  http::response<http::buffer_body> res{http::status::ok, ex->version};
+  http::response<http::empty_body> res{http::status::ok, ex->version};
   res.set(http::field::server, "agentboxd");
   res.set(http::field::content_type, "application/octet-stream");
   res.content_length(reader->size);
   const bool keep = ex->keep_alive && !impl->stopping;
   res.keep_alive(keep);
-  res.body().data = nullptr;
-  res.body().more = true;
-  http::response_serializer<http::buffer_body> sr{res};
+  http::response_serializer<http::empty_body> sr{res};
   conn->stream.expires_after(ctx->opts.io_timeout);
   auto [hec, hn] = co_await http::async_write_header(conn->stream, sr, kTuple);
   ctx->metrics.add_bytes_out(hn);
   if (hec) co_return false;
   log_request(conn, ex, 200);
 
-  std::vector<char> buf(kFileChunk);
-  std::uint64_t remaining = reader->size;
-  const int fd = reader->fd.get();
-  while (remaining > 0) {
-    char* data = buf.data();
-    std::size_t want = static_cast<std::size_t>(std::min<std::uint64_t>(remaining, buf.size()));
-    auto read_job = run_blocking(ctx->pool, [fd, data, want]() -> Result<std::size_t> {
-      for (;;) {
-        ssize_t n = ::read(fd, data, want);
-        if (n >= 0) return static_cast<std::size_t>(n);
-        if (errno != EINTR) return fail_errno(errno, "read");
-      }
+  // The body bypasses the tcp_stream, so its timeout does not apply: our own timer bounds how
+  // long the client may leave the socket full. While a sendfile job runs in the pool, this
+  // coroutine is suspended on it and nothing else on the io thread touches the socket (the
+  // connection is not idle, so shutdown leaves it alone): the pool thread has the fd alone.
+  conn->stream.expires_never();
+  tcp::socket& sock = conn->stream.socket();
+  const int sock_fd = sock.native_handle();
+  // Asio made the socket non-blocking for its own async operations; sendfile_step relies on it.
+  if (int fl = ::fcntl(sock_fd, F_GETFL); fl >= 0 && !(fl & O_NONBLOCK)) {
+    ::fcntl(sock_fd, F_SETFL, fl | O_NONBLOCK);
+  }
+  const int file_fd = reader->fd.get();
+  asio::steady_timer timer(sock.get_executor());
+  std::uint64_t offset = 0;
+  while (offset < reader->size) {
+    // At most this much per pool job, so one fast download does not keep a pool thread from
+    // everyone else's blocking work for long.
+    constexpr std::uint64_t kSendfileJob = 8u << 20;
+    auto want = static_cast<std::size_t>(std::min(reader->size - offset, kSendfileJob));
+    auto send_job = run_blocking(ctx->pool, [sock_fd, file_fd, offset, want] {
+      return sendfile_step(sock_fd, file_fd, offset, want);
     });
-    auto got = co_await std::move(read_job);
-    if (!got || *got == 0) {
+    auto step = co_await std::move(send_job);
+    if (step) {
+      offset += step->sent;
+      ctx->metrics.add_bytes_out(step->sent);
+    }
+    if (!step || step->file_ended) {
       // The file failed or shrank under us after the header went out: all we can do is cut the
-      // connection, so the client sees a short body rather than wrong bytes.
-      spdlog::warn("conn={} req={} GET {}: {}", conn->id, ex->req.id, p,
-                   got ? "file shrank while being sent" : got.error().message);
+      // connection, so the client sees a short body rather than wrong bytes. (A client gone
+      // shows up here too, as EPIPE or ECONNRESET.)
+      spdlog::info("conn={} req={} GET {} ended after {} of {} bytes: {}", conn->id, ex->req.id, p,
+                   offset, reader->size,
+                   step ? "file shrank while being sent" : step.error().message);
       co_return false;
     }
-    res.body().data = buf.data();
-    res.body().size = *got;
-    res.body().more = true;
-    conn->stream.expires_after(ctx->opts.io_timeout);
-    auto [ec, n] = co_await http::async_write(conn->stream, sr, kTuple);
-    ctx->metrics.add_bytes_out(n);
-    if (ec && ec != http::error::need_buffer) co_return false;
-    remaining -= *got;
+    if (offset == reader->size || step->sent == want) continue;
+    // The socket's send buffer is full: wait until the client has read some of it.
+    timer.expires_after(ctx->opts.io_timeout);
+    auto writable = sock.async_wait(tcp::socket::wait_write, kTuple);
+    auto timeout = timer.async_wait(kTuple);
+    auto either = std::move(writable) || std::move(timeout);
+    auto which = co_await std::move(either);
+    if (which.index() == 1) {
+      spdlog::info("conn={} req={} GET {}: client read nothing for {} s; closing", conn->id,
+                   ex->req.id, p, ctx->opts.io_timeout.count());
+      co_return false;
+    }
+    if (auto [wec] = std::get<0>(which); wec) co_return false;
   }
-  res.body().data = nullptr;
-  res.body().size = 0;
-  res.body().more = false;
-  conn->stream.expires_after(ctx->opts.io_timeout);
-  auto [ec, n] = co_await http::async_write(conn->stream, sr, kTuple);
-  ctx->metrics.add_bytes_out(n);
-  if (ec) co_return false;
   co_return keep;
+}
+
+// Where put_file's body comes from. With a Content-Length (every client of ours), the bytes go
+// straight from the socket into the chunk buffers: what Beast read past the header is taken out
+// of `buffer` first, then the rest is read with plain socket reads of up to a chunk each,
+// never past the body (a pipelined next request stays unread). Chunked bodies go through
+// Beast's parser, which reads at most 64 KiB a call and copies once more.
+struct BodyReader {
+  Conn* conn = nullptr;
+  beast::flat_buffer* buffer = nullptr;
+  std::chrono::seconds timeout{};
+  std::optional<http::request_parser<http::buffer_body>> parser;  // chunked bodies only
+  std::uint64_t raw_left = 0;  // Content-Length bodies: bytes not yet read
+
+  bool done() const { return parser ? parser->is_done() : raw_left == 0; }
+};
+
+struct BodyChunk {
+  beast::error_code ec;
+  std::size_t wire_bytes = 0;  // read from the socket or the buffer, framing included
+  std::size_t got = 0;         // body bytes now in the chunk buffer
+};
+
+// Fills `dst` (up to `cap` bytes) with the next part of the body: a whole chunk unless the body
+// ends first.
+asio::awaitable<BodyChunk> read_body_chunk(BodyReader* r, char* dst, std::size_t cap) {
+  BodyChunk out;
+  if (r->parser) {
+    r->parser->get().body().data = dst;
+    r->parser->get().body().size = cap;
+    r->conn->stream.expires_after(r->timeout);
+    auto read_op = http::async_read(r->conn->stream, *r->buffer, *r->parser, kTuple);
+    auto [ec, n] = co_await std::move(read_op);
+    out.ec = ec == http::error::need_buffer ? beast::error_code{} : ec;
+    out.wire_bytes = n;
+    out.got = cap - r->parser->get().body().size;
+    co_return out;
+  }
+  auto want = static_cast<std::size_t>(std::min<std::uint64_t>(cap, r->raw_left));
+  std::size_t have = std::min(want, r->buffer->size());
+  if (have > 0) {
+    asio::buffer_copy(asio::buffer(dst, have), r->buffer->data());
+    r->buffer->consume(have);
+  }
+  out.got = have;
+  if (have < want) {
+    r->conn->stream.expires_after(r->timeout);
+    auto read_op = asio::async_read(r->conn->stream, asio::buffer(dst + have, want - have), kTuple);
+    auto [ec, n] = co_await std::move(read_op);
+    out.ec = ec;
+    out.got += n;
+  }
+  out.wire_bytes = out.got;
+  r->raw_left -= out.got;
+  co_return out;
 }
 
 // PUT /v1/sessions/{id}/files?path=P[&mkdirs=true][&mode=0644]: the body streams into an atomic
@@ -671,8 +776,8 @@ asio::awaitable<bool> put_file(Impl* impl, Conn* conn, beast::flat_buffer* buffe
   auto mode = mode_query(ex->req);
   if (!mode) co_return co_await send_error(impl, conn, ex, mode.error());
   const std::uint64_t cap = ctx->opts.max_file_bytes;
-  Error too_big = Error::make(Code::kTooBig, "file is over the upload limit of " +
-                                                 std::to_string(cap) + " bytes");
+  Error too_big = Error::make(Code::kTooBig,
+                              "file is over the upload limit of " + std::to_string(cap) + " bytes");
   if (ex->content_length && *ex->content_length > cap) {
     co_return co_await send_error(impl, conn, ex, too_big);
   }
@@ -693,12 +798,21 @@ asio::awaitable<bool> put_file(Impl* impl, Conn* conn, beast::flat_buffer* buffe
   std::unique_ptr<sandbox::FileWriter> writer = std::move(*created);
 
   if (!co_await maybe_continue(conn, ex)) co_return false;
-  http::request_parser<http::buffer_body> parser{std::move(*hp)};
-  parser.body_limit(cap);  // chunked bodies; Content-Length was checked above
-  // Beast reads into the free capacity of `buffer` (at least 512 bytes, at most 64 KiB a call):
-  // without room made here, a body streams in 512-byte reads (one syscall and one timer reset
-  // each), capping uploads near 100 MB/s.
-  buffer->reserve(kFileChunk);
+  BodyReader body;
+  body.conn = conn;
+  body.buffer = buffer;
+  body.timeout = ctx->opts.io_timeout;
+  if (ex->content_length) {
+    body.raw_left = ex->body_pending ? *ex->content_length : 0;
+  } else {
+    // Chunked: Beast's parser decodes the framing and caps the total (Content-Length was
+    // checked above).
+    body.parser.emplace(std::move(*hp));
+    body.parser->body_limit(cap);
+    // Beast reads into the free capacity of `buffer` (at least 512 bytes, at most 64 KiB a
+    // call): without room made here, a body streams in 512-byte reads.
+    buffer->reserve(64u << 10);
+  }
   // Two chunk buffers: while the pool writes one to the file, the next arrives from the socket.
   std::array<std::vector<char>, 2> bufs{std::vector<char>(kFileChunk),
                                         std::vector<char>(kFileChunk)};
@@ -706,11 +820,11 @@ asio::awaitable<bool> put_file(Impl* impl, Conn* conn, beast::flat_buffer* buffe
   std::size_t queued = 0;  // bytes in bufs[1 - cur] read but not yet written
   sandbox::FileWriter* writer_ptr = writer.get();
   auto write_queued = [ctx, writer_ptr](const char* data, std::size_t n) {
-    return run_blocking(ctx->pool,
-                        [writer_ptr, data, n] { return writer_ptr->write(std::string_view(data, n)); });
+    return run_blocking(
+        ctx->pool, [writer_ptr, data, n] { return writer_ptr->write(std::string_view(data, n)); });
   };
   for (;;) {
-    const bool more = ex->body_pending && !parser.is_done();
+    const bool more = ex->body_pending && !body.done();
     if (!more && queued == 0) break;
     if (!more) {
       auto last_job = write_queued(bufs[1 - cur].data(), queued);
@@ -719,32 +833,29 @@ asio::awaitable<bool> put_file(Impl* impl, Conn* conn, beast::flat_buffer* buffe
       queued = 0;
       continue;
     }
-    parser.get().body().data = bufs[cur].data();
-    parser.get().body().size = kFileChunk;
-    conn->stream.expires_after(ctx->opts.io_timeout);
-    auto read_op = http::async_read(conn->stream, *buffer, parser, kTuple);
-    beast::error_code ec;
-    std::size_t n = 0;
+    auto read_op = read_body_chunk(&body, bufs[cur].data(), kFileChunk);
+    BodyChunk chunk;
     Status wrote;
     if (queued > 0) {
       auto write_job = write_queued(bufs[1 - cur].data(), queued);
       auto both = std::move(read_op) && std::move(write_job);
-      std::tie(ec, n, wrote) = co_await std::move(both);  // (read's ec, n, write's status)
+      std::tie(chunk, wrote) = co_await std::move(both);
       queued = 0;
     } else {
-      std::tie(ec, n) = co_await std::move(read_op);
+      chunk = co_await std::move(read_op);
     }
-    ctx->metrics.add_bytes_in(n);
+    ctx->metrics.add_bytes_in(chunk.wire_bytes);
     if (!wrote) co_return co_await send_error(impl, conn, ex, wrote.error());
-    if (ec == http::error::body_limit) co_return co_await send_error(impl, conn, ex, too_big);
-    if (ec && ec != http::error::need_buffer) {
+    if (chunk.ec == http::error::body_limit) {
+      co_return co_await send_error(impl, conn, ex, too_big);
+    }
+    if (chunk.ec) {
       spdlog::info("conn={} req={} upload of {} aborted ({}); target untouched", conn->id,
-                   ex->req.id, p, ec.message());
+                   ex->req.id, p, chunk.ec.message());
       co_return false;
     }
-    std::size_t got = kFileChunk - parser.get().body().size;
-    if (got > 0) {
-      queued = got;
+    if (chunk.got > 0) {
+      queued = chunk.got;
       cur = 1 - cur;
     }
   }
@@ -764,7 +875,8 @@ asio::awaitable<bool> serve_one(Impl* impl, Conn* conn, beast::flat_buffer* buff
   Context* ctx = &impl->ctx;
   auto hp = std::make_unique<HeaderParser>();
   hp->header_limit(static_cast<std::uint32_t>(ctx->opts.max_header_bytes));
-  hp->body_limit(boost::none);  // enforced per route: Content-Length here, chunked by the body parser
+  hp->body_limit(
+      boost::none);  // enforced per route: Content-Length here, chunked by the body parser
 
   conn->idle = true;
   conn->stream.expires_after(ctx->opts.io_timeout);
@@ -780,10 +892,10 @@ asio::awaitable<bool> serve_one(Impl* impl, Conn* conn, beast::flat_buffer* buff
     ex.body_pending = true;  // unknown state: drain and close
     ex.req.method = "?";
     if (ec == http::error::header_limit) {
-      co_await send_error(impl, conn, &ex,
-                          Error::make(Code::kTooBig, "request header is over the limit of " +
-                                                         std::to_string(ctx->opts.max_header_bytes) +
-                                                         " bytes"));
+      co_await send_error(
+          impl, conn, &ex,
+          Error::make(Code::kTooBig, "request header is over the limit of " +
+                                         std::to_string(ctx->opts.max_header_bytes) + " bytes"));
     } else {
       co_await send_error(impl, conn, &ex,
                           Error::make(Code::kInvalid, "malformed HTTP request: " + ec.message()));
@@ -822,9 +934,9 @@ asio::awaitable<bool> serve_one(Impl* impl, Conn* conn, beast::flat_buffer* buff
     }
     std::string allow;
     for (const auto& a : m.allowed) allow += (allow.empty() ? "" : ", ") + a;
-    Reply r = error_reply(Error::make(
-        Code::kInvalid, "method " + ex.req.method + " not allowed on " + ex.req.path +
-                            " (allowed: " + allow + ")"));
+    Reply r =
+        error_reply(Error::make(Code::kInvalid, "method " + ex.req.method + " not allowed on " +
+                                                    ex.req.path + " (allowed: " + allow + ")"));
     r.status = 405;
     r.headers.emplace_back("Allow", allow);
     co_return co_await send_reply(impl, conn, &ex, std::move(r));
@@ -848,18 +960,12 @@ asio::awaitable<bool> serve_one(Impl* impl, Conn* conn, beast::flat_buffer* buff
     co_return false;
   }
   switch (route) {
-    case RouteId::kExec:
-      co_return co_await exec_once(impl, conn, &ex, /*seed=*/false);
-    case RouteId::kSeedExec:
-      co_return co_await exec_once(impl, conn, &ex, /*seed=*/true);
-    case RouteId::kExecStream:
-      co_return co_await exec_stream(impl, conn, &ex, /*seed=*/false);
-    case RouteId::kSeedExecStream:
-      co_return co_await exec_stream(impl, conn, &ex, /*seed=*/true);
-    case RouteId::kFileGet:
-      co_return co_await get_file(impl, conn, &ex);
-    default:
-      break;
+    case RouteId::kExec: co_return co_await exec_once(impl, conn, &ex, /*seed=*/false);
+    case RouteId::kSeedExec: co_return co_await exec_once(impl, conn, &ex, /*seed=*/true);
+    case RouteId::kExecStream: co_return co_await exec_stream(impl, conn, &ex, /*seed=*/false);
+    case RouteId::kSeedExecStream: co_return co_await exec_stream(impl, conn, &ex, /*seed=*/true);
+    case RouteId::kFileGet: co_return co_await get_file(impl, conn, &ex);
+    default: break;
   }
   Reply reply = co_await detail::handle_simple(ctx, route, ex.req);
   co_return co_await send_reply(impl, conn, &ex, std::move(reply));

@@ -3,10 +3,13 @@
 // rename, and paths that try to escape.
 
 #include <dirent.h>
+#include <fcntl.h>
 #include <sys/stat.h>
+#include <unistd.h>
 
 #include <algorithm>
 #include <atomic>
+#include <cstdio>
 #include <cstring>
 #include <filesystem>
 #include <random>
@@ -75,11 +78,11 @@ class FilesApi : public ::testing::Test {
 
   std::string download(const std::string& path, int* status) {
     std::string all;
-    auto r = api_.client().request_stream("GET", files_target("box", path), "",
-                                          [&](std::string_view c) {
-                                            all.append(c);
-                                            return true;
-                                          });
+    auto r =
+        api_.client().request_stream("GET", files_target("box", path), "", [&](std::string_view c) {
+          all.append(c);
+          return true;
+        });
     *status = r ? r->status : 0;
     return r && r->status == 200 ? all : (r ? r->body : "");
   }
@@ -180,9 +183,12 @@ TEST_F(FilesApi, ModeSetsPermissionBits) {
 }
 
 TEST_F(FilesApi, MissingPathParameterIs400) {
-  for (const auto& [method, route] : std::vector<std::pair<std::string, std::string>>{
-           {"GET", "files"}, {"PUT", "files"}, {"DELETE", "files"}, {"GET", "stat"},
-           {"GET", "dir"}}) {
+  for (const auto& [method, route] :
+       std::vector<std::pair<std::string, std::string>>{{"GET", "files"},
+                                                        {"PUT", "files"},
+                                                        {"DELETE", "files"},
+                                                        {"GET", "stat"},
+                                                        {"GET", "dir"}}) {
     auto r = api_.call(method, "/v1/sessions/box/" + route);
     EXPECT_EQ(r.status, 400) << method << " " << route << ": " << r;
     EXPECT_NE(r.message().find("'path'"), std::string::npos) << r;
@@ -256,8 +262,7 @@ TEST_F(FilesApi, MkdirDeleteAndRename) {
   EXPECT_EQ(api_.del(files_target("box", "x")).status, 404);
 
   for (const std::string ws : {"/workspace", "/workspace/", ".", ""}) {
-    auto r = api_.del("/v1/sessions/box/files?path=" + client::url_encode(ws) +
-                      "&recursive=true");
+    auto r = api_.del("/v1/sessions/box/files?path=" + client::url_encode(ws) + "&recursive=true");
     if (ws.empty()) {
       EXPECT_EQ(r.status, 400) << r;  // no path at all
       continue;
@@ -270,7 +275,8 @@ TEST_F(FilesApi, MkdirDeleteAndRename) {
   EXPECT_EQ(ws_stat.body["is_dir"], true);
 
   ASSERT_EQ(api_.put(files_target("box", "from.txt"), "moved").status, 200);
-  auto mv = api_.post("/v1/sessions/box/rename", {{"from", "from.txt"}, {"to", "/workspace/to.txt"}});
+  auto mv =
+      api_.post("/v1/sessions/box/rename", {{"from", "from.txt"}, {"to", "/workspace/to.txt"}});
   ASSERT_EQ(mv.status, 200) << mv;
   EXPECT_EQ(api_.get(files_target("box", "to.txt")).raw, "moved");
   EXPECT_EQ(api_.get(files_target("box", "from.txt")).status, 404);
@@ -287,8 +293,8 @@ TEST_F(FilesApi, MkdirDeleteAndRename) {
 TEST_F(FilesApi, PathsThatEscapeAre403AndTouchNothing) {
   // "a" exists, so "a/../../x" really climbs out (with no "a" it would be a plain ENOENT).
   ASSERT_EQ(api_.post("/v1/sessions/box/mkdir", {{"path", "a"}}).status, 200);
-  const std::vector<std::string> escapes = {"../../etc/passwd", "/etc/passwd", "/workspace/../..",
-                                            "a/../../x", "/workspace2/x", "../box/x"};
+  const std::vector<std::string> escapes = {"../../etc/passwd", "/etc/passwd",   "/workspace/../..",
+                                            "a/../../x",        "/workspace2/x", "../box/x"};
   for (const auto& p : escapes) {
     auto get = api_.get(files_target("box", p));
     EXPECT_EQ(get.status, 403) << p << ": " << get;
@@ -341,7 +347,8 @@ TEST_F(SmallCapFilesApi, OverTheCapIs413AndTheTargetIsUntouched) {
   std::string chunk(64 << 10, 'z');
   char size_line[32];
   snprintf(size_line, sizeof size_line, "%zx\r\n", chunk.size());
-  raw.send("PUT " + files_target("box", "f") + " HTTP/1.1\r\nHost: x\r\n"
+  raw.send("PUT " + files_target("box", "f") +
+           " HTTP/1.1\r\nHost: x\r\n"
            "Transfer-Encoding: chunked\r\n\r\n");
   for (int i = 0; i < 20; ++i) {
     if (!raw.send(std::string(size_line) + chunk + "\r\n")) break;
@@ -350,6 +357,36 @@ TEST_F(SmallCapFilesApi, OverTheCapIs413AndTheTargetIsUntouched) {
   EXPECT_EQ(http_status_of(reply), 413) << reply.substr(0, 300);
   EXPECT_EQ(api_.get(files_target("box", "f")).raw, "original");
   EXPECT_TRUE(eventually([&] { return temp_files(host_ws()).empty(); }));
+}
+
+// The client's sendfile upload (what `agentbox cp` uses) against a server that refuses the
+// body: the 413 comes back as a reply; the refused send raises no SIGPIPE that would kill us.
+TEST_F(SmallCapFilesApi, SendfileUploadOverTheCapGets413AndUnderItIsExact) {
+  ASSERT_EQ(api_.put(files_target("box", "f"), "original").status, 200);
+  const std::string local = daemon_.data_dir() + "/../upload-src.bin";
+  const std::string big = random_bytes(8u << 20, 3);
+  {
+    std::FILE* f = std::fopen(local.c_str(), "wb");
+    ASSERT_NE(f, nullptr);
+    ASSERT_EQ(std::fwrite(big.data(), 1, big.size(), f), big.size());
+    std::fclose(f);
+  }
+  int fd = ::open(local.c_str(), O_RDONLY | O_CLOEXEC);
+  ASSERT_GE(fd, 0);
+  auto r = api_.client().upload_file("PUT", files_target("box", "f"), fd, big.size());
+  ASSERT_TRUE(r) << r.error().message;
+  EXPECT_EQ(r->status, 413) << r->body;
+  EXPECT_EQ(api_.get(files_target("box", "f")).raw, "original");
+
+  // Under the cap, from an offset: the bytes from there on are stored exactly.
+  const std::size_t from = big.size() - (1u << 20);
+  ASSERT_EQ(::lseek(fd, static_cast<off_t>(from), SEEK_SET), static_cast<off_t>(from));
+  auto ok = api_.client().upload_file("PUT", files_target("box", "g"), fd, 1u << 20);
+  ::close(fd);
+  ASSERT_TRUE(ok) << ok.error().message;
+  EXPECT_EQ(ok->status, 200) << ok->body;
+  EXPECT_TRUE(read_host_file(host_ws() + "/g") == big.substr(from));
+  std::remove(local.c_str());
 }
 
 TEST_F(FilesApi, ClientVanishingMidUploadLeavesTargetAndNoTempFile) {
@@ -362,10 +399,84 @@ TEST_F(FilesApi, ClientVanishingMidUploadLeavesTargetAndNoTempFile) {
     // The temp file exists while the upload runs...
     EXPECT_TRUE(eventually([&] { return !temp_files(host_ws()).empty(); }));
   }  // ...and the client hangs up.
-  EXPECT_TRUE(eventually([&] { return temp_files(host_ws()).empty(); }))
-      << "temp file left behind";
+  EXPECT_TRUE(eventually([&] { return temp_files(host_ws()).empty(); })) << "temp file left behind";
   EXPECT_EQ(api_.get(files_target("box", "target.bin")).raw, "before");
   EXPECT_EQ(read_host_file(host_ws() + "/target.bin"), "before");
+}
+
+// The daemon reads a Content-Length body straight from the socket. Whatever arrived in the
+// same packet as the header must be part of the file, and it must stop at the body's end: a
+// request pipelined right behind it is answered on the same connection.
+TEST_F(FilesApi, ContentLengthBodySentWithTheHeaderAndAPipelinedRequest) {
+  const std::string data = random_bytes((3u << 20) + 12345, 7);
+  RawConnection raw(daemon_.host_port());
+  const std::string put = "PUT " + files_target("box", "cl.bin") +
+                          " HTTP/1.1\r\nHost: x\r\nContent-Length: " + std::to_string(data.size()) +
+                          "\r\n\r\n";
+  // Header and the first 1000 bytes in one write, then the rest and the next request together.
+  ASSERT_TRUE(raw.send(put + data.substr(0, 1000)));
+  ASSERT_TRUE(raw.send(data.substr(1000) + "GET " + files_target("box", "cl.bin") +
+                       " HTTP/1.1\r\nHost: x\r\n\r\n"));
+  std::string first = raw.read_response();
+  ASSERT_EQ(http_status_of(first), 200) << first.substr(0, 300);
+  std::string second = raw.read_response();
+  ASSERT_EQ(http_status_of(second), 200) << second.substr(0, 300);
+  auto body_at = second.find("\r\n\r\n");
+  ASSERT_NE(body_at, std::string::npos);
+  std::string back = second.substr(body_at + 4);
+  EXPECT_EQ(back.size(), data.size());
+  EXPECT_TRUE(back == data) << "downloaded bytes differ";
+  EXPECT_TRUE(read_host_file(host_ws() + "/cl.bin") == data);
+
+  // A tiny body that arrives whole with its header.
+  ASSERT_TRUE(raw.send("PUT " + files_target("box", "tiny") +
+                       " HTTP/1.1\r\nHost: x\r\nContent-Length: 3\r\n\r\nabc"));
+  std::string third = raw.read_response();
+  EXPECT_EQ(http_status_of(third), 200) << third.substr(0, 300);
+  EXPECT_EQ(read_host_file(host_ws() + "/tiny"), "abc");
+}
+
+TEST_F(FilesApi, ChunkedUploadIsStoredExactlyAndKeepsTheConnection) {
+  const std::string data = random_bytes((2u << 20) + 999, 11);
+  RawConnection raw(daemon_.host_port());
+  ASSERT_TRUE(raw.send("PUT " + files_target("box", "chunked.bin") +
+                       " HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: chunked\r\n\r\n"));
+  // Chunks of uneven sizes, some far bigger than the daemon's 64 KiB parser reads.
+  std::size_t off = 0;
+  const std::size_t sizes[] = {1, 70000, 1u << 20, 3, 300000};
+  for (std::size_t i = 0; off < data.size(); ++i) {
+    std::size_t n = std::min(sizes[i % std::size(sizes)], data.size() - off);
+    char size_line[32];
+    snprintf(size_line, sizeof size_line, "%zx\r\n", n);
+    ASSERT_TRUE(raw.send(std::string(size_line) + data.substr(off, n) + "\r\n"));
+    off += n;
+  }
+  ASSERT_TRUE(raw.send("0\r\n\r\n"));
+  std::string reply = raw.read_response();
+  ASSERT_EQ(http_status_of(reply), 200) << reply.substr(0, 300);
+  EXPECT_NE(reply.find("\"size\":" + std::to_string(data.size())), std::string::npos) << reply;
+  EXPECT_TRUE(read_host_file(host_ws() + "/chunked.bin") == data);
+  // Same connection, next request.
+  ASSERT_TRUE(raw.send("GET /v1/sessions/box/stat?path=chunked.bin HTTP/1.1\r\nHost: x\r\n\r\n"));
+  EXPECT_EQ(http_status_of(raw.read_response()), 200);
+}
+
+// A download the client abandons half way (the daemon sends with sendfile from its pool) ends
+// only that connection; the daemon serves the same file whole right after.
+TEST_F(FilesApi, ClientVanishingMidDownloadLeavesTheDaemonServing) {
+  const std::string data = random_bytes(32u << 20, 5);
+  ASSERT_EQ(upload(files_target("box", "dl.bin"), data).status, 200);
+  for (int i = 0; i < 3; ++i) {
+    RawConnection raw(daemon_.host_port());
+    ASSERT_TRUE(raw.send("GET " + files_target("box", "dl.bin") + " HTTP/1.1\r\nHost: x\r\n\r\n"));
+    // Let the socket buffers fill, then hang up without reading the rest.
+    std::this_thread::sleep_for(std::chrono::milliseconds(100));
+  }
+  int status = 0;
+  std::string back = download("dl.bin", &status);
+  ASSERT_EQ(status, 200);
+  EXPECT_EQ(back.size(), data.size());
+  EXPECT_TRUE(back == data);
 }
 
 // Issue 2: "moving a 1 GiB file through the API keeps the daemon under 64 MiB RSS". The bytes
