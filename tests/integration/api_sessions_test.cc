@@ -24,7 +24,7 @@ TEST_F(SessionsApi, CreateIsIdempotentAndReturnsTheSessionObject) {
   const json& s = first.body;
   EXPECT_EQ(s["id"], "group_123");
   EXPECT_EQ(s["state"], "running");
-  EXPECT_EQ(s["backend"], "host");
+  EXPECT_EQ(s["backend"], test_backend());
   EXPECT_TRUE(s["workspace"].is_string() && !s["workspace"].get<std::string>().empty());
   EXPECT_TRUE(is_rfc3339_utc(s["created_at"].get<std::string>())) << s["created_at"];
   EXPECT_TRUE(is_rfc3339_utc(s["last_used_at"].get<std::string>())) << s["last_used_at"];

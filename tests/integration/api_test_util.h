@@ -5,6 +5,7 @@
 #include <gtest/gtest.h>
 
 #include <chrono>
+#include <cstdlib>
 #include <fstream>
 #include <functional>
 #include <nlohmann/json.hpp>
@@ -88,6 +89,12 @@ class Api {
 inline std::string files_target(const std::string& id, const std::string& path,
                                 const std::string& extra = "") {
   return "/v1/sessions/" + id + "/files?path=" + client::url_encode(path) + extra;
+}
+
+// The backend the fixture's daemons run (AGENTBOX_TEST_BACKEND, default host).
+inline std::string test_backend() {
+  const char* b = std::getenv("AGENTBOX_TEST_BACKEND");
+  return b != nullptr && *b != '\0' ? b : "host";
 }
 
 // Polls `cond` every 50 ms for up to `seconds`.

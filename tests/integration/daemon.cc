@@ -95,7 +95,12 @@ std::optional<int> wait_for(pid_t pid, std::chrono::milliseconds timeout) {
 
 std::string Daemon::binary() {
   const char* dir = std::getenv("AGENTBOX_BIN_DIR");
-  return std::string(dir && *dir ? dir : "build/bin") + "/agentboxd";
+  if (dir && *dir) return std::string(dir) + "/agentboxd";
+  // Test executables live in <build>/tests, the binaries in <build>/bin.
+  std::error_code ec;
+  auto self = std::filesystem::read_symlink("/proc/self/exe", ec);
+  if (!ec) return (self.parent_path().parent_path() / "bin" / "agentboxd").string();
+  return "build/bin/agentboxd";
 }
 
 Daemon::Daemon(std::vector<std::string> extra_args) {
@@ -116,7 +121,10 @@ Daemon::Daemon(std::vector<std::string> extra_args) {
   };
   add_default("--listen", "127.0.0.1:0");
   add_default("--data-dir", data_dir_);
-  add_default("--backend", "host");
+  // AGENTBOX_TEST_BACKEND=ns runs a suite against isolated boxes (tests/CMakeLists.txt registers
+  // the API suites a second time that way); host otherwise.
+  const char* backend = std::getenv("AGENTBOX_TEST_BACKEND");
+  add_default("--backend", backend != nullptr && *backend != '\0' ? backend : "host");
   add_default("--log-level", "debug");
   argv.push_back("--ready-file");
   argv.push_back(ready_file_);
@@ -158,7 +166,9 @@ Daemon::~Daemon() {
   fs::remove_all(temp_dir_, ec);
 }
 
-std::string Daemon::url() const { return "http://" + host_port_; }
+std::string Daemon::url() const {
+  return "http://" + host_port_;
+}
 
 client::ClientOptions Daemon::options(std::string token) const {
   client::ClientOptions o;
@@ -181,7 +191,9 @@ int Daemon::stop(int sig) {
   return *exit_status_;
 }
 
-std::string Daemon::log() const { return read_all(log_file_); }
+std::string Daemon::log() const {
+  return read_all(log_file_);
+}
 
 int Daemon::run_to_exit(const std::vector<std::string>& args, std::string* output,
                         int timeout_sec) {
@@ -223,7 +235,9 @@ RawConnection::RawConnection(const std::string& host_port) {
   }
 }
 
-RawConnection::~RawConnection() { close(); }
+RawConnection::~RawConnection() {
+  close();
+}
 
 void RawConnection::close() {
   if (fd_ >= 0) ::close(fd_);
