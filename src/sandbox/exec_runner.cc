@@ -25,6 +25,7 @@
 #include <utility>
 
 #include "common/log.h"
+#include "common/no_sigpipe.h"
 
 namespace agentbox::sandbox {
 namespace {
@@ -55,25 +56,7 @@ using ChunkChannel =
 // sent to the writing thread, so we block it in this thread around the write and consume it if
 // the write raised it. (Ignoring SIGPIPE globally would leak SIG_IGN into every command we exec.)
 ssize_t write_without_sigpipe(int fd, const char* data, std::size_t size) {
-  sigset_t pipe_set;
-  sigemptyset(&pipe_set);
-  sigaddset(&pipe_set, SIGPIPE);
-  sigset_t pending;
-  sigemptyset(&pending);
-  sigpending(&pending);
-  const bool was_pending = sigismember(&pending, SIGPIPE) == 1;
-  sigset_t old_mask;
-  pthread_sigmask(SIG_BLOCK, &pipe_set, &old_mask);
-  ssize_t n = ::write(fd, data, size);
-  const int err = errno;
-  if (n < 0 && err == EPIPE && !was_pending) {
-    const timespec zero{};
-    while (sigtimedwait(&pipe_set, nullptr, &zero) < 0 && errno == EINTR) {
-    }
-  }
-  pthread_sigmask(SIG_SETMASK, &old_mask, nullptr);
-  errno = err;
-  return n;
+  return call_without_sigpipe([&] { return ::write(fd, data, size); });
 }
 
 struct StreamState {

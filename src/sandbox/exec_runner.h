@@ -22,6 +22,7 @@
 //      throw operation_aborted.
 
 #include <boost/asio/awaitable.hpp>
+#include <boost/asio/this_coro.hpp>
 #include <chrono>
 #include <cstddef>
 #include <memory>
@@ -50,5 +51,17 @@ struct RunOptions {
 // completed. `sink` must outlive that completion. artifacts stay empty: the backend fills them.
 boost::asio::awaitable<ExecResult> run_process(std::unique_ptr<Process> p, RunOptions opts,
                                                OutputSink* sink);
+
+// Awaits `op` with the caller's throw-on-cancellation switched off, then restores it. For an
+// exec: cancellation (the client went away) kills the command inside run_process, and must not
+// abandon the clean-up after it (exec cgroup, process bookkeeping) midway.
+template <typename T>
+boost::asio::awaitable<T> without_throw_on_cancel(boost::asio::awaitable<T> op) {
+  const bool throw_if_cancelled = co_await boost::asio::this_coro::throw_if_cancelled();
+  co_await boost::asio::this_coro::throw_if_cancelled(false);
+  T r = co_await std::move(op);
+  co_await boost::asio::this_coro::throw_if_cancelled(throw_if_cancelled);
+  co_return r;
+}
 
 }  // namespace agentbox::sandbox

@@ -88,15 +88,11 @@ Result<HostSandbox::Mapped> HostSandbox::map_path(std::string_view path) const {
 }
 
 asio::awaitable<Result<ExecResult>> HostSandbox::exec(ExecSpec spec, OutputSink* sink) {
-  // Cancellation (the caller gave up: its client went away) kills the command inside
-  // run_process and must not abandon the bookkeeping below midway, so no co_await in here
-  // throws on it. The caller's setting is restored afterwards.
-  const bool throw_if_cancelled = co_await asio::this_coro::throw_if_cancelled();
-  co_await asio::this_coro::throw_if_cancelled(false);
+  // Cancellation kills the command inside run_process; the clean-up after it must not be
+  // abandoned midway (exec_runner.h, without_throw_on_cancel).
   asio::awaitable<Result<ExecResult>> run = exec_uncancellable(std::move(spec), sink);
-  Result<ExecResult> r = co_await std::move(run);
-  co_await asio::this_coro::throw_if_cancelled(throw_if_cancelled);
-  co_return r;
+  auto guarded = without_throw_on_cancel(std::move(run));
+  co_return co_await std::move(guarded);
 }
 
 asio::awaitable<Result<ExecResult>> HostSandbox::exec_uncancellable(ExecSpec spec,
