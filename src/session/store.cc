@@ -1,8 +1,13 @@
 #include "session/store.h"
 
+#include <fcntl.h>
 #include <sqlite3.h>
+#include <sys/stat.h>
+#include <unistd.h>
 
 #include <nlohmann/json.hpp>
+
+#include "common/unique_fd.h"
 
 namespace agentbox::session {
 namespace {
@@ -167,6 +172,13 @@ Result<sqlite3_stmt*> Store::prepare_locked(const char* sql) {
 }
 
 Result<std::unique_ptr<Store>> Store::open(const std::string& path) {
+  // SECURITY: the specs hold session env values (tokens, keys): 0600, daemon only. SQLite
+  // would create it 0644, and gives its -wal and -shm files the database file's mode.
+  {
+    UniqueFd fd(::open(path.c_str(), O_RDWR | O_CREAT | O_NOFOLLOW | O_CLOEXEC, 0600));
+    if (!fd) return fail_errno(errno, "open state database " + path);
+    if (::fchmod(fd.get(), 0600) != 0) return fail_errno(errno, "chmod(" + path + ")");
+  }
   sqlite3* db = nullptr;
   int rc = sqlite3_open_v2(
       path.c_str(), &db, SQLITE_OPEN_READWRITE | SQLITE_OPEN_CREATE | SQLITE_OPEN_NOMUTEX, nullptr);

@@ -5,6 +5,7 @@
 
 #include <gtest/gtest.h>
 #include <sqlite3.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <filesystem>
@@ -91,6 +92,24 @@ TEST_F(StoreTest, WhatIsPutIsLoadedBackAfterReopening) {
   ASSERT_TRUE((*st)->erase("b"));
   ASSERT_TRUE((*st)->erase("b"));  // absent is fine
   EXPECT_EQ((*st)->load()->size(), 2u);
+}
+
+TEST_F(StoreTest, TheDatabaseIsReadableByTheDaemonOnly) {
+  auto st = Store::open(db());
+  ASSERT_TRUE(st);
+  ASSERT_TRUE((*st)->put(sample("secret-env", 40000)));
+  for (const std::string& f : {db(), db() + "-wal"}) {
+    struct stat sb;
+    ASSERT_EQ(::stat(f.c_str(), &sb), 0) << f;
+    EXPECT_EQ(sb.st_mode & 0777, 0600u) << f;
+  }
+  // A database left world-readable by an older daemon is tightened on open.
+  st->reset();
+  ASSERT_EQ(::chmod(db().c_str(), 0644), 0);
+  ASSERT_TRUE(Store::open(db()));
+  struct stat sb;
+  ASSERT_EQ(::stat(db().c_str(), &sb), 0);
+  EXPECT_EQ(sb.st_mode & 0777, 0600u);
 }
 
 TEST_F(StoreTest, AUidIsNeverHeldByTwoSessions) {
