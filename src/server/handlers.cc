@@ -378,7 +378,7 @@ Reply error_reply(const Error& e) {
 
 void audit(Context* ctx, std::string_view event, const session::Caller& caller,
            std::string_view session, const nlohmann::ordered_json& fields) {
-  if (ctx->audit) ctx->audit->record(event, caller.tenant, session, fields);
+  if (ctx->opts.audit) ctx->opts.audit->record(event, caller.tenant, session, fields);
 }
 
 Result<std::string> session_param(const Request& req) {

@@ -1056,12 +1056,6 @@ HttpServer::~HttpServer() {
 
 Result<tcp::endpoint> HttpServer::listen() {
   Context& ctx = impl_->ctx;
-  if (ctx.opts.audit && !ctx.audit) ctx.audit = ctx.opts.audit;
-  if (!ctx.opts.audit_path.empty() && !ctx.audit) {
-    auto audit = AuditLog::open(ctx.opts.audit_path, ctx.opts.audit_max_bytes);
-    if (!audit) return std::unexpected(audit.error());
-    ctx.audit = std::move(*audit);
-  }
   for (const auto& d : ctx.opts.shared_dirs) {
     UniqueFd fd(::open(d.host_path.c_str(), O_PATH | O_DIRECTORY | O_CLOEXEC));
     if (!fd) return fail_errno(errno, "shared dir " + d.prefix + ": open(" + d.host_path + ")");

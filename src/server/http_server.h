@@ -30,11 +30,9 @@ struct ServerOptions {
   // Who may call, by token (config.h effective_tenants). Empty: no auth, and every caller is
   // tenant "default".
   std::vector<TenantConfig> tenants;
-  // The audit log (audit.h); "" = none. Or one opened already (shared with the session
-  // manager's reaper events), which wins over audit_path.
-  std::string audit_path;
+  // The audit log (audit.h), opened by the caller and shared with the session manager's own
+  // events (reaper, eviction); null = none.
   std::shared_ptr<AuditLog> audit;
-  std::uint64_t audit_max_bytes = 64ull << 20;
   std::vector<SharedDir> shared_dirs;
   // POST /v1/sessions with variables but no id/scope renders the caller's tenant's
   // default_scope, else this one ("" = none: id or scope is required).

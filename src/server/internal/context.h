@@ -38,7 +38,6 @@ struct Context {
   ServerOptions opts;
   Metrics metrics;
   std::vector<SharedFs> shared;  // longest prefix first
-  std::shared_ptr<AuditLog> audit;  // null: no audit log (ServerOptions::audit_path "")
 };
 
 // Appends an audit line if the server has an audit log (thread-safe).
