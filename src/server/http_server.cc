@@ -320,13 +320,16 @@ asio::awaitable<Result<PreparedExec>> prepare_exec(Context* ctx, Request req, bo
     p.session_id = d->session_id;
     const auto& l = d->limits;
     if (l.memory_mb || l.cpu_percent || l.max_pids || l.disk_mb || l.max_open_files) {
-      // Seed 001's "cgroup" applies when the agent's session is made.
+      // Seed 001's "cgroup" applies when the agent's session is made, and only then: later
+      // execs of an existing session run as it is (never the re-create conflict of POST
+      // /v1/sessions, which would fail every seed exec whose cgroup differs).
       session::SessionSpec spec;
       spec.limits = l;
       session::SessionManager* sm = ctx->sessions;
       std::string id = p.session_id;
       session::Caller caller = req.caller;
       auto job = run_blocking(ctx->pool, [sm, id, spec, caller]() -> Result<bool> {
+        if (sm->get(id, caller)) return false;
         auto r = sm->create_or_get(id, spec, caller);
         if (!r) return std::unexpected(r.error());
         return r->second;

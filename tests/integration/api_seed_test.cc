@@ -60,6 +60,13 @@ TEST_F(SeedApi, ExecReplyHasExactlyTheSeedFields) {
   EXPECT_TRUE(r.body["duration_ms"].is_number_integer());
   EXPECT_EQ(ws.body["limits"]["memory_mb"], 512);
   EXPECT_EQ(ws.body["limits"]["max_pids"], 256);
+  // A later exec with another cgroup runs in the session as it is (limits set at creation).
+  auto again = api_.post("/exec", {{"command", "echo again"},
+                                   {"agent_id", "engineer-acme_12345"},
+                                   {"cgroup", {{"memory_mb", 1024}}}});
+  ASSERT_EQ(again.status, 200) << again;
+  EXPECT_EQ(again.body["stdout"], "again\n");
+  EXPECT_EQ(api_.get("/v1/sessions/engineer-acme_12345").body["limits"]["memory_mb"], 512);
 
   // The env reaches the command.
   auto env = api_.post("/exec", {{"command", "echo $AGENT_ID"},
