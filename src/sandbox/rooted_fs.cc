@@ -634,4 +634,39 @@ Status RootedFs::rename(const std::string& from, const std::string& to) const {
   return fail_errno(err, w);
 }
 
+namespace {
+
+std::size_t remove_stale_temps_below(int dir_fd, std::int64_t cutoff_ns, int depth) {
+  constexpr int kMaxDepth = 64;
+  UniqueFd own(::fcntl(dir_fd, F_DUPFD_CLOEXEC, 0));
+  DIR* d = own ? ::fdopendir(own.get()) : nullptr;
+  if (d == nullptr) return 0;
+  (void)own.release();  // the DIR owns it now
+  std::size_t removed = 0;
+  while (struct dirent* de = ::readdir(d)) {
+    const std::string_view name = de->d_name;
+    if (name == "." || name == "..") continue;
+    struct stat st;
+    if (::fstatat(dir_fd, de->d_name, &st, AT_SYMLINK_NOFOLLOW) != 0) continue;
+    const std::int64_t mtime_ns = std::int64_t{st.st_mtim.tv_sec} * 1000000000 + st.st_mtim.tv_nsec;
+    if (S_ISREG(st.st_mode) && name.substr(0, kTempPrefix.size()) == kTempPrefix &&
+        mtime_ns < cutoff_ns) {
+      if (::unlinkat(dir_fd, de->d_name, 0) == 0) ++removed;
+    } else if (S_ISDIR(st.st_mode) && depth < kMaxDepth) {
+      UniqueFd sub(::openat(dir_fd, de->d_name, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC));
+      if (sub) removed += remove_stale_temps_below(sub.get(), cutoff_ns, depth + 1);
+    }
+  }
+  ::closedir(d);
+  return removed;
+}
+
+}  // namespace
+
+std::size_t remove_stale_temp_files(int dir_fd, std::chrono::system_clock::time_point older_than) {
+  const std::int64_t cutoff_ns =
+      std::chrono::duration_cast<std::chrono::nanoseconds>(older_than.time_since_epoch()).count();
+  return remove_stale_temps_below(dir_fd, cutoff_ns, 0);
+}
+
 }  // namespace agentbox::sandbox

@@ -15,6 +15,7 @@
 
 #include <sys/types.h>
 
+#include <chrono>
 #include <cstddef>
 #include <memory>
 #include <optional>
@@ -110,5 +111,12 @@ class RootedFs {
   std::optional<Owner> owner_;
   std::string display_prefix_;
 };
+
+// Removes the temp files of atomic writes that never committed (a daemon killed mid-write) from
+// the tree below `dir_fd`: regular files named like create_file()'s temps and last modified
+// before `older_than` (a write in flight now is newer). Walks by dirfd with O_NOFOLLOW and
+// AT_SYMLINK_NOFOLLOW, so a planted symlink never takes it outside the tree; at most 64 levels
+// deep. Returns how many it removed.
+std::size_t remove_stale_temp_files(int dir_fd, std::chrono::system_clock::time_point older_than);
 
 }  // namespace agentbox::sandbox

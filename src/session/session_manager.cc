@@ -13,7 +13,6 @@
 #include <cstdlib>
 #include <ctime>
 #include <filesystem>
-#include <functional>
 #include <utility>
 
 #include "common/log.h"
@@ -31,8 +30,6 @@ constexpr char kSkillsDir[] = "/workspace/.skills/";
 constexpr char kSharedDir[] = "/shared/";
 constexpr char kArchiveSuffix[] = ".tar.zst";
 constexpr char kStateDb[] = "state.db";
-// rooted_fs.cc names the temp files of atomic writes so.
-constexpr std::string_view kTempPrefix = ".agentbox-tmp-";
 
 std::int64_t to_ms(std::chrono::system_clock::time_point t) {
   return std::chrono::duration_cast<std::chrono::milliseconds>(t.time_since_epoch()).count();
@@ -351,38 +348,11 @@ void SessionManager::sweep_temp_files() {
     std::lock_guard lk(mu_);
     for (const auto& [id, e] : sessions_) ids.push_back(id);
   }
-  const std::int64_t cutoff_ns =
-      std::chrono::duration_cast<std::chrono::nanoseconds>(started_at_.time_since_epoch()).count();
   std::size_t removed = 0;
-  // Depth-first over each workspace through dirfds only: O_NOFOLLOW and AT_SYMLINK_NOFOLLOW
-  // everywhere, so a symlink a session planted never takes the sweep outside its workspace.
-  // Only regular files named like our temps and older than this daemon go: a write in flight
-  // now has a newer mtime.
-  constexpr int kMaxDepth = 64;
-  std::function<void(int, int)> sweep = [&](int dirfd, int depth) {
-    UniqueFd own(::fcntl(dirfd, F_DUPFD_CLOEXEC, 0));
-    DIR* d = own ? ::fdopendir(own.get()) : nullptr;
-    if (!d) return;
-    (void)own.release();
-    while (struct dirent* de = ::readdir(d)) {
-      std::string_view name = de->d_name;
-      if (name == "." || name == "..") continue;
-      struct stat st;
-      if (::fstatat(dirfd, de->d_name, &st, AT_SYMLINK_NOFOLLOW) != 0) continue;
-      if (S_ISREG(st.st_mode) && name.substr(0, kTempPrefix.size()) == kTempPrefix &&
-          std::int64_t{st.st_mtim.tv_sec} * 1000000000 + st.st_mtim.tv_nsec < cutoff_ns) {
-        if (::unlinkat(dirfd, de->d_name, 0) == 0) ++removed;
-      } else if (S_ISDIR(st.st_mode) && depth < kMaxDepth) {
-        UniqueFd sub(::openat(dirfd, de->d_name, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC));
-        if (sub) sweep(sub.get(), depth + 1);
-      }
-    }
-    ::closedir(d);
-  };
   for (const std::string& id : ids) {
     UniqueFd ws(::openat(workspaces_fd_.get(), id.c_str(),
                          O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC));
-    if (ws) sweep(ws.get(), 0);
+    if (ws) removed += sandbox::remove_stale_temp_files(ws.get(), started_at_);
   }
   if (removed) spdlog::info("state: removed {} temp files of interrupted writes", removed);
 }
