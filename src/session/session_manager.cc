@@ -31,14 +31,8 @@ constexpr char kSharedDir[] = "/shared/";
 constexpr char kArchiveSuffix[] = ".tar.zst";
 constexpr char kStateDb[] = "state.db";
 
-std::int64_t to_ms(std::chrono::system_clock::time_point t) {
-  return std::chrono::duration_cast<std::chrono::milliseconds>(t.time_since_epoch()).count();
-}
-std::chrono::system_clock::time_point from_ms(std::int64_t ms) {
-  return std::chrono::system_clock::time_point(std::chrono::milliseconds(ms));
-}
 std::int64_t now_ms() {
-  return to_ms(std::chrono::system_clock::now());
+  return to_unix_ms(std::chrono::system_clock::now());
 }
 
 // "20261121T220000.123Z": UTC, sortable, no ':' (archive file names).
@@ -287,27 +281,28 @@ Status SessionManager::load_locked() {
   if (!rows) return std::unexpected(rows.error());
   std::size_t was_running = 0;
   for (StoredSession& r : *rows) {
-    if (!validate_id(r.id) || uids_.count(r.uid) != 0) {
-      spdlog::error("state: skipping session row {} (bad id or uid {} taken)", r.id, r.uid);
+    SessionInfo& i = r.info;
+    if (!validate_id(i.id) || uids_.count(r.uid) != 0) {
+      spdlog::error("state: skipping session row {} (bad id or uid {} taken)", i.id, r.uid);
       continue;
     }
     auto e = std::make_shared<Entry>();
-    e->id = r.id;
-    e->tenant = r.tenant;
-    e->spec = std::move(r.spec);
-    e->backend = r.backend;
+    e->id = i.id;
+    e->tenant = i.tenant;
+    e->spec = std::move(i.spec);
+    e->backend = i.backend;
     e->uid = r.uid;
-    e->workspace_dir = config_.data_dir + "/workspaces/" + r.id;
-    e->created_at = from_ms(r.created_at_ms);
-    e->last_used_ms.store(r.last_used_at_ms);
-    e->stored_used_ms = r.last_used_at_ms;
+    e->workspace_dir = config_.data_dir + "/workspaces/" + i.id;
+    e->created_at = i.created_at;
+    e->last_used_ms.store(to_unix_ms(i.last_used_at));
+    e->stored_used_ms = e->last_used_ms.load();
     // Whatever it was, its box died with the daemon that ran it: it comes back suspended and
     // resumes on first use.
     e->state = State::kSuspended;
     e->phase = Phase::kReady;
-    e->box_workspace = r.workspace;
-    e->box_uid = r.box_uid;
-    if (r.state == State::kRunning) ++was_running;
+    e->box_workspace = i.workspace;
+    e->box_uid = i.uid;
+    if (i.state == State::kRunning) ++was_running;
     if (config_.backends.find(e->backend) == config_.backends.end()) {
       spdlog::warn(
           "session {}: its backend \"{}\" is not configured on this daemon; it stays "
@@ -364,7 +359,7 @@ SessionInfo SessionManager::info_locked(const Entry& e) const {
   info.backend = e.backend;
   info.workspace = e.box_workspace;
   info.created_at = e.created_at;
-  info.last_used_at = from_ms(e.last_used_ms.load());
+  info.last_used_at = from_unix_ms(e.last_used_ms.load());
   info.spec = e.spec;
   info.uid = e.box_uid;
   info.tenant = e.tenant;
@@ -373,23 +368,13 @@ SessionInfo SessionManager::info_locked(const Entry& e) const {
 
 Status SessionManager::record_locked(Entry& e) {
   if (!store_) return {};
-  StoredSession row;
-  row.id = e.id;
-  row.tenant = e.tenant;
-  row.backend = e.backend;
-  row.uid = e.uid;
-  row.spec = e.spec;
-  row.state = e.state;
-  row.workspace = e.box_workspace;
-  row.box_uid = e.box_uid;
-  row.created_at_ms = to_ms(e.created_at);
-  row.last_used_at_ms = e.last_used_ms.load();
+  const StoredSession row{info_locked(e), e.uid};
   auto st = store_->put(row);
   if (!st) {
     spdlog::error("session {}: saving its state failed: {}", e.id, st.error().message);
     return st;
   }
-  e.stored_used_ms = row.last_used_at_ms;
+  e.stored_used_ms = to_unix_ms(row.info.last_used_at);
   return {};
 }
 
@@ -481,7 +466,7 @@ Result<std::shared_ptr<SessionManager::Entry>> SessionManager::create_locked(
   e->uid = allocate_uid_locked(id);
   e->workspace_dir = config_.data_dir + "/workspaces/" + id;
   e->created_at = std::chrono::system_clock::now();
-  e->last_used_ms.store(to_ms(e->created_at));
+  e->last_used_ms.store(to_unix_ms(e->created_at));
   e->phase = Phase::kCreating;
   sessions_.emplace(id, e);
   return e;

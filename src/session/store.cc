@@ -64,6 +64,10 @@ void get_opt(const json& j, const char* key, std::optional<T>& out) {
   if (it != j.end() && it->is_number_unsigned()) out = it->get<T>();
 }
 
+void bind_text(sqlite3_stmt* s, int col, std::string_view text) {
+  sqlite3_bind_text(s, col, text.data(), static_cast<int>(text.size()), SQLITE_STATIC);
+}
+
 std::string text_column(sqlite3_stmt* s, int col) {
   const unsigned char* t = sqlite3_column_text(s, col);
   return t ? std::string(reinterpret_cast<const char*>(t),
@@ -72,6 +76,14 @@ std::string text_column(sqlite3_stmt* s, int col) {
 }
 
 }  // namespace
+
+std::int64_t to_unix_ms(std::chrono::system_clock::time_point t) {
+  return std::chrono::duration_cast<std::chrono::milliseconds>(t.time_since_epoch()).count();
+}
+
+std::chrono::system_clock::time_point from_unix_ms(std::int64_t ms) {
+  return std::chrono::system_clock::time_point(std::chrono::milliseconds(ms));
+}
 
 std::string encode_spec(const SessionSpec& spec) {
   json j;
@@ -227,23 +239,24 @@ Result<std::vector<StoredSession>> Store::load() {
   int rc;
   while ((rc = sqlite3_step(q.s)) == SQLITE_ROW) {
     StoredSession s;
-    s.id = text_column(q.s, 0);
-    s.tenant = text_column(q.s, 1);
-    s.backend = text_column(q.s, 2);
+    SessionInfo& i = s.info;
+    i.id = text_column(q.s, 0);
+    i.tenant = text_column(q.s, 1);
+    i.backend = text_column(q.s, 2);
     s.uid = static_cast<uid_t>(sqlite3_column_int64(q.s, 3));
     auto spec = decode_spec(text_column(q.s, 4));
     if (!spec) {
       return fail(Code::kInternal,
-                  "state database " + path_ + ": session " + s.id + ": " + spec.error().message);
+                  "state database " + path_ + ": session " + i.id + ": " + spec.error().message);
     }
-    s.spec = std::move(*spec);
-    s.state = text_column(q.s, 5) == "running" ? State::kRunning : State::kSuspended;
-    s.workspace = text_column(q.s, 6);
+    i.spec = std::move(*spec);
+    i.state = text_column(q.s, 5) == "running" ? State::kRunning : State::kSuspended;
+    i.workspace = text_column(q.s, 6);
     if (sqlite3_column_type(q.s, 7) != SQLITE_NULL) {
-      s.box_uid = static_cast<uid_t>(sqlite3_column_int64(q.s, 7));
+      i.uid = static_cast<uid_t>(sqlite3_column_int64(q.s, 7));
     }
-    s.created_at_ms = sqlite3_column_int64(q.s, 8);
-    s.last_used_at_ms = sqlite3_column_int64(q.s, 9);
+    i.created_at = from_unix_ms(sqlite3_column_int64(q.s, 8));
+    i.last_used_at = from_unix_ms(sqlite3_column_int64(q.s, 9));
     out.push_back(std::move(s));
   }
   if (rc != SQLITE_DONE) return std::unexpected(sql_error_locked("load sessions"));
@@ -251,7 +264,8 @@ Result<std::vector<StoredSession>> Store::load() {
 }
 
 Status Store::put(const StoredSession& s) {
-  const std::string spec = encode_spec(s.spec);
+  const SessionInfo& i = s.info;
+  const std::string spec = encode_spec(i.spec);
   std::lock_guard lk(mu_);
   Stmt q;
   auto p = prepare_locked(
@@ -265,24 +279,22 @@ Status Store::put(const StoredSession& s) {
       "created_at = excluded.created_at, last_used_at = excluded.last_used_at;");
   if (!p) return std::unexpected(p.error());
   q.s = *p;
-  sqlite3_bind_text(q.s, 1, s.id.data(), static_cast<int>(s.id.size()), SQLITE_STATIC);
-  sqlite3_bind_text(q.s, 2, s.tenant.data(), static_cast<int>(s.tenant.size()), SQLITE_STATIC);
-  sqlite3_bind_text(q.s, 3, s.backend.data(), static_cast<int>(s.backend.size()), SQLITE_STATIC);
+  bind_text(q.s, 1, i.id);
+  bind_text(q.s, 2, i.tenant);
+  bind_text(q.s, 3, i.backend);
   sqlite3_bind_int64(q.s, 4, s.uid);
-  sqlite3_bind_text(q.s, 5, spec.data(), static_cast<int>(spec.size()), SQLITE_STATIC);
-  std::string_view state = state_name(s.state);
-  sqlite3_bind_text(q.s, 6, state.data(), static_cast<int>(state.size()), SQLITE_STATIC);
-  sqlite3_bind_text(q.s, 7, s.workspace.data(), static_cast<int>(s.workspace.size()),
-                    SQLITE_STATIC);
-  if (s.box_uid) {
-    sqlite3_bind_int64(q.s, 8, *s.box_uid);
+  bind_text(q.s, 5, spec);
+  bind_text(q.s, 6, state_name(i.state));
+  bind_text(q.s, 7, i.workspace);
+  if (i.uid) {
+    sqlite3_bind_int64(q.s, 8, *i.uid);
   } else {
     sqlite3_bind_null(q.s, 8);
   }
-  sqlite3_bind_int64(q.s, 9, s.created_at_ms);
-  sqlite3_bind_int64(q.s, 10, s.last_used_at_ms);
+  sqlite3_bind_int64(q.s, 9, to_unix_ms(i.created_at));
+  sqlite3_bind_int64(q.s, 10, to_unix_ms(i.last_used_at));
   if (sqlite3_step(q.s) != SQLITE_DONE) {
-    return std::unexpected(sql_error_locked("store session " + s.id));
+    return std::unexpected(sql_error_locked("store session " + i.id));
   }
   return {};
 }
@@ -293,7 +305,7 @@ Status Store::erase(const std::string& id) {
   auto p = prepare_locked("DELETE FROM sessions WHERE id = ?1;");
   if (!p) return std::unexpected(p.error());
   q.s = *p;
-  sqlite3_bind_text(q.s, 1, id.data(), static_cast<int>(id.size()), SQLITE_STATIC);
+  bind_text(q.s, 1, id);
   if (sqlite3_step(q.s) != SQLITE_DONE) {
     return std::unexpected(sql_error_locked("delete session " + id));
   }
@@ -312,7 +324,7 @@ Status Store::touch(const std::vector<std::pair<std::string, std::int64_t>>& use
   }
   q.s = *p;
   for (const auto& [id, ms] : used) {
-    sqlite3_bind_text(q.s, 1, id.data(), static_cast<int>(id.size()), SQLITE_STATIC);
+    bind_text(q.s, 1, id);
     sqlite3_bind_int64(q.s, 2, ms);
     if (sqlite3_step(q.s) != SQLITE_DONE) {
       Error e = sql_error_locked("touch session " + id);

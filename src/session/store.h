@@ -10,6 +10,7 @@
 
 #include <sys/types.h>
 
+#include <chrono>
 #include <cstdint>
 #include <memory>
 #include <mutex>
@@ -25,18 +26,16 @@ struct sqlite3_stmt;
 
 namespace agentbox::session {
 
+// A session's row: what the API shows of it (times kept to the millisecond), and the uid
+// allocated to it (info.uid is the uid commands run as, none on the host backend).
 struct StoredSession {
-  std::string id;
-  std::string tenant;
-  std::string backend;
+  SessionInfo info;
   uid_t uid = 0;
-  SessionSpec spec;
-  State state = State::kSuspended;
-  std::string workspace;           // as commands saw it (SessionInfo::workspace)
-  std::optional<uid_t> box_uid;    // SessionInfo::uid
-  std::int64_t created_at_ms = 0;  // Unix epoch
-  std::int64_t last_used_at_ms = 0;
 };
+
+// The database's time unit: milliseconds since the Unix epoch.
+std::int64_t to_unix_ms(std::chrono::system_clock::time_point t);
+std::chrono::system_clock::time_point from_unix_ms(std::int64_t ms);
 
 class Store {
  public:

@@ -29,25 +29,26 @@ class StoreTest : public ::testing::Test {
 
 StoredSession sample(std::string id, uid_t uid) {
   StoredSession s;
-  s.id = std::move(id);
-  s.tenant = "team-a";
-  s.backend = "ns";
   s.uid = uid;
-  s.spec.backend = "ns";
-  s.spec.mounts = {{"/srv/data", "/data", "ro"}};
-  s.spec.skills = {{"web", "/srv/skills/web"}};
-  s.spec.env = {{"K", "V\xff"}};  // env values may be any bytes but NUL
-  s.spec.labels = {{"team", "a"}};
-  s.spec.limits.memory_mb = 256;
-  s.spec.limits.max_pids = 64;
-  s.spec.network.mode = "allowlist";
-  s.spec.network.allow = {"pypi.org"};
-  s.spec.ttl_sec = 0;
-  s.state = State::kRunning;
-  s.workspace = "/workspace";
-  s.box_uid = uid;
-  s.created_at_ms = 1700000000123;
-  s.last_used_at_ms = 1700000000456;
+  SessionInfo& i = s.info;
+  i.id = std::move(id);
+  i.tenant = "team-a";
+  i.backend = "ns";
+  i.spec.backend = "ns";
+  i.spec.mounts = {{"/srv/data", "/data", "ro"}};
+  i.spec.skills = {{"web", "/srv/skills/web"}};
+  i.spec.env = {{"K", "V\xff"}};  // env values may be any bytes but NUL
+  i.spec.labels = {{"team", "a"}};
+  i.spec.limits.memory_mb = 256;
+  i.spec.limits.max_pids = 64;
+  i.spec.network.mode = "allowlist";
+  i.spec.network.allow = {"pypi.org"};
+  i.spec.ttl_sec = 0;
+  i.state = State::kRunning;
+  i.workspace = "/workspace";
+  i.uid = uid;
+  i.created_at = from_unix_ms(1700000000123);
+  i.last_used_at = from_unix_ms(1700000000456);
   return s;
 }
 
@@ -58,8 +59,8 @@ TEST_F(StoreTest, WhatIsPutIsLoadedBackAfterReopening) {
     ASSERT_TRUE((*st)->put(sample("b", 20001)));
     ASSERT_TRUE((*st)->put(sample("a", 20000)));
     StoredSession host = sample("h", 20002);
-    host.backend = "host";
-    host.box_uid.reset();
+    host.info.backend = "host";
+    host.info.uid.reset();
     ASSERT_TRUE((*st)->put(host));
     ASSERT_TRUE((*st)->touch({{"a", 1800000000000}, {"missing", 1}}));
   }
@@ -68,13 +69,14 @@ TEST_F(StoreTest, WhatIsPutIsLoadedBackAfterReopening) {
   auto rows = (*st)->load();
   ASSERT_TRUE(rows) << rows.error().message;
   ASSERT_EQ(rows->size(), 3u);
-  const StoredSession& a = (*rows)[0];
+  EXPECT_EQ((*rows)[0].uid, 20000u);
+  const SessionInfo& a = (*rows)[0].info;
   EXPECT_EQ(a.id, "a");
   EXPECT_EQ(a.tenant, "team-a");
   EXPECT_EQ(a.uid, 20000u);
   EXPECT_EQ(a.state, State::kRunning);
-  EXPECT_EQ(a.last_used_at_ms, 1800000000000);
-  EXPECT_EQ(a.created_at_ms, 1700000000123);
+  EXPECT_EQ(to_unix_ms(a.last_used_at), 1800000000000);
+  EXPECT_EQ(to_unix_ms(a.created_at), 1700000000123);
   EXPECT_EQ(a.spec.mounts.size(), 1u);
   EXPECT_EQ(a.spec.mounts[0].mode, "ro");
   EXPECT_EQ(a.spec.skills.at("web"), "/srv/skills/web");
@@ -85,9 +87,9 @@ TEST_F(StoreTest, WhatIsPutIsLoadedBackAfterReopening) {
   EXPECT_EQ(a.spec.network.allow, std::vector<std::string>{"pypi.org"});
   EXPECT_EQ(a.spec.ttl_sec, 0);
   EXPECT_EQ(a.spec.env.at("K"), "V\xEF\xBF\xBD");  // invalid UTF-8 stored replaced, not lost
-  EXPECT_EQ((*rows)[1].id, "b");
-  EXPECT_EQ((*rows)[2].id, "h");
-  EXPECT_FALSE((*rows)[2].box_uid);
+  EXPECT_EQ((*rows)[1].info.id, "b");
+  EXPECT_EQ((*rows)[2].info.id, "h");
+  EXPECT_FALSE((*rows)[2].info.uid);
 
   ASSERT_TRUE((*st)->erase("b"));
   ASSERT_TRUE((*st)->erase("b"));  // absent is fine
