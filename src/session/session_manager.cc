@@ -1010,6 +1010,15 @@ Result<SessionInfo> SessionManager::suspend(const std::string& id, const Caller&
   return info_locked(*e);
 }
 
+void SessionManager::suspend_for_locked(std::unique_lock<std::mutex>& lk,
+                                        const std::shared_ptr<Entry>& e, std::string_view reason) {
+  suspend_locked(lk, e);
+  SessionInfo info = info_locked(*e);
+  lk.unlock();
+  emit("session.suspend", info, reason);
+  lk.lock();
+}
+
 bool SessionManager::idle_locked(const Entry& e, std::int64_t now, std::int64_t ttl_ms) const {
   return e.phase == Phase::kReady && e.leases.load() == 0 && now - e.last_used_ms.load() >= ttl_ms;
 }
@@ -1028,11 +1037,7 @@ Status SessionManager::make_room_locked(std::unique_lock<std::mutex>& lk, const 
     if (!victim) return st;
     spdlog::info("session {}: suspended to make room for {} (max_running_boxes {})", victim->id, id,
                  config_.max_running_boxes);
-    suspend_locked(lk, victim);
-    SessionInfo info = info_locked(*victim);
-    lk.unlock();
-    emit("session.suspend", info, "evicted: max_running_boxes reached");
-    lk.lock();
+    suspend_for_locked(lk, victim, "evicted: max_running_boxes reached");
   }
 }
 
@@ -1076,11 +1081,8 @@ std::size_t SessionManager::reap_idle() {
     std::shared_ptr<Entry> e = it->second;
     // Re-checked under the lock: a request that came in since has a lease now.
     if (e->state != State::kRunning || !idle_locked(*e, now_ms(), c.ttl_ms)) continue;
-    suspend_locked(lk, e);
-    SessionInfo info = info_locked(*e);
-    lk.unlock();
-    spdlog::info("session {}: suspended by the reaper ({})", c.id, reason);
-    emit("session.suspend", info, reason);
+    spdlog::info("session {}: suspending it for the reaper ({})", c.id, reason);
+    suspend_for_locked(lk, e, reason);
     ++n;
   }
   return n;

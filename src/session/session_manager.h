@@ -197,6 +197,10 @@ class SessionManager {
   // Takes a running, settled entry's box down; unlocks mu_ while it waits. mu_ held on entry
   // and exit.
   void suspend_locked(std::unique_lock<std::mutex>& lk, const std::shared_ptr<Entry>& e);
+  // suspend_locked() on the daemon's own account (reaper, eviction), then on_event is told
+  // `reason` with mu_ released. mu_ held on entry and exit.
+  void suspend_for_locked(std::unique_lock<std::mutex>& lk, const std::shared_ptr<Entry>& e,
+                          std::string_view reason);
   // Under max_running_boxes, evicting idle boxes if configured, else EQUOTA. May unlock mu_.
   Status make_room_locked(std::unique_lock<std::mutex>& lk, const std::string& id);
   // A lease on a running box: what acquire() hands out. mu_ held.
