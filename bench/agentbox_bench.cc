@@ -665,9 +665,10 @@ void section_lifecycle(const std::string& bin, const std::string& backend, int n
       if (i == 0) {
         Client c = make_client(d);
         auto r = c.request("GET", "/v1/sessions");
-        std::size_t n = 0;
-        for (std::size_t p = 0; r && (p = r->body.find("\"id\":", p)) != std::string::npos; ++p)
-          ++n;
+        if (!r || r->status != 200) die("list sessions after the restart failed");
+        auto listed = nlohmann::json::parse(r->body, nullptr, false);
+        const std::size_t n =
+            listed.is_object() ? listed.value("sessions", nlohmann::json::array()).size() : 0;
         if (n != static_cast<std::size_t>(n_sessions)) {
           die("restart brought back " + std::to_string(n) + " sessions, not " +
               std::to_string(n_sessions));
