@@ -390,6 +390,46 @@ void SessionManager::emit(std::string_view event, const SessionInfo& s,
   if (config_.on_event) config_.on_event(event, s, reason);
 }
 
+std::string_view event_kind_name(EventKind k) {
+  switch (k) {
+    case EventKind::kCreated: return "created";
+    case EventKind::kResumed: return "resumed";
+    case EventKind::kSuspended: return "suspended";
+    case EventKind::kDestroyed: return "destroyed";
+  }
+  return "unknown";
+}
+
+std::string_view event_cause_name(EventCause c) {
+  switch (c) {
+    case EventCause::kApi: return "api";
+    case EventCause::kReaper: return "reaper";
+    case EventCause::kEviction: return "eviction";
+    case EventCause::kRestore: return "restore";
+    case EventCause::kStartup: return "startup";
+  }
+  return "unknown";
+}
+
+std::shared_ptr<void> SessionManager::subscribe(EventSubscriber fn) {
+  auto holder = std::make_shared<EventSubscriber>(std::move(fn));
+  std::lock_guard lk(subs_mu_);
+  std::erase_if(subs_, [](const auto& w) { return w.expired(); });
+  subs_.push_back(holder);
+  return holder;
+}
+
+void SessionManager::publish(const SessionEvent& ev) const {
+  std::vector<std::shared_ptr<EventSubscriber>> live;
+  {
+    std::lock_guard lk(subs_mu_);
+    for (const auto& w : subs_) {
+      if (auto s = w.lock()) live.push_back(std::move(s));
+    }
+  }
+  for (const auto& s : live) (*s)(ev);
+}
+
 std::shared_ptr<SessionManager::Entry> SessionManager::find_settled_locked(
     std::unique_lock<std::mutex>& lk, const std::string& id) {
   for (;;) {

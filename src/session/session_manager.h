@@ -23,6 +23,7 @@
 #include "common/unique_fd.h"
 #include "sandbox/sandbox.h"
 #include "session/archive.h"
+#include "session/events.h"
 
 namespace agentbox::session {
 
@@ -182,6 +183,10 @@ class SessionManager {
 
   const ManagerConfig& config() const { return config_; }
 
+  // Every later lifecycle event (events.h) goes to `fn` until the returned handle is dropped.
+  // Thread-safe; subscribers are called in the order they subscribed.
+  [[nodiscard]] std::shared_ptr<void> subscribe(EventSubscriber fn);
+
  private:
   explicit SessionManager(ManagerConfig config, UniqueFd workspaces_fd);
   struct Entry;
@@ -241,6 +246,8 @@ class SessionManager {
   Status record_locked(Entry& e);
   Status forget_locked(const Entry& e);
   void emit(std::string_view event, const SessionInfo& s, std::string_view reason) const;
+  // Tells the subscribers. Call with mu_ released.
+  void publish(const SessionEvent& ev) const;
 
   ManagerConfig config_;
   UniqueFd workspaces_fd_;  // data_dir/workspaces, O_DIRECTORY; ids are resolved beneath it
@@ -251,6 +258,9 @@ class SessionManager {
   std::map<uid_t, std::string> uids_;  // allocated uid -> session id
   std::unique_ptr<Store> store_;       // null when !config_.persist
   std::chrono::system_clock::time_point started_at_;
+
+  mutable std::mutex subs_mu_;
+  std::vector<std::weak_ptr<EventSubscriber>> subs_;
 
   // The reaper thread; stop_ under reaper_mu_.
   std::mutex reaper_mu_;
