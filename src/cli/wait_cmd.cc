@@ -39,8 +39,10 @@ int wait(const Globals& g, const std::string& url_arg, std::optional<std::uint32
     auto r = c.request("GET", "/healthz");
     if (r && r->status == 200) return kExitOk;
     last = r ? "HTTP " + std::to_string(r->status) : r.error().message;
-    if (Clock::now() + kPollInterval >= deadline) break;
-    std::this_thread::sleep_for(kPollInterval);
+    // The last attempt is made at the deadline, so "up within N s" holds for the whole N s.
+    auto now = Clock::now();
+    if (now >= deadline) break;
+    std::this_thread::sleep_for(std::min<Clock::duration>(kPollInterval, deadline - now));
   }
   std::cerr << "agentbox: ETIMEDOUT: " << url << " did not answer 200 within "
             << target->timeout_sec << " s (last attempt: " << last << ")" << std::endl;
