@@ -715,6 +715,16 @@ TEST_F(CliTest, ServerFromEnvironmentAndUnreachableServer) {
   CliProcess down({"--server", url, "session", "ls"}, {}, "");
   EXPECT_EQ(down.wait(), 5);  // unreachable
   EXPECT_EQ(down.err().rfind("agentbox: EUNAVAILABLE: ", 0), 0u) << down.err();
+  for (std::vector<std::string> args : {std::vector<std::string>{"exec", "s", "--", "true"},
+                                        {"stat", "s:x"},
+                                        {"mv", "s:a", "b"},
+                                        {"health", "s"},
+                                        {"ls", "s"}}) {
+    std::vector<std::string> full = {"--server", url};
+    full.insert(full.end(), args.begin(), args.end());
+    CliProcess p2(full, {}, "");
+    EXPECT_EQ(p2.wait(), 5) << ::testing::PrintToString(args) << "\n" << p2.err();
+  }
 }
 
 TEST(CliAuthTest, TokenFromFlagOrEnvironment) {
@@ -736,6 +746,15 @@ TEST(CliAuthTest, TokenFromFlagOrEnvironment) {
                  {"AGENTBOX_URL=" + d.url(), "AGENTBOX_TOKEN=s3cret"}, "");
   EXPECT_EQ(env.wait(), 0) << env.err();
   EXPECT_EQ(env.out(), "via-env\n");
+
+  // exec's own failures use the same classes (the command's exit code is only passed through
+  // when it ran); /healthz needs no token, so `wait` works without one.
+  CliProcess exec_wrong({"--server", d.url(), "--token", "nope", "exec", "tok", "--", "true"}, {},
+                        "");
+  EXPECT_EQ(exec_wrong.wait(), 4);
+  EXPECT_EQ(exec_wrong.err().rfind("agentbox: EUNAUTHORIZED: ", 0), 0u) << exec_wrong.err();
+  CliProcess wait_anon({"--server", d.url(), "wait", "--timeout", "5"}, {}, "");
+  EXPECT_EQ(wait_anon.wait(), 0) << wait_anon.err();
 
   // The flag wins over the environment.
   CliProcess both({"--token", "s3cret", "session", "ls"},
