@@ -15,10 +15,33 @@
 
 namespace agentbox::cli {
 
+// Exit codes by cause, the same for every command (`agentbox --help` lists them; kExitCodesHelp).
+// `exec` exits with the command's own status instead when the command ran; its own failures
+// (the session, the server) use these codes, told apart by the "agentbox: " line on stderr.
 inline constexpr int kExitOk = 0;
-inline constexpr int kExitError = 1;       // API or I/O error
-inline constexpr int kExitUsage = 2;       // bad command line
-inline constexpr int kExitTimedOut = 124;  // the command timed out (as coreutils timeout)
+inline constexpr int kExitError = 1;         // any other error: a value the server refused, I/O
+inline constexpr int kExitUsage = 2;         // bad command line (nothing was sent)
+inline constexpr int kExitNotFound = 3;      // ENOENT: no such session, file or directory
+inline constexpr int kExitAuth = 4;          // EUNAUTHORIZED: token missing or wrong
+inline constexpr int kExitUnreachable = 5;   // no reply (connect, timeout), EUNAVAILABLE
+inline constexpr int kExitQuota = 6;         // EQUOTA, ETOOBIG: over a quota or size cap
+inline constexpr int kExitConflict = 7;      // EEXIST, ENOTEMPTY, ENOTDIR, EISDIR
+inline constexpr int kExitDenied = 8;        // EACCES: path escapes, read-only, denied mount
+inline constexpr int kExitNotSupported = 9;  // ENOTSUP (501), 422, a route this server lacks
+inline constexpr int kExitServerError = 10;  // EINTERNAL and other 5xx
+inline constexpr int kExitUnhealthy = 11;    // health/repair answered, some check failed
+inline constexpr int kExitTimedOut = 124;    // exec: the command timed out (as coreutils timeout)
+
+// The exit-code table as `--help` prints it.
+extern const char kExitCodesHelp[];
+
+// The exit code for an error of ours (a client or local I/O error).
+int exit_code_for(Code code);
+// The exit code for a non-2xx reply: by its wire code ("ENOENT"), else by its HTTP status.
+// 422 and 501 mean "not built in this server" whatever the code says; a 404 whose message is
+// the router's "no such route" is the server lacking the route (older than this CLI), not a
+// missing session.
+int exit_code_for(std::string_view api_code, int http_status, std::string_view message = {});
 
 struct Globals {
   std::string server = "http://127.0.0.1:9090";
@@ -28,9 +51,9 @@ struct Globals {
 
 // ---- helpers (util.cc) ----
 
-// Prints "agentbox: CODE: message" and returns kExitError.
+// Prints "agentbox: CODE: message" and returns exit_code_for(e.code).
 int report(const Error& e);
-// Prints the API error of a non-2xx reply (or its status and body) and returns kExitError.
+// Prints the API error of a non-2xx reply (or its status and body) and returns its exit code.
 int report(const client::Response& r);
 // Prints "agentbox: message" and returns kExitUsage.
 int usage(std::string_view message);
@@ -48,6 +71,28 @@ struct RemotePath {
   std::string path;  // may be empty ("SESSION:")
 };
 std::optional<RemotePath> parse_remote(std::string_view arg);
+
+// A --mount argument, "HOST:BOX[:ro|rw]" (mode default rw); EINVAL naming the argument.
+struct MountSpec {
+  std::string host_path;
+  std::string mount_path;
+  std::string mode;
+};
+Result<MountSpec> parse_mount(const std::string& spec);
+
+// `agentbox wait`'s target: the URL argument, else $WAIT_FOR_SIDECAR, else --server; seed 001
+// writes "localhost:9090", so a URL without a scheme is http, and a trailing "/healthz" is
+// dropped (it is what is polled). The timeout: --timeout, else $WAIT_FOR_SIDECAR_TIMEOUT
+// (whole seconds), else 60. EINVAL naming what is malformed.
+struct WaitTarget {
+  std::string base_url;  // http://host:port
+  std::uint32_t timeout_sec = 60;
+};
+inline constexpr std::uint32_t kDefaultWaitSec = 60;
+Result<WaitTarget> resolve_wait_target(const std::string& url_arg,
+                                       std::optional<std::uint32_t> timeout_arg,
+                                       const char* env_url, const char* env_timeout,
+                                       const std::string& server);
 
 // Writes all of `data` to fd; false on error (errno set).
 bool write_all(int fd, std::string_view data);
@@ -122,10 +167,33 @@ struct ExecArgs {
 };
 int exec(const Globals& g, const ExecArgs& a);
 
+// POST /v1/sessions/{id}/health or /repair: one line per check, then "ID: healthy|unhealthy";
+// kExitUnhealthy when a check failed. `json`: the server's reply as it came.
+int session_check(const Globals& g, const std::string& id, const std::string& action, bool json);
+
+struct MountsAddArgs {
+  std::string id;
+  std::vector<std::string> mounts;  // HOST:BOX[:ro|rw]
+  std::vector<std::string> skills;  // NAME=DIR
+  std::string skill_mode;           // ro|rw; empty: the server's default (rw)
+  bool json = false;
+};
+// POST /v1/sessions/{id}/mounts; says whether the mounts are live or come at the next start.
+int session_mounts_add(const Globals& g, const MountsAddArgs& a);
+
+// Polls GET /healthz until it answers 200 (exit 0) or the timeout passes (kExitUnreachable).
+int wait(const Globals& g, const std::string& url_arg, std::optional<std::uint32_t> timeout_sec);
+
 int cp(const Globals& g, const std::string& from, const std::string& to, bool parents);
+// An empty directory prints nothing on stdout and "(empty)" on stderr.
 int ls(const Globals& g, const std::string& target, bool long_format);
 int cat(const Globals& g, const std::string& target);
 int rm(const Globals& g, const std::string& target, bool recursive);
 int mkdir(const Globals& g, const std::string& target);
+// GET /stat: "key: value" lines (path, type, size, mode, modified); `json`: the server's reply.
+int stat(const Globals& g, const std::string& target, bool json);
+// POST /rename. `to` is SESSION:PATH of the same session or a bare in-box path; into an
+// existing directory (or a path ending in '/') the name is kept, as mv(1) does.
+int mv(const Globals& g, const std::string& from, const std::string& to);
 
 }  // namespace agentbox::cli

@@ -55,12 +55,15 @@ class EventReader {
   const std::optional<ExitEvent>& exit() const { return exit_; }
   bool output_closed() const { return output_closed_; }
   const std::string& protocol_error() const { return protocol_error_; }
+  // The wire code of protocol_error() ("EUNAVAILABLE"), for the exit code.
+  const std::string& protocol_code() const { return protocol_code_; }
 
  private:
   bool line(std::string_view l) {
     if (l.empty()) return true;
     json ev = json::parse(l, nullptr, /*allow_exceptions=*/false);
     if (ev.is_discarded() || !ev.is_object()) {
+      protocol_code_ = "EINTERNAL";
       protocol_error_ = "EINTERNAL: unparsable event in exec stream";
       return true;
     }
@@ -90,14 +93,14 @@ class EventReader {
       exit_ = e;
     } else if (t == "error") {
       // The box failed after the stream started: {"type":"error","error":{code,message}}.
+      protocol_code_ = "EINTERNAL";
       protocol_error_ = "exec failed";
       auto err = ev.find("error");
       if (err != ev.end() && err->is_object()) {
         auto code = err->find("code");
         auto msg = err->find("message");
-        protocol_error_ = (code != err->end() && code->is_string() ? code->get<std::string>()
-                                                                   : std::string("EINTERNAL")) +
-                          ": " +
+        if (code != err->end() && code->is_string()) protocol_code_ = code->get<std::string>();
+        protocol_error_ = protocol_code_ + ": " +
                           (msg != err->end() && msg->is_string() ? msg->get<std::string>()
                                                                  : std::string("exec failed"));
       }
@@ -109,6 +112,7 @@ class EventReader {
   std::optional<ExitEvent> exit_;
   bool output_closed_ = false;
   std::string protocol_error_;
+  std::string protocol_code_;
 };
 
 Result<std::string> read_stdin() {
@@ -181,7 +185,8 @@ int exec(const Globals& g, const ExecArgs& a) {
   if (!events.exit()) {
     if (!events.protocol_error().empty()) {
       std::cerr << "agentbox: " << events.protocol_error() << std::endl;
-      return kExitError;
+      // The stream began with 200; the error came from behind the server (500: unknown code).
+      return exit_code_for(events.protocol_code(), 500);
     }
     return report(Error::make(Code::kUnavailable, "exec stream ended without an exit status"));
   }
@@ -191,7 +196,11 @@ int exec(const Globals& g, const ExecArgs& a) {
     return kExitTimedOut;
   }
   if (e.signal) return 128 + *e.signal;
-  if (e.exit_code < 0 || e.exit_code > 255) return kExitError;
+  if (e.exit_code < 0 || e.exit_code > 255) {
+    std::cerr << "agentbox: EINTERNAL: the command's exit status " << e.exit_code
+              << " is not an exit code" << std::endl;
+    return kExitServerError;
+  }
   return e.exit_code;
 }
 

@@ -1,5 +1,5 @@
-// agentbox cp | ls | cat | rm | mkdir: files of a session's box, streamed both ways (a file is
-// never held in memory whole).
+// agentbox cp | ls | cat | rm | mkdir | stat | mv: files of a session's box, streamed both ways
+// (a file is never held in memory whole).
 
 #include <fcntl.h>
 #include <sys/stat.h>
@@ -359,6 +359,11 @@ int ls(const Globals& g, const std::string& target, bool long_format) {
     return report(*r);
   }
 
+  if (entries.empty()) {
+    // Say so (on stderr: stdout stays a clean, empty listing for scripts).
+    std::cerr << "(empty)" << std::endl;
+    return kExitOk;
+  }
   for (const json& e : entries) {
     auto name_it = e.find("name");
     std::string name =
@@ -412,6 +417,72 @@ int mkdir(const Globals& g, const std::string& target) {
   client::Client c(g.options());
   json body = {{"path", rp->path}};
   auto r = c.request("POST", session_target(rp->session) + "/mkdir",
+                     body.dump(-1, ' ', false, json::error_handler_t::replace));
+  if (!r) return report(r.error());
+  if (!ok(*r)) return report(*r);
+  return kExitOk;
+}
+
+int stat(const Globals& g, const std::string& target, bool as_json) {
+  auto rp = need_remote(target);
+  if (!rp) return usage("stat: expected SESSION:PATH");
+  client::Client c(g.options());
+  auto r = c.request("GET", files_target(*rp, "/stat"));
+  if (!r) return report(r.error());
+  if (!ok(*r)) return report(*r);
+  json j = json::parse(r->body, nullptr, false);
+  if (j.is_discarded() || !j.is_object()) {
+    return report(Error::make(Code::kInternal, "stat reply is not a JSON object"));
+  }
+  if (as_json) {
+    std::cout << j.dump(2, ' ', false, json::error_handler_t::replace) << '\n';
+    return kExitOk;
+  }
+  auto str = [&j](const char* key, const std::string& fallback) {
+    auto it = j.find(key);
+    return it != j.end() && it->is_string() ? it->get<std::string>() : fallback;
+  };
+  bool is_dir = bool_of(j, "is_dir");
+  bool is_link = bool_of(j, "is_symlink");
+  std::uint32_t mode = mode_of(j);
+  std::uint64_t size = size_of(j);
+  char octal[8];
+  std::snprintf(octal, sizeof octal, "%04o", mode & 07777);
+  std::cout << "path:     " << str("path", rp->path) << '\n'
+            << "type:     "
+            << (is_dir    ? "directory"
+                : is_link ? "symbolic link"
+                          : "regular file")
+            << '\n'
+            << "size:     " << size << (size >= 1024 ? " (" + human_bytes(size) + ")" : "") << '\n'
+            << "mode:     " << octal << " (" << mode_string(mode, is_dir) << ")\n"
+            << "modified: " << time_string(j) << '\n';
+  return kExitOk;
+}
+
+int mv(const Globals& g, const std::string& from, const std::string& to) {
+  auto src = need_remote(from);
+  if (!src) return usage("mv: expected SESSION:FROM [SESSION:]TO");
+  RemotePath dst{src->session, to};
+  if (auto parsed = parse_remote(to)) {
+    if (parsed->session != src->session) {
+      return usage("mv: both paths must be in the same session (" + src->session + " vs " +
+                   parsed->session + ")");
+    }
+    dst = *parsed;
+  }
+  if (dst.path.empty()) return usage("mv: name the destination path");
+  client::Client c(g.options());
+  // Into a directory (named so by a trailing '/', or one that exists): keep the name, as mv(1).
+  bool into_dir = dst.path.back() == '/';
+  if (!into_dir) {
+    auto st = remote_stat(c, dst, /*missing_is_error=*/false);
+    if (st.exit) return *st.exit;
+    into_dir = st.stat && st.stat->is_dir;
+  }
+  if (into_dir) dst.path = join(dst.path, base_name(src->path));
+  json body = {{"from", src->path}, {"to", dst.path}};
+  auto r = c.request("POST", session_target(src->session) + "/rename",
                      body.dump(-1, ' ', false, json::error_handler_t::replace));
   if (!r) return report(r.error());
   if (!ok(*r)) return report(*r);

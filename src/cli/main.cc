@@ -25,17 +25,27 @@ int main(int argc, char** argv) {
   CLI::App app{"agentbox: sessions, commands and files of an agentboxd server", "agentbox"};
   app.require_subcommand(1);
   app.fallthrough();  // global flags may come after the subcommand too
+  app.footer(std::string("Environment (a flag given on the command line wins):\n"
+                         "  AGENTBOX_URL    the server, as --server\n"
+                         "  AGENTBOX_TOKEN  the bearer token, as --token\n"
+                         "  WAIT_FOR_SIDECAR, WAIT_FOR_SIDECAR_TIMEOUT  `agentbox wait`'s URL "
+                         "and seconds (seed 001)\n\n") +
+             kExitCodesHelp);
 
   Globals g;
   app.add_option("--server", g.server, "agentboxd URL, http://host:port")
       ->envname("AGENTBOX_URL")
       ->capture_default_str();
-  app.add_option("--token", g.token, "bearer token")->envname("AGENTBOX_TOKEN");
+  app.add_option("--token", g.token,
+                 "bearer token, sent as 'Authorization: Bearer' (default: none; needed when the "
+                 "daemon has tokens)")
+      ->envname("AGENTBOX_TOKEN");
 
   std::function<int()> run;
 
   // ---- session ----
-  CLI::App* session = app.add_subcommand("session", "create, list, show and remove sessions");
+  CLI::App* session = app.add_subcommand(
+      "session", "create, list, show, suspend, resume and remove sessions; add mounts");
   session->require_subcommand(1);
 
   SessionCreateArgs create;
@@ -51,19 +61,24 @@ int main(int argc, char** argv) {
   s_create->add_option("--env", create.env, "environment variable K=V for the box (repeatable)")
       ->allow_extra_args(false);
   s_create->add_option("--label", create.labels, "label K=V (repeatable)")->allow_extra_args(false);
-  add_optional(s_create, "--memory-mb", create.memory_mb, "memory limit in MiB");
-  add_optional(s_create, "--cpu-percent", create.cpu_percent, "CPU limit, 100 = one core");
-  add_optional(s_create, "--max-pids", create.max_pids, "process limit");
-  add_optional(s_create, "--disk-mb", create.disk_mb, "workspace size cap in MiB");
+  // Unset limits and TTL are the server's defaults (its config), which `session show` prints.
+  add_optional(s_create, "--memory-mb", create.memory_mb,
+               "memory limit in MiB (default: the server's)");
+  add_optional(s_create, "--cpu-percent", create.cpu_percent,
+               "CPU limit, 100 = one core (default: the server's)");
+  add_optional(s_create, "--max-pids", create.max_pids, "process limit (default: the server's)");
+  add_optional(s_create, "--disk-mb", create.disk_mb,
+               "workspace size cap in MiB (default: the server's)");
   add_optional(s_create, "--ttl", create.ttl_sec,
-               "idle seconds before the server suspends it (0: never)");
+               "idle seconds before the server suspends it, 0: never (default: the server's)");
   s_create
       ->add_option("--mount", create.mounts,
                    "host dir mounted in the box, HOST:BOX[:ro|rw] (default rw; repeatable)")
       ->allow_extra_args(false);
   s_create
       ->add_option("--skill", create.skills,
-                   "skill NAME=DIR, mounted read-only at /workspace/.skills/NAME (repeatable)")
+                   "skill NAME=DIR, mounted at /workspace/.skills/NAME in the server's default "
+                   "mode (repeatable)")
       ->allow_extra_args(false);
   s_create->add_flag("-q,--quiet", create.quiet, "print only the session id");
   s_create->callback([&] { run = [&] { return session_create(g, create); }; });
@@ -99,6 +114,27 @@ int main(int argc, char** argv) {
   s_restore->callback(
       [&] { run = [&] { return session_restore(g, restore_id, restore_archive); }; });
 
+  MountsAddArgs madd;
+  CLI::App* s_mounts = session->add_subcommand("mounts", "mounts and skills of a session");
+  s_mounts->require_subcommand(1);
+  CLI::App* s_madd = s_mounts->add_subcommand(
+      "add", "add mounts or skills to an existing session (live, or at its next start)");
+  s_madd->add_option("id", madd.id, "session id")->required();
+  s_madd
+      ->add_option("--mount", madd.mounts,
+                   "host dir mounted in the box, HOST:BOX[:ro|rw] (default rw; repeatable)")
+      ->allow_extra_args(false);
+  s_madd
+      ->add_option("--skill", madd.skills,
+                   "skill NAME=DIR, mounted at /workspace/.skills/NAME (repeatable)")
+      ->allow_extra_args(false);
+  s_madd
+      ->add_option("--skill-mode", madd.skill_mode,
+                   "ro|rw for the --skill dirs (default: the server's, rw)")
+      ->check(CLI::IsMember({"ro", "rw"}));
+  s_madd->add_flag("--json", madd.json, "print the server's JSON");
+  s_madd->callback([&] { run = [&] { return session_mounts_add(g, madd); }; });
+
   std::string life_id;
   for (const char* action : {"suspend", "resume", "keepalive"}) {
     std::string help = std::string(action) == "suspend"
@@ -126,7 +162,7 @@ int main(int argc, char** argv) {
   exec->add_option("--env", ex.env, "environment variable K=V (repeatable)")
       ->allow_extra_args(false);
   add_optional(exec, "--timeout", ex.timeout_sec,
-               "seconds before the command is killed (exit 124)");
+               "seconds before the command is killed, exit 124 (default: the server's)");
   exec->add_flag("-i,--stdin", ex.send_stdin, "send our stdin to the command");
   std::vector<std::string> after_dashes;
   bool has_dashes = false;
@@ -178,6 +214,49 @@ int main(int argc, char** argv) {
   bool mkdir_parents = false;  // accepted out of habit: parents are always created
   mkdir->add_flag("-p,--parents", mkdir_parents, "accepted; parents are always created");
   mkdir->callback([&] { run = [&] { return agentbox::cli::mkdir(g, mkdir_target); }; });
+
+  std::string stat_target;
+  bool stat_json = false;
+  CLI::App* stat = app.add_subcommand("stat", "show a file's type, size, mode and time");
+  stat->add_option("target", stat_target, "SESSION:PATH")->required();
+  stat->add_flag("--json", stat_json, "print the server's JSON");
+  stat->callback([&] { run = [&] { return agentbox::cli::stat(g, stat_target, stat_json); }; });
+
+  std::string mv_from, mv_to;
+  CLI::App* mv = app.add_subcommand(
+      "mv", "rename or move a file or directory within a session (into TO if it is a directory)");
+  mv->alias("rename");
+  mv->add_option("from", mv_from, "SESSION:PATH")->required();
+  mv->add_option("to", mv_to, "SESSION:PATH or PATH, in the same session")->required();
+  mv->callback([&] { run = [&] { return agentbox::cli::mv(g, mv_from, mv_to); }; });
+
+  // ---- health ----
+  std::string check_id;
+  bool check_json = false;
+  for (const char* action : {"health", "repair"}) {
+    bool repair = std::string(action) == "repair";
+    CLI::App* sub = app.add_subcommand(
+        action, repair ? "repair a session's failing checks, then check again (exit 11: still "
+                         "unhealthy)"
+                       : "run a session's health checks (exit 11: unhealthy)");
+    sub->add_option("id", check_id, "session id")->required();
+    sub->add_flag("--json", check_json, "print the server's JSON");
+    sub->callback([&, action] {
+      run = [&, action] { return session_check(g, check_id, action, check_json); };
+    });
+  }
+
+  // ---- wait ----
+  std::string wait_url;
+  std::optional<std::uint32_t> wait_timeout;
+  CLI::App* wait = app.add_subcommand(
+      "wait", "wait until agentboxd answers GET /healthz with 200 (seed 001's WAIT_FOR_SIDECAR)");
+  wait->add_option("url", wait_url,
+                   "[http://]HOST:PORT (default: $WAIT_FOR_SIDECAR, else --server)");
+  add_optional(wait, "--timeout", wait_timeout,
+               "seconds to wait; exit 5 when they pass (default: $WAIT_FOR_SIDECAR_TIMEOUT, "
+               "else 60)");
+  wait->callback([&] { run = [&] { return agentbox::cli::wait(g, wait_url, wait_timeout); }; });
 
   // CLI11 hands what follows "--" to positionals and, with none left, to the parent app; for
   // exec it is the command, so it is cut off here before parsing.

@@ -1,4 +1,5 @@
-// agentbox session create | ls | show | rm | restore
+// agentbox session create | ls | show | rm | restore | suspend | resume | keepalive |
+// mounts add, and agentbox health | repair
 
 #include <algorithm>
 #include <iostream>
@@ -37,27 +38,26 @@ std::string field(const json& j, const char* key) {
   return it->dump();
 }
 
-// "HOST:BOX[:ro|rw]" -> {"host_path","mount_path","mode"}.
-Result<json> parse_mount(const std::string& spec) {
-  std::string host = spec, box, mode = "rw";
-  auto first = spec.find(':');
-  if (first == std::string::npos) {
-    return fail(Code::kInvalid, "--mount " + spec + ": expected HOST:BOX[:ro|rw]");
-  }
-  host = spec.substr(0, first);
-  box = spec.substr(first + 1);
-  if (auto last = box.rfind(':'); last != std::string::npos) {
-    std::string tail = box.substr(last + 1);
-    if (tail != "ro" && tail != "rw") {
-      return fail(Code::kInvalid, "--mount " + spec + ": mode must be ro or rw, not " + tail);
+json mount_json(const MountSpec& m) {
+  return {{"host_path", m.host_path}, {"mount_path", m.mount_path}, {"mode", m.mode}};
+}
+
+// --mount and --skill arguments as the body's "mounts" and "skills"; EINVAL naming the bad one.
+Status add_mounts_and_skills(const std::vector<std::string>& mounts,
+                             const std::vector<std::string>& skills, json& body) {
+  if (!mounts.empty()) {
+    json out = json::array();
+    for (const std::string& m : mounts) {
+      auto parsed = parse_mount(m);
+      if (!parsed) return std::unexpected(parsed.error());
+      out.push_back(mount_json(*parsed));
     }
-    mode = tail;
-    box = box.substr(0, last);
+    body["mounts"] = std::move(out);
   }
-  if (host.empty() || box.empty()) {
-    return fail(Code::kInvalid, "--mount " + spec + ": expected HOST:BOX[:ro|rw]");
-  }
-  return json{{"host_path", host}, {"mount_path", box}, {"mode", mode}};
+  auto pairs = parse_pairs(skills, "--skill");
+  if (!pairs) return std::unexpected(pairs.error());
+  if (!pairs->empty()) body["skills"] = *pairs;
+  return {};
 }
 
 // "2026-11-21T22:00:00Z" -> seconds since the epoch, or -1.
@@ -143,18 +143,9 @@ int session_create(const Globals& g, const SessionCreateArgs& a) {
     if (*a.ttl_sec < 0) return usage("--ttl: must be >= 0 (0: never)");
     body["ttl_sec"] = *a.ttl_sec;
   }
-  if (!a.mounts.empty()) {
-    json mounts = json::array();
-    for (const std::string& m : a.mounts) {
-      auto parsed = parse_mount(m);
-      if (!parsed) return usage(parsed.error().message);
-      mounts.push_back(*parsed);
-    }
-    body["mounts"] = std::move(mounts);
+  if (auto st = add_mounts_and_skills(a.mounts, a.skills, body); !st) {
+    return usage(st.error().message);
   }
-  auto skills = parse_pairs(a.skills, "--skill");
-  if (!skills) return usage(skills.error().message);
-  if (!skills->empty()) body["skills"] = *skills;
 
   client::Client c(g.options());
   auto r =
@@ -162,7 +153,7 @@ int session_create(const Globals& g, const SessionCreateArgs& a) {
   if (!r) return report(r.error());
   if (!ok(*r)) return report(*r);
   auto j = parse_reply(*r);
-  if (!j) return kExitError;
+  if (!j) return kExitServerError;
   if (a.quiet) {
     std::cout << field(*j, "id") << '\n';
   } else {
@@ -177,7 +168,7 @@ int session_ls(const Globals& g, bool as_json) {
   if (!r) return report(r.error());
   if (!ok(*r)) return report(*r);
   auto j = parse_reply(*r);
-  if (!j) return kExitError;
+  if (!j) return kExitServerError;
   if (as_json) {
     std::cout << dump(*j) << '\n';
     return kExitOk;
@@ -205,7 +196,7 @@ int session_show(const Globals& g, const std::string& id) {
   if (!r) return report(r.error());
   if (!ok(*r)) return report(*r);
   auto j = parse_reply(*r);
-  if (!j) return kExitError;
+  if (!j) return kExitServerError;
   std::cout << dump(*j) << '\n';
   return kExitOk;
 }
@@ -217,7 +208,7 @@ int session_rm(const Globals& g, const std::string& id, bool archive) {
   if (!ok(*r)) return report(*r);
   if (archive) {
     auto j = parse_reply(*r);
-    if (!j) return kExitError;
+    if (!j) return kExitServerError;
     std::cout << field(*j, "archive") << '\n';
   }
   return kExitOk;
@@ -229,7 +220,7 @@ int session_lifecycle(const Globals& g, const std::string& id, const std::string
   if (!r) return report(r.error());
   if (!ok(*r)) return report(*r);
   auto j = parse_reply(*r);
-  if (!j) return kExitError;
+  if (!j) return kExitServerError;
   std::cout << field(*j, "id") << ' ' << field(*j, "state") << '\n';
   return kExitOk;
 }
@@ -244,8 +235,71 @@ int session_restore(const Globals& g, const std::string& id, const std::string& 
   if (!r) return report(r.error());
   if (!ok(*r)) return report(*r);
   auto j = parse_reply(*r);
-  if (!j) return kExitError;
+  if (!j) return kExitServerError;
   std::cout << dump(*j) << '\n';
+  return kExitOk;
+}
+
+int session_check(const Globals& g, const std::string& id, const std::string& action,
+                  bool as_json) {
+  client::Client c(g.options());
+  auto r = c.request("POST", session_target(id) + "/" + action, "{}");
+  if (!r) return report(r.error());
+  if (!ok(*r)) return report(*r);
+  auto j = parse_reply(*r);
+  if (!j) return kExitServerError;
+  auto healthy = j->find("healthy");
+  auto checks = j->find("checks");
+  if (!j->is_object() || healthy == j->end() || !healthy->is_boolean() || checks == j->end() ||
+      !checks->is_array()) {
+    return report(
+        Error::make(Code::kInternal, action + " reply has no \"healthy\" and \"checks\""));
+  }
+  if (as_json) {
+    std::cout << dump(*j) << '\n';
+  } else {
+    std::vector<std::vector<std::string>> rows{{"CHECK", "OK", "DETAIL"}};
+    for (const json& ch : *checks) {
+      if (!ch.is_object()) continue;
+      auto okv = ch.find("ok");
+      bool passed = okv != ch.end() && okv->is_boolean() && okv->get<bool>();
+      rows.push_back({field(ch, "name"), passed ? "ok" : "FAIL", field(ch, "detail")});
+    }
+    print_table(rows);
+    std::cout << id << ": " << (healthy->get<bool>() ? "healthy" : "unhealthy") << '\n';
+  }
+  return healthy->get<bool>() ? kExitOk : kExitUnhealthy;
+}
+
+int session_mounts_add(const Globals& g, const MountsAddArgs& a) {
+  if (a.mounts.empty() && a.skills.empty()) {
+    return usage("session mounts add: give at least one --mount or --skill");
+  }
+  json body = json::object();
+  if (auto st = add_mounts_and_skills(a.mounts, a.skills, body); !st) {
+    return usage(st.error().message);
+  }
+  if (!a.skill_mode.empty()) {
+    if (a.skills.empty()) return usage("session mounts add: --skill-mode needs a --skill");
+    body["skill_mode"] = a.skill_mode;
+  }
+  client::Client c(g.options());
+  auto r = c.request("POST", session_target(a.id) + "/mounts",
+                     body.dump(-1, ' ', false, json::error_handler_t::replace));
+  if (!r) return report(r.error());
+  if (!ok(*r)) return report(*r);
+  auto j = parse_reply(*r);
+  if (!j) return kExitServerError;
+  if (a.json) {
+    std::cout << dump(*j) << '\n';
+    return kExitOk;
+  }
+  std::string applied = j->is_object() ? field(*j, "applied") : "-";
+  std::cout << a.id << ": added, " << applied
+            << (applied == "live"         ? " (visible to the next exec)"
+                : applied == "next_start" ? " (in the box from its next start)"
+                                          : "")
+            << '\n';
   return kExitOk;
 }
 

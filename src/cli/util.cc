@@ -4,6 +4,7 @@
 #include <chrono>
 #include <cstdio>
 #include <iostream>
+#include <utility>
 
 #include "cli/cli.h"
 
@@ -28,15 +29,87 @@ client::ClientOptions Globals::options() const {
   return o;
 }
 
+const char kExitCodesHelp[] =
+    "Exit codes (the same for every command):\n"
+    "  0   success\n"
+    "  1   any other error (a value the server refused, local I/O)\n"
+    "  2   usage: a bad command line; nothing was sent\n"
+    "  3   not found (ENOENT): no such session, file or directory\n"
+    "  4   auth (EUNAUTHORIZED): the token is missing or wrong\n"
+    "  5   unreachable: no reply from the server (connect refused, timeout), EUNAVAILABLE;\n"
+    "      `wait` when the timeout passes\n"
+    "  6   quota (EQUOTA) or size cap (ETOOBIG)\n"
+    "  7   conflict: EEXIST, ENOTEMPTY, ENOTDIR, EISDIR\n"
+    "  8   permission denied (EACCES): path escapes the box, read-only, mount not allowed\n"
+    "  9   not supported by this server (ENOTSUP / 501, 422, a route it does not have)\n"
+    "  10  server error (EINTERNAL, other 5xx)\n"
+    "  11  health/repair: the session is unhealthy\n"
+    "  exec: the command's own exit code; 128+N when killed by signal N; 124 on --timeout\n";
+
+int exit_code_for(Code code) {
+  switch (code) {
+    case Code::kInvalid: return kExitError;
+    case Code::kUnauthorized: return kExitAuth;
+    case Code::kAccess: return kExitDenied;
+    case Code::kNotFound: return kExitNotFound;
+    case Code::kExists:
+    case Code::kNotDir:
+    case Code::kIsDir:
+    case Code::kNotEmpty: return kExitConflict;
+    case Code::kTooBig:
+    case Code::kQuota: return kExitQuota;
+    case Code::kTimedOut:
+    case Code::kUnavailable: return kExitUnreachable;
+    case Code::kInternal: return kExitServerError;
+  }
+  return kExitError;
+}
+
+int exit_code_for(std::string_view api_code, int http_status, std::string_view message) {
+  if (http_status == 422 || http_status == 501 || api_code == "ENOTSUP") return kExitNotSupported;
+  if (http_status == 404 && message.starts_with("no such route")) return kExitNotSupported;
+  static constexpr std::pair<std::string_view, Code> kCodes[] = {
+      {"EINVAL", Code::kInvalid},     {"EUNAUTHORIZED", Code::kUnauthorized},
+      {"EACCES", Code::kAccess},      {"ENOENT", Code::kNotFound},
+      {"EEXIST", Code::kExists},      {"ENOTDIR", Code::kNotDir},
+      {"EISDIR", Code::kIsDir},       {"ENOTEMPTY", Code::kNotEmpty},
+      {"ETOOBIG", Code::kTooBig},     {"EQUOTA", Code::kQuota},
+      {"ETIMEDOUT", Code::kTimedOut}, {"EUNAVAILABLE", Code::kUnavailable},
+      {"EINTERNAL", Code::kInternal},
+  };
+  for (const auto& [name, code] : kCodes) {
+    if (name == api_code) return exit_code_for(code);
+  }
+  // A code this CLI does not know (a newer server, a proxy): the status says the class.
+  switch (http_status) {
+    case 401: return kExitAuth;
+    case 403: return kExitDenied;
+    case 404: return kExitNotFound;
+    case 409: return kExitConflict;
+    case 413:
+    case 429: return kExitQuota;
+    case 502:
+    case 503:
+    case 504: return kExitUnreachable;
+    default: break;
+  }
+  return http_status >= 500 ? kExitServerError : kExitError;
+}
+
 int report(const Error& e) {
   std::cerr << "agentbox: " << code_name(e.code) << ": " << e.message << std::endl;
-  return kExitError;
+  return exit_code_for(e.code);
 }
 
 int report(const client::Response& r) {
   if (auto e = client::api_error(r)) {
-    std::cerr << "agentbox: " << e->code << ": " << e->message << std::endl;
-    return kExitError;
+    int code = exit_code_for(e->code, r.status, e->message);
+    std::cerr << "agentbox: " << e->code << ": " << e->message;
+    if (code == kExitNotSupported && e->code != "ENOTSUP") {
+      std::cerr << " (HTTP " << r.status << ": not supported by this server)";
+    }
+    std::cerr << std::endl;
+    return code;
   }
   // Not our error shape (a proxy in between?): show what there is, one line.
   std::string body = r.body.substr(0, 200);
@@ -44,7 +117,7 @@ int report(const client::Response& r) {
     if (c == '\n' || c == '\r') c = ' ';
   }
   std::cerr << "agentbox: HTTP " << r.status << (body.empty() ? "" : ": ") << body << std::endl;
-  return kExitError;
+  return exit_code_for("", r.status);
 }
 
 int usage(std::string_view message) {
@@ -82,6 +155,64 @@ std::optional<RemotePath> parse_remote(std::string_view arg) {
   if (colon == std::string_view::npos || colon == 0) return std::nullopt;
   if (arg.substr(0, colon).find('/') != std::string_view::npos) return std::nullopt;
   return RemotePath{std::string(arg.substr(0, colon)), std::string(arg.substr(colon + 1))};
+}
+
+Result<MountSpec> parse_mount(const std::string& spec) {
+  auto first = spec.find(':');
+  if (first == std::string::npos) {
+    return fail(Code::kInvalid, "--mount " + spec + ": expected HOST:BOX[:ro|rw]");
+  }
+  MountSpec m{spec.substr(0, first), spec.substr(first + 1), "rw"};
+  if (auto last = m.mount_path.rfind(':'); last != std::string::npos) {
+    std::string tail = m.mount_path.substr(last + 1);
+    if (tail != "ro" && tail != "rw") {
+      return fail(Code::kInvalid, "--mount " + spec + ": mode must be ro or rw, not " + tail);
+    }
+    m.mode = tail;
+    m.mount_path.resize(last);
+  }
+  if (m.host_path.empty() || m.mount_path.empty()) {
+    return fail(Code::kInvalid, "--mount " + spec + ": expected HOST:BOX[:ro|rw]");
+  }
+  return m;
+}
+
+Result<WaitTarget> resolve_wait_target(const std::string& url_arg,
+                                       std::optional<std::uint32_t> timeout_arg,
+                                       const char* env_url, const char* env_timeout,
+                                       const std::string& server) {
+  WaitTarget t;
+  std::string what = "URL";
+  std::string url = url_arg;
+  if (url.empty() && env_url != nullptr && *env_url != '\0') {
+    url = env_url;
+    what = "WAIT_FOR_SIDECAR";
+  }
+  if (url.empty()) {
+    url = server;
+    what = "--server";
+  }
+  if (url.find("://") == std::string::npos) url = "http://" + url;
+  while (url.size() > 1 && url.back() == '/') url.pop_back();
+  if (url.ends_with("/healthz")) url.resize(url.size() - 8);
+  if (!url.starts_with("http://") || url.size() == 7 || url.find('/', 7) != std::string::npos) {
+    return fail(Code::kInvalid, what + " " + url + ": expected [http://]HOST:PORT[/healthz]");
+  }
+  t.base_url = url;
+
+  if (timeout_arg) {
+    t.timeout_sec = *timeout_arg;
+  } else if (env_timeout != nullptr && *env_timeout != '\0') {
+    std::string_view v = env_timeout;
+    if (v.size() > 9 || v.find_first_not_of("0123456789") != std::string_view::npos) {
+      return fail(Code::kInvalid, "WAIT_FOR_SIDECAR_TIMEOUT=" + std::string(v) +
+                                      ": expected whole seconds (0 to 999999999)");
+    }
+    t.timeout_sec = static_cast<std::uint32_t>(std::stoul(std::string(v)));
+  } else {
+    t.timeout_sec = kDefaultWaitSec;
+  }
+  return t;
 }
 
 bool write_all(int fd, std::string_view data) {

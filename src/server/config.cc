@@ -200,7 +200,7 @@ ParseOutcome parse_daemon_args(int argc, const char* const* argv, std::ostream& 
                            ->capture_default_str()
                            ->multi_option_policy(take_last);
   auto* o_persist = app.add_flag("--persist,!--no-persist", c.persist,
-                                 "Keep sessions in data_dir/state.db across restarts")
+                                 "Keep sessions in data_dir/state.db over restarts (default: on)")
                         ->capture_default_str();
   auto* o_scope = app.add_option("--default-scope", c.default_scope,
                                  "Scope template for creates with variables but no id/scope")

@@ -2,11 +2,14 @@
 // against the real daemon (host backend, port 0, temp data dir). Asserts what a person at a
 // terminal sees: stdout, stderr, exit codes, and the bytes that land in the workspace.
 
+#include <arpa/inet.h>
 #include <fcntl.h>
 #include <gtest/gtest.h>
+#include <netinet/in.h>
 #include <poll.h>
 #include <pty.h>
 #include <signal.h>
+#include <sys/socket.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -288,7 +291,7 @@ TEST_F(CliTest, SessionCreateLsShowRm) {
   ASSERT_EQ(rm.code, 0) << rm;
   EXPECT_FALSE(fs::exists(workspace("cli-s1")));
   CliRun gone = cli({"session", "show", "cli-s1"});
-  EXPECT_EQ(gone.code, 1) << gone;
+  EXPECT_EQ(gone.code, 3) << gone;  // not found
   EXPECT_EQ(gone.err.rfind("agentbox: ENOENT: ", 0), 0u) << gone;
   EXPECT_NE(gone.err.find("cli-s1"), std::string::npos) << gone;
   EXPECT_TRUE(gone.out.empty());
@@ -322,21 +325,21 @@ TEST_F(CliTest, SessionSuspendResumeKeepaliveTtlMountsAndSkills) {
   CliRun cat = cli({"cat", "cli-life:kept.txt"});
   EXPECT_EQ(cat.out, "kept\n") << cat;
   CliRun missing = cli({"session", "suspend", "cli-nobody"});
-  EXPECT_EQ(missing.code, 1) << missing;
+  EXPECT_EQ(missing.code, 3) << missing;
   EXPECT_EQ(missing.err.rfind("agentbox: ENOENT: ", 0), 0u) << missing;
 
   // --mount and --skill reach the server, which names the refused field (this daemon allows
   // no host mounts); a malformed --mount is a usage error.
   CliRun m = cli({"session", "create", "cli-m", "--mount", daemon_->temp_dir() + ":/data:ro"});
-  EXPECT_EQ(m.code, 1) << m;
+  EXPECT_EQ(m.code, 8) << m;  // permission denied
   EXPECT_NE(m.err.find("EACCES"), std::string::npos) << m;
   EXPECT_NE(m.err.find("mounts[0].host_path"), std::string::npos) << m;
   CliRun sk = cli({"session", "create", "cli-m", "--skill", "web=" + daemon_->temp_dir()});
-  EXPECT_EQ(sk.code, 1) << sk;
+  EXPECT_EQ(sk.code, 8) << sk;
   EXPECT_NE(sk.err.find("skills.web"), std::string::npos) << sk;
   EXPECT_EQ(cli({"session", "create", "cli-m", "--mount", "/srv/data"}).code, 2);
   EXPECT_EQ(cli({"session", "create", "cli-m", "--mount", "/a:/b:rx"}).code, 2);
-  EXPECT_EQ(cli({"session", "show", "cli-m"}).code, 1);
+  EXPECT_EQ(cli({"session", "show", "cli-m"}).code, 3);
 }
 
 TEST_F(CliTest, SessionRmArchivePrintsThePathAndRestoreBringsItBack) {
@@ -357,9 +360,9 @@ TEST_F(CliTest, SessionRmArchivePrintsThePathAndRestoreBringsItBack) {
   EXPECT_EQ(cat.code, 0) << cat;
   EXPECT_EQ(cat.out, "kept\n");
 
-  // Again onto the now existing session: EEXIST, exit 1.
+  // Again onto the now existing session: EEXIST, exit 7 (conflict).
   CliRun again = cli({"session", "restore", "cli-arch", path});
-  EXPECT_EQ(again.code, 1) << again;
+  EXPECT_EQ(again.code, 7) << again;
   EXPECT_EQ(again.err.rfind("agentbox: EEXIST: ", 0), 0u) << again;
   // Usage: both arguments are required.
   EXPECT_EQ(cli({"session", "restore", "cli-arch"}).code, 2);
@@ -392,6 +395,14 @@ TEST_F(CliTest, BadInputIsAnErrorOrAUsageError) {
   CliRun help = cli({"--help"});
   EXPECT_EQ(help.code, 0);
   EXPECT_NE(help.out.find("exec"), std::string::npos);
+  // The exit codes and the environment are documented where a user looks.
+  for (const char* want : {"Exit codes", "  3   not found", "  4   auth", "  5   unreachable",
+                           "  6   quota", "AGENTBOX_URL", "AGENTBOX_TOKEN", "WAIT_FOR_SIDECAR"}) {
+    EXPECT_NE(help.out.find(want), std::string::npos) << want << "\n" << help.out;
+  }
+  for (const char* cmd : {"stat", "mv", "mkdir", "rm", "health", "repair", "wait"}) {
+    EXPECT_NE(help.out.find("\n  " + std::string(cmd)), std::string::npos) << cmd;
+  }
 }
 
 TEST_F(CliTest, ExecPropagatesExitCodeAndSplitsStreams) {
@@ -468,7 +479,7 @@ TEST_F(CliTest, CopyBigBinaryFileBothWays) {
   chmod((dir + "/big.bin").c_str(), 0750);
 
   CliRun up = cli({"cp", dir + "/big.bin", "cli-cp:/workspace/in/big.bin", "-p"});
-  EXPECT_EQ(up.code, 1) << up;  // no such session yet: cp does not create one
+  EXPECT_EQ(up.code, 3) << up;  // no such session yet: cp does not create one
   EXPECT_EQ(up.err.rfind("agentbox: ENOENT: ", 0), 0u) << up;
 
   ASSERT_EQ(cli({"session", "create", "cli-cp", "-q"}).code, 0);
@@ -593,7 +604,7 @@ TEST_F(CliTest, ExecStdinUpToTheCliLimitIsAcceptedByTheServer) {
 
   // One byte more is refused by the CLI itself, with a hint.
   CliRun over = cli({"exec", "cli-stdin", "-i", "--", "wc", "-c"}, text + "y");
-  EXPECT_EQ(over.code, 1) << over;
+  EXPECT_EQ(over.code, 6) << over;  // over a size cap
   EXPECT_EQ(over.err.rfind("agentbox: ETOOBIG: stdin is over 16.0 MiB", 0), 0u) << over;
   EXPECT_NE(over.err.find("agentbox cp"), std::string::npos) << over;
 
@@ -601,7 +612,7 @@ TEST_F(CliTest, ExecStdinUpToTheCliLimitIsAcceptedByTheServer) {
   // request limit: the CLI says so before sending anything.
   CliRun escaped =
       cli({"exec", "cli-stdin", "-i", "--", "wc", "-c"}, std::string(5u << 20, '\x01'));
-  EXPECT_EQ(escaped.code, 1) << escaped;
+  EXPECT_EQ(escaped.code, 6) << escaped;
   EXPECT_EQ(escaped.err.rfind("agentbox: ETOOBIG: stdin encodes to a 30.0 MiB request", 0), 0u)
       << escaped;
 }
@@ -610,22 +621,22 @@ TEST_F(CliTest, CopyErrorsNameWhatIsWrong) {
   std::string dir = local_dir();
   ASSERT_EQ(cli({"session", "create", "cli-cperr", "-q"}).code, 0);
   CliRun missing = cli({"cp", "cli-cperr:/workspace/nope.txt", dir + "/x"});
-  EXPECT_EQ(missing.code, 1) << missing;
+  EXPECT_EQ(missing.code, 3) << missing;
   EXPECT_EQ(missing.err.rfind("agentbox: ENOENT: ", 0), 0u) << missing;
   EXPECT_NE(missing.err.find("nope.txt"), std::string::npos) << missing;
   EXPECT_FALSE(fs::exists(dir + "/x"));
   EXPECT_TRUE(fs::is_empty(dir));  // no temp file left behind
 
   CliRun no_parent = cli({"cp", "-", "cli-cperr:/workspace/a/b/c.txt"}, "x");
-  EXPECT_EQ(no_parent.code, 1) << no_parent;
+  EXPECT_EQ(no_parent.code, 3) << no_parent;
   EXPECT_EQ(no_parent.err.rfind("agentbox: ENOENT: ", 0), 0u) << no_parent;
 
   CliRun escape = cli({"cp", "-", "cli-cperr:/workspace/../../etc/x"}, "x");
-  EXPECT_EQ(escape.code, 1) << escape;
+  EXPECT_EQ(escape.code, 8) << escape;
   EXPECT_EQ(escape.err.rfind("agentbox: EACCES: ", 0), 0u) << escape;
 
   CliRun local_missing = cli({"cp", dir + "/not-here", "cli-cperr:/workspace/x"});
-  EXPECT_EQ(local_missing.code, 1) << local_missing;
+  EXPECT_EQ(local_missing.code, 3) << local_missing;  // a local file: the same class
   EXPECT_NE(local_missing.err.find("not-here"), std::string::npos) << local_missing;
 }
 
@@ -654,7 +665,7 @@ TEST_F(CliTest, CatLsRmMkdir) {
   EXPECT_NE(ls_file.out.find("hello.txt"), std::string::npos) << ls_file;
 
   CliRun not_empty = cli({"rm", "cli-fs:/workspace/a"});
-  EXPECT_EQ(not_empty.code, 1) << not_empty;
+  EXPECT_EQ(not_empty.code, 7) << not_empty;
   EXPECT_EQ(not_empty.err.rfind("agentbox: ENOTEMPTY: ", 0), 0u) << not_empty;
   EXPECT_TRUE(fs::exists(workspace("cli-fs") + "/a/hello.txt"));
 
@@ -664,14 +675,14 @@ TEST_F(CliTest, CatLsRmMkdir) {
   EXPECT_FALSE(fs::exists(workspace("cli-fs") + "/a"));
 
   CliRun cat_missing = cli({"cat", "cli-fs:/workspace/x"});
-  EXPECT_EQ(cat_missing.code, 1) << cat_missing;
+  EXPECT_EQ(cat_missing.code, 3) << cat_missing;
   EXPECT_EQ(cat_missing.err.rfind("agentbox: ENOENT: ", 0), 0u) << cat_missing;
   // Names the file (as the backend spells it: the host backend's workspace is a host dir).
   EXPECT_NE(cat_missing.err.find("/x"), std::string::npos) << cat_missing;
   EXPECT_TRUE(cat_missing.out.empty());
 
   CliRun rm_ws = cli({"rm", "-r", "cli-fs:/workspace"});
-  EXPECT_EQ(rm_ws.code, 1) << rm_ws;
+  EXPECT_EQ(rm_ws.code, 8) << rm_ws;
   EXPECT_EQ(rm_ws.err.rfind("agentbox: EACCES: ", 0), 0u) << rm_ws;
 }
 
@@ -681,9 +692,12 @@ TEST_F(CliTest, UnknownSessionIsENOENTEverywhere) {
                                         {"cat", "cli-none:/workspace/x"},
                                         {"ls", "cli-none"},
                                         {"rm", "cli-none:/workspace/x"},
-                                        {"mkdir", "cli-none:/workspace/x"}}) {
+                                        {"mkdir", "cli-none:/workspace/x"},
+                                        {"stat", "cli-none:/workspace/x"},
+                                        {"mv", "cli-none:/workspace/x", "y"},
+                                        {"health", "cli-none"}}) {
     CliRun r = cli(args);
-    EXPECT_EQ(r.code, 1) << ::testing::PrintToString(args) << "\n" << r;
+    EXPECT_EQ(r.code, 3) << ::testing::PrintToString(args) << "\n" << r;
     EXPECT_EQ(r.err.rfind("agentbox: ENOENT: ", 0), 0u) << r;
   }
 }
@@ -699,18 +713,28 @@ TEST_F(CliTest, ServerFromEnvironmentAndUnreachableServer) {
   std::string url = stopped.url();
   stopped.stop();
   CliProcess down({"--server", url, "session", "ls"}, {}, "");
-  EXPECT_EQ(down.wait(), 1);
+  EXPECT_EQ(down.wait(), 5);  // unreachable
   EXPECT_EQ(down.err().rfind("agentbox: EUNAVAILABLE: ", 0), 0u) << down.err();
+  for (std::vector<std::string> args : {std::vector<std::string>{"exec", "s", "--", "true"},
+                                        {"stat", "s:x"},
+                                        {"mv", "s:a", "b"},
+                                        {"health", "s"},
+                                        {"ls", "s"}}) {
+    std::vector<std::string> full = {"--server", url};
+    full.insert(full.end(), args.begin(), args.end());
+    CliProcess p2(full, {}, "");
+    EXPECT_EQ(p2.wait(), 5) << ::testing::PrintToString(args) << "\n" << p2.err();
+  }
 }
 
 TEST(CliAuthTest, TokenFromFlagOrEnvironment) {
   Daemon d({"--token", "s3cret"});
   CliProcess none({"--server", d.url(), "session", "ls"}, {}, "");
-  EXPECT_EQ(none.wait(), 1);
+  EXPECT_EQ(none.wait(), 4);  // auth
   EXPECT_EQ(none.err().rfind("agentbox: EUNAUTHORIZED: ", 0), 0u) << none.err();
 
   CliProcess wrong({"--server", d.url(), "--token", "nope", "session", "ls"}, {}, "");
-  EXPECT_EQ(wrong.wait(), 1);
+  EXPECT_EQ(wrong.wait(), 4);
   EXPECT_EQ(wrong.err().rfind("agentbox: EUNAUTHORIZED: ", 0), 0u) << wrong.err();
 
   CliProcess flag({"--server", d.url(), "--token", "s3cret", "session", "create", "tok", "-q"}, {},
@@ -723,10 +747,211 @@ TEST(CliAuthTest, TokenFromFlagOrEnvironment) {
   EXPECT_EQ(env.wait(), 0) << env.err();
   EXPECT_EQ(env.out(), "via-env\n");
 
+  // exec's own failures use the same classes (the command's exit code is only passed through
+  // when it ran); /healthz needs no token, so `wait` works without one.
+  CliProcess exec_wrong({"--server", d.url(), "--token", "nope", "exec", "tok", "--", "true"}, {},
+                        "");
+  EXPECT_EQ(exec_wrong.wait(), 4);
+  EXPECT_EQ(exec_wrong.err().rfind("agentbox: EUNAUTHORIZED: ", 0), 0u) << exec_wrong.err();
+  CliProcess wait_anon({"--server", d.url(), "wait", "--timeout", "5"}, {}, "");
+  EXPECT_EQ(wait_anon.wait(), 0) << wait_anon.err();
+
   // The flag wins over the environment.
   CliProcess both({"--token", "s3cret", "session", "ls"},
                   {"AGENTBOX_URL=" + d.url(), "AGENTBOX_TOKEN=wrong"}, "");
   EXPECT_EQ(both.wait(), 0) << both.err();
+}
+
+TEST_F(CliTest, StatMvRecursiveRmAndEmptyLs) {
+  ASSERT_EQ(cli({"session", "create", "cli-mv", "-q"}).code, 0);
+  ASSERT_EQ(cli({"mkdir", "cli-mv:/workspace/d/sub"}).code, 0);
+  ASSERT_EQ(cli({"cp", "-", "cli-mv:/workspace/d/a.txt"}, "twelve bytes").code, 0);
+  ASSERT_EQ(chmod((workspace("cli-mv") + "/d/a.txt").c_str(), 0640), 0);
+
+  // stat: one "key: value" line each; --json is the server's object.
+  CliRun st = cli({"stat", "cli-mv:d/a.txt"});
+  ASSERT_EQ(st.code, 0) << st;
+  EXPECT_NE(st.out.find("type:     regular file\n"), std::string::npos) << st;
+  EXPECT_NE(st.out.find("size:     12\n"), std::string::npos) << st;
+  EXPECT_NE(st.out.find("mode:     0640 (-rw-r-----)\n"), std::string::npos) << st;
+  EXPECT_NE(st.out.find("modified: 20"), std::string::npos) << st;
+  EXPECT_NE(st.out.find("a.txt\n"), std::string::npos) << st;  // the path line
+  CliRun st_dir = cli({"stat", "cli-mv:/workspace/d"});
+  ASSERT_EQ(st_dir.code, 0) << st_dir;
+  EXPECT_NE(st_dir.out.find("type:     directory\n"), std::string::npos) << st_dir;
+  EXPECT_NE(st_dir.out.find("(drwx"), std::string::npos) << st_dir;
+  CliRun st_json = cli({"stat", "--json", "cli-mv:d/a.txt"});
+  ASSERT_EQ(st_json.code, 0) << st_json;
+  json j = json::parse(st_json.out, nullptr, false);
+  ASSERT_TRUE(j.is_object()) << st_json;
+  EXPECT_EQ(j["size"], 12);
+  EXPECT_EQ(j["is_dir"], false);
+  CliRun st_missing = cli({"stat", "cli-mv:d/nope"});
+  EXPECT_EQ(st_missing.code, 3) << st_missing;
+  EXPECT_EQ(st_missing.err.rfind("agentbox: ENOENT: ", 0), 0u) << st_missing;
+  EXPECT_NE(st_missing.err.find("nope"), std::string::npos) << st_missing;
+  EXPECT_TRUE(st_missing.out.empty());
+
+  // mv: a rename; into an existing directory the name is kept; the destination may be given
+  // with or without the session.
+  CliRun mv = cli({"mv", "cli-mv:d/a.txt", "cli-mv:d/b.txt"});
+  ASSERT_EQ(mv.code, 0) << mv;
+  EXPECT_TRUE(mv.out.empty() && mv.err.empty()) << mv;
+  EXPECT_FALSE(fs::exists(workspace("cli-mv") + "/d/a.txt"));
+  EXPECT_EQ(read_file(workspace("cli-mv") + "/d/b.txt"), "twelve bytes");
+  ASSERT_EQ(cli({"mv", "cli-mv:d/b.txt", "/workspace/d/sub"}).code, 0);
+  EXPECT_EQ(read_file(workspace("cli-mv") + "/d/sub/b.txt"), "twelve bytes");
+  ASSERT_EQ(cli({"rename", "cli-mv:d/sub", "cli-mv:moved/"}).code, 3);  // no "moved" dir yet
+  ASSERT_EQ(cli({"mv", "cli-mv:d/sub", "cli-mv:moved"}).code, 0);
+  EXPECT_EQ(read_file(workspace("cli-mv") + "/moved/b.txt"), "twelve bytes");
+  CliRun mv_missing = cli({"mv", "cli-mv:d/nope", "cli-mv:d/x"});
+  EXPECT_EQ(mv_missing.code, 3) << mv_missing;
+  EXPECT_EQ(mv_missing.err.rfind("agentbox: ENOENT: ", 0), 0u) << mv_missing;
+  CliRun mv_other = cli({"mv", "cli-mv:moved", "cli-else:moved"});
+  EXPECT_EQ(mv_other.code, 2) << mv_other;
+  EXPECT_NE(mv_other.err.find("same session"), std::string::npos) << mv_other;
+  CliRun mv_escape = cli({"mv", "cli-mv:moved", "cli-mv:/workspace/../../x"});
+  EXPECT_EQ(mv_escape.code, 8) << mv_escape;
+  EXPECT_TRUE(fs::exists(workspace("cli-mv") + "/moved/b.txt"));
+
+  // ls of an empty directory: nothing on stdout, "(empty)" on stderr, success.
+  CliRun empty = cli({"ls", "cli-mv:d"});
+  EXPECT_EQ(empty.code, 0) << empty;
+  EXPECT_EQ(empty.out, "");
+  EXPECT_EQ(empty.err, "(empty)\n");
+  CliRun empty_long = cli({"ls", "-l", "cli-mv:d"});
+  EXPECT_EQ(empty_long.code, 0) << empty_long;
+  EXPECT_EQ(empty_long.err, "(empty)\n");
+
+  // rm -r takes a whole tree; without -r a non-empty directory is a conflict.
+  ASSERT_EQ(cli({"mkdir", "cli-mv:moved/deep/er"}).code, 0);
+  EXPECT_EQ(cli({"rm", "cli-mv:moved"}).code, 7);
+  CliRun rmr = cli({"rm", "-r", "cli-mv:moved"});
+  EXPECT_EQ(rmr.code, 0) << rmr;
+  EXPECT_FALSE(fs::exists(workspace("cli-mv") + "/moved"));
+  EXPECT_EQ(cli({"rm", "-r", "cli-mv:moved"}).code, 3);
+  CliRun ls_after = cli({"ls", "cli-mv"});
+  EXPECT_EQ(ls_after.out, "d/\n") << ls_after;
+}
+
+TEST_F(CliTest, HealthAndRepair) {
+  ASSERT_EQ(cli({"session", "create", "cli-health", "-q"}).code, 0);
+  CliRun h = cli({"health", "cli-health"});
+  ASSERT_EQ(h.code, 0) << h;
+  EXPECT_EQ(h.out.rfind("CHECK", 0), 0u) << h;
+  EXPECT_NE(h.out.find("\nbox "), std::string::npos) << h;
+  EXPECT_NE(h.out.find("\nworkspace "), std::string::npos) << h;
+  EXPECT_EQ(h.out.find("FAIL"), std::string::npos) << h;
+  EXPECT_NE(h.out.find("cli-health: healthy\n"), std::string::npos) << h;
+  CliRun hj = cli({"health", "--json", "cli-health"});
+  ASSERT_EQ(hj.code, 0) << hj;
+  json j = json::parse(hj.out, nullptr, false);
+  ASSERT_TRUE(j.is_object()) << hj;
+  EXPECT_EQ(j["healthy"], true);
+  EXPECT_TRUE(j["checks"].is_array());
+
+  // repair: the server's answer, whatever it is, read right. Not built yet (422 today, 501
+  // ENOTSUP by the contract): the server's message and exit 9; built: the checks afterwards.
+  CliRun rep = cli({"repair", "cli-health"});
+  if (rep.code == 9) {
+    EXPECT_EQ(rep.err.rfind("agentbox: ", 0), 0u) << rep;
+    EXPECT_NE(rep.err.find("repair"), std::string::npos) << rep;
+    EXPECT_NE(rep.err.find("not"), std::string::npos) << rep;
+    EXPECT_TRUE(rep.out.empty()) << rep;
+  } else {
+    EXPECT_TRUE(rep.code == 0 || rep.code == 11) << rep;
+    EXPECT_NE(rep.out.find("cli-health: "), std::string::npos) << rep;
+  }
+  EXPECT_EQ(cli({"repair", "cli-nobody"}).code, 3);
+  EXPECT_EQ(cli({"health"}).code, 2);
+}
+
+TEST_F(CliTest, SessionMountsAdd) {
+  ASSERT_EQ(cli({"session", "create", "cli-madd", "-q"}).code, 0);
+  // Usage errors, before anything is sent.
+  EXPECT_EQ(cli({"session", "mounts", "add", "cli-madd"}).code, 2);
+  EXPECT_EQ(cli({"session", "mounts", "add", "cli-madd", "--mount", "/srv"}).code, 2);
+  EXPECT_EQ(cli({"session", "mounts", "add", "cli-madd", "--skill", "noequals"}).code, 2);
+  EXPECT_EQ(
+      cli({"session", "mounts", "add", "cli-madd", "--skill", "w=/x", "--skill-mode", "rx"}).code,
+      2);
+  EXPECT_EQ(
+      cli({"session", "mounts", "add", "cli-madd", "--mount", "/a:/b", "--skill-mode", "ro"}).code,
+      2);
+
+  // This daemon allows no host mounts. Whether the route is built yet (501 ENOTSUP, or a
+  // server without the route) or refuses the dir (403 EACCES), the CLI says which, non-zero.
+  CliRun r = cli({"session", "mounts", "add", "cli-madd", "--skill", "web=" + daemon_->temp_dir(),
+                  "--skill-mode", "ro"});
+  EXPECT_TRUE(r.code == 9 || r.code == 8) << r;
+  EXPECT_EQ(r.err.rfind("agentbox: ", 0), 0u) << r;
+  if (r.code == 9) {
+    EXPECT_NE(r.err.find("mounts"), std::string::npos) << r;
+  } else {
+    EXPECT_NE(r.err.find("skills.web"), std::string::npos) << r;
+  }
+  EXPECT_TRUE(r.out.empty()) << r;
+}
+
+// A loopback port nothing listens on (bound, then released).
+int free_port() {
+  UniqueFd s(::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0));
+  sockaddr_in a{};
+  a.sin_family = AF_INET;
+  a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  socklen_t len = sizeof a;
+  if (!s || ::bind(s.get(), reinterpret_cast<sockaddr*>(&a), sizeof a) != 0 ||
+      ::getsockname(s.get(), reinterpret_cast<sockaddr*>(&a), &len) != 0) {
+    ADD_FAILURE() << "free_port: " << std::strerror(errno);
+    return -1;
+  }
+  return ntohs(a.sin_port);
+}
+
+TEST_F(CliTest, WaitForAServerThatIsUp) {
+  CliRun up = cli({"wait"});  // --server
+  EXPECT_EQ(up.code, 0) << up;
+  EXPECT_TRUE(up.out.empty() && up.err.empty()) << up;
+  // Seed 001's spelling: WAIT_FOR_SIDECAR=host:port, no scheme; an explicit URL too.
+  CliProcess env({"wait"}, {"WAIT_FOR_SIDECAR=" + daemon_->host_port()}, "");
+  EXPECT_EQ(env.wait(), 0) << env.err();
+  CliProcess arg({"wait", "--timeout", "5", daemon_->url() + "/healthz"}, {}, "");
+  EXPECT_EQ(arg.wait(), 0) << arg.err();
+}
+
+TEST_F(CliTest, WaitTimesOutWhereNothingListens) {
+  std::string dead = "127.0.0.1:" + std::to_string(free_port());
+  auto t0 = Clock::now();
+  CliRun r = cli({"wait", "--timeout", "1", dead});
+  EXPECT_EQ(r.code, 5) << r;
+  EXPECT_GE(Clock::now() - t0, std::chrono::milliseconds(900)) << "gave up before the timeout";
+  EXPECT_EQ(r.err.rfind("agentbox: ETIMEDOUT: http://" + dead +
+                            "/healthz did not answer 200 "
+                            "within 1 s",
+                        0),
+            0u)
+      << r;
+  EXPECT_NE(r.err.find("refused"), std::string::npos) << r;  // why the last attempt failed
+
+  // The same from seed 001's variables alone.
+  CliProcess env({"wait"}, {"WAIT_FOR_SIDECAR=" + dead, "WAIT_FOR_SIDECAR_TIMEOUT=1"}, "");
+  EXPECT_EQ(env.wait(), 5) << env.err();
+  EXPECT_NE(env.err().find("within 1 s"), std::string::npos) << env.err();
+  // A malformed timeout is a usage error naming the variable.
+  CliProcess bad({"wait"}, {"WAIT_FOR_SIDECAR=" + dead, "WAIT_FOR_SIDECAR_TIMEOUT=soon"}, "");
+  EXPECT_EQ(bad.wait(), 2) << bad.err();
+  EXPECT_NE(bad.err().find("WAIT_FOR_SIDECAR_TIMEOUT=soon"), std::string::npos) << bad.err();
+}
+
+TEST(CliWaitTest, WaitsUntilTheDaemonComesUp) {
+  // The sidecar race seed 001 solves: the waiter starts first, the daemon later.
+  std::string hp = "127.0.0.1:" + std::to_string(free_port());
+  CliProcess waiter({"wait", "--timeout", "60", hp}, {}, "");
+  std::this_thread::sleep_for(std::chrono::milliseconds(600));
+  EXPECT_TRUE(waiter.running()) << waiter.err();  // still waiting: nothing listens yet
+  Daemon d({"--listen", hp});
+  ASSERT_EQ(d.host_port(), hp);
+  EXPECT_EQ(waiter.wait(), 0) << waiter.err();
 }
 
 }  // namespace
