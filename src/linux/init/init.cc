@@ -20,6 +20,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/prctl.h>
+#include <sys/ioctl.h>
 #include <sys/signalfd.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
@@ -138,7 +139,8 @@ void reap_all() {
   sigemptyset(&none);
   sigprocmask(SIG_SETMASK, &none, nullptr);
 
-  // Own session and process group: a terminal-less leader whose group the command controls.
+  // Own session and process group: a leader whose group the command controls (and, with a pty,
+  // the session the terminal belongs to).
   ::setsid();
 
   if (self_join) {
@@ -207,6 +209,10 @@ void reap_all() {
     report(err_fd, "dup2", nullptr, errno);
     _exit(127);
   }
+  if ((req.flags & proto::kExecPty) != 0 && ::ioctl(0, TIOCSCTTY, 0) != 0) {
+    report(err_fd, "make the pty the controlling terminal", nullptr, errno);
+    _exit(127);
+  }
   // SECURITY: the command sees exactly fds 0, 1 and 2: not the control socket (which would let
   // it forge messages to the daemon), not the go pipe, nothing of the init.
   if (::syscall(SYS_close_range, 3U, ~0U, 0U) != 0) {
@@ -214,7 +220,10 @@ void reap_all() {
   }
 
   // SECURITY: never run a command as root or with any capability; no supplementary groups.
-  if (int err = agentbox::linux::switch_user_and_drop_capabilities(req.uid, req.gid); err != 0) {
+  // The bounding and ambient sets are empty already: main() emptied ours before any fork.
+  if (int err = agentbox::linux::switch_user_and_drop_capabilities(req.uid, req.gid,
+                                                                   /*bounding_already_empty=*/true);
+      err != 0) {
     report(2, "switch to the session user", nullptr, err);
     _exit(127);
   }
@@ -281,6 +290,21 @@ bool handle_request() {
     }
   }
 
+  if (static_cast<std::size_t>(n) == sizeof(proto::Signal)) {
+    proto::Signal sig;
+    memcpy(&sig, g_request, sizeof sig);
+    if (sig.type == proto::MsgType::kSignal) {
+      for (int i = 0; i < nfds; ++i) ::close(fds[i]);
+      // Only a leader not reaped yet: its pid cannot have been reused.
+      for (std::size_t i = 0; i < g_running_len; ++i) {
+        if (g_running[i].id == sig.id) {
+          ::kill(g_running[i].pid, sig.signo);
+          break;
+        }
+      }
+      return true;
+    }
+  }
   if (static_cast<std::size_t>(n) < sizeof(proto::ExecRequest)) {
     reject(nullptr, fds, nfds, "short");
     return true;
@@ -355,6 +379,13 @@ int main() {
 
   struct stat st;
   if (::fstat(kCtl, &st) != 0 || !S_ISSOCK(st.st_mode)) return 2;
+
+  // SECURITY: empty the bounding (and ambient) set once, here: every command child inherits it
+  // empty, so none can ever regain a capability at exec, and none pays the ~45 prctl calls of
+  // emptying it per command. CAP_SETPCAP goes with it; the caps needed to start commands stay.
+  if (agentbox::linux::empty_bounding_set_keep(agentbox::linux::kInitRunCapabilities) != 0) {
+    return 6;
+  }
 
   // Children are reaped through a signalfd; SIGPIPE is blocked so that writing an error to a
   // command's closed stderr cannot hurt us (as pid 1 of the namespace we would ignore it anyway).
