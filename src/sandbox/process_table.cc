@@ -12,12 +12,12 @@
 #include <boost/asio/steady_timer.hpp>
 #include <boost/asio/this_coro.hpp>
 #include <boost/asio/use_awaitable.hpp>
-#include <boost/asio/write.hpp>
 #include <cctype>
 #include <deque>
 #include <exception>
 
 #include "common/log.h"
+#include "common/no_sigpipe.h"
 
 namespace agentbox::sandbox {
 
@@ -171,10 +171,26 @@ asio::awaitable<void> write_stdin_loop(EntryPtr e) {
       e->writer_running = false;
       co_return;
     }
-    auto [ec, n] = co_await asio::async_write(e->in_sd, asio::buffer(chunk),
-                                              asio::as_tuple(asio::use_awaitable));
-    (void)n;
-    if (ec) {
+    // write(2) with SIGPIPE blocked in this thread (common/no_sigpipe.h): a process that closed
+    // its stdin is an EPIPE here, never a signal to the daemon.
+    bool failed = false;
+    for (std::size_t done = 0; done < chunk.size() && !failed;) {
+      ssize_t n = call_without_sigpipe([&] {
+        return ::write(e->in_sd.native_handle(), chunk.data() + done, chunk.size() - done);
+      });
+      if (n > 0) {
+        done += static_cast<std::size_t>(n);
+      } else if (n < 0 && errno == EINTR) {
+        continue;
+      } else if (n < 0 && errno == EAGAIN) {
+        auto [ec] = co_await e->in_sd.async_wait(asio::posix::stream_descriptor::wait_write,
+                                                 asio::as_tuple(asio::use_awaitable));
+        failed = static_cast<bool>(ec) || !e->in_sd.is_open();
+      } else {
+        failed = true;
+      }
+    }
+    if (failed) {
       // EPIPE: the process closed its stdin or ended. Nothing queued can be delivered.
       std::lock_guard lock(e->mu);
       e->stdin_q.clear();

@@ -15,6 +15,7 @@
 
 #include <errno.h>
 #include <fcntl.h>
+#include <sched.h>
 #include <poll.h>
 #include <signal.h>
 #include <stdlib.h>
@@ -53,6 +54,11 @@ std::size_t g_running_len = 0;
 std::size_t g_running_cap = 0;
 
 sigset_t g_init_mask;  // what the init blocks; children restore the empty mask
+
+// The stack of a command child started with CLONE_VM|CLONE_VFORK (see handle_request): one at a
+// time, since the init is suspended until that child execs or exits. Only the pages a child
+// touches become resident. Room for execvpe's ENOEXEC fallback, which copies argv on the stack.
+alignas(16) char g_child_stack[256 * 1024];
 
 // write(2) all of it, for messages on a command's stderr. Best effort.
 void write_all(int fd, const char* s, std::size_t n) {
@@ -239,6 +245,19 @@ void reap_all() {
   _exit(err == ENOENT ? 127 : 126);
 }
 
+struct ChildArgs {
+  const proto::ExecRequest* req;
+  const int* fds;
+  char** argv;
+  char** envp;
+  const char* cwd;
+};
+
+int child_entry(void* p) {
+  const auto* a = static_cast<const ChildArgs*>(p);
+  run_child(*a->req, a->fds, a->argv, a->envp, a->cwd);
+}
+
 // Rejects a malformed request: tells the command's stderr (when we have it) and reports exit 127.
 void reject(const proto::ExecRequest* req, const int* fds, int nfds, const char* why) {
   if (req != nullptr) {
@@ -351,8 +370,20 @@ bool handle_request() {
   argv[req.argc] = nullptr;
   envp[req.envc] = nullptr;
 
-  pid_t pid = ::fork();
-  if (pid == 0) run_child(req, fds, argv, envp, cwd);
+  // A self-joining child never waits for the daemon before it execs, so it can share our memory
+  // and we can sleep until it has exec'd (CLONE_VM|CLONE_VFORK, as posix_spawn does): no page
+  // tables copied per command. The child only makes syscalls, writes to its own stack and the
+  // `environ` pointer (unused by the init), and leaves errno alone where we read it. A child that
+  // waits for its go byte is forked instead: it must not hold the init up meanwhile.
+  pid_t pid;
+  if ((req.flags & proto::kExecSelfJoin) != 0) {
+    ChildArgs args{&req, fds, argv, envp, cwd};
+    pid = ::clone(child_entry, g_child_stack + sizeof g_child_stack, CLONE_VM | CLONE_VFORK | SIGCHLD,
+                  &args);
+  } else {
+    pid = ::fork();
+    if (pid == 0) run_child(req, fds, argv, envp, cwd);
+  }
   const int fork_err = errno;
   if (pid > 0 && !track(pid, req.id)) {
     // Out of memory for the table: the command runs, but we could not report its exit. Kill it
