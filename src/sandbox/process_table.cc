@@ -432,11 +432,22 @@ asio::awaitable<Result<ProcessInfo>> ProcessTable::start(ProcessSpec spec, ExitC
     co_return fail(Code::kInternal, "process: registering its pipes: " + ec.message());
   }
   ProcessInfo info;
+  bool shut_down;
+  {
+    std::lock_guard lock(mu_);
+    shut_down = shut_down_;
+  }
   {
     std::lock_guard lock(e->mu);
     e->info.pid = launched->pid;
     e->info.started_at = std::chrono::system_clock::now();
     e->starting = false;
+    // shutdown() ran while the backend was starting it (and skipped it): it must not outlive
+    // the box either.
+    if (shut_down) {
+      e->requested_end = true;
+      e->proc->kill_tree();
+    }
     info = e->info;
   }
   if (e->out_sd.is_open()) {
