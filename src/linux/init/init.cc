@@ -6,8 +6,9 @@
 //
 // The box setup (linux/box.cc) has already: entered the namespaces and the box cgroup, built and
 // pivoted into the box filesystem, set rlimits, no_new_privs, left this process only
-// kInitCapabilities and installed the seccomp filter. What is left for each command is done in
-// the forked child, see run_child().
+// kInitCapabilities and installed the seccomp filter. main() then empties the bounding set once
+// (every child inherits it empty). What is left for each command is done in the child, see
+// run_child(); self-joining children share our memory until they exec (CLONE_VFORK).
 //
 // Exit: when the control socket reports EOF (the daemon closed it or died), main() returns, and
 // the kernel kills everything else in the pid namespace because its init is gone. PR_SET_PDEATHSIG
