@@ -472,7 +472,8 @@ Result<std::string> encode_exec_request(const ExecCommand& cmd, bool has_stdin) 
                                     " cgroup join fds (at most " +
                                     std::to_string(proto::kMaxJoinFds) + ")");
   }
-  req.flags = has_stdin ? proto::kExecHasStdin : 0;
+  req.flags = has_stdin || cmd.pty ? proto::kExecHasStdin : 0;
+  if (cmd.pty) req.flags |= proto::kExecPty;
   if (cmd.self_join_fds > 0) {
     req.flags |= proto::kExecSelfJoin;
     req.join_fds = cmd.self_join_fds;
@@ -518,6 +519,18 @@ int send_exec_request(int control_fd, std::string_view msg, const int* fds, int 
   }
 }
 
+int send_signal_request(int control_fd, std::uint64_t id, int signo) noexcept {
+  proto::Signal sig;
+  sig.id = id;
+  sig.signo = signo;
+  for (;;) {
+    ssize_t n = ::send(control_fd, &sig, sizeof sig, MSG_NOSIGNAL | MSG_DONTWAIT);
+    if (n == static_cast<ssize_t>(sizeof sig)) return 0;
+    if (n < 0 && errno == EINTR) continue;
+    return n < 0 ? errno : EMSGSIZE;
+  }
+}
+
 int recv_box_message(int control_fd, bool dont_wait, BoxMessage* out) noexcept {
   alignas(8) char buf[64];
   alignas(alignof(cmsghdr)) char cbuf[CMSG_SPACE(sizeof(ucred)) + CMSG_SPACE(sizeof(int) * 8)];
@@ -557,6 +570,7 @@ int recv_box_message(int control_fd, bool dont_wait, BoxMessage* out) noexcept {
     proto::ChildReady m;
     std::memcpy(&m, buf, sizeof m);
     out->id = m.id;
+    out->box_pid = m.box_pid;
     return 1;
   }
   if (type == proto::MsgType::kExited && static_cast<std::size_t>(n) == sizeof(proto::Exited)) {

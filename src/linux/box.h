@@ -120,6 +120,9 @@ struct ExecCommand {
   // > 0: the request carries this many cgroup `tasks` fds the child joins itself with
   // (initproto kExecSelfJoin) instead of the go pipe.
   std::uint32_t self_join_fds = 0;
+  // stdin/stdout/stderr are one pty slave (sent three times) that becomes the controlling
+  // terminal (initproto kExecPty); implies has_stdin.
+  bool pty = false;
 };
 
 // The ExecRequest message for `cmd`. kTooBig past initproto::kMaxPayloadBytes; kInvalid for an
@@ -131,10 +134,15 @@ struct ExecCommand {
 int send_exec_request(int control_fd, std::string_view msg, const int* fds, int nfds,
                       bool dont_wait) noexcept;
 
+// Asks the init to send `signo` to the leader of request `id` if it is still running (initproto
+// Signal). Returns 0 or an errno (EAGAIN: the init's queue is full, nothing was sent).
+int send_signal_request(int control_fd, std::uint64_t id, int signo) noexcept;
+
 struct BoxMessage {
   initproto::MsgType type{};
   std::uint64_t id = 0;      // kChildReady, kExited
   int status = 0;            // kExited: wait status
+  pid_t box_pid = 0;         // kChildReady: the command's pid inside the box
   pid_t sender_pid = 0;      // the sender as the daemon sees it (SO_PASSCRED); 0 if unknown
   uid_t sender_uid = 0;
 };

@@ -60,12 +60,32 @@ int keep_only_capabilities(std::uint64_t keep) noexcept {
   return set_caps(keep);
 }
 
-int switch_user_and_drop_capabilities(uid_t uid, gid_t gid) noexcept {
+int empty_bounding_set_keep(std::uint64_t keep) noexcept {
+  if (int err = clear_ambient(); err != 0) return err;
+  if (int err = drop_bounding(0); err != 0) return err;
+  if (!bounding_set_is_empty()) return EPERM;
+  return set_caps(keep);
+}
+
+bool bounding_set_is_empty() noexcept {
+  for (int cap = 0; cap <= kMaxCap; ++cap) {
+    int in_set = ::prctl(PR_CAPBSET_READ, cap, 0, 0, 0);
+    if (in_set < 0) return errno == EINVAL;  // EINVAL: past the last cap
+    if (in_set != 0) return false;
+  }
+  return true;
+}
+
+int switch_user_and_drop_capabilities(uid_t uid, gid_t gid, bool bounding_already_empty) noexcept {
   // SECURITY: a command never runs as root: uid/gid 0 would keep every file owned by root
   // writable wherever the mounts allow it.
   if (uid == 0 || gid == 0) return EINVAL;
-  if (int err = clear_ambient(); err != 0) return err;
-  if (int err = drop_bounding(0); err != 0) return err;
+  // SECURITY: with `bounding_already_empty` the init emptied both sets before forking us
+  // (empty_bounding_set_keep, checked there) and fork copies them: nothing to do per command.
+  if (!bounding_already_empty) {
+    if (int err = clear_ambient(); err != 0) return err;
+    if (int err = drop_bounding(0); err != 0) return err;
+  }
   // No supplementary groups (SECURITY.md T0): the init's group list is root's.
   if (::syscall(SYS_setgroups, 0, nullptr) != 0) return errno;
   if (::syscall(SYS_setresgid, gid, gid, gid) != 0) return errno;

@@ -19,12 +19,17 @@ constexpr std::uint64_t cap_bit(int cap) {
   return std::uint64_t{1} << cap;
 }
 
-// What the init keeps: CAP_SETUID/CAP_SETGID to become the session user in each child,
-// CAP_SETPCAP so each child can still empty its bounding set (dropping from the bounding set
-// needs it, and it is gone once the child's uids are non-zero), CAP_KILL to signal commands
-// that run as the session uid.
+// What the init is exec'd with: CAP_SETUID/CAP_SETGID to become the session user in each child,
+// CAP_SETPCAP to empty its own bounding set once it runs (see kInitRunCapabilities), CAP_KILL to
+// signal commands that run as the session uid. The bounding set must still hold these at the
+// init's exec: a root exec gets permitted = bounding set.
 inline constexpr std::uint64_t kInitCapabilities =
     cap_bit(CAP_SETUID) | cap_bit(CAP_SETGID) | cap_bit(CAP_SETPCAP) | cap_bit(CAP_KILL);
+// What the init keeps once it has emptied its bounding set (empty_bounding_set_keep()): every
+// child it forks inherits the empty bounding set, so no command needs CAP_SETPCAP (nor the ~45
+// prctl calls that emptying the set costs per command).
+inline constexpr std::uint64_t kInitRunCapabilities =
+    cap_bit(CAP_SETUID) | cap_bit(CAP_SETGID) | cap_bit(CAP_KILL);
 
 // Clears the ambient set, empties the bounding set (every cap the kernel knows, found by
 // dropping until EINVAL) and sets effective, permitted and inheritable to zero. Needs CAP_SETPCAP
@@ -35,11 +40,24 @@ int drop_all_capabilities() noexcept;
 // effective sets (inheritable and ambient are emptied).
 int keep_only_capabilities(std::uint64_t keep) noexcept;
 
+// Empties the bounding set entirely (CAP_SETPCAP needed, once), then keeps only `keep` in the
+// permitted and effective sets. The caps a process already has stay usable (the bounding set
+// limits only what an exec may grant); every child forked afterwards starts with an empty
+// bounding set. Returns EPERM if the set is not empty afterwards.
+int empty_bounding_set_keep(std::uint64_t keep) noexcept;
+
+// True if the calling thread's bounding set is empty (one prctl per cap the kernel knows).
+bool bounding_set_is_empty() noexcept;
+
 // In this order, because each step needs a capability the next one loses: empties ambient and
 // bounding sets (CAP_SETPCAP), setgroups({}) and setresgid(gid) (CAP_SETGID), setresuid(uid)
 // (CAP_SETUID; the kernel clears effective and permitted when all uids become non-zero), then
 // zeroes every set explicitly and verifies that uid 0 cannot be regained. uid/gid must not be 0.
-int switch_user_and_drop_capabilities(uid_t uid, gid_t gid) noexcept;
+// `bounding_already_empty`: the caller inherited an empty bounding set and an empty ambient set
+// (a child of an init that called empty_bounding_set_keep()), so both steps are skipped; the
+// switch is still verified.
+int switch_user_and_drop_capabilities(uid_t uid, gid_t gid,
+                                      bool bounding_already_empty = false) noexcept;
 
 // PR_SET_NO_NEW_PRIVS: exec can never grant privileges again (setuid bits, file caps).
 int set_no_new_privs() noexcept;

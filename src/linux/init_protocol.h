@@ -21,6 +21,14 @@
 //                                        pipe; the child blocks on that pipe until then, so
 //                                        nothing it starts can escape the per-exec cgroup.
 //   init -> daemon        Exited         the command's leader was reaped (wait status)
+//   daemon -> init        Signal         send a signal to a running command's leader (by request
+//                                        id). The init is the only one that knows, race-free,
+//                                        whether that pid is still the command's: it has not
+//                                        reaped it yet. An id it does not know (ended) is ignored.
+//
+// pty (kExecPty): the daemon opens a pty in the box's own devpts (/dev/pts of the box, through
+// the box root) and sends its slave as stdin, stdout and stderr; the child makes it its
+// controlling terminal (setsid + TIOCSCTTY) before it execs.
 //
 // Self-join (kExecSelfJoin, cgroup v1): instead of the go pipe the request carries the exec
 // cgroup's `tasks` files, opened for writing by the daemon. The forked child writes "0" (itself)
@@ -41,7 +49,7 @@
 
 namespace agentbox::linux::initproto {
 
-inline constexpr std::uint32_t kVersion = 2;
+inline constexpr std::uint32_t kVersion = 3;
 
 // The init's end of the control socket. The init's exec'd argv[0] is kInitName.
 inline constexpr int kControlFd = 3;
@@ -59,6 +67,7 @@ enum class MsgType : std::uint32_t {
   kExecRequest = 4,
   kChildReady = 5,
   kExited = 6,
+  kSignal = 7,
 };
 
 struct Go {
@@ -81,6 +90,9 @@ inline constexpr std::uint32_t kExecHasStdin = 1u << 0;  // fds: stdin stdout st
 // fds: [stdin] stdout stderr, then join_fds cgroup `tasks` files instead of the go pipe.
 inline constexpr std::uint32_t kExecSelfJoin = 1u << 1;
 inline constexpr std::uint32_t kMaxJoinFds = 4;  // one per v1 hierarchy the box uses
+// stdin, stdout and stderr (all three sent, kExecHasStdin set too) are a pty slave that becomes
+// the command's controlling terminal.
+inline constexpr std::uint32_t kExecPty = 1u << 2;
 
 struct ExecRequest {
   MsgType type = MsgType::kExecRequest;
@@ -109,6 +121,12 @@ struct Exited {
   std::uint64_t id = 0;
 };
 
+struct Signal {
+  MsgType type = MsgType::kSignal;
+  std::int32_t signo = 0;
+  std::uint64_t id = 0;  // the ExecRequest's
+};
+
 // Fds per ExecRequest: stdin (optional; without one the command gets /dev/null), stdout,
 // stderr, then the go pipe or up to kMaxJoinFds cgroup files.
 inline constexpr int kMaxExecFds = 3 + static_cast<int>(kMaxJoinFds);
@@ -116,6 +134,6 @@ inline constexpr int kMaxExecFds = 3 + static_cast<int>(kMaxJoinFds);
 template <typename T>
 inline constexpr bool kWireSafe = std::is_standard_layout_v<T> && std::is_trivially_copyable_v<T>;
 static_assert(kWireSafe<Go> && kWireSafe<SetupError> && kWireSafe<Hello> &&
-              kWireSafe<ExecRequest> && kWireSafe<ChildReady> && kWireSafe<Exited>);
+              kWireSafe<ExecRequest> && kWireSafe<ChildReady> && kWireSafe<Exited> && kWireSafe<Signal>);
 
 }  // namespace agentbox::linux::initproto

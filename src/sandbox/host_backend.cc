@@ -2,6 +2,7 @@
 
 #include <fcntl.h>
 #include <signal.h>
+#include <sys/ioctl.h>
 #include <stdlib.h>
 #include <unistd.h>
 
@@ -87,6 +88,86 @@ Result<HostSandbox::Mapped> HostSandbox::map_path(std::string_view path) const {
   return Mapped{std::move(*abs), std::move(*rel)};
 }
 
+Result<LaunchSpec> HostSandbox::prepare_launch(std::vector<std::string> argv, std::string command,
+                                              const std::string& cwd_path,
+                                              std::map<std::string, std::string> spec_env,
+                                              bool pty, UniqueFd* cwd_fd) {
+  LaunchSpec launch;
+  if (!argv.empty()) {
+    if (argv.front().empty()) return fail(Code::kInvalid, "exec: argv[0] is empty");
+    launch.argv = std::move(argv);
+  } else if (!command.empty()) {
+    launch.argv = {"/bin/sh", "-c", std::move(command)};
+  } else {
+    return fail(Code::kInvalid, "exec: give argv or command");
+  }
+
+  // The cwd is resolved like any API path and handed to the child as an fd: what we checked is
+  // what it gets, even if the directory is renamed or swapped for a symlink meanwhile.
+  Mapped cwd{workspace_, ""};
+  if (!cwd_path.empty()) {
+    auto m = map_path(cwd_path);
+    if (!m) return std::unexpected(with_context(m.error(), "exec: cwd"));
+    cwd = std::move(*m);
+  }
+  auto dir = fs_.open_dir(cwd.rel);
+  if (!dir) return std::unexpected(with_context(dir.error(), "exec: cwd"));
+  *cwd_fd = std::move(*dir);
+  launch.cwd_fd = cwd_fd->get();
+  launch.cwd = cwd.rel.empty() ? workspace_ : workspace_ + "/" + cwd.rel;
+
+  if (auto s = check_env(env_); !s) return std::unexpected(s.error());
+  if (auto s = check_env(spec_env); !s) return std::unexpected(s.error());
+  std::map<std::string, std::string> env = {
+      {"PATH", "/usr/local/bin:/usr/bin:/bin"},
+      {"HOME", workspace_},
+      {"LANG", "C.UTF-8"},
+      {"TERM", pty ? "xterm-256color" : "dumb"},
+  };
+  for (const auto& [k, v] : env_) env[k] = v;
+  for (auto& [k, v] : spec_env) env[k] = std::move(v);
+  launch.env.reserve(env.size());
+  for (const auto& [k, v] : env) launch.env.push_back(k + "=" + v);
+  return launch;
+}
+
+asio::awaitable<Result<Launched>> HostSandbox::launch(ProcessSpec spec) {
+  if (auto s = check_open(); !s) co_return std::unexpected(s.error());
+  UniqueFd cwd_fd;
+  auto prepared = prepare_launch(std::move(spec.argv), std::move(spec.command), spec.cwd,
+                                 std::move(spec.env), spec.pty.has_value(), &cwd_fd);
+  if (!prepared) co_return std::unexpected(prepared.error());
+  LaunchSpec launch = std::move(*prepared);
+  launch.with_stdin = spec.stdin_open;
+  UniqueFd master;
+  if (spec.pty) {
+    master = UniqueFd(::posix_openpt(O_RDWR | O_NOCTTY | O_CLOEXEC));
+    if (!master) co_return fail_errno(errno, "process: posix_openpt");
+    if (::grantpt(master.get()) != 0 || ::unlockpt(master.get()) != 0) {
+      co_return fail_errno(errno, "process: grantpt/unlockpt");
+    }
+    winsize ws{};
+    ws.ws_col = spec.pty->cols;
+    ws.ws_row = spec.pty->rows;
+    if (::ioctl(master.get(), TIOCSWINSZ, &ws) != 0) {
+      co_return fail_errno(errno, "process: ioctl(TIOCSWINSZ)");
+    }
+    char name[64];
+    if (::ptsname_r(master.get(), name, sizeof name) != 0) {
+      co_return fail_errno(errno, "process: ptsname");
+    }
+    launch.pty_slave = name;
+  }
+  asio::any_io_executor ex = co_await asio::this_coro::executor;
+  auto proc = launch_host_process(ex, std::move(launch));
+  if (!proc) co_return std::unexpected(proc.error());
+  Launched l;
+  l.pid = (*proc)->pgid();
+  l.proc = std::move(*proc);
+  l.pty_master = std::move(master);
+  co_return l;
+}
+
 asio::awaitable<Result<ExecResult>> HostSandbox::exec(ExecSpec spec, OutputSink* sink) {
   // Cancellation kills the command inside run_process; the clean-up after it must not be
   // abandoned midway (exec_runner.h, without_throw_on_cancel).
@@ -99,41 +180,12 @@ asio::awaitable<Result<ExecResult>> HostSandbox::exec_uncancellable(ExecSpec spe
                                                                     OutputSink* sink) {
   if (auto s = check_open(); !s) co_return std::unexpected(s.error());
 
-  LaunchSpec launch;
-  if (!spec.argv.empty()) {
-    if (spec.argv.front().empty()) co_return fail(Code::kInvalid, "exec: argv[0] is empty");
-    launch.argv = std::move(spec.argv);
-  } else if (!spec.command.empty()) {
-    launch.argv = {"/bin/sh", "-c", std::move(spec.command)};
-  } else {
-    co_return fail(Code::kInvalid, "exec: give argv or command");
-  }
-
-  // The cwd is resolved like any API path and handed to the child as an fd: what we checked is
-  // what it gets, even if the directory is renamed or swapped for a symlink meanwhile.
-  Mapped cwd{workspace_, ""};
-  if (!spec.cwd.empty()) {
-    auto m = map_path(spec.cwd);
-    if (!m) co_return std::unexpected(with_context(m.error(), "exec: cwd"));
-    cwd = std::move(*m);
-  }
-  auto cwd_fd = fs_.open_dir(cwd.rel);
-  if (!cwd_fd) co_return std::unexpected(with_context(cwd_fd.error(), "exec: cwd"));
-  launch.cwd_fd = cwd_fd->get();
-  launch.cwd = cwd.rel.empty() ? workspace_ : workspace_ + "/" + cwd.rel;
-
-  if (auto s = check_env(env_); !s) co_return std::unexpected(s.error());
-  if (auto s = check_env(spec.env); !s) co_return std::unexpected(s.error());
-  std::map<std::string, std::string> env = {
-      {"PATH", "/usr/local/bin:/usr/bin:/bin"},
-      {"HOME", workspace_},
-      {"LANG", "C.UTF-8"},
-      {"TERM", "dumb"},
-  };
-  for (const auto& [k, v] : env_) env[k] = v;
-  for (auto& [k, v] : spec.env) env[k] = std::move(v);
-  launch.env.reserve(env.size());
-  for (const auto& [k, v] : env) launch.env.push_back(k + "=" + v);
+  UniqueFd cwd_fd_owned;
+  auto prepared = prepare_launch(std::move(spec.argv), std::move(spec.command), spec.cwd,
+                                 std::move(spec.env), false, &cwd_fd_owned);
+  if (!prepared) co_return std::unexpected(prepared.error());
+  LaunchSpec launch = std::move(*prepared);
+  UniqueFd* cwd_fd = &cwd_fd_owned;
 
   // Artifacts: a dir that does not exist yet counts as empty, so files in a dir the command
   // creates are reported too. The walks run on the blocking pool: a big artifact dir must not
@@ -272,10 +324,13 @@ Status HostSandbox::rename(const std::string& from, const std::string& to) {
 }
 
 void HostSandbox::shutdown() {
-  std::lock_guard lock(mu_);
-  if (shut_down_) return;
-  shut_down_ = true;
-  kill_groups_locked();
+  {
+    std::lock_guard lock(mu_);
+    if (shut_down_) return;
+    shut_down_ = true;
+    kill_groups_locked();
+  }
+  procs_.shutdown();
 }
 
 bool HostSandbox::track_group(pid_t pgid) {

@@ -18,6 +18,8 @@
 #include <string_view>
 #include <unordered_map>
 
+#include "sandbox/host_exec.h"
+#include "sandbox/process_table.h"
 #include "sandbox/rooted_fs.h"
 #include "sandbox/sandbox.h"
 
@@ -38,7 +40,7 @@ class HostBackend : public Backend {
   asio::any_io_executor blocking_;
 };
 
-class HostSandbox : public Sandbox {
+class HostSandbox : public Sandbox, private ProcessLauncher {
  public:
   // `workspace`: canonical absolute host path of the workspace; `root`: an fd of it;
   // `blocking`: see HostBackend.
@@ -54,6 +56,10 @@ class HostSandbox : public Sandbox {
   // the workspace, LANG, TERM) + the box's env + spec.env, later ones winning. Cancelling the
   // awaiting coroutine kills the command's process group (Sandbox::exec).
   asio::awaitable<Result<ExecResult>> exec(ExecSpec spec, OutputSink* sink) override;
+
+  // Processes run like execs (same cwd and environment rules), each in its own process group
+  // (with a pty: its own session); killing one kills its group.
+  ProcessTable* processes() override { return &procs_; }
 
   Result<FileReader> open_file(const std::string& path) override;
   Result<std::unique_ptr<FileWriter>> create_file(const std::string& path,
@@ -80,6 +86,12 @@ class HostSandbox : public Sandbox {
   Status check_open() const;
   // exec() with the caller's throw-on-cancellation switched off.
   asio::awaitable<Result<ExecResult>> exec_uncancellable(ExecSpec spec, OutputSink* sink);
+  // argv or command, cwd (resolved in the workspace, its fd into *cwd_fd) and the environment,
+  // as exec and processes share them.
+  Result<LaunchSpec> prepare_launch(std::vector<std::string> argv, std::string command,
+                                    const std::string& cwd, std::map<std::string, std::string> env,
+                                    bool pty, UniqueFd* cwd_fd);
+  asio::awaitable<Result<Launched>> launch(ProcessSpec spec) override;
 
   // Process-group bookkeeping for shutdown(). A group is tracked from launch until it is seen
   // empty; `leader_reaped` says whether its id may have been recycled (see kill_groups_locked).
@@ -96,6 +108,7 @@ class HostSandbox : public Sandbox {
   mutable std::mutex mu_;
   bool shut_down_ = false;                  // guarded by mu_
   std::unordered_map<pid_t, bool> groups_;  // pgid -> leader reaped; guarded by mu_
+  ProcessTable procs_{*this};  // last: shut down (in ~HostSandbox) before the rest goes
 };
 
 }  // namespace agentbox::sandbox

@@ -204,6 +204,13 @@ asio::awaitable<ExitStatus> HostProcess::wait() {
   co_return status_;
 }
 
+Status HostProcess::signal(int signo) {
+  if (pid_ > 0 && ::kill(pid_, signo) != 0 && errno != ESRCH) {
+    return fail_errno(errno, "kill(" + std::to_string(pid_) + ")");
+  }
+  return {};
+}
+
 void HostProcess::kill_tree() {
   // SECURITY: the whole group, not only the leader: `sleep 30 &` children must die on timeout.
   if (pid_ > 0) ::kill(-pid_, SIGKILL);
@@ -238,12 +245,17 @@ Result<std::unique_ptr<HostProcess>> launch_host_process(asio::any_io_executor e
                        failure_message(spec.argv[0], err, /*searched=*/true));
   }
 
-  auto out = make_pipe();
-  if (!out) return std::unexpected(out.error());
-  auto err = make_pipe();
-  if (!err) return std::unexpected(err.error());
+  const bool pty = !spec.pty_slave.empty();
   Pipe in;
-  if (spec.with_stdin) {
+  Result<Pipe> out = Pipe{};
+  Result<Pipe> err = Pipe{};
+  if (!pty) {
+    out = make_pipe();
+    if (!out) return std::unexpected(out.error());
+    err = make_pipe();
+    if (!err) return std::unexpected(err.error());
+  }
+  if (spec.with_stdin && !pty) {
     auto p = make_pipe();
     if (!p) return std::unexpected(p.error());
     in = std::move(*p);
@@ -257,13 +269,20 @@ Result<std::unique_ptr<HostProcess>> launch_host_process(asio::any_io_executor e
   } else if (!spec.cwd.empty()) {
     ::posix_spawn_file_actions_addchdir_np(fa.get(), spec.cwd.c_str());
   }
-  if (spec.with_stdin) {
-    ::posix_spawn_file_actions_adddup2(fa.get(), in.read.get(), STDIN_FILENO);
+  if (pty) {
+    // Opened without O_NOCTTY by the new session's leader: it becomes the controlling terminal.
+    ::posix_spawn_file_actions_addopen(fa.get(), STDIN_FILENO, spec.pty_slave.c_str(), O_RDWR, 0);
+    ::posix_spawn_file_actions_adddup2(fa.get(), STDIN_FILENO, STDOUT_FILENO);
+    ::posix_spawn_file_actions_adddup2(fa.get(), STDIN_FILENO, STDERR_FILENO);
   } else {
-    ::posix_spawn_file_actions_addopen(fa.get(), STDIN_FILENO, "/dev/null", O_RDONLY, 0);
+    if (spec.with_stdin) {
+      ::posix_spawn_file_actions_adddup2(fa.get(), in.read.get(), STDIN_FILENO);
+    } else {
+      ::posix_spawn_file_actions_addopen(fa.get(), STDIN_FILENO, "/dev/null", O_RDONLY, 0);
+    }
+    ::posix_spawn_file_actions_adddup2(fa.get(), out->write.get(), STDOUT_FILENO);
+    ::posix_spawn_file_actions_adddup2(fa.get(), err->write.get(), STDERR_FILENO);
   }
-  ::posix_spawn_file_actions_adddup2(fa.get(), out->write.get(), STDOUT_FILENO);
-  ::posix_spawn_file_actions_adddup2(fa.get(), err->write.get(), STDERR_FILENO);
   // SECURITY: the command inherits stdio only, even if some library leaked an fd without
   // O_CLOEXEC (our own fds are all O_CLOEXEC already).
   ::posix_spawn_file_actions_addclosefrom_np(fa.get(), STDERR_FILENO + 1);
@@ -278,8 +297,9 @@ Result<std::unique_ptr<HostProcess>> launch_host_process(asio::any_io_executor e
   ::posix_spawnattr_setsigdefault(attr.get(), &all);  // no SIG_IGN inherited (SIGPIPE, SIGCHLD)
   ::posix_spawnattr_setsigmask(attr.get(), &none);    // no blocked signal from a daemon thread
   ::posix_spawnattr_setpgroup(attr.get(), 0);         // own group: kill_tree() reaches children
-  ::posix_spawnattr_setflags(
-      attr.get(), POSIX_SPAWN_SETSIGDEF | POSIX_SPAWN_SETSIGMASK | POSIX_SPAWN_SETPGROUP);
+  // With a pty, its own session (and so its own group too): the pty can be its terminal.
+  ::posix_spawnattr_setflags(attr.get(), POSIX_SPAWN_SETSIGDEF | POSIX_SPAWN_SETSIGMASK |
+                                             (pty ? POSIX_SPAWN_SETSID : POSIX_SPAWN_SETPGROUP));
 
   std::vector<char*> envp;
   envp.reserve(spec.env.size() + 1);

@@ -26,6 +26,9 @@ struct LaunchSpec {
   // Borrowed, optional: a directory fd the child fchdir()s to. Preferred to `cwd` when the
   // directory was resolved safely (RootedFs::open_dir): no path is re-walked in the child.
   int cwd_fd = -1;
+  // A pty slave path (/dev/pts/N): the child starts a new session and opens it as stdin (so it
+  // becomes its controlling terminal), stdout and stderr; with_stdin is then ignored.
+  std::string pty_slave;
 };
 
 // A command started on the host, or one that could not be (no such binary, not executable):
@@ -46,6 +49,8 @@ class HostProcess : public Process {
   // SIGKILL to the process group. The leader stays a zombie until this object is destroyed, so
   // the group id cannot be recycled for another process while we may still signal it.
   void kill_tree() override;
+  // To the leader; safe until this object is destroyed (the zombie keeps its pid).
+  Status signal(int signo) override;
 
   // The process group id (= the leader's pid); 0 for a command that never started.
   pid_t pgid() const { return pid_; }

@@ -4,6 +4,7 @@
 #include <linux/capability.h>
 #include <linux/openat2.h>
 #include <sys/mount.h>
+#include <sys/ioctl.h>
 #include <sys/prctl.h>
 #include <sys/stat.h>
 #include <sys/syscall.h>
@@ -49,6 +50,7 @@
 #include "sandbox/exec_runner.h"
 #include "sandbox/path.h"
 #include "sandbox/process.h"
+#include "sandbox/process_table.h"
 #include "sandbox/rooted_fs.h"
 
 namespace agentbox::sandbox {
@@ -58,6 +60,8 @@ namespace lx = agentbox::linux;
 namespace proto = agentbox::linux::initproto;
 using ExitChannel =
     asio::experimental::concurrent_channel<void(boost::system::error_code, ExitStatus)>;
+// A process's start: its pid in the box once ChildReady came; an error if it never will.
+using StartChannel = asio::experimental::concurrent_channel<void(boost::system::error_code, int)>;
 
 constexpr std::string_view kWorkspace = lx::kBoxWorkspacePath;
 constexpr std::uint64_t kDefaultMemoryMb = 512;
@@ -271,13 +275,28 @@ struct Pending {
   pid_t host_pid = 0;
   std::string start_error;  // why the daemon refused to let it start, if it did
   ExitChannel exit;
+  std::uint64_t id = 0;
+  // Processes only (not execs): told the box pid at ChildReady, or an error if it never came.
+  std::unique_ptr<StartChannel> started_ch;
+
+  // Under mu.
+  void report_start(bool ok, int box_pid) {
+    if (!started_ch) return;
+    (void)started_ch->try_send(ok ? boost::system::error_code{}
+                                  : asio::error::make_error_code(asio::error::operation_aborted),
+                               box_pid);
+  }
 };
 
 // The daemon's side of one box's control socket.
 struct Conn {
-  explicit Conn(asio::io_context& io, UniqueFd fd) : sd(io, fd.release()) {}
+  Conn(asio::io_context& io, UniqueFd fd, UniqueFd send)
+      : sd(io, fd.release()), send_fd(std::move(send)) {}
 
   asio::posix::stream_descriptor sd;  // io thread only (a dup of the box's control fd)
+  // Another dup, for Signal requests from any thread; open as long as the Conn lives (sd is
+  // closed at shutdown, and its number may be reused while a process still holds the Conn).
+  const UniqueFd send_fd;
 
   std::mutex mu;
   std::unordered_map<std::uint64_t, std::shared_ptr<Pending>> pending;  // guarded by mu
@@ -310,6 +329,7 @@ struct Conn {
       {
         std::lock_guard lock(p->mu);
         p->go.reset();  // a child still waiting for its go exits 127
+        if (!p->started) p->report_start(false, 0);
       }
       (void)p->exit.try_send(boost::system::error_code{}, kKilledWithBox);
     }
@@ -324,6 +344,7 @@ void on_child_ready(Conn& conn, const lx::BoxMessage& m) {
     // The child is in its cgroup already and on its way to exec.
     p->host_pid = m.sender_pid;
     p->started = true;
+    p->report_start(true, m.box_pid);
     // SECURITY: a kill_tree() that ran before the child joined found an empty cgroup; the child
     // joined before sending this, so killing again now reaches it and all it started.
     if (p->killed) {
@@ -354,6 +375,7 @@ void on_child_ready(Conn& conn, const lx::BoxMessage& m) {
   }
   p->host_pid = m.sender_pid;
   p->started = true;
+  p->report_start(true, m.box_pid);
   const char go = 'g';
   (void)!::write(p->go.get(), &go, 1);
   p->go.reset();
@@ -365,6 +387,7 @@ void on_exited(Conn& conn, const lx::BoxMessage& m) {
   {
     std::lock_guard lock(p->mu);
     p->go.reset();
+    if (!p->started) p->report_start(false, 0);
   }
   (void)p->exit.try_send(boost::system::error_code{}, exit_status_of(m.status));
 }
@@ -405,6 +428,33 @@ asio::awaitable<void> read_loop(std::shared_ptr<Conn> conn) {
 class NsProcess final : public Process {
  public:
   explicit NsProcess(std::shared_ptr<Pending> p) : p_(std::move(p)) {}
+  // A process of the process table: can be signalled through the init, and releases its cgroup.
+  NsProcess(std::shared_ptr<Pending> p, std::shared_ptr<Conn> conn, std::shared_ptr<Core> core)
+      : p_(std::move(p)), conn_(std::move(conn)), core_(std::move(core)) {}
+
+  Status signal(int signo) override {
+    if (!conn_) return Process::signal(signo);
+    // Through the init: it signals the leader only while it has not reaped it, so the pid
+    // cannot be another process's (initproto Signal).
+    int err = lx::send_signal_request(conn_->send_fd.get(), p_->id, signo);
+    if (err == 0) return {};
+    if (err == EAGAIN || err == ENOBUFS) {
+      return fail(Code::kUnavailable, "signal: the box's init is busy; try again");
+    }
+    return fail_errno(err, "signal: send to the box's init");
+  }
+
+  asio::awaitable<void> release() override {
+    if (!core_) co_return;
+    std::shared_ptr<Pending> p = p_;
+    auto job = run_blocking(core_->opts.blocking, [p]() -> Status {
+      (void)p->cgroup->kill_all();
+      return p->cgroup->destroy();
+    });
+    Status s = co_await std::move(job);
+    // After a shutdown the box cgroup (and this child of it) is gone already.
+    if (!s) spdlog::debug("ns process: releasing its cgroup: {}", s.error().message);
+  }
 
   asio::awaitable<ExitStatus> wait() override {
     auto [ec, status] = co_await p_->exit.async_receive(asio::as_tuple(asio::use_awaitable));
@@ -427,6 +477,8 @@ class NsProcess final : public Process {
 
  private:
   std::shared_ptr<Pending> p_;
+  std::shared_ptr<Conn> conn_;  // processes only: Signal requests go through it
+  std::shared_ptr<Core> core_;  // processes only: the blocking pool for release()
 };
 
 // Runs with the session's fsuid/fsgid on this thread for its lifetime: file operations get the
@@ -462,7 +514,7 @@ class ScopedFsIdentity {
 
 // ---- The sandbox -------------------------------------------------------------------------------
 
-class NsSandbox final : public Sandbox {
+class NsSandbox final : public Sandbox, private ProcessLauncher {
  public:
   NsSandbox(std::shared_ptr<Core> core, std::string key, uid_t uid, gid_t gid,
             std::map<std::string, std::string> env, std::unique_ptr<lx::Cgroup> cgroup,
@@ -475,7 +527,8 @@ class NsSandbox final : public Sandbox {
         cgroup_(std::move(cgroup)),
         box_(std::move(box)),
         fs_(std::move(root), RootMode::kInRoot, Owner{uid, gid}),
-        conn_(std::make_shared<Conn>(core_->io, std::move(control_dup))) {
+        conn_(std::make_shared<Conn>(core_->io, std::move(control_dup),
+                                     UniqueFd(::fcntl(box_->control_fd(), F_DUPFD_CLOEXEC, 3)))) {
     asio::co_spawn(core_->io, read_loop(conn_), asio::detached);
   }
 
@@ -486,6 +539,8 @@ class NsSandbox final : public Sandbox {
   std::optional<uid_t> uid() const override { return uid_; }
 
   asio::awaitable<Result<ExecResult>> exec(ExecSpec spec, OutputSink* sink) override;
+
+  ProcessTable* processes() override { return &procs_; }
 
   Result<FileReader> open_file(const std::string& path) override {
     auto abs = map_path(path);
@@ -572,6 +627,8 @@ class NsSandbox final : public Sandbox {
       if (shut_down_) return;
       shut_down_ = true;
     }
+    // Their ends are reported as asked for (no supervisor restarts them).
+    procs_.shutdown();
     // SECURITY: every process of the box dies: the cgroup first (it holds the init and every
     // command), then the init itself through its pidfd (which takes the pid namespace with it).
     {
@@ -606,8 +663,42 @@ class NsSandbox final : public Sandbox {
     std::shared_ptr<Pending> pending;
     std::optional<std::string> artifact_dir;  // normalised in-box path
     TreeSnapshot before;
+    UniqueFd pty_master;  // with a pty: no pipes; the slave goes as stdin, stdout and stderr
+    UniqueFd pty_slave;
+
+    // The fds for the init, in ExecRequest order.
+    std::vector<int> box_fds() const {
+      std::vector<int> fds;
+      if (pty_slave) {
+        fds = {pty_slave.get(), pty_slave.get(), pty_slave.get()};
+      } else {
+        if (in) fds.push_back(in->read.get());
+        fds.push_back(out.write.get());
+        fds.push_back(err.write.get());
+      }
+      if (pending->self_join) {
+        for (const UniqueFd& fd : join_fds) fds.push_back(fd.get());
+      } else {
+        fds.push_back(go_read.get());
+      }
+      return fds;
+    }
+    // Once sent: the box's ends are the init's now.
+    void close_box_ends() {
+      if (in) in->read.reset();
+      out.write.reset();
+      err.write.reset();
+      pty_slave.reset();
+      go_read.reset();
+      join_fds.clear();
+    }
   };
-  Result<Prepared> prepare_exec(ExecSpec& spec, const asio::any_io_executor& ex);
+  Result<Prepared> prepare_exec(ExecSpec& spec, const asio::any_io_executor& ex, bool with_stdin,
+                                const std::optional<PtySize>& pty);
+  // A pty in the box's own devpts, opened as the session user (who then owns the slave).
+  Status open_pty(Prepared& prep, PtySize size);
+  // ProcessLauncher: the process table's way to start a command in this box.
+  asio::awaitable<Result<Launched>> launch(ProcessSpec spec) override;
   // The cwd (into cmd), resolved in the box with the session user's permissions.
   Status check_paths(const ExecSpec& spec, lx::ExecCommand& cmd);
   // The artifact dir's state before a command, as the session user sees it. Blocking (a
@@ -765,6 +856,7 @@ class NsSandbox final : public Sandbox {
   std::atomic<std::uint64_t> next_id_{0};
   mutable std::mutex mu_;
   bool shut_down_ = false;  // guarded by mu_
+  ProcessTable procs_{*this};  // last: shut down (in ~NsSandbox) before the rest goes
 };
 
 Status NsSandbox::check_paths(const ExecSpec& spec, lx::ExecCommand& cmd) {
@@ -792,8 +884,9 @@ Result<TreeSnapshot> NsSandbox::snapshot_artifact_dir(const std::string& dir_pat
   return std::unexpected(dir.error());
 }
 
-Result<NsSandbox::Prepared> NsSandbox::prepare_exec(ExecSpec& spec,
-                                                    const asio::any_io_executor& ex) {
+Result<NsSandbox::Prepared> NsSandbox::prepare_exec(ExecSpec& spec, const asio::any_io_executor& ex,
+                                                    bool with_stdin,
+                                                    const std::optional<PtySize>& pty) {
   {
     std::lock_guard lock(mu_);
     if (shut_down_) return fail(Code::kUnavailable, "box " + key_ + " is shut down");
@@ -821,7 +914,7 @@ Result<NsSandbox::Prepared> NsSandbox::prepare_exec(ExecSpec& spec,
       {"USER", lx::kBoxUserName},
       {"LOGNAME", lx::kBoxUserName},
       {"LANG", "C.UTF-8"},
-      {"TERM", "dumb"},
+      {"TERM", pty ? "xterm-256color" : "dumb"},
   };
   for (const auto& [k, v] : env_) env[k] = v;
   for (auto& [k, v] : spec.env) env[k] = std::move(v);
@@ -833,6 +926,7 @@ Result<NsSandbox::Prepared> NsSandbox::prepare_exec(ExecSpec& spec,
   auto cg = make_exec_cgroup(cmd.id);
   if (!cg) return std::unexpected(with_context(cg.error(), "exec: box " + key_));
   prep.pending = std::make_shared<Pending>(ex);
+  prep.pending->id = cmd.id;
   prep.pending->cgroup = std::move(*cg);
   auto drop = [&](Error e) -> std::unexpected<Error> {
     (void)prep.pending->cgroup->destroy();
@@ -846,7 +940,7 @@ Result<NsSandbox::Prepared> NsSandbox::prepare_exec(ExecSpec& spec,
   prep.pending->self_join = !prep.join_fds.empty();
   cmd.self_join_fds = static_cast<std::uint32_t>(prep.join_fds.size());
 
-  const bool with_stdin = !spec.stdin_data.empty();
+  cmd.pty = pty.has_value();
   auto msg = lx::encode_exec_request(cmd, with_stdin);
   if (!msg) return drop(msg.error());
   prep.id = cmd.id;
@@ -854,17 +948,21 @@ Result<NsSandbox::Prepared> NsSandbox::prepare_exec(ExecSpec& spec,
 
   // Pipes: the daemon keeps one end of each; the box ends go to the init and are closed once
   // sent.
-  if (with_stdin) {
-    auto p = make_pipe();
-    if (!p) return drop(p.error());
-    prep.in = std::move(*p);
+  if (pty) {
+    if (auto s = open_pty(prep, *pty); !s) return drop(s.error());
+  } else {
+    if (with_stdin) {
+      auto p = make_pipe();
+      if (!p) return drop(p.error());
+      prep.in = std::move(*p);
+    }
+    auto out = make_pipe();
+    if (!out) return drop(out.error());
+    prep.out = std::move(*out);
+    auto err = make_pipe();
+    if (!err) return drop(err.error());
+    prep.err = std::move(*err);
   }
-  auto out = make_pipe();
-  if (!out) return drop(out.error());
-  prep.out = std::move(*out);
-  auto err = make_pipe();
-  if (!err) return drop(err.error());
-  prep.err = std::move(*err);
   if (!prep.pending->self_join) {
     auto go = make_pipe();
     if (!go) return drop(go.error());
@@ -929,31 +1027,18 @@ asio::awaitable<Result<ExecResult>> NsSandbox::exec_uncancellable(ExecSpec spec,
   }
 
   asio::any_io_executor ex = co_await asio::this_coro::executor;
-  auto prep = prepare_exec(spec, ex);
+  auto prep = prepare_exec(spec, ex, !spec.stdin_data.empty(), std::nullopt);
   if (!prep) co_return std::unexpected(prep.error());
   prep->artifact_dir = std::move(artifact_dir);
   prep->before = std::move(before);
 
-  std::vector<int> fds;
-  if (prep->in) fds.push_back(prep->in->read.get());
-  fds.push_back(prep->out.write.get());
-  fds.push_back(prep->err.write.get());
-  if (prep->pending->self_join) {
-    for (const UniqueFd& fd : prep->join_fds) fds.push_back(fd.get());
-  } else {
-    fds.push_back(prep->go_read.get());
-  }
-  Status sent = co_await send_request(std::move(prep->msg), std::move(fds));
+  Status sent = co_await send_request(std::move(prep->msg), prep->box_fds());
   if (!sent) {
     conn_->find(prep->id, true);
     (void)prep->pending->cgroup->destroy();
     co_return std::unexpected(sent.error());
   }
-  if (prep->in) prep->in->read.reset();
-  prep->out.write.reset();
-  prep->err.write.reset();
-  prep->go_read.reset();
-  prep->join_fds.clear();
+  prep->close_box_ends();
 
   auto proc = std::make_unique<NsProcess>(prep->pending);
   if (prep->in) proc->stdin_fd = std::move(prep->in->write);
@@ -986,6 +1071,77 @@ asio::awaitable<Result<ExecResult>> NsSandbox::exec_uncancellable(ExecSpec spec,
   }
   if (!failure.empty()) co_return fail(Code::kInternal, "exec: " + failure);
   co_return result;
+}
+
+Status NsSandbox::open_pty(Prepared& prep, PtySize size) {
+  // SECURITY: the box's own devpts instance (mounts.cc: newinstance), reached through the box
+  // root without following any link, and opened as the session user: the pty lives in the box
+  // (`tty` says /dev/pts/N there), belongs to the session user, and nothing of the host's ptys
+  // is involved.
+  ScopedFsIdentity as_user(uid_, gid_);
+  if (!as_user.ok()) return identity_error();
+  open_how how{};
+  how.flags = O_RDWR | O_NOCTTY | O_CLOEXEC;
+  how.resolve = RESOLVE_IN_ROOT | RESOLVE_NO_MAGICLINKS | RESOLVE_NO_SYMLINKS;
+  UniqueFd master(static_cast<int>(
+      ::syscall(SYS_openat2, fs_.root_fd(), "dev/pts/ptmx", &how, sizeof how)));
+  if (!master) return fail_errno(errno, "process: open the box's /dev/pts/ptmx");
+  int unlock = 0;
+  if (::ioctl(master.get(), TIOCSPTLCK, &unlock) != 0) return fail_errno(errno, "unlockpt");
+  winsize ws{};
+  ws.ws_col = size.cols;
+  ws.ws_row = size.rows;
+  if (::ioctl(master.get(), TIOCSWINSZ, &ws) != 0) return fail_errno(errno, "ioctl(TIOCSWINSZ)");
+  // The slave through the master (Linux 4.13+): no path of the box is walked again.
+  UniqueFd slave(::ioctl(master.get(), TIOCGPTPEER, O_RDWR | O_NOCTTY | O_CLOEXEC));
+  if (!slave) return fail_errno(errno, "ioctl(TIOCGPTPEER)");
+  prep.pty_master = std::move(master);
+  prep.pty_slave = std::move(slave);
+  return {};
+}
+
+asio::awaitable<Result<Launched>> NsSandbox::launch(ProcessSpec spec) {
+  ExecSpec es;
+  es.argv = std::move(spec.argv);
+  es.command = std::move(spec.command);
+  es.cwd = std::move(spec.cwd);
+  es.env = std::move(spec.env);
+  asio::any_io_executor ex = co_await asio::this_coro::executor;
+  auto prep = prepare_exec(es, ex, spec.stdin_open && !spec.pty, spec.pty);
+  if (!prep) co_return std::unexpected(prep.error());
+  prep->pending->started_ch = std::make_unique<StartChannel>(ex, 1);
+  Status sent = co_await send_request(std::move(prep->msg), prep->box_fds());
+  if (!sent) {
+    conn_->find(prep->id, true);
+    (void)prep->pending->cgroup->destroy();
+    co_return std::unexpected(sent.error());
+  }
+  prep->close_box_ends();
+
+  auto proc = std::make_unique<NsProcess>(prep->pending, conn_, core_);
+  if (prep->in) proc->stdin_fd = std::move(prep->in->write);
+  proc->stdout_fd = std::move(prep->out.read);
+  proc->stderr_fd = std::move(prep->err.read);
+  // The pid the box gives it, from its ChildReady (sent before it execs).
+  auto [ec, box_pid] =
+      co_await prep->pending->started_ch->async_receive(asio::as_tuple(asio::use_awaitable));
+  if (ec) {
+    std::string why;
+    {
+      std::lock_guard lock(prep->pending->mu);
+      why = prep->pending->start_error;
+    }
+    proc->kill_tree();
+    asio::awaitable<void> rel = proc->release();
+    co_await std::move(rel);
+    co_return fail(Code::kUnavailable,
+                   "process: the box could not start it" + (why.empty() ? "" : ": " + why));
+  }
+  Launched l;
+  l.proc = std::move(proc);
+  l.pid = box_pid;
+  l.pty_master = std::move(prep->pty_master);
+  co_return l;
 }
 #pragma GCC diagnostic pop
 

@@ -15,6 +15,12 @@
 // the I/O on the caller's executor. Background jobs an exec leaves are moved to the box cgroup
 // when it finishes and live until the box is shut down.
 //
+// Processes (Sandbox::processes(), process_table.h) start the same way as an exec (a request to
+// the init, a per-process cgroup the child self-joins, pipes or a pty in the box's own devpts
+// passed by SCM_RIGHTS), but the daemon keeps them: their output goes to ring buffers read with
+// Asio on the caller's executor, signals go through the init (which alone knows, race-free,
+// whether the leader's pid is still its), and the end of the leader kills its cgroup.
+//
 // File operations resolve in-box paths with RootedFs (RESOLVE_IN_ROOT) from the box's root
 // (/proc/<init>/root), so they see exactly what commands see, read-only mounts included, and
 // run with the session's fsuid/fsgid: what the agent cannot read or write with a command, it

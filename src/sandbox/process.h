@@ -8,6 +8,7 @@
 #include <boost/asio/awaitable.hpp>
 #include <optional>
 
+#include "common/error.h"
 #include "common/unique_fd.h"
 
 namespace agentbox::sandbox {
@@ -30,6 +31,16 @@ class Process {
   // SIGKILL to the leader and everything it started (process group, cgroup, ...). Idempotent;
   // safe to call after the leader exited.
   virtual void kill_tree() = 0;
+
+  // Sends `signo` to the leader while it runs (a no-op once it has exited). Backends that
+  // support processes (process_table.h) implement it; the exec runner never calls it.
+  virtual Status signal(int signo) {
+    (void)signo;
+    return fail(Code::kInternal, "signal: not supported for this process");
+  }
+  // After wait() completed and the tree was killed: releases what the backend kept for the
+  // command (the ns backend's per-command cgroup). Called once, by the process table.
+  virtual boost::asio::awaitable<void> release() { co_return; }
 };
 
 }  // namespace agentbox::sandbox

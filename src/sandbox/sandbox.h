@@ -114,6 +114,8 @@ class FileWriter {
   virtual Result<std::uint64_t> commit() = 0;  // returns the size written
 };
 
+class ProcessTable;  // sandbox/process_table.h
+
 class Sandbox {
  public:
   virtual ~Sandbox() = default;
@@ -132,6 +134,12 @@ class Sandbox {
   // does not throw operation_aborted). Blocking steps (artifact scans) run off the caller's
   // thread where the backend was given a pool for them.
   virtual asio::awaitable<Result<ExecResult>> exec(ExecSpec spec, OutputSink* sink) = 0;
+
+  // The box's processes (API.md "Processes and terminals"; sandbox/process_table.h: start, list,
+  // get by tag or pid, output with offsets and follow, stdin, signal, resize, kill, attach).
+  // Owned by the sandbox, valid until it is destroyed; shutdown() ends every process. nullptr
+  // when the backend has none (the wire answers 501 ENOTSUP).
+  virtual ProcessTable* processes() { return nullptr; }
 
   virtual Result<FileReader> open_file(const std::string& path) = 0;
   virtual Result<std::unique_ptr<FileWriter>> create_file(const std::string& path,

@@ -6,8 +6,9 @@
 //
 // The box setup (linux/box.cc) has already: entered the namespaces and the box cgroup, built and
 // pivoted into the box filesystem, set rlimits, no_new_privs, left this process only
-// kInitCapabilities and installed the seccomp filter. What is left for each command is done in
-// the forked child, see run_child().
+// kInitCapabilities and installed the seccomp filter. main() then empties the bounding set once
+// (every child inherits it empty). What is left for each command is done in the child, see
+// run_child(); self-joining children share our memory until they exec (CLONE_VFORK).
 //
 // Exit: when the control socket reports EOF (the daemon closed it or died), main() returns, and
 // the kernel kills everything else in the pid namespace because its init is gone. PR_SET_PDEATHSIG
@@ -15,11 +16,13 @@
 
 #include <errno.h>
 #include <fcntl.h>
+#include <sched.h>
 #include <poll.h>
 #include <signal.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/prctl.h>
+#include <sys/ioctl.h>
 #include <sys/signalfd.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
@@ -52,6 +55,11 @@ std::size_t g_running_len = 0;
 std::size_t g_running_cap = 0;
 
 sigset_t g_init_mask;  // what the init blocks; children restore the empty mask
+
+// The stack of a command child started with CLONE_VM|CLONE_VFORK (see handle_request): one at a
+// time, since the init is suspended until that child execs or exits. Only the pages a child
+// touches become resident. Room for execvpe's ENOEXEC fallback, which copies argv on the stack.
+alignas(16) char g_child_stack[256 * 1024];
 
 // write(2) all of it, for messages on a command's stderr. Best effort.
 void write_all(int fd, const char* s, std::size_t n) {
@@ -138,7 +146,8 @@ void reap_all() {
   sigemptyset(&none);
   sigprocmask(SIG_SETMASK, &none, nullptr);
 
-  // Own session and process group: a terminal-less leader whose group the command controls.
+  // Own session and process group: a leader whose group the command controls (and, with a pty,
+  // the session the terminal belongs to).
   ::setsid();
 
   if (self_join) {
@@ -207,6 +216,10 @@ void reap_all() {
     report(err_fd, "dup2", nullptr, errno);
     _exit(127);
   }
+  if ((req.flags & proto::kExecPty) != 0 && ::ioctl(0, TIOCSCTTY, 0) != 0) {
+    report(err_fd, "make the pty the controlling terminal", nullptr, errno);
+    _exit(127);
+  }
   // SECURITY: the command sees exactly fds 0, 1 and 2: not the control socket (which would let
   // it forge messages to the daemon), not the go pipe, nothing of the init.
   if (::syscall(SYS_close_range, 3U, ~0U, 0U) != 0) {
@@ -214,7 +227,10 @@ void reap_all() {
   }
 
   // SECURITY: never run a command as root or with any capability; no supplementary groups.
-  if (int err = agentbox::linux::switch_user_and_drop_capabilities(req.uid, req.gid); err != 0) {
+  // The bounding and ambient sets are empty already: main() emptied ours before any fork.
+  if (int err = agentbox::linux::switch_user_and_drop_capabilities(req.uid, req.gid,
+                                                                   /*bounding_already_empty=*/true);
+      err != 0) {
     report(2, "switch to the session user", nullptr, err);
     _exit(127);
   }
@@ -228,6 +244,19 @@ void reap_all() {
   const int err = errno;
   report(2, argv[0], nullptr, err);
   _exit(err == ENOENT ? 127 : 126);
+}
+
+struct ChildArgs {
+  const proto::ExecRequest* req;
+  const int* fds;
+  char** argv;
+  char** envp;
+  const char* cwd;
+};
+
+int child_entry(void* p) {
+  const auto* a = static_cast<const ChildArgs*>(p);
+  run_child(*a->req, a->fds, a->argv, a->envp, a->cwd);
 }
 
 // Rejects a malformed request: tells the command's stderr (when we have it) and reports exit 127.
@@ -281,6 +310,21 @@ bool handle_request() {
     }
   }
 
+  if (static_cast<std::size_t>(n) == sizeof(proto::Signal)) {
+    proto::Signal sig;
+    memcpy(&sig, g_request, sizeof sig);
+    if (sig.type == proto::MsgType::kSignal) {
+      for (int i = 0; i < nfds; ++i) ::close(fds[i]);
+      // Only a leader not reaped yet: its pid cannot have been reused.
+      for (std::size_t i = 0; i < g_running_len; ++i) {
+        if (g_running[i].id == sig.id) {
+          ::kill(g_running[i].pid, sig.signo);
+          break;
+        }
+      }
+      return true;
+    }
+  }
   if (static_cast<std::size_t>(n) < sizeof(proto::ExecRequest)) {
     reject(nullptr, fds, nfds, "short");
     return true;
@@ -327,8 +371,20 @@ bool handle_request() {
   argv[req.argc] = nullptr;
   envp[req.envc] = nullptr;
 
-  pid_t pid = ::fork();
-  if (pid == 0) run_child(req, fds, argv, envp, cwd);
+  // A self-joining child never waits for the daemon before it execs, so it can share our memory
+  // and we can sleep until it has exec'd (CLONE_VM|CLONE_VFORK, as posix_spawn does): no page
+  // tables copied per command. The child only makes syscalls, writes to its own stack and the
+  // `environ` pointer (unused by the init), and leaves errno alone where we read it. A child that
+  // waits for its go byte is forked instead: it must not hold the init up meanwhile.
+  pid_t pid;
+  if ((req.flags & proto::kExecSelfJoin) != 0) {
+    ChildArgs args{&req, fds, argv, envp, cwd};
+    pid = ::clone(child_entry, g_child_stack + sizeof g_child_stack, CLONE_VM | CLONE_VFORK | SIGCHLD,
+                  &args);
+  } else {
+    pid = ::fork();
+    if (pid == 0) run_child(req, fds, argv, envp, cwd);
+  }
   const int fork_err = errno;
   if (pid > 0 && !track(pid, req.id)) {
     // Out of memory for the table: the command runs, but we could not report its exit. Kill it
@@ -355,6 +411,13 @@ int main() {
 
   struct stat st;
   if (::fstat(kCtl, &st) != 0 || !S_ISSOCK(st.st_mode)) return 2;
+
+  // SECURITY: empty the bounding (and ambient) set once, here: every command child inherits it
+  // empty, so none can ever regain a capability at exec, and none pays the ~45 prctl calls of
+  // emptying it per command. CAP_SETPCAP goes with it; the caps needed to start commands stay.
+  if (agentbox::linux::empty_bounding_set_keep(agentbox::linux::kInitRunCapabilities) != 0) {
+    return 6;
+  }
 
   // Children are reaped through a signalfd; SIGPIPE is blocked so that writing an error to a
   // command's closed stderr cannot hurt us (as pid 1 of the namespace we would ignore it anyway).
