@@ -20,10 +20,10 @@ namespace {
 
 namespace fs = std::filesystem;
 
-// The source tree: $AGENTBOX_SOURCE_DIR, else two levels up from this file (tests/server/).
+// The source tree: $AGENTBOX_SOURCE_DIR, else the one this test was built from.
 fs::path source_dir() {
   if (const char* env = std::getenv("AGENTBOX_SOURCE_DIR"); env && *env) return env;
-  return fs::path(__FILE__).parent_path().parent_path().parent_path();
+  return AGENTBOX_SOURCE_TREE;
 }
 
 const std::set<std::string> kMethods = {"get", "put", "post", "delete", "patch", "head", "options"};
