@@ -121,10 +121,17 @@ Status write_ready_file(const std::string& path, const std::string& host_port) {
   return {};
 }
 
+// Commands a user can paste. The token itself is never printed: with tokens configured the
+// lines read it from $AGENTBOX_TOKEN (the variable the CLI reads too), in double quotes so the
+// shell expands it.
 void print_usage_hint(const std::string& url, bool with_token) {
-  std::string auth = with_token ? " -H 'Authorization: Bearer $TOKEN'" : "";
+  std::string auth = with_token ? " -H \"Authorization: Bearer $AGENTBOX_TOKEN\"" : "";
   std::cout << "agentboxd is serving " << url << "\n"
-            << "Try:\n"
+            << "Try:\n";
+  if (with_token) {
+    std::cout << "  export AGENTBOX_TOKEN=...   # one of the daemon's tokens (--token/config)\n";
+  }
+  std::cout << "  export AGENTBOX_URL=" << url << "   # read by the agentbox CLI\n"
             << "  curl -s" << auth << " -X POST " << url << "/v1/sessions -d '{\"id\":\"demo\"}'\n"
             << "  curl -s" << auth << " -X POST " << url
             << "/v1/sessions/demo/exec -d '{\"command\":\"echo hello; uname -a\"}'\n"
@@ -133,7 +140,7 @@ void print_usage_hint(const std::string& url, bool with_token) {
                "$i; sleep 1; done\"}'\n"
             << "  curl -s" << auth << " -T ./README.md '" << url
             << "/v1/sessions/demo/files?path=README.md'\n"
-            << "  agentbox --server " << url << " exec demo -- ls -la\n"
+            << "  agentbox exec demo -- ls -la\n"
             << std::flush;
 }
 
@@ -220,6 +227,7 @@ int main(int argc, char** argv) {
   mc.evict_idle = cfg.evict_idle;
   mc.persist = cfg.persist;
   mc.default_ttl_sec = cfg.ttl_sec;
+  mc.default_limits = cfg.default_limits;
   mc.ttl_destroys = cfg.ttl_action == "destroy";
   // One audit log for the server's requests and the manager's own doings (reaper, eviction).
   auto audit = server::AuditLog::open(data_dir + "/audit.log", cfg.audit_max_mb << 20);

@@ -47,6 +47,7 @@
 #include "linux/seccomp_policy.h"
 #include "sandbox/artifacts.h"
 #include "sandbox/blocking.h"
+#include "sandbox/default_limits.h"
 #include "sandbox/exec_runner.h"
 #include "sandbox/path.h"
 #include "sandbox/process.h"
@@ -64,10 +65,6 @@ using ExitChannel =
 using StartChannel = asio::experimental::concurrent_channel<void(boost::system::error_code, int)>;
 
 constexpr std::string_view kWorkspace = lx::kBoxWorkspacePath;
-constexpr std::uint64_t kDefaultMemoryMb = 512;
-constexpr std::uint32_t kDefaultCpuPercent = 100;
-constexpr std::uint32_t kDefaultMaxPids = 256;
-constexpr std::uint32_t kDefaultOpenFiles = 1024;
 // How long an exec request may wait for room in a busy init's queue.
 constexpr std::chrono::seconds kSendTimeout{10};
 

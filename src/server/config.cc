@@ -1,5 +1,7 @@
 #include "server/config.h"
 
+#include "server/json_codec.h"
+
 #include <arpa/inet.h>
 #include <yaml-cpp/yaml.h>
 
@@ -19,6 +21,39 @@ void split_append(std::string_view s, char sep, std::vector<std::string>* out) {
     if (pos == std::string_view::npos) break;
     s.remove_prefix(pos + 1);
   }
+}
+
+// `default_limits:` — the keys of a request's `limits`, checked by the same decoder (floors,
+// ceilings, ENOTSUP for the limits not built); an unknown key is an error here (a typo in a
+// config file must not pass as "no limit").
+Status load_default_limits(const YAML::Node& dl, const std::string& file, DaemonConfig* c) {
+  std::string where = "config " + file + ": default_limits";
+  if (!dl.IsMap()) return fail(Code::kInvalid, where + " must be a mapping");
+  nlohmann::json limits = nlohmann::json::object();
+  for (const auto& kv : dl) {
+    std::string key = kv.first.as<std::string>();
+    if (key != "memory_mb" && key != "cpu_percent" && key != "max_pids" && key != "disk_mb" &&
+        key != "max_open_files" && key != "cpu_time_sec" && key != "tmp_mb") {
+      return fail(Code::kInvalid, where + ": unknown key '" + key + "'");
+    }
+    const YAML::Node& v = kv.second;
+    std::int64_t n = 0;
+    if (v.IsScalar() && YAML::convert<std::int64_t>::decode(v, n)) {
+      limits[key] = n;
+    } else {
+      limits[key] = v.IsScalar() ? nlohmann::json(v.as<std::string>()) : nlohmann::json::object();
+    }
+  }
+  auto decoded = decode_limits(nlohmann::json{{"default_limits", std::move(limits)}},
+                               "default_limits");
+  if (!decoded) {
+    Error e = decoded.error();
+    e.message = "config " + file + ": " + e.message;
+    return std::unexpected(std::move(e));
+  }
+  sandbox::fill_unset_limits(&*decoded, c->default_limits);
+  c->default_limits = *decoded;
+  return {};
 }
 
 // Reads the YAML file into `c`, skipping keys whose flag was given (flags win).
@@ -72,6 +107,9 @@ Status load_yaml(const std::string& file, DaemonConfig* c,
     }
     if (root["audit_max_mb"] && !given("audit_max_mb")) {
       c->audit_max_mb = root["audit_max_mb"].as<std::uint64_t>();
+    }
+    if (const YAML::Node& dl = root["default_limits"]; dl) {
+      if (auto st = load_default_limits(dl, file, c); !st) return st;
     }
     if (const YAML::Node& tn = root["tenants"]; tn) {
       if (!tn.IsSequence()) {

@@ -1,7 +1,8 @@
 #pragma once
 // agentboxd's configuration: command-line flags (CLI11) over an optional YAML file (--config)
 // with the same keys (listen, data_dir, backend, tokens, shared_dirs, allowed_mount_roots,
-// max_file_mb, log_level, max_running_boxes, audit_max_mb) plus `tenants` (YAML only).
+// max_file_mb, log_level, max_running_boxes, audit_max_mb) plus `tenants` and `default_limits`
+// (YAML only).
 // Flags override the file.
 
 #include <cstdint>
@@ -13,6 +14,7 @@
 #include <vector>
 
 #include "common/error.h"
+#include "sandbox/default_limits.h"
 
 namespace agentbox::server {
 
@@ -68,6 +70,10 @@ struct DaemonConfig {
   // Host dirs under which sessions may ask for extra mounts and skills (none: refused).
   std::vector<std::string> allowed_mount_roots;
   std::uint64_t max_file_mb = 500;
+  // YAML `default_limits: {memory_mb, cpu_percent, max_pids, disk_mb, max_open_files}`: what a
+  // session's unset limits become (validated like a request's `limits`); the keys not given keep
+  // sandbox's built-in defaults.
+  sandbox::Limits default_limits = sandbox::builtin_default_limits();
   std::string log_level = "info";
   std::string ready_file;  // written with "HOST:PORT\n" once listening
   // --check-backend NAME: report whether NAME can run on this host and exit (0 usable, 1 not).

@@ -9,6 +9,7 @@
 
 #include "common/log.h"
 #include "server/http_error.h"
+#include "server/metrics.h"
 #include "server/internal/blocking.h"
 #include "server/internal/context.h"
 
@@ -345,7 +346,21 @@ asio::awaitable<Reply> readyz(Context* ctx) {
         Error::make(Code::kUnavailable, "backend " + std::string(backend ? backend->name() : "?") +
                                             " is not usable: " + st.error().message));
   }
-  co_return json_reply(200, {{"ready", true}, {"backend", backend->name()}});
+  // The backends a session may ask for that can run here, and what is (not) built.
+  SessionManager* sm = ctx->sessions;
+  auto job14b = run_blocking(ctx->pool, [sm]() -> Result<json> {
+    json usable = json::array();
+    for (const auto& [name, b] : sm->config().backends) {
+      if (b && b->check_usable()) usable.push_back(name);
+    }
+    return usable;
+  });
+  auto usable = co_await std::move(job14b);
+  if (!usable) co_return error_reply(usable.error());
+  co_return json_reply(200, {{"ready", true},
+                             {"backend", backend->name()},
+                             {"backends", std::move(*usable)},
+                             {"features", features_json()}});
 }
 
 asio::awaitable<Reply> metrics(Context* ctx) {

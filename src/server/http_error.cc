@@ -1,15 +1,12 @@
 #include "server/http_error.h"
 
-#include <cerrno>
 #include <nlohmann/json.hpp>
 
 namespace agentbox::server {
 
 int http_status(const Error& e) {
   switch (e.code) {
-    case Code::kInvalid:
-      // 422: well-formed and valid, but asks for something this version cannot do yet.
-      return e.sys_errno == ENOSYS ? 422 : 400;
+    case Code::kInvalid: return 400;
     case Code::kUnauthorized: return 401;
     case Code::kAccess: return 403;
     case Code::kNotFound: return 404;
@@ -23,6 +20,7 @@ int http_status(const Error& e) {
     case Code::kTimedOut: return 504;
     case Code::kUnavailable: return 503;
     case Code::kInternal: return 500;
+    case Code::kNotSupported: return 501;
   }
   return 500;
 }
@@ -33,7 +31,8 @@ std::string error_body(const Error& e) {
 }
 
 Error not_implemented(std::string_view what) {
-  return Error{Code::kInvalid, ENOSYS, std::string(what) + ": not implemented in this version"};
+  return Error::make(Code::kNotSupported,
+                     std::string(what) + ": not implemented in this version");
 }
 
 }  // namespace agentbox::server

@@ -320,16 +320,21 @@ asio::awaitable<Result<PreparedExec>> prepare_exec(Context* ctx, Request req, bo
     p.session_id = d->session_id;
     const auto& l = d->limits;
     if (l.memory_mb || l.cpu_percent || l.max_pids || l.disk_mb || l.max_open_files) {
-      // Seed 001's "cgroup" applies when the agent's session is made, and only then: later
-      // execs of an existing session run as it is (never the re-create conflict of POST
-      // /v1/sessions, which would fail every seed exec whose cgroup differs).
+      // Seed 001's "cgroup" applies when the agent's session is made. A later exec's cgroup
+      // must match the box's limits: a live box's limits are not changed, so a different one
+      // is 501 ENOTSUP naming it (never run as if applied).
       session::SessionSpec spec;
       spec.limits = l;
       session::SessionManager* sm = ctx->sessions;
       std::string id = p.session_id;
       session::Caller caller = req.caller;
       auto job = run_blocking(ctx->pool, [sm, id, spec, caller]() -> Result<bool> {
-        if (sm->get(id, caller)) return false;
+        if (auto have = sm->get(id, caller)) {
+          if (auto st = check_limits_unchanged(spec.limits, have->spec.limits, "cgroup"); !st) {
+            return std::unexpected(st.error());
+          }
+          return false;
+        }
         auto r = sm->create_or_get(id, spec, caller);
         if (!r) return std::unexpected(r.error());
         return r->second;
@@ -350,6 +355,9 @@ asio::awaitable<Result<PreparedExec>> prepare_exec(Context* ctx, Request req, bo
       co_await detail::acquire_sandbox(ctx, p.session_id, /*create_if_missing=*/true, req.caller);
   if (!box) co_return std::unexpected(box.error());
   p.box = std::move(*box);
+  if (auto st = check_artifact_dir(p.spec.artifact_dir, p.box->workspace()); !st) {
+    co_return std::unexpected(st.error());
+  }
   co_return p;
 }
 

@@ -130,11 +130,22 @@ Status check_env(const std::map<std::string, std::string>& env, std::string_view
   return {};
 }
 
+std::unexpected<Error> not_supported(std::string_view field, std::string_view what) {
+  return fail(Code::kNotSupported, "field '" + std::string(field) + "' " + std::string(what) +
+                                       ": not implemented in this version");
+}
+
+}  // namespace
+
 Result<sandbox::Limits> decode_limits(const json& obj, std::string_view key) {
   sandbox::Limits l;
   const json* v = lookup(obj, key);
   if (!v) return l;
   if (!v->is_object()) return bad_field(key, "must be an object");
+  // API.md lists these; no backend enforces them yet.
+  for (const char* unbuilt : {"cpu_time_sec", "tmp_mb"}) {
+    if (lookup(*v, unbuilt)) return not_supported(name_of(key, unbuilt), "(a limit)");
+  }
   constexpr std::uint64_t k32 = std::numeric_limits<std::uint32_t>::max();
   constexpr std::uint64_t kBig = std::uint64_t{1} << 40;  // MiB: far beyond any machine
   AB_ASSIGN_OR_RETURN(l.memory_mb, opt_uint(*v, "memory_mb", kBig, key));
@@ -168,6 +179,25 @@ Result<sandbox::Limits> decode_limits(const json& obj, std::string_view key) {
     }
   }
   return l;
+}
+
+namespace {
+
+// An artifact dir names a place in the box, never on the host: relative (to the workspace) or
+// absolute without '.'/'..' components. Whether an absolute one is under the workspace is
+// check_artifact_dir's business (it needs the box).
+Status check_artifact_dir_syntax(const std::string& dir) {
+  if (dir.empty()) return bad_field("artifact_dir", "must not be empty");
+  if (has_nul(dir)) return bad_field("artifact_dir", "must not contain NUL");
+  std::size_t i = 0;
+  while (i <= dir.size()) {
+    std::size_t j = dir.find('/', i);
+    if (j == std::string::npos) j = dir.size();
+    std::string_view comp(dir.data() + i, j - i);
+    if (comp == "..") return bad_field("artifact_dir", "must not have a '..' component");
+    i = j + 1;
+  }
+  return {};
 }
 
 // The exec fields shared by the v1 and seed routes.
@@ -211,7 +241,12 @@ Result<sandbox::ExecSpec> decode_exec_fields(const json& body) {
   AB_ASSIGN_OR_RETURN(auto max_out, opt_uint(body, "max_output_bytes", kMaxOutputBytesLimit));
   if (max_out) spec.max_output_bytes = *max_out;
   AB_ASSIGN_OR_RETURN(auto artifact_dir, opt_string(body, "artifact_dir"));
-  if (artifact_dir) spec.artifact_dir = std::move(*artifact_dir);
+  if (artifact_dir) {
+    if (auto st = check_artifact_dir_syntax(*artifact_dir); !st) {
+      return std::unexpected(st.error());
+    }
+    spec.artifact_dir = std::move(*artifact_dir);
+  }
   return spec;
 }
 
@@ -247,11 +282,123 @@ std::string to_wire(const json& j) {
   return j.dump(-1, ' ', false, json::error_handler_t::replace);
 }
 
+namespace {
+
+// `variables` of a create: strings or integers ({"launcher_id": 123}). Checked whenever given,
+// also when `id` makes them unused.
+Result<std::map<std::string, std::string>> decode_variables(const json& body) {
+  std::map<std::string, std::string> vars;
+  const json* v = lookup(body, "variables");
+  if (!v) return vars;
+  if (!v->is_object()) return bad_field("variables", "must be an object");
+  for (auto it = v->begin(); it != v->end(); ++it) {
+    const json& val = it.value();
+    if (val.is_string()) {
+      vars.emplace(it.key(), val.get<std::string>());
+    } else if (val.is_number_integer()) {
+      vars.emplace(it.key(), val.dump());
+    } else {
+      return bad_field("variables." + it.key(), "must be a string or an integer");
+    }
+  }
+  return vars;
+}
+
+// One list of mounts ("mounts" or seed 002's "extra_mounts", which means the same).
+Status decode_mount_list(const json& body, std::string_view key,
+                         std::vector<session::MountSpec>* out) {
+  const json* mounts = lookup(body, key);
+  if (!mounts) return {};
+  if (!mounts->is_array()) return bad_field(key, "must be an array");
+  for (std::size_t i = 0; i < mounts->size(); ++i) {
+    const json& m = (*mounts)[i];
+    std::string field = std::string(key) + "[" + std::to_string(i) + "]";
+    if (!m.is_object()) return bad_field(field, "must be an object");
+    session::MountSpec ms;
+    AB_ASSIGN_OR_RETURN(ms.host_path, req_string(m, "host_path", field));
+    AB_ASSIGN_OR_RETURN(ms.mount_path, req_string(m, "mount_path", field));
+    AB_ASSIGN_OR_RETURN(auto mode, opt_string(m, "mode", field));
+    if (mode) {
+      if (*mode != "rw" && *mode != "ro" && *mode != "none") {
+        return bad_field(field + ".mode", "must be one of rw, ro, none");
+      }
+      ms.mode = std::move(*mode);
+    }
+    out->push_back(std::move(ms));
+  }
+  return {};
+}
+
+// Seed 002's primary mount: top-level host_path / mount_path (default /workspace) /
+// host_path_mode (rw|ro|none). Mounted elsewhere it is one more mount; mode none mounts nothing.
+Status decode_primary_mount(const json& body, std::vector<session::MountSpec>* out) {
+  AB_ASSIGN_OR_RETURN(auto host_path, opt_string(body, "host_path"));
+  AB_ASSIGN_OR_RETURN(auto mount_path, opt_string(body, "mount_path"));
+  AB_ASSIGN_OR_RETURN(auto mode, opt_string(body, "host_path_mode"));
+  if (mode && *mode != "rw" && *mode != "ro" && *mode != "none") {
+    return bad_field("host_path_mode", "must be one of rw, ro, none");
+  }
+  if (!host_path) {
+    if (mount_path) return bad_field("mount_path", "needs 'host_path'");
+    if (mode) return bad_field("host_path_mode", "needs 'host_path'");
+    return {};
+  }
+  if (host_path->empty()) return bad_field("host_path", "must not be empty");
+  session::MountSpec ms;
+  ms.host_path = std::move(*host_path);
+  ms.mount_path = mount_path ? std::move(*mount_path) : std::string(kWorkspacePath);
+  ms.mode = mode ? std::move(*mode) : std::string("rw");
+  if (ms.mode == "none") return {};  // declared, not mounted (seed 002)
+  std::string_view target = ms.mount_path;
+  while (target.size() > 1 && target.back() == '/') target.remove_suffix(1);
+  if (target == kWorkspacePath) {
+    // The workspace is the daemon's (archives, quota disk, delete remove it): a host dir in its
+    // place would be archived, capped and deleted as if it were one.
+    return not_supported("host_path",
+                         "with mount_path /workspace (a host dir replacing the workspace; mount "
+                         "it below /workspace or elsewhere with 'mount_path')");
+  }
+  out->push_back(std::move(ms));
+  return {};
+}
+
+}  // namespace
+
+Status decode_network(const json& body, session::NetworkSpec* out) {
+  const json* net = lookup(body, "network");
+  if (!net) return {};
+  if (!net->is_object()) return bad_field("network", "must be an object");
+  AB_ASSIGN_OR_RETURN(auto mode, opt_string(*net, "mode", "network"));
+  AB_ASSIGN_OR_RETURN(auto allow, opt_string_array(*net, "allow", "network"));
+  if (mode) {
+    if (*mode != "none" && *mode != "allowlist" && *mode != "open") {
+      return bad_field("network.mode", "must be one of none, allowlist, open");
+    }
+    if (!network_mode_built(*mode)) {
+      return not_supported("network.mode", "\"" + *mode + "\" (only \"none\" is built)");
+    }
+    out->mode = std::move(*mode);
+  }
+  if (allow && !allow->empty() && out->mode != "allowlist") {
+    return bad_field("network.allow", "needs network.mode \"allowlist\"");
+  }
+  if (allow) out->allow = std::move(*allow);
+  return {};
+}
+
+bool network_mode_built(std::string_view mode) {
+  for (std::string_view m : kNetworkModesBuilt) {
+    if (m == mode) return true;
+  }
+  return false;
+}
+
 Result<CreateSessionRequest> decode_create_session(const json& body,
                                                    std::string_view default_scope) {
   CreateSessionRequest req;
   AB_ASSIGN_OR_RETURN(auto id, opt_string(body, "id"));
   AB_ASSIGN_OR_RETURN(auto scope, opt_string(body, "scope"));
+  AB_ASSIGN_OR_RETURN(auto vars, decode_variables(body));
   if (id && scope) return fail(Code::kInvalid, "give either 'id' or 'scope', not both");
   if (!id && !scope && !default_scope.empty() && lookup(body, "variables") != nullptr) {
     scope = std::string(default_scope);
@@ -260,21 +407,6 @@ Result<CreateSessionRequest> decode_create_session(const json& body,
     if (auto st = session::validate_id(*id); !st) return std::unexpected(st.error());
     req.id = std::move(*id);
   } else if (scope) {
-    // Variables may be strings or numbers ({"launcher_id": 123}).
-    std::map<std::string, std::string> vars;
-    if (const json* v = lookup(body, "variables")) {
-      if (!v->is_object()) return bad_field("variables", "must be an object");
-      for (auto it = v->begin(); it != v->end(); ++it) {
-        const json& val = it.value();
-        if (val.is_string()) {
-          vars.emplace(it.key(), val.get<std::string>());
-        } else if (val.is_number_integer()) {
-          vars.emplace(it.key(), val.dump());
-        } else {
-          return bad_field("variables." + it.key(), "must be a string or an integer");
-        }
-      }
-    }
     AB_ASSIGN_OR_RETURN(req.id, session::render_scope(*scope, vars));
   } else {
     return fail(Code::kInvalid, "field 'id' (or 'scope') is required");
@@ -284,41 +416,22 @@ Result<CreateSessionRequest> decode_create_session(const json& body,
   AB_ASSIGN_OR_RETURN(auto backend, opt_string(body, "backend"));
   if (backend) spec.backend = std::move(*backend);
   AB_ASSIGN_OR_RETURN(auto tmpl, opt_string(body, "template"));
-  if (tmpl) spec.template_name = std::move(*tmpl);
+  if (tmpl) return not_supported("template", "(templates)");
 
-  if (const json* mounts = lookup(body, "mounts")) {
-    if (!mounts->is_array()) return bad_field("mounts", "must be an array");
-    for (std::size_t i = 0; i < mounts->size(); ++i) {
-      const json& m = (*mounts)[i];
-      std::string field = "mounts[" + std::to_string(i) + "]";
-      if (!m.is_object()) return bad_field(field, "must be an object");
-      session::MountSpec ms;
-      AB_ASSIGN_OR_RETURN(ms.host_path, req_string(m, "host_path", field));
-      AB_ASSIGN_OR_RETURN(ms.mount_path, req_string(m, "mount_path", field));
-      AB_ASSIGN_OR_RETURN(auto mode, opt_string(m, "mode", field));
-      if (mode) {
-        if (*mode != "rw" && *mode != "ro" && *mode != "none") {
-          return bad_field(field + ".mode", "must be one of rw, ro, none");
-        }
-        ms.mode = std::move(*mode);
-      }
-      spec.mounts.push_back(std::move(ms));
-    }
+  if (auto st = decode_mount_list(body, "mounts", &spec.mounts); !st) {
+    return std::unexpected(st.error());
+  }
+  if (auto st = decode_mount_list(body, "extra_mounts", &spec.mounts); !st) {
+    return std::unexpected(st.error());
+  }
+  if (auto st = decode_primary_mount(body, &spec.mounts); !st) {
+    return std::unexpected(st.error());
   }
   AB_ASSIGN_OR_RETURN(auto skills, opt_string_map(body, "skills"));
   if (skills) spec.skills = std::move(*skills);
   AB_ASSIGN_OR_RETURN(spec.limits, decode_limits(body, "limits"));
-  if (const json* net = lookup(body, "network")) {
-    if (!net->is_object()) return bad_field("network", "must be an object");
-    AB_ASSIGN_OR_RETURN(auto mode, opt_string(*net, "mode", "network"));
-    if (mode) {
-      if (*mode != "none" && *mode != "allowlist" && *mode != "open") {
-        return bad_field("network.mode", "must be one of none, allowlist, open");
-      }
-      spec.network.mode = std::move(*mode);
-    }
-    AB_ASSIGN_OR_RETURN(auto allow, opt_string_array(*net, "allow", "network"));
-    if (allow) spec.network.allow = std::move(*allow);
+  if (auto st = decode_network(body, &spec.network); !st) {
+    return std::unexpected(st.error());
   }
   AB_ASSIGN_OR_RETURN(auto env, opt_string_map(body, "env"));
   if (env) {
@@ -342,6 +455,45 @@ Result<SeedExecRequest> decode_seed_exec(const json& body) {
   // Seed 001: commands run in the agent's workspace.
   if (req.spec.cwd.empty()) req.spec.cwd = "/workspace";
   return req;
+}
+
+Status check_artifact_dir(const std::string& dir, std::string_view workspace) {
+  if (dir.empty() || dir[0] != '/') return {};  // relative: under the workspace
+  auto under = [&](std::string_view root) {
+    while (root.size() > 1 && root.back() == '/') root.remove_suffix(1);
+    std::string_view d = dir;
+    return !root.empty() && d.starts_with(root) &&
+           (d.size() == root.size() || d[root.size()] == '/' || root == "/");
+  };
+  // /workspace names the workspace on every backend (the host backend maps it to its dir).
+  if (under(kWorkspacePath) || under(workspace)) return {};
+  std::string_view ws = workspace;
+  return bad_field("artifact_dir",
+                   "must be a path in the box under the workspace (" + std::string(ws) +
+                       "), not \"" + dir + "\" (a host path, or a place whose files the API "
+                       "cannot return)");
+}
+
+Status check_limits_unchanged(const sandbox::Limits& want, const sandbox::Limits& have,
+                              std::string_view field) {
+  auto differs = [&](const char* name, std::optional<std::uint64_t> w,
+                     std::optional<std::uint64_t> h) -> Status {
+    if (!w || w == h) return {};
+    return not_supported(name_of(field, name),
+                         "= " + std::to_string(*w) + " for a box that runs with " +
+                             (h ? std::to_string(*h) : std::string("no such limit")) +
+                             " (the limits of a live box cannot be changed; they are set when "
+                             "the session is made)");
+  };
+  auto u = [](auto o) -> std::optional<std::uint64_t> {
+    if (!o) return std::nullopt;
+    return static_cast<std::uint64_t>(*o);
+  };
+  if (auto st = differs("memory_mb", want.memory_mb, have.memory_mb); !st) return st;
+  if (auto st = differs("cpu_percent", u(want.cpu_percent), u(have.cpu_percent)); !st) return st;
+  if (auto st = differs("max_pids", u(want.max_pids), u(have.max_pids)); !st) return st;
+  if (auto st = differs("disk_mb", want.disk_mb, have.disk_mb); !st) return st;
+  return differs("max_open_files", u(want.max_open_files), u(have.max_open_files));
 }
 
 Result<SeedFileRequest> decode_seed_read(const json& body) {

@@ -31,7 +31,41 @@ Result<json> parse_object(std::string_view body, bool allow_empty = false);
 // Dumps for the wire: compact, invalid UTF-8 replaced.
 std::string to_wire(const json& j);
 
-// POST /v1/sessions
+// Fail closed (API.md "General"): a field or value this version does not implement is refused
+// with ENOTSUP (501) naming it, never accepted and ignored; a malformed one is EINVAL (400).
+
+// The network modes that work. The one place to extend when the egress proxy lands: the
+// decoder, /readyz and /metrics all read it.
+inline constexpr std::string_view kNetworkModesBuilt[] = {"none"};
+bool network_mode_built(std::string_view mode);
+
+// The workspace as commands in an isolated box see it.
+inline constexpr std::string_view kWorkspacePath = "/workspace";
+
+// `limits` (or seed 001's `cgroup`) at obj[key]: memory_mb, cpu_percent, max_pids, disk_mb,
+// max_open_files, each within its floor and ceiling (EINVAL naming "<key>.<name>"); API.md's
+// cpu_time_sec and tmp_mb are ENOTSUP. Absent: all unset. Also validates the config's
+// default_limits.
+Result<sandbox::Limits> decode_limits(const json& obj, std::string_view key);
+
+// `network`: mode none|allowlist|open (only kNetworkModesBuilt work, others ENOTSUP), allow
+// (needs mode allowlist: EINVAL otherwise).
+Status decode_network(const json& body, session::NetworkSpec* out);
+
+// An exec's artifact_dir, once the box is known: relative, or absolute under /workspace or the
+// box's workspace path (what the file routes can return). Else EINVAL naming artifact_dir.
+Status check_artifact_dir(const std::string& dir, std::string_view workspace);
+
+// Seed 001's `cgroup` on an exec of an existing session: each limit it sets must equal the
+// box's (effective) one; a different one is ENOTSUP naming "<field>.<name>" (a live box's
+// limits are not changed).
+Status check_limits_unchanged(const sandbox::Limits& want, const sandbox::Limits& have,
+                              std::string_view field);
+
+// POST /v1/sessions: id | scope (+ variables, always type-checked), backend, mounts,
+// extra_mounts (= mounts), host_path/mount_path/host_path_mode (seed 002's primary mount: one
+// more mount; replacing /workspace itself is ENOTSUP; mode none mounts nothing), skills, limits,
+// network, env, ttl_sec, labels. `template` is ENOTSUP.
 struct CreateSessionRequest {
   std::string id;  // rendered and validated
   session::SessionSpec spec;
@@ -41,7 +75,7 @@ Result<CreateSessionRequest> decode_create_session(const json& body,
                                                    std::string_view default_scope = {});
 
 // POST /v1/sessions/{id}/exec and .../exec/stream: "command" or "argv" (exactly one), cwd, env,
-// stdin, timeout_sec, max_output_bytes, artifact_dir.
+// stdin, timeout_sec, max_output_bytes, artifact_dir (no NUL, no '..'; see check_artifact_dir).
 Result<sandbox::ExecSpec> decode_exec(const json& body);
 
 // POST /exec and /exec-stream (seed 001): command (or argv), timeout_sec, max_output_bytes, env

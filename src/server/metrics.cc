@@ -2,7 +2,20 @@
 
 #include <fmt/format.h>
 
+#include "server/json_codec.h"
+
 namespace agentbox::server {
+
+nlohmann::json features_json() {
+  nlohmann::json j = nlohmann::json::object();
+  nlohmann::json modes = nlohmann::json::array();
+  for (std::string_view m : kNetworkModes) {
+    if (network_mode_built(m)) modes.push_back(m);
+  }
+  j["network_modes"] = std::move(modes);
+  for (const Feature& f : kFeatures) j[std::string(f.name)] = f.built;
+  return j;
+}
 
 void Metrics::record_exec(std::chrono::milliseconds duration, bool failed, bool timed_out) {
   execs_.fetch_add(1, std::memory_order_relaxed);
@@ -58,6 +71,17 @@ std::string Metrics::render(const std::map<std::string, std::size_t>& sessions_b
   counter("agentbox_bytes_out_total", "Bytes sent to API clients.", bytes_out_.load());
   add("# HELP agentbox_runner_connections Connected remote runners.\n"
       "# TYPE agentbox_runner_connections gauge\nagentbox_runner_connections 0\n");
+  add("# HELP agentbox_feature Whether a feature is built (1) or answers 501 ENOTSUP (0).\n"
+      "# TYPE agentbox_feature gauge\n");
+  for (const Feature& f : kFeatures) {
+    add(fmt::format("agentbox_feature{{name=\"{}\"}} {}\n", f.name, f.built ? 1 : 0));
+  }
+  add("# HELP agentbox_network_mode Whether a session network mode is built (1) or not (0).\n"
+      "# TYPE agentbox_network_mode gauge\n");
+  for (std::string_view m : kNetworkModes) {
+    add(fmt::format("agentbox_network_mode{{mode=\"{}\"}} {}\n", m,
+                    network_mode_built(m) ? 1 : 0));
+  }
   return out;
 }
 

@@ -6,9 +6,36 @@
 #include <chrono>
 #include <cstdint>
 #include <map>
+#include <nlohmann/json.hpp>
 #include <string>
+#include <string_view>
+#include <utility>
+#include <vector>
 
 namespace agentbox::server {
+
+// What this build does and does not do (API.md "General": what is not built is 501 ENOTSUP).
+// GET /readyz shows it as "features", GET /metrics as agentbox_feature / agentbox_network_mode
+// gauges. One list: when a feature lands, flip it here (network modes: kNetworkModesBuilt).
+struct Feature {
+  std::string_view name;
+  bool built;
+};
+inline constexpr Feature kFeatures[] = {
+    {"sessions", true},          {"exec", true},           {"exec_stream", true},
+    {"files", true},             {"seed001", true},        {"seed002_aliases", true},
+    {"archives", true},          {"tenants", true},        {"default_limits", true},
+    {"templates", false},        {"processes", false},     {"pty", false},
+    {"live_mounts", false},      {"packages", false},      {"runners", false},
+    {"events", false},           {"langbot_rpc", false},   {"e2b", false},
+    {"mcp", false},              {"repair", false},        {"limits_cpu_time_sec", false},
+    {"limits_tmp_mb", false},
+};
+inline constexpr std::string_view kNetworkModes[] = {"none", "allowlist", "open"};
+
+// {"network_modes": ["none"], "templates": false, ...}: every feature by name, and the network
+// modes that work.
+nlohmann::json features_json();
 
 class Metrics {
  public:

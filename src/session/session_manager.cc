@@ -17,6 +17,7 @@
 
 #include "common/log.h"
 #include "linux/quota_disk.h"
+#include "sandbox/default_limits.h"
 #include "sandbox/rooted_fs.h"
 #include "session/store.h"
 
@@ -290,6 +291,7 @@ Status SessionManager::load_locked() {
     e->id = i.id;
     e->tenant = i.tenant;
     e->spec = std::move(i.spec);
+    sandbox::fill_unset_limits(&e->spec.limits, config_.default_limits);
     e->backend = i.backend;
     e->uid = r.uid;
     e->workspace_dir = config_.data_dir + "/workspaces/" + i.id;
@@ -502,6 +504,7 @@ Result<std::shared_ptr<SessionManager::Entry>> SessionManager::create_locked(
   e->tenant = caller.tenant;
   e->spec = spec;
   e->spec.backend = backend;
+  sandbox::fill_unset_limits(&e->spec.limits, config_.default_limits);
   e->backend = backend;
   e->uid = allocate_uid_locked(id);
   e->workspace_dir = config_.data_dir + "/workspaces/" + id;

@@ -111,6 +111,10 @@ struct ManagerConfig {
   // default when its spec has none, is suspended, or destroyed when ttl_destroys. 0 = never.
   std::int64_t default_ttl_sec = 0;
   bool ttl_destroys = false;
+  // Limits a session's spec leaves unset take these at create and at load, so the session
+  // shows its effective limits (the daemon passes the config's default_limits over
+  // sandbox/default_limits.h's built-in ones). Unset here: left unset.
+  sandbox::Limits default_limits;
   // How often the reaper looks, and how often batched last-used times reach the database.
   std::chrono::milliseconds reaper_interval{1000};
   // Told about changes nobody asked for through the API (the reaper, idle eviction): event is

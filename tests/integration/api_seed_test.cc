@@ -60,12 +60,17 @@ TEST_F(SeedApi, ExecReplyHasExactlyTheSeedFields) {
   EXPECT_TRUE(r.body["duration_ms"].is_number_integer());
   EXPECT_EQ(ws.body["limits"]["memory_mb"], 512);
   EXPECT_EQ(ws.body["limits"]["max_pids"], 256);
-  // A later exec with another cgroup runs in the session as it is (limits set at creation).
+  // A later exec with the same cgroup runs in the session; another one would not be applied
+  // to the live box, so it is 501 ENOTSUP naming it (api_failclosed_test has the rest).
   auto again = api_.post("/exec", {{"command", "echo again"},
                                    {"agent_id", "engineer-acme_12345"},
-                                   {"cgroup", {{"memory_mb", 1024}}}});
+                                   {"cgroup", {{"memory_mb", 512}}}});
   ASSERT_EQ(again.status, 200) << again;
   EXPECT_EQ(again.body["stdout"], "again\n");
+  auto other = api_.post("/exec", {{"command", "echo other"},
+                                   {"agent_id", "engineer-acme_12345"},
+                                   {"cgroup", {{"memory_mb", 1024}}}});
+  EXPECT_EQ(other.status, 501) << other;
   EXPECT_EQ(api_.get("/v1/sessions/engineer-acme_12345").body["limits"]["memory_mb"], 512);
 
   // The env reaches the command.

@@ -250,11 +250,11 @@ TEST_F(SessionsApi, LifecycleRoutes) {
   ASSERT_EQ(resume2.status, 200) << resume2;
   EXPECT_EQ(resume2.body["state"], "running");
 
-  // Not in this version: a clear EINVAL, never a 500.
+  // Not in this version: a clear 501 ENOTSUP, never a 500.
   {
     auto r = api_.call("POST", "/v1/sessions/life/repair");
-    EXPECT_EQ(r.status, 422) << r;
-    EXPECT_EQ(r.code(), "EINVAL");
+    EXPECT_EQ(r.status, 501) << r;
+    EXPECT_EQ(r.code(), "ENOTSUP");
     EXPECT_NE(r.message().find("not implemented"), std::string::npos) << r;
   }
   // restore: 409 when the session exists (before the archive is looked at), 400 without an
@@ -271,7 +271,7 @@ TEST_F(SessionsApi, LifecycleRoutes) {
   EXPECT_EQ(api_.get("/v1/sessions/fresh").status, 404);
 
   auto pty = api_.get("/v1/sessions/life/pty?cols=80&rows=24&command=bash");
-  EXPECT_EQ(pty.status, 422) << pty;
+  EXPECT_EQ(pty.status, 501) << pty;
 }
 
 }  // namespace

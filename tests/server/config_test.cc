@@ -225,3 +225,56 @@ TEST(ConfigTenants, ValidationNamesTheProblemAndNeverTheToken) {
 
 }  // namespace
 }  // namespace agentbox::server
+
+namespace agentbox::server {
+namespace {
+
+// default_limits: what a session's unset limits become, validated like a request's limits.
+TEST(ConfigDefaultLimits, BuiltInUnlessTheFileSetsThem) {
+  auto plain = parse({});
+  ASSERT_TRUE(plain.config);
+  EXPECT_EQ(plain.config->default_limits.memory_mb, sandbox::kDefaultMemoryMb);
+  EXPECT_EQ(plain.config->default_limits.cpu_percent, sandbox::kDefaultCpuPercent);
+  EXPECT_EQ(plain.config->default_limits.max_pids, sandbox::kDefaultMaxPids);
+  EXPECT_EQ(plain.config->default_limits.max_open_files, sandbox::kDefaultOpenFiles);
+  EXPECT_FALSE(plain.config->default_limits.disk_mb.has_value());
+
+  std::string path = temp_yaml("default_limits:\n  memory_mb: 300\n  max_pids: 64\n"
+                               "  disk_mb: 128\n");
+  auto r = parse({"--config", path});
+  unlink(path.c_str());
+  ASSERT_TRUE(r.config);
+  EXPECT_EQ(r.config->default_limits.memory_mb, 300u);
+  EXPECT_EQ(r.config->default_limits.max_pids, 64u);
+  EXPECT_EQ(r.config->default_limits.disk_mb, 128u);
+  // The keys not given keep the built-in defaults.
+  EXPECT_EQ(r.config->default_limits.cpu_percent, sandbox::kDefaultCpuPercent);
+  EXPECT_EQ(r.config->default_limits.max_open_files, sandbox::kDefaultOpenFiles);
+}
+
+TEST(ConfigDefaultLimits, BadValuesNameTheKey) {
+  struct Case {
+    const char* yaml;
+    const char* needle;
+  };
+  for (const Case& c : {
+           Case{"default_limits:\n  memory_mb: 1\n", "'default_limits.memory_mb' must be between"},
+           Case{"default_limits:\n  max_pids: 0\n", "'default_limits.max_pids'"},
+           Case{"default_limits:\n  cpu_percent: lots\n", "'default_limits.cpu_percent'"},
+           Case{"default_limits:\n  memory_mb: -5\n", "'default_limits.memory_mb'"},
+           Case{"default_limits:\n  memroy_mb: 512\n", "unknown key 'memroy_mb'"},
+           Case{"default_limits:\n  tmp_mb: 64\n", "'default_limits.tmp_mb'"},
+           Case{"default_limits: 512\n", "default_limits must be a mapping"},
+       }) {
+    std::string path = temp_yaml(c.yaml);
+    std::string err;
+    auto r = parse({"--config", path}, &err);
+    unlink(path.c_str());
+    EXPECT_FALSE(r.config) << c.yaml;
+    EXPECT_EQ(r.exit_code, 2) << c.yaml;
+    EXPECT_NE(err.find(c.needle), std::string::npos) << c.yaml << " -> " << err;
+  }
+}
+
+}  // namespace
+}  // namespace agentbox::server

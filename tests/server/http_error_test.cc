@@ -13,14 +13,15 @@ TEST(HttpError, EveryCodeHasItsApiStatus) {
       {Code::kNotFound, 404}, {Code::kExists, 409},       {Code::kNotDir, 409},
       {Code::kIsDir, 409},    {Code::kNotEmpty, 409},     {Code::kTooBig, 413},
       {Code::kQuota, 429},    {Code::kTimedOut, 504},     {Code::kUnavailable, 503},
-      {Code::kInternal, 500},
+      {Code::kInternal, 500}, {Code::kNotSupported, 501},
   };
   for (const auto& [code, status] : expected) {
     EXPECT_EQ(http_status(Error::make(code, "x")), status) << code_name(code);
   }
   Error ni = not_implemented("suspend");
-  EXPECT_EQ(ni.code, Code::kInvalid);
-  EXPECT_EQ(http_status(ni), 422);
+  EXPECT_EQ(ni.code, Code::kNotSupported);
+  EXPECT_EQ(code_name(ni.code), "ENOTSUP");
+  EXPECT_EQ(http_status(ni), 501);
   EXPECT_NE(ni.message.find("suspend"), std::string::npos);
 }
 

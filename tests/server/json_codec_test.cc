@@ -2,6 +2,8 @@
 
 #include <gtest/gtest.h>
 
+#include "sandbox/default_limits.h"
+
 namespace agentbox::server {
 namespace {
 
@@ -81,22 +83,21 @@ TEST(JsonCodec, CreateSession) {
   auto r = decode_create_session(*parse_object(
       R"({"scope":"{launcher_type}_{launcher_id}","variables":{"launcher_type":"group",
           "launcher_id":42},"limits":{"memory_mb":512,"cpu_percent":100},
-          "network":{"mode":"allowlist","allow":["pypi.org"]},"env":{"A":"b"},"ttl_sec":60,
+          "network":{"mode":"none","allow":[]},"env":{"A":"b"},"ttl_sec":60,
           "labels":{"team":"a"},"mounts":[{"host_path":"/srv/x","mount_path":"/workspace/x",
-          "mode":"ro"}],"skills":{"web":"/srv/web"},"template":"py","backend":"host"})"));
+          "mode":"ro"}],"skills":{"web":"/srv/web"},"backend":"host"})"));
   ASSERT_TRUE(r) << r.error().message;
   EXPECT_EQ(r->id, "group_42");
   EXPECT_EQ(r->spec.limits.memory_mb, 512u);
   EXPECT_EQ(r->spec.limits.cpu_percent, 100u);
   EXPECT_FALSE(r->spec.limits.max_pids.has_value());
-  EXPECT_EQ(r->spec.network.mode, "allowlist");
-  EXPECT_EQ(r->spec.network.allow, std::vector<std::string>{"pypi.org"});
+  EXPECT_EQ(r->spec.network.mode, "none");
+  EXPECT_TRUE(r->spec.network.allow.empty());
   EXPECT_EQ(r->spec.ttl_sec, 60);
   EXPECT_EQ(r->spec.labels.at("team"), "a");
   ASSERT_EQ(r->spec.mounts.size(), 1u);
   EXPECT_EQ(r->spec.mounts[0].mode, "ro");
   EXPECT_EQ(r->spec.skills.at("web"), "/srv/web");
-  EXPECT_EQ(r->spec.template_name, "py");
   EXPECT_EQ(r->spec.backend, "host");
 
   auto err = [](std::string_view b) {
@@ -116,6 +117,161 @@ TEST(JsonCodec, CreateSession) {
   EXPECT_NE(err(R"({"scope":"{a}","variables":{"a":[1]}})").find("'variables.a'"),
             std::string::npos);
   EXPECT_NE(err(R"({"id":"a","ttl_sec":-1})").find("'ttl_sec'"), std::string::npos);
+}
+
+// The ENOTSUP message for `body` (the decode must fail with kNotSupported), or "" if it
+// decodes.
+template <typename F>
+std::string unsupported_of(F decode, std::string_view body) {
+  auto j = parse_object(body);
+  if (!j) return "bad JSON";
+  auto r = decode(*j);
+  if (r) return "";
+  EXPECT_EQ(r.error().code, Code::kNotSupported) << body << ": " << r.error().message;
+  return r.error().message;
+}
+
+auto create(std::string_view body) { return decode_create_session(*parse_object(body)); }
+
+// API.md "General": a value that is not built is ENOTSUP naming it, never accepted and ignored.
+TEST(JsonCodec, CreateRefusesWhatIsNotBuilt) {
+  auto unsup = [](std::string_view b) {
+    return unsupported_of([](const json& j) { return decode_create_session(j); }, b);
+  };
+  for (const char* mode : {"allowlist", "open"}) {
+    std::string m = unsup(R"({"id":"a","network":{"mode":")" + std::string(mode) + R"("}})");
+    EXPECT_NE(m.find("'network.mode'"), std::string::npos) << m;
+    EXPECT_NE(m.find(mode), std::string::npos) << m;
+  }
+  EXPECT_NE(unsup(R"({"id":"a","network":{"mode":"allowlist","allow":["example.org"]}})")
+                .find("'network.mode'"),
+            std::string::npos);
+  EXPECT_NE(unsup(R"({"id":"a","template":"python-data"})").find("'template'"),
+            std::string::npos);
+  EXPECT_NE(unsup(R"({"id":"a","limits":{"cpu_time_sec":10}})").find("'limits.cpu_time_sec'"),
+            std::string::npos);
+  EXPECT_NE(unsup(R"({"id":"a","limits":{"tmp_mb":10}})").find("'limits.tmp_mb'"),
+            std::string::npos);
+  // Seed 002's primary host_path in place of the workspace itself.
+  EXPECT_NE(unsup(R"({"id":"a","host_path":"/srv/p"})").find("'host_path'"), std::string::npos);
+  EXPECT_NE(unsup(R"({"id":"a","host_path":"/srv/p","mount_path":"/workspace/"})")
+                .find("'host_path'"),
+            std::string::npos);
+  EXPECT_TRUE(network_mode_built("none"));
+  EXPECT_FALSE(network_mode_built("allowlist"));
+}
+
+TEST(JsonCodec, CreateRejectsMalformedFailClosedFields) {
+  auto err = [](std::string_view b) {
+    return error_of([](const json& j) { return decode_create_session(j); }, b);
+  };
+  // allow without allowlist is a client bug (400), not a missing feature.
+  EXPECT_NE(err(R"({"id":"a","network":{"allow":["example.org"]}})").find("'network.allow'"),
+            std::string::npos);
+  EXPECT_NE(err(R"({"id":"a","network":{"mode":"none","allow":["example.org"]}})")
+                .find("needs network.mode"),
+            std::string::npos);
+  EXPECT_NE(err(R"({"id":"a","network":{"mode":"closed"}})").find("'network.mode'"),
+            std::string::npos);
+  EXPECT_NE(err(R"({"id":"a","template":7})").find("'template'"), std::string::npos);
+  // variables are type-checked also when id makes them unused.
+  EXPECT_NE(err(R"({"id":"a","variables":[1]})").find("'variables'"), std::string::npos);
+  EXPECT_NE(err(R"({"id":"a","variables":{"x":{}}})").find("'variables.x'"), std::string::npos);
+  EXPECT_NE(err(R"({"id":"a","extra_mounts":{}})").find("'extra_mounts'"), std::string::npos);
+  EXPECT_NE(err(R"({"id":"a","extra_mounts":[{"host_path":"/a"}]})")
+                .find("'extra_mounts[0].mount_path'"),
+            std::string::npos);
+  EXPECT_NE(err(R"({"id":"a","mount_path":"/data"})").find("'mount_path' needs 'host_path'"),
+            std::string::npos);
+  EXPECT_NE(err(R"({"id":"a","host_path_mode":"ro"})").find("'host_path_mode'"),
+            std::string::npos);
+  EXPECT_NE(err(R"({"id":"a","host_path":"/srv/p","mount_path":"/d","host_path_mode":"x"})")
+                .find("'host_path_mode'"),
+            std::string::npos);
+  EXPECT_NE(err(R"({"id":"a","host_path":1})").find("'host_path'"), std::string::npos);
+}
+
+// Seed 002's names are aliases that work: extra_mounts = mounts, a primary host_path mounted
+// elsewhere is one more mount, host_path_mode none mounts nothing.
+TEST(JsonCodec, CreateSeed002Aliases) {
+  auto r = create(R"({"id":"a","mounts":[{"host_path":"/srv/a","mount_path":"/workspace/a"}],
+      "extra_mounts":[{"host_path":"/srv/b","mount_path":"/data/b","mode":"ro"}],
+      "host_path":"/srv/p","mount_path":"/project","host_path_mode":"ro"})");
+  ASSERT_TRUE(r) << r.error().message;
+  ASSERT_EQ(r->spec.mounts.size(), 3u);
+  EXPECT_EQ(r->spec.mounts[0].host_path, "/srv/a");
+  EXPECT_EQ(r->spec.mounts[0].mode, "rw");
+  EXPECT_EQ(r->spec.mounts[1].host_path, "/srv/b");
+  EXPECT_EQ(r->spec.mounts[1].mount_path, "/data/b");
+  EXPECT_EQ(r->spec.mounts[1].mode, "ro");
+  EXPECT_EQ(r->spec.mounts[2].host_path, "/srv/p");
+  EXPECT_EQ(r->spec.mounts[2].mount_path, "/project");
+  EXPECT_EQ(r->spec.mounts[2].mode, "ro");
+
+  auto rw = create(R"({"id":"a","host_path":"/srv/p","mount_path":"/project"})");
+  ASSERT_TRUE(rw) << rw.error().message;
+  ASSERT_EQ(rw->spec.mounts.size(), 1u);
+  EXPECT_EQ(rw->spec.mounts[0].mode, "rw");
+
+  // none: declared, not mounted (also in place of /workspace, which then stays the workspace).
+  for (const char* body : {R"({"id":"a","host_path":"/srv/p","host_path_mode":"none"})",
+                           R"({"id":"a","host_path":"/srv/p","mount_path":"/p",
+                               "host_path_mode":"none"})"}) {
+    auto none = create(body);
+    ASSERT_TRUE(none) << body << ": " << none.error().message;
+    EXPECT_TRUE(none->spec.mounts.empty()) << body;
+  }
+  // A network that is built is accepted as before.
+  auto net = create(R"({"id":"a","network":{"mode":"none"}})");
+  ASSERT_TRUE(net) << net.error().message;
+  EXPECT_EQ(net->spec.network.mode, "none");
+}
+
+TEST(JsonCodec, ArtifactDirIsAPathInTheBox) {
+  EXPECT_NE(exec_error(R"({"command":"ls","artifact_dir":"/workspace/../etc"})")
+                .find("'artifact_dir'"),
+            std::string::npos);
+  EXPECT_NE(exec_error(R"({"command":"ls","artifact_dir":""})").find("'artifact_dir'"),
+            std::string::npos);
+  EXPECT_EQ(exec_error(R"({"command":"ls","artifact_dir":"out"})"), "");
+  // Once the box is known: under /workspace (or the backend's own workspace path), or relative.
+  EXPECT_TRUE(check_artifact_dir("", "/workspace"));
+  EXPECT_TRUE(check_artifact_dir("out/x", "/workspace"));
+  EXPECT_TRUE(check_artifact_dir("/workspace", "/workspace"));
+  EXPECT_TRUE(check_artifact_dir("/workspace/out", "/workspace"));
+  EXPECT_TRUE(check_artifact_dir("/workspace/out", "/data/ws/a"));
+  EXPECT_TRUE(check_artifact_dir("/data/ws/a/out", "/data/ws/a/"));
+  for (const char* bad : {"/home/user/out", "/workspaces/x", "/tmp/out", "/data/ws/ab"}) {
+    auto st = check_artifact_dir(bad, "/data/ws/a");
+    ASSERT_FALSE(st) << bad;
+    EXPECT_EQ(st.error().code, Code::kInvalid);
+    EXPECT_NE(st.error().message.find("'artifact_dir'"), std::string::npos);
+    EXPECT_NE(st.error().message.find(bad), std::string::npos);
+  }
+}
+
+TEST(JsonCodec, SeedCgroupMustMatchALiveBox) {
+  sandbox::Limits have = sandbox::builtin_default_limits();
+  sandbox::Limits want;
+  EXPECT_TRUE(check_limits_unchanged(want, have, "cgroup"));
+  want.memory_mb = sandbox::kDefaultMemoryMb;
+  want.max_pids = sandbox::kDefaultMaxPids;
+  EXPECT_TRUE(check_limits_unchanged(want, have, "cgroup"));
+  want.cpu_percent = 50;
+  auto st = check_limits_unchanged(want, have, "cgroup");
+  ASSERT_FALSE(st);
+  EXPECT_EQ(st.error().code, Code::kNotSupported);
+  EXPECT_NE(st.error().message.find("'cgroup.cpu_percent'"), std::string::npos);
+  want.cpu_percent.reset();
+  want.disk_mb = 64;  // the box has no disk cap
+  auto disk = check_limits_unchanged(want, have, "cgroup");
+  ASSERT_FALSE(disk);
+  EXPECT_NE(disk.error().message.find("'cgroup.disk_mb'"), std::string::npos);
+  // The seed decoder refuses the limits nothing enforces, like the v1 one.
+  EXPECT_NE(unsupported_of(decode_seed_exec,
+                           R"({"command":"ls","agent_id":"a","cgroup":{"tmp_mb":5}})")
+                .find("'cgroup.tmp_mb'"),
+            std::string::npos);
 }
 
 TEST(JsonCodec, SeedRequests) {

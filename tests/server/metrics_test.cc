@@ -34,5 +34,22 @@ TEST(Metrics, CountsAndHistogramAreCumulative) {
   EXPECT_TRUE(has_line(t, "# TYPE agentbox_exec_duration_seconds histogram")) << t;
 }
 
+// What is and is not built, as gauges and as /readyz's "features" (one list, metrics.h).
+TEST(Metrics, FeaturesSayWhatIsBuilt) {
+  std::string t = Metrics{}.render({});
+  EXPECT_TRUE(has_line(t, "# TYPE agentbox_feature gauge")) << t;
+  EXPECT_TRUE(has_line(t, "agentbox_feature{name=\"exec\"} 1")) << t;
+  EXPECT_TRUE(has_line(t, "agentbox_feature{name=\"templates\"} 0")) << t;
+  EXPECT_TRUE(has_line(t, "agentbox_network_mode{mode=\"none\"} 1")) << t;
+  EXPECT_TRUE(has_line(t, "agentbox_network_mode{mode=\"allowlist\"} 0")) << t;
+  EXPECT_TRUE(has_line(t, "agentbox_network_mode{mode=\"open\"} 0")) << t;
+  nlohmann::json f = features_json();
+  EXPECT_EQ(f["network_modes"], nlohmann::json::array({"none"}));
+  EXPECT_EQ(f["templates"], false);
+  EXPECT_EQ(f["processes"], false);
+  EXPECT_EQ(f["exec"], true);
+  EXPECT_EQ(f.size(), std::size(kFeatures) + 1);
+}
+
 }  // namespace
 }  // namespace agentbox::server

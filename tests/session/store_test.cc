@@ -42,7 +42,7 @@ StoredSession sample(std::string id, uid_t uid) {
   i.spec.limits.memory_mb = 256;
   i.spec.limits.max_pids = 64;
   i.spec.network.mode = "allowlist";
-  i.spec.network.allow = {"pypi.org"};
+  i.spec.network.allow = {"example.org"};
   i.spec.ttl_sec = 0;
   i.state = State::kRunning;
   i.workspace = "/workspace";
@@ -84,7 +84,7 @@ TEST_F(StoreTest, WhatIsPutIsLoadedBackAfterReopening) {
   EXPECT_EQ(a.spec.limits.max_pids, 64u);
   EXPECT_FALSE(a.spec.limits.cpu_percent);
   EXPECT_EQ(a.spec.network.mode, "allowlist");
-  EXPECT_EQ(a.spec.network.allow, std::vector<std::string>{"pypi.org"});
+  EXPECT_EQ(a.spec.network.allow, std::vector<std::string>{"example.org"});
   EXPECT_EQ(a.spec.ttl_sec, 0);
   EXPECT_EQ(a.spec.env.at("K"), "V\xEF\xBF\xBD");  // invalid UTF-8 stored replaced, not lost
   EXPECT_EQ((*rows)[1].info.id, "b");
