@@ -385,9 +385,15 @@ Status SessionManager::forget_locked(const Entry& e) {
   return st;
 }
 
-void SessionManager::emit(std::string_view event, const SessionInfo& s,
-                          std::string_view reason) const {
-  if (config_.on_event) config_.on_event(event, s, reason);
+void SessionManager::publish_locked(std::unique_lock<std::mutex>& lk, const Entry& e,
+                                    EventKind kind, EventCause cause, std::string_view actor,
+                                    std::string_view detail) {
+  const SessionInfo info = info_locked(e);
+  // Copies: the strings may live in the entry, which others may change once mu_ is released.
+  const std::string who(actor), what(detail);
+  lk.unlock();
+  publish(SessionEvent{kind, cause, info, who, what});
+  lk.lock();
 }
 
 std::string_view event_kind_name(EventKind k) {
@@ -688,7 +694,10 @@ Result<std::pair<SessionInfo, bool>> SessionManager::create_or_get(const std::st
   lk.lock();
   auto done = finish_start_locked(*e, std::move(started), /*is_new=*/true);
   if (!done) return std::unexpected(done.error());
-  return std::pair{info_locked(**done), true};
+  SessionInfo info = info_locked(**done);
+  lk.unlock();
+  publish(SessionEvent{EventKind::kCreated, EventCause::kApi, info, caller.tenant, ""});
+  return std::pair{std::move(info), true};
 }
 
 Result<SessionInfo> SessionManager::get(const std::string& id, const Caller& caller) {
@@ -748,17 +757,18 @@ Status SessionManager::remove_workspace(const std::string& id) {
 }
 
 Status SessionManager::destroy(const std::string& id, const Caller& caller) {
-  auto r = destroy_impl(id, caller, /*archive=*/false);
+  auto r = destroy_impl(id, caller, /*archive=*/false, 0, EventCause::kApi, "");
   if (!r) return std::unexpected(r.error());
   return {};
 }
 
 Result<std::string> SessionManager::destroy_archived(const std::string& id, const Caller& caller) {
-  return destroy_impl(id, caller, /*archive=*/true);
+  return destroy_impl(id, caller, /*archive=*/true, 0, EventCause::kApi, "");
 }
 
 Result<std::string> SessionManager::destroy_impl(const std::string& id, const Caller& caller,
-                                                 bool archive, std::int64_t if_idle_ttl_ms) {
+                                                 bool archive, std::int64_t if_idle_ttl_ms,
+                                                 EventCause cause, std::string_view reason) {
   if (auto st = validate_id(id); !st) return std::unexpected(st.error());
   std::unique_lock lk(mu_);
   auto e = find_settled_locked(lk, id);
@@ -794,6 +804,9 @@ Result<std::string> SessionManager::destroy_impl(const std::string& id, const Ca
   sessions_.erase(id);
   (void)forget_locked(*e);
   spdlog::info("session {}: destroyed{}", id, archive ? " (archived to " + *archived + ")" : "");
+  const bool own = cause == EventCause::kReaper || cause == EventCause::kEviction;
+  publish_locked(lk, *e, EventKind::kDestroyed, cause, own ? "" : caller.tenant,
+                 archive ? std::string_view(*archived) : reason);
   return *archived;
 }
 
@@ -933,7 +946,10 @@ Result<SessionInfo> SessionManager::restore(const std::string& id, const std::st
   lk.lock();
   auto done = finish_start_locked(e, std::move(started), /*is_new=*/true);
   if (!done) return std::unexpected(done.error());
-  return info_locked(**done);
+  SessionInfo info = info_locked(**done);
+  lk.unlock();
+  publish(SessionEvent{EventKind::kCreated, EventCause::kRestore, info, caller.tenant, archive});
+  return info;
 }
 
 std::shared_ptr<sandbox::Sandbox> SessionManager::lease_locked(const std::shared_ptr<Entry>& e) {
@@ -948,10 +964,8 @@ std::shared_ptr<sandbox::Sandbox> SessionManager::lease_locked(const std::shared
 
 Result<std::shared_ptr<sandbox::Sandbox>> SessionManager::acquire(const std::string& id,
                                                                   bool create_if_missing,
-                                                                  const Caller& caller,
-                                                                  bool* created_now) {
+                                                                  const Caller& caller) {
   if (auto st = validate_id(id); !st) return std::unexpected(st.error());
-  if (created_now) *created_now = false;
   std::unique_lock lk(mu_);
   for (;;) {
     std::shared_ptr<Entry> e = find_settled_locked(lk, id);
@@ -989,7 +1003,8 @@ Result<std::shared_ptr<sandbox::Sandbox>> SessionManager::acquire(const std::str
     lk.lock();
     auto done = finish_start_locked(e, std::move(started), is_new);
     if (!done) return std::unexpected(done.error());
-    if (is_new && created_now) *created_now = true;
+    publish_locked(lk, **done, is_new ? EventKind::kCreated : EventKind::kResumed, EventCause::kApi,
+                   caller.tenant);
     // Loop: the entry is ready and running now (or was destroyed meanwhile, then re-checked).
   }
 }
@@ -1045,18 +1060,19 @@ Result<SessionInfo> SessionManager::suspend(const std::string& id, const Caller&
   std::unique_lock lk(mu_);
   auto e = find_settled_locked(lk, id);
   if (!e || !visible(*e, caller)) return fail(Code::kNotFound, "no such session: " + id);
-  if (e->state == State::kRunning) suspend_locked(lk, e);
   e->last_used_ms.store(now_ms());
+  if (e->state == State::kRunning) {
+    suspend_locked(lk, e);
+    publish_locked(lk, *e, EventKind::kSuspended, EventCause::kApi, caller.tenant);
+  }
   return info_locked(*e);
 }
 
 void SessionManager::suspend_for_locked(std::unique_lock<std::mutex>& lk,
-                                        const std::shared_ptr<Entry>& e, std::string_view reason) {
+                                        const std::shared_ptr<Entry>& e, EventCause cause,
+                                        std::string_view reason) {
   suspend_locked(lk, e);
-  SessionInfo info = info_locked(*e);
-  lk.unlock();
-  emit("session.suspend", info, reason);
-  lk.lock();
+  publish_locked(lk, *e, EventKind::kSuspended, cause, /*actor=*/"", reason);
 }
 
 bool SessionManager::idle_locked(const Entry& e, std::int64_t now, std::int64_t ttl_ms) const {
@@ -1077,7 +1093,7 @@ Status SessionManager::make_room_locked(std::unique_lock<std::mutex>& lk, const 
     if (!victim) return st;
     spdlog::info("session {}: suspended to make room for {} (max_running_boxes {})", victim->id, id,
                  config_.max_running_boxes);
-    suspend_for_locked(lk, victim, "evicted: max_running_boxes reached");
+    suspend_for_locked(lk, victim, EventCause::kEviction, "evicted: max_running_boxes reached");
   }
 }
 
@@ -1098,19 +1114,12 @@ std::size_t SessionManager::reap_idle() {
     }
   }
   std::size_t n = 0;
-  const Caller system;  // admin
   for (const Candidate& c : due) {
     std::string reason = "idle for " + std::to_string(c.ttl_ms / 1000) + " s (ttl_sec)";
     if (config_.ttl_destroys) {
-      std::optional<SessionInfo> info;
-      {
-        std::lock_guard lk(mu_);
-        if (auto it = sessions_.find(c.id); it != sessions_.end()) info = info_locked(*it->second);
-      }
-      if (!info) continue;
-      if (destroy_impl(c.id, system, /*archive=*/false, c.ttl_ms)) {
+      if (destroy_impl(c.id, Caller::daemon(), /*archive=*/false, c.ttl_ms, EventCause::kReaper,
+                       reason)) {
         spdlog::info("session {}: destroyed by the reaper ({})", c.id, reason);
-        emit("session.destroy", *info, reason);
         ++n;
       }
       continue;
@@ -1122,7 +1131,7 @@ std::size_t SessionManager::reap_idle() {
     // Re-checked under the lock: a request that came in since has a lease now.
     if (e->state != State::kRunning || !idle_locked(*e, now_ms(), c.ttl_ms)) continue;
     spdlog::info("session {}: suspending it for the reaper ({})", c.id, reason);
-    suspend_for_locked(lk, e, reason);
+    suspend_for_locked(lk, e, EventCause::kReaper, reason);
     ++n;
   }
   return n;
