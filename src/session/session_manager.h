@@ -22,8 +22,8 @@
 #include "common/error.h"
 #include "common/unique_fd.h"
 #include "sandbox/sandbox.h"
-#include "session/archive.h"
 #include "session/events.h"
+#include "workspace/workspaces.h"
 
 namespace agentbox::session {
 
@@ -112,7 +112,7 @@ struct ManagerConfig {
   // request in flight) to make room instead of answering EQUOTA.
   bool evict_idle = false;
   // Bounds of POST /restore; archives are read only from data_dir/archives.
-  ExtractLimits restore_limits;
+  workspace::ExtractLimits restore_limits;
   // Sessions live in data_dir/state.db and come back (suspended) after a restart or a crash.
   // false: in memory only (throwaway daemons; the persistence benchmark's baseline).
   bool persist = true;
@@ -181,7 +181,8 @@ class SessionManager {
   // Counts for /metrics.
   std::map<std::string, std::size_t> count_by_state();
 
-  // Kills every box (daemon shutdown). Workspaces stay.
+  // Kills every box (daemon shutdown) and unmounts the capped (disk_mb) workspaces, whose
+  // images stay. Workspaces stay.
   void shutdown_all();
 
   const ManagerConfig& config() const { return config_; }
@@ -191,7 +192,7 @@ class SessionManager {
   [[nodiscard]] std::shared_ptr<void> subscribe(EventSubscriber fn);
 
  private:
-  explicit SessionManager(ManagerConfig config, UniqueFd workspaces_fd);
+  SessionManager(ManagerConfig config, workspace::Workspaces workspaces);
   struct Entry;
   struct BoxStart;
   struct Lease;
@@ -225,11 +226,6 @@ class SessionManager {
   Result<std::string> destroy_impl(const std::string& id, const Caller& caller, bool archive,
                                    std::int64_t if_idle_ttl_ms, EventCause cause,
                                    std::string_view reason);
-  // data_dir/archives (created 0700 on first use).
-  Result<UniqueFd> open_archives_dir() const;
-  Result<std::string> archive_workspace(const Entry& e);
-  // The archive a restore names, opened after the location and name checks.
-  Result<UniqueFd> open_archive(const std::string& archive) const;
   SessionInfo info_locked(const Entry& e) const;
   // Creates (or finds) the workspace and asks the backend for a box. Slow: called without mu_,
   // on an entry that no other thread touches while it is kCreating.
@@ -241,10 +237,8 @@ class SessionManager {
   std::shared_ptr<Entry> find_settled_locked(std::unique_lock<std::mutex>& lk,
                                              const std::string& id);
   uid_t allocate_uid_locked(const std::string& id);
+  // Drops the quota disk (workspace/) and removes the tree without following a link in it.
   Status remove_workspace(const std::string& id);
-  // limits.disk_mb: the workspace's size-capped file system (linux/quota_disk.h).
-  std::string disk_image_path(const std::string& id) const;
-  Status attach_disk(const Entry& e, bool isolated);
   // Every change to what a session is (created, started, suspended, destroyed) goes through
   // these two: one durable transaction each (store.h). Last-used times are batched apart
   // (flush_used). mu_ held.
@@ -258,7 +252,7 @@ class SessionManager {
                       EventCause cause, std::string_view actor, std::string_view detail = {});
 
   ManagerConfig config_;
-  UniqueFd workspaces_fd_;  // data_dir/workspaces, O_DIRECTORY; ids are resolved beneath it
+  workspace::Workspaces workspaces_;  // data_dir/workspaces, disks and archives
   std::mutex mu_;
   std::condition_variable cv_;  // an entry left kCreating/kDestroying, or was erased
   bool closed_ = false;         // shutdown_all() ran: no box is started again
