@@ -236,15 +236,14 @@ int main(int argc, char** argv) {
     return 1;
   }
   std::shared_ptr<server::AuditLog> audit_log = std::move(*audit);
-  mc.on_event = [audit_log](std::string_view event, const session::SessionInfo& s,
-                            std::string_view reason) {
-    audit_log->record(event, s.tenant, s.id, {{"by", "agentboxd"}, {"reason", reason}});
-  };
   auto manager = session::SessionManager::open(std::move(mc));
   if (!manager) {
     spdlog::error("sessions: {}", manager.error().message);
     return 1;
   }
+  // Every session change (API requests, the reaper, eviction, restores) is audited from the
+  // manager's lifecycle events; the server writes only exec and file lines itself.
+  std::shared_ptr<void> audit_sub = server::audit_session_events(**manager, audit_log);
 
   server::ServerOptions opts;
   opts.address = listen->first;

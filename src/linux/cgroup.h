@@ -118,6 +118,11 @@ class CgroupDriver {
   // before creating boxes). Returns how many.
   [[nodiscard]] virtual Result<std::size_t> remove_stale() = 0;
 
+  // A clean daemon exit: remove_stale(), then the parent cgroup itself in every hierarchy
+  // (only its last component: an ancestor may be a subtree delegated to the daemon). A parent
+  // still in use (EBUSY, e.g. another daemon's box) or already gone is left alone.
+  [[nodiscard]] virtual Status remove_parent() = 0;
+
   // The parent directory (v2) or the memory hierarchy's parent directory (v1), for messages.
   virtual std::string parent_path() const = 0;
 };

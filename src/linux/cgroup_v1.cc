@@ -5,6 +5,7 @@
 
 #include <algorithm>
 #include <array>
+#include <cerrno>
 #include <string>
 #include <thread>
 #include <utility>
@@ -251,6 +252,17 @@ class V1Driver final : public CgroupDriver {
       return std::unexpected(std::move(st.error()));
     }
     return box;
+  }
+
+  Status remove_parent() override {
+    if (auto n = remove_stale(); !n) return std::unexpected(std::move(n.error()));
+    for (const std::string& d : dirs_under(root_, parent_)) {
+      int err = fs_->remove_dir(d);
+      if (err != 0 && err != ENOENT && err != EBUSY && err != ENOTEMPTY) {
+        return fail_errno(err, "rmdir(" + d + ")");
+      }
+    }
+    return {};
   }
 
   Result<std::size_t> remove_stale() override {

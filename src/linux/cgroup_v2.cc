@@ -1,5 +1,6 @@
 // cgroup v2 driver: one unified hierarchy, limits in memory.max / memory.swap.max / cpu.max /
 // pids.max, kill with cgroup.kill (Linux 5.14+) or freeze + kill loop.
+#include <cerrno>
 #include <string>
 #include <thread>
 #include <utility>
@@ -187,6 +188,17 @@ class V2Driver final : public CgroupDriver {
       return std::unexpected(std::move(st.error()));
     }
     return box;
+  }
+
+  Status remove_parent() override {
+    if (auto n = remove_stale(); !n) return std::unexpected(std::move(n.error()));
+    for (const std::string& d : {parent_path()}) {
+      int err = fs_->remove_dir(d);
+      if (err != 0 && err != ENOENT && err != EBUSY && err != ENOTEMPTY) {
+        return fail_errno(err, "rmdir(" + d + ")");
+      }
+    }
+    return {};
   }
 
   Result<std::size_t> remove_stale() override {

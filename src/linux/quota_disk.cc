@@ -204,11 +204,16 @@ Status attach_quota_disk(const QuotaDiskSpec& spec) {
   return {};
 }
 
-Status detach_quota_disk(const std::string& mountpoint, const std::string& image_path) {
+Status unmount_quota_disk(const std::string& mountpoint) {
   auto mounted = is_mount_root(mountpoint);
   if (mounted && *mounted && ::umount2(mountpoint.c_str(), MNT_DETACH | UMOUNT_NOFOLLOW) != 0) {
     return fail_errno(errno, "umount(" + mountpoint + ")");
   }
+  return {};
+}
+
+Status detach_quota_disk(const std::string& mountpoint, const std::string& image_path) {
+  if (auto st = unmount_quota_disk(mountpoint); !st) return st;
   if (::unlink(image_path.c_str()) != 0 && errno != ENOENT) {
     return fail_errno(errno, "unlink(" + image_path + ")");
   }

@@ -39,6 +39,10 @@ struct QuotaDiskSpec {
 // it until it lets go), then removes the image. Missing pieces are not an error.
 [[nodiscard]] Status detach_quota_disk(const std::string& mountpoint, const std::string& image_path);
 
+// Unmounts `mountpoint` if something is mounted there (lazily, as above), keeping the image:
+// the loop device (LO_FLAGS_AUTOCLEAR) goes with the mount. A clean daemon exit.
+[[nodiscard]] Status unmount_quota_disk(const std::string& mountpoint);
+
 // Whether `path` is the root of a mount (statx STATX_ATTR_MOUNT_ROOT).
 [[nodiscard]] Result<bool> is_mount_root(const std::string& path);
 

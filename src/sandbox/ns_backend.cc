@@ -245,6 +245,15 @@ struct Core {
     work.reset();
     io.stop();
     io_thread.join();
+    // The backend and every box are gone (boxes hold the core): a clean exit leaves no
+    // agentbox-<hash> cgroup dirs behind (DESIGN.md "Lifecycle"; kill -9 leftovers are
+    // removed at the next start by remove_stale()).
+    if (driver && usable) {
+      if (auto st = driver->remove_parent(); !st) {
+        spdlog::warn("ns backend: removing cgroup {}: {}", driver->parent_path(),
+                     st.error().message);
+      }
+    }
   }
 
   void run_io() {

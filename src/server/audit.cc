@@ -10,6 +10,7 @@
 
 #include "common/log.h"
 #include "server/json_codec.h"
+#include "session/session_manager.h"
 
 namespace agentbox::server {
 namespace {
@@ -95,6 +96,38 @@ void AuditLog::record(std::string_view event, std::string_view tenant, std::stri
   warned_ = false;
   size_ += text.size();
   if (size_ >= max_bytes_) rotate_locked();
+}
+
+void record_session_event(AuditLog& log, const session::SessionEvent& ev) {
+  using session::EventCause;
+  using session::EventKind;
+  const session::SessionInfo& s = ev.session;
+  const std::string_view tenant = ev.actor.empty() ? std::string_view(s.tenant) : ev.actor;
+  nlohmann::ordered_json fields = nlohmann::ordered_json::object();
+  if (ev.cause == EventCause::kReaper || ev.cause == EventCause::kEviction) {
+    fields["by"] = "agentboxd";
+    fields["reason"] = ev.detail;
+  } else if (!ev.detail.empty()) {
+    fields["archive"] = ev.detail;  // a restore's source, an archived destroy's archive
+  }
+  switch (ev.kind) {
+    case EventKind::kCreated:
+      log.record(ev.cause == EventCause::kRestore ? "session.restore" : "session.create", tenant,
+                 s.id, fields);
+      return;
+    case EventKind::kResumed: log.record("session.resume", tenant, s.id, fields); return;
+    case EventKind::kSuspended: log.record("session.suspend", tenant, s.id, fields); return;
+    case EventKind::kDestroyed:
+      if (fields.contains("archive")) log.record("session.archive", tenant, s.id, fields);
+      log.record("session.destroy", tenant, s.id, fields);
+      return;
+  }
+}
+
+std::shared_ptr<void> audit_session_events(session::SessionManager& sessions,
+                                           std::shared_ptr<AuditLog> log) {
+  return sessions.subscribe(
+      [log = std::move(log)](const session::SessionEvent& ev) { record_session_event(*log, ev); });
 }
 
 }  // namespace agentbox::server

@@ -23,6 +23,11 @@
 
 #include "common/error.h"
 #include "common/unique_fd.h"
+#include "session/events.h"
+
+namespace agentbox::session {
+class SessionManager;
+}
 
 namespace agentbox::server {
 
@@ -49,5 +54,14 @@ class AuditLog {
   std::uint64_t size_;   // bytes in the current file; guarded by mu_
   bool warned_ = false;  // a write error was logged; guarded by mu_
 };
+
+// The session lines of the log come from the session manager's lifecycle events (events.h):
+// session.create / .restore / .resume / .suspend / .archive + .destroy, with the acting
+// tenant (the owner when the daemon acted), and {"by":"agentboxd","reason":...} for what the
+// reaper or eviction did. Lines are written until the returned handle is dropped.
+[[nodiscard]] std::shared_ptr<void> audit_session_events(session::SessionManager& sessions,
+                                                         std::shared_ptr<AuditLog> log);
+// One event as audit lines (exposed for tests).
+void record_session_event(AuditLog& log, const session::SessionEvent& ev);
 
 }  // namespace agentbox::server

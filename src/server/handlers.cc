@@ -51,10 +51,8 @@ asio::awaitable<Reply> create_session(Context* ctx, Request req) {
   });
   auto r = co_await std::move(job2);
   if (!r) co_return error_reply(r.error());
-  if (r->second) {
-    spdlog::info("req={} session {} created", req.id, r->first.id);
-    audit(ctx, "session.create", caller, r->first.id);
-  }
+  // The audit line comes from the manager's kCreated event (audit_session_events).
+  if (r->second) spdlog::info("req={} session {} created", req.id, r->first.id);
   co_return session_reply(r->second ? 201 : 200, r->first);
 }
 
@@ -80,16 +78,12 @@ asio::awaitable<Reply> delete_session(Context* ctx, std::string id, Request req)
     auto path = co_await std::move(job4a);
     if (!path) co_return error_reply(path.error());
     spdlog::info("req={} session {} archived to {} and destroyed", req.id, id, *path);
-    ojson fields = {{"archive", *path}};
-    audit(ctx, "session.archive", caller, id, fields);
-    audit(ctx, "session.destroy", caller, id, fields);
     co_return json_reply(200, {{"id", id}, {"archive", *path}});
   }
   auto job4 = run_blocking(ctx->pool, [sm, id, caller] { return sm->destroy(id, caller); });
   auto st = co_await std::move(job4);
   if (!st) co_return error_reply(st.error());
   spdlog::info("req={} session {} destroyed", req.id, id);
-  audit(ctx, "session.destroy", caller, id);
   co_return json_reply(200, {{"id", id}});
 }
 
@@ -105,9 +99,8 @@ asio::awaitable<Reply> lifecycle(Context* ctx, RouteId route, std::string id, Re
   auto s = co_await std::move(job);
   if (!s) co_return error_reply(s.error());
   if (route != RouteId::kSessionKeepalive) {
-    const char* event = route == RouteId::kSessionSuspend ? "session.suspend" : "session.resume";
+    const char* event = route == RouteId::kSessionSuspend ? "suspend" : "resume";
     spdlog::info("req={} session {}: {}", req.id, id, event);
-    audit(ctx, event, caller, id);
   }
   co_return session_reply(200, *s);
 }
@@ -152,8 +145,6 @@ asio::awaitable<Reply> restore_session(Context* ctx, std::string id, Request req
   auto s = co_await std::move(job);
   if (!s) co_return error_reply(s.error());
   spdlog::info("req={} session {} restored from {}", req.id, id, archive);
-  ojson fields = {{"archive", archive}};
-  audit(ctx, "session.restore", caller, id, fields);
   co_return session_reply(201, *s);
 }
 
@@ -429,14 +420,10 @@ asio::awaitable<Result<std::shared_ptr<sandbox::Sandbox>>> acquire_sandbox(Conte
   if (session::validate_id(id)) {
     if (auto box = sm->try_acquire_running(id, caller)) co_return box;
   }
-  // The flag lives in the coroutine frame, which outlives the pool job that sets it.
-  auto created = std::make_shared<bool>(false);
-  auto job16 = run_blocking(ctx->pool, [sm, id, create_if_missing, caller, created] {
-    return sm->acquire(id, create_if_missing, caller, created.get());
+  auto job16 = run_blocking(ctx->pool, [sm, id, create_if_missing, caller] {
+    return sm->acquire(id, create_if_missing, caller);
   });
-  auto r = co_await std::move(job16);
-  if (r && *created) audit(ctx, "session.create", caller, id);
-  co_return r;
+  co_return co_await std::move(job16);
 }
 
 asio::awaitable<Reply> handle_simple(Context* ctx, RouteId route, Request req) {

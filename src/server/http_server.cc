@@ -328,20 +328,16 @@ asio::awaitable<Result<PreparedExec>> prepare_exec(Context* ctx, Request req, bo
       session::SessionManager* sm = ctx->sessions;
       std::string id = p.session_id;
       session::Caller caller = req.caller;
-      auto job = run_blocking(ctx->pool, [sm, id, spec, caller]() -> Result<bool> {
+      auto job = run_blocking(ctx->pool, [sm, id, spec, caller]() -> Status {
         if (auto have = sm->get(id, caller)) {
-          if (auto st = check_limits_unchanged(spec.limits, have->spec.limits, "cgroup"); !st) {
-            return std::unexpected(st.error());
-          }
-          return false;
+          return check_limits_unchanged(spec.limits, have->spec.limits, "cgroup");
         }
         auto r = sm->create_or_get(id, spec, caller);
         if (!r) return std::unexpected(r.error());
-        return r->second;
+        return {};
       });
-      auto created = co_await std::move(job);
-      if (!created) co_return std::unexpected(created.error());
-      if (*created) detail::audit(ctx, "session.create", caller, id);
+      auto made = co_await std::move(job);
+      if (!made) co_return std::unexpected(made.error());
     }
   } else {
     auto id = detail::session_param(req);

@@ -1,22 +1,14 @@
 #include "session/session_manager.h"
 
-#include <dirent.h>
-#include <fcntl.h>
 #include <limits.h>
-#include <linux/openat2.h>
-#include <sys/stat.h>
-#include <sys/syscall.h>
 #include <unistd.h>
 
 #include <cerrno>
-#include <cstdio>
 #include <cstdlib>
-#include <ctime>
 #include <filesystem>
 #include <utility>
 
 #include "common/log.h"
-#include "linux/quota_disk.h"
 #include "sandbox/default_limits.h"
 #include "sandbox/rooted_fs.h"
 #include "session/store.h"
@@ -29,24 +21,10 @@ constexpr uid_t kFirstUid = 10000;
 constexpr uid_t kUidRange = 60000;  // uids are allocated in [10000, 70000)
 constexpr char kSkillsDir[] = "/workspace/.skills/";
 constexpr char kSharedDir[] = "/shared/";
-constexpr char kArchiveSuffix[] = ".tar.zst";
 constexpr char kStateDb[] = "state.db";
 
 std::int64_t now_ms() {
   return to_unix_ms(std::chrono::system_clock::now());
-}
-
-// "20261121T220000.123Z": UTC, sortable, no ':' (archive file names).
-std::string archive_stamp(std::chrono::system_clock::time_point t) {
-  auto ms = std::chrono::duration_cast<std::chrono::milliseconds>(t.time_since_epoch()).count();
-  std::time_t secs = static_cast<std::time_t>(ms / 1000);
-  std::tm tm{};
-  ::gmtime_r(&secs, &tm);
-  char buf[40];
-  std::snprintf(buf, sizeof buf, "%04d%02d%02dT%02d%02d%02d.%03dZ", tm.tm_year + 1900,
-                tm.tm_mon + 1, tm.tm_mday, tm.tm_hour, tm.tm_min, tm.tm_sec,
-                static_cast<int>(ms % 1000));
-  return buf;
 }
 
 // Internal life-cycle phase. Only kReady entries are visible to list()/get(); the others are
@@ -218,13 +196,22 @@ struct SessionManager::Lease {
   }
 };
 
+namespace {
+// SECURITY: with isolation the session's own uid owns its workspace root (and what a restore
+// extracts); the host backend runs commands as the daemon's user, which keeps ownership.
+std::optional<workspace::Owner> owner_of(const std::string& backend, uid_t uid) {
+  if (backend == kHostBackend) return std::nullopt;
+  return workspace::Owner{uid, static_cast<gid_t>(uid)};
+}
+}  // namespace
+
 struct SessionManager::BoxStart {
   std::shared_ptr<sandbox::Sandbox> box;
   bool created_dir = false;  // the workspace did not exist before
 };
 
-SessionManager::SessionManager(ManagerConfig config, UniqueFd workspaces_fd)
-    : config_(std::move(config)), workspaces_fd_(std::move(workspaces_fd)) {}
+SessionManager::SessionManager(ManagerConfig config, workspace::Workspaces workspaces)
+    : config_(std::move(config)), workspaces_(std::move(workspaces)) {}
 
 SessionManager::~SessionManager() {
   {
@@ -253,18 +240,9 @@ Result<std::unique_ptr<SessionManager>> SessionManager::open(ManagerConfig confi
     if (!b) return fail(Code::kInvalid, "backend \"" + name + "\" is null");
   }
 
-  UniqueFd data_fd(::open(config.data_dir.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC));
-  if (!data_fd) return fail_errno(errno, "open(" + config.data_dir + ")");
-  std::string ws = config.data_dir + "/workspaces";
-  // SECURITY: 0700 and owned by the daemon: no session uid can list or enter other sessions'
-  // workspaces through the host path (boxes see only their own, bind-mounted).
-  if (::mkdirat(data_fd.get(), "workspaces", 0700) != 0 && errno != EEXIST) {
-    return fail_errno(errno, "mkdir(" + ws + ")");
-  }
-  UniqueFd ws_fd(
-      ::openat(data_fd.get(), "workspaces", O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC));
-  if (!ws_fd) return fail_errno(errno, "open(" + ws + ")");
-  std::unique_ptr<SessionManager> sm(new SessionManager(std::move(config), std::move(ws_fd)));
+  auto ws = workspace::Workspaces::open(config.data_dir);
+  if (!ws) return std::unexpected(ws.error());
+  std::unique_ptr<SessionManager> sm(new SessionManager(std::move(config), std::move(*ws)));
   sm->started_at_ = std::chrono::system_clock::now();
   if (sm->config_.persist) {
     auto store = Store::open(sm->config_.data_dir + "/" + kStateDb);
@@ -294,7 +272,7 @@ Status SessionManager::load_locked() {
     sandbox::fill_unset_limits(&e->spec.limits, config_.default_limits);
     e->backend = i.backend;
     e->uid = r.uid;
-    e->workspace_dir = config_.data_dir + "/workspaces/" + i.id;
+    e->workspace_dir = workspaces_.path(i.id);
     e->created_at = i.created_at;
     e->last_used_ms.store(to_unix_ms(i.last_used_at));
     e->stored_used_ms = e->last_used_ms.load();
@@ -311,8 +289,7 @@ Status SessionManager::load_locked() {
           "suspended until it is",
           e->id, e->backend);
     }
-    struct stat st;
-    if (::fstatat(workspaces_fd_.get(), e->id.c_str(), &st, AT_SYMLINK_NOFOLLOW) != 0) {
+    if (!workspaces_.exists(e->id)) {
       spdlog::warn("session {}: workspace {} is missing; it will start empty", e->id,
                    e->workspace_dir);
     }
@@ -323,18 +300,11 @@ Status SessionManager::load_locked() {
                sessions_.size(), store_->path(), was_running);
   // A workspace without a row (a crash between mkdir and the first commit, an older daemon):
   // reported, never deleted; creating that id again adopts it.
-  UniqueFd dup(::fcntl(workspaces_fd_.get(), F_DUPFD_CLOEXEC, 0));
-  if (DIR* d = dup ? ::fdopendir(dup.get()) : nullptr) {
-    (void)dup.release();
-    while (struct dirent* de = ::readdir(d)) {
-      std::string name = de->d_name;
-      if (name == "." || name == "..") continue;
-      if (sessions_.find(name) == sessions_.end()) {
-        spdlog::warn("state: workspace {}/workspaces/{} belongs to no session; left in place",
-                     config_.data_dir, name);
-      }
+  for (const std::string& name : workspaces_.names()) {
+    if (sessions_.find(name) == sessions_.end()) {
+      spdlog::warn("state: workspace {} belongs to no session; left in place",
+                   workspaces_.path(name));
     }
-    ::closedir(d);
   }
   return {};
 }
@@ -347,9 +317,9 @@ void SessionManager::sweep_temp_files() {
   }
   std::size_t removed = 0;
   for (const std::string& id : ids) {
-    UniqueFd ws(::openat(workspaces_fd_.get(), id.c_str(),
-                         O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC));
-    if (ws) removed += sandbox::remove_stale_temp_files(ws.get(), started_at_);
+    if (auto ws = workspaces_.open_dir(id)) {
+      removed += sandbox::remove_stale_temp_files(ws->get(), started_at_);
+    }
   }
   if (removed) spdlog::info("state: removed {} temp files of interrupted writes", removed);
 }
@@ -387,9 +357,15 @@ Status SessionManager::forget_locked(const Entry& e) {
   return st;
 }
 
-void SessionManager::emit(std::string_view event, const SessionInfo& s,
-                          std::string_view reason) const {
-  if (config_.on_event) config_.on_event(event, s, reason);
+void SessionManager::publish_locked(std::unique_lock<std::mutex>& lk, const Entry& e,
+                                    EventKind kind, EventCause cause, std::string_view actor,
+                                    std::string_view detail) {
+  const SessionInfo info = info_locked(e);
+  // Copies: the strings may live in the entry, which others may change once mu_ is released.
+  const std::string who(actor), what(detail);
+  lk.unlock();
+  publish(SessionEvent{kind, cause, info, who, what});
+  lk.lock();
 }
 
 std::string_view event_kind_name(EventKind k) {
@@ -507,7 +483,7 @@ Result<std::shared_ptr<SessionManager::Entry>> SessionManager::create_locked(
   sandbox::fill_unset_limits(&e->spec.limits, config_.default_limits);
   e->backend = backend;
   e->uid = allocate_uid_locked(id);
-  e->workspace_dir = config_.data_dir + "/workspaces/" + id;
+  e->workspace_dir = workspaces_.path(id);
   e->created_at = std::chrono::system_clock::now();
   e->last_used_ms.store(to_unix_ms(e->created_at));
   e->phase = Phase::kCreating;
@@ -516,7 +492,6 @@ Result<std::shared_ptr<SessionManager::Entry>> SessionManager::create_locked(
 }
 
 Result<SessionManager::BoxStart> SessionManager::start_box(const Entry& e) {
-  const bool isolated = e.backend != kHostBackend;
   sandbox::BoxConfig cfg;
   cfg.key = e.id;
   cfg.workspace_dir = e.workspace_dir;
@@ -546,57 +521,13 @@ Result<SessionManager::BoxStart> SessionManager::start_box(const Entry& e) {
   }
 
   BoxStart out;
-  // The id is a validated single path component, and O_NOFOLLOW refuses a symlink planted in
-  // its place, so the workspace is exactly data_dir/workspaces/<id>.
-  if (::mkdirat(workspaces_fd_.get(), e.id.c_str(), 0700) == 0) {
-    out.created_dir = true;
-  } else if (errno != EEXIST) {
-    return fail_errno(errno, "mkdir(" + e.workspace_dir + ")");
-  }
+  auto ws = workspaces_.prepare(e.id, /*must_be_new=*/false, owner_of(e.backend, e.uid),
+                                e.spec.limits.disk_mb.value_or(0));
+  if (!ws) return std::unexpected(ws.error());
+  out.created_dir = ws->created;
   auto drop_new_dir = [&] {
     if (out.created_dir) (void)remove_workspace(e.id);
   };
-  UniqueFd dir(::openat(workspaces_fd_.get(), e.id.c_str(),
-                        O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC));
-  if (!dir) {
-    int err = errno;
-    drop_new_dir();
-    if (err == ENOTDIR || err == ELOOP) {
-      // SECURITY: something other than a directory (e.g. a planted symlink to a host dir) sits
-      // where the workspace belongs; never hand it to a box.
-      return fail(Code::kAccess, "workspace " + e.workspace_dir +
-                                     " is not a directory (a symlink?); refusing to use it");
-    }
-    return fail_errno(err, "open(" + e.workspace_dir + ")");
-  }
-  if (e.spec.limits.disk_mb) {
-    // A capped workspace: the directory becomes the root of its own size-limited file system
-    // (linux/quota_disk.h); reopen it to get the mounted root, not the directory beneath.
-    if (auto st = attach_disk(e, isolated); !st) {
-      drop_new_dir();
-      return std::unexpected(st.error());
-    }
-    dir = UniqueFd(::openat(workspaces_fd_.get(), e.id.c_str(),
-                            O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC));
-    if (!dir) {
-      int err = errno;
-      drop_new_dir();
-      return fail_errno(err, "open(" + e.workspace_dir + ")");
-    }
-  }
-  // The umask may have narrowed mkdir's mode, and a reused workspace keeps its own: pin 0700.
-  if (::fchmod(dir.get(), 0700) != 0) {
-    int err = errno;
-    drop_new_dir();
-    return fail_errno(err, "chmod(" + e.workspace_dir + ")");
-  }
-  // SECURITY: with isolation the session's own uid owns its workspace root (and no other
-  // session's); the host backend runs commands as the daemon's user, so it keeps ownership.
-  if (isolated && ::fchown(dir.get(), e.uid, static_cast<gid_t>(e.uid)) != 0) {
-    int err = errno;
-    drop_new_dir();
-    return fail_errno(err, "chown(" + e.workspace_dir + ", " + std::to_string(e.uid) + ")");
-  }
 
   const std::shared_ptr<sandbox::Backend>& backend = config_.backends.at(e.backend);
   auto box = backend->create(std::move(cfg));
@@ -691,7 +622,10 @@ Result<std::pair<SessionInfo, bool>> SessionManager::create_or_get(const std::st
   lk.lock();
   auto done = finish_start_locked(*e, std::move(started), /*is_new=*/true);
   if (!done) return std::unexpected(done.error());
-  return std::pair{info_locked(**done), true};
+  SessionInfo info = info_locked(**done);
+  lk.unlock();
+  publish(SessionEvent{EventKind::kCreated, EventCause::kApi, info, caller.tenant, ""});
+  return std::pair{std::move(info), true};
 }
 
 Result<SessionInfo> SessionManager::get(const std::string& id, const Caller& caller) {
@@ -713,55 +647,33 @@ std::vector<SessionInfo> SessionManager::list(const Caller& caller) {
   return out;
 }
 
-std::string SessionManager::disk_image_path(const std::string& id) const {
-  return config_.data_dir + "/disks/" + id + ".img";
-}
-
-Status SessionManager::attach_disk(const Entry& e, bool isolated) {
-  std::string disks = config_.data_dir + "/disks";
-  // 0700: the images hold every capped workspace's bytes.
-  if (::mkdir(disks.c_str(), 0700) != 0 && errno != EEXIST) {
-    return fail_errno(errno, "mkdir(" + disks + ")");
-  }
-  linux::QuotaDiskSpec spec;
-  spec.image_path = disk_image_path(e.id);
-  spec.mountpoint = e.workspace_dir;
-  spec.bytes = *e.spec.limits.disk_mb << 20;
-  spec.uid = isolated ? e.uid : ::geteuid();
-  spec.gid = isolated ? static_cast<gid_t>(e.uid) : ::getegid();
-  return linux::attach_quota_disk(spec);
-}
-
 Status SessionManager::remove_workspace(const std::string& id) {
   // A capped workspace is a mount: detach it (and drop its image) before removing the directory,
   // which remove_all below would otherwise refuse as a mount point.
-  if (auto st =
-          linux::detach_quota_disk(config_.data_dir + "/workspaces/" + id, disk_image_path(id));
-      !st && st.error().code != Code::kNotFound) {
-    return st;
-  }
-  UniqueFd root(::fcntl(workspaces_fd_.get(), F_DUPFD_CLOEXEC, 0));
-  if (!root) return fail_errno(errno, "dup(" + config_.data_dir + "/workspaces)");
+  if (auto st = workspaces_.drop_disk(id); !st) return st;
+  auto root = workspaces_.dup_root();
+  if (!root) return std::unexpected(root.error());
   // SECURITY: RootedFs never follows a symlink, so a link the session planted in its workspace
   // cannot make the daemon delete anything outside it.
-  sandbox::RootedFs fs(std::move(root), sandbox::RootMode::kBeneath);
+  sandbox::RootedFs fs(std::move(*root), sandbox::RootMode::kBeneath);
   auto st = fs.remove_all(id);
   if (!st && st.error().code != Code::kNotFound) return st;
   return {};
 }
 
 Status SessionManager::destroy(const std::string& id, const Caller& caller) {
-  auto r = destroy_impl(id, caller, /*archive=*/false);
+  auto r = destroy_impl(id, caller, /*archive=*/false, 0, EventCause::kApi, "");
   if (!r) return std::unexpected(r.error());
   return {};
 }
 
 Result<std::string> SessionManager::destroy_archived(const std::string& id, const Caller& caller) {
-  return destroy_impl(id, caller, /*archive=*/true);
+  return destroy_impl(id, caller, /*archive=*/true, 0, EventCause::kApi, "");
 }
 
 Result<std::string> SessionManager::destroy_impl(const std::string& id, const Caller& caller,
-                                                 bool archive, std::int64_t if_idle_ttl_ms) {
+                                                 bool archive, std::int64_t if_idle_ttl_ms,
+                                                 EventCause cause, std::string_view reason) {
   if (auto st = validate_id(id); !st) return std::unexpected(st.error());
   std::unique_lock lk(mu_);
   auto e = find_settled_locked(lk, id);
@@ -778,7 +690,7 @@ Result<std::string> SessionManager::destroy_impl(const std::string& id, const Ca
   // The archive is taken with the box down (nothing writes meanwhile) and is durable before
   // the workspace is removed.
   Result<std::string> archived = std::string();
-  if (archive) archived = archive_workspace(*e);
+  if (archive) archived = workspaces_.archive(id);
   Status removed = archived ? remove_workspace(id) : Status(std::unexpected(archived.error()));
 
   lk.lock();
@@ -797,85 +709,10 @@ Result<std::string> SessionManager::destroy_impl(const std::string& id, const Ca
   sessions_.erase(id);
   (void)forget_locked(*e);
   spdlog::info("session {}: destroyed{}", id, archive ? " (archived to " + *archived + ")" : "");
+  const bool own = cause == EventCause::kReaper || cause == EventCause::kEviction;
+  publish_locked(lk, *e, EventKind::kDestroyed, cause, own ? "" : caller.tenant,
+                 archive ? std::string_view(*archived) : reason);
   return *archived;
-}
-
-Result<UniqueFd> SessionManager::open_archives_dir() const {
-  const std::string dir = archives_dir();
-  // SECURITY: 0700, daemon-owned: sessions never see archives of other sessions.
-  if (::mkdir(dir.c_str(), 0700) != 0 && errno != EEXIST) {
-    return fail_errno(errno, "mkdir(" + dir + ")");
-  }
-  UniqueFd fd(::open(dir.c_str(), O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC));
-  if (!fd) return fail_errno(errno, "open(" + dir + ")");
-  return fd;
-}
-
-Result<std::string> SessionManager::archive_workspace(const Entry& e) {
-  auto dir = open_archives_dir();
-  if (!dir) return std::unexpected(dir.error());
-  UniqueFd ws(::openat(workspaces_fd_.get(), e.id.c_str(),
-                       O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC));
-  if (!ws) return fail_errno(errno, "open(" + e.workspace_dir + ")");
-  const std::string name =
-      e.id + "-" + archive_stamp(std::chrono::system_clock::now()) + kArchiveSuffix;
-  auto stats = write_archive(ws.get(), dir->get(), name, "workspace of session " + e.id);
-  if (!stats) return std::unexpected(stats.error());
-  std::string path = archives_dir() + "/" + name;
-  spdlog::info("session {}: archived {} entries, {} bytes to {}", e.id, stats->entries,
-               stats->bytes, path);
-  return path;
-}
-
-Result<UniqueFd> SessionManager::open_archive(const std::string& archive) const {
-  if (archive.empty()) return fail(Code::kInvalid, "archive: must not be empty");
-  if (archive.find('\0') != std::string::npos) {
-    return fail(Code::kInvalid, "archive: path contains NUL");
-  }
-  const std::string dir = archives_dir();
-  std::string rel = archive;
-  if (archive.front() == '/') {
-    std::string norm = std::filesystem::path(archive).lexically_normal().string();
-    if (norm.size() <= dir.size() + 1 || norm.compare(0, dir.size(), dir) != 0 ||
-        norm[dir.size()] != '/') {
-      return fail(Code::kAccess, "archive " + archive + " is not under the archive directory " +
-                                     dir + "; refusing to read it");
-    }
-    rel = norm.substr(dir.size() + 1);
-  }
-  if (rel.size() <= sizeof kArchiveSuffix - 1 ||
-      rel.compare(rel.size() - (sizeof kArchiveSuffix - 1), std::string::npos, kArchiveSuffix) !=
-          0) {
-    return fail(Code::kInvalid, "archive " + archive + " is not a .tar.zst file");
-  }
-  auto dfd = open_archives_dir();
-  if (!dfd) return std::unexpected(dfd.error());
-  open_how how{};
-  how.flags = O_RDONLY | O_NOFOLLOW | O_NONBLOCK | O_CLOEXEC;
-  // SECURITY: "..", symlinks and absolute paths cannot lead out of data_dir/archives.
-  how.resolve = RESOLVE_BENEATH | RESOLVE_NO_SYMLINKS | RESOLVE_NO_MAGICLINKS;
-  long fd = -1;
-  do {
-    fd = ::syscall(SYS_openat2, dfd->get(), rel.c_str(), &how, sizeof how);
-  } while (fd < 0 && (errno == EAGAIN || errno == EINTR));
-  if (fd < 0) {
-    int err = errno;
-    if (err == EXDEV || err == ELOOP) {
-      return fail(Code::kAccess, "archive " + archive + " leads outside the archive directory " +
-                                     dir + "; refusing to read it");
-    }
-    // A bad field of the request (400), not a missing session (404).
-    Error e = Error::from_errno(err, "archive: open(" + archive + ")");
-    e.code = Code::kInvalid;
-    return std::unexpected(std::move(e));
-  }
-  UniqueFd out(static_cast<int>(fd));
-  struct stat st;
-  if (::fstat(out.get(), &st) != 0) return fail_errno(errno, "stat(" + archive + ")");
-  if (!S_ISREG(st.st_mode)) {
-    return fail(Code::kInvalid, "archive " + archive + " is not a regular file");
-  }
-  return out;
 }
 
 Result<SessionInfo> SessionManager::restore(const std::string& id, const std::string& archive,
@@ -888,7 +725,7 @@ Result<SessionInfo> SessionManager::restore(const std::string& id, const std::st
   std::unique_lock lk(mu_);
   if (find_settled_locked(lk, id)) return taken();  // API.md: 409 before the archive is looked at
   lk.unlock();
-  auto afd = open_archive(archive);
+  auto afd = workspaces_.open_archive(archive);
   if (!afd) return std::unexpected(afd.error());
   lk.lock();
   if (find_settled_locked(lk, id)) return taken();
@@ -898,30 +735,15 @@ Result<SessionInfo> SessionManager::restore(const std::string& id, const std::st
   lk.unlock();
 
   // Slow work on an entry nobody else touches while it is kCreating.
-  const bool isolated = e->backend != kHostBackend;
   bool made_dir = false;
   auto fill = [&]() -> Status {
     // The workspace must be new: a restore never merges into, or clobbers, a directory.
-    if (::mkdirat(workspaces_fd_.get(), id.c_str(), 0700) != 0) {
-      if (errno == EEXIST) {
-        return fail(Code::kExists, "workspace " + e->workspace_dir +
-                                       " already exists on disk; not restoring over it");
-      }
-      return fail_errno(errno, "mkdir(" + e->workspace_dir + ")");
-    }
+    auto ws = workspaces_.prepare(id, /*must_be_new=*/true, owner_of(e->backend, e->uid), /*disk_mb=*/0);
+    if (!ws) return std::unexpected(ws.error());
     made_dir = true;
-    UniqueFd dir(::openat(workspaces_fd_.get(), id.c_str(),
-                          O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC));
-    if (!dir) return fail_errno(errno, "open(" + e->workspace_dir + ")");
-    if (::fchmod(dir.get(), 0700) != 0) return fail_errno(errno, "chmod(" + e->workspace_dir + ")");
-    std::optional<ArchiveOwner> owner;
-    if (isolated) {
-      owner = ArchiveOwner{e->uid, static_cast<gid_t>(e->uid)};
-      if (::fchown(dir.get(), e->uid, static_cast<gid_t>(e->uid)) != 0) {
-        return fail_errno(errno, "chown(" + e->workspace_dir + ")");
-      }
-    }
-    auto stats = extract_archive(afd->get(), dir.get(), config_.restore_limits, owner, archive);
+    auto stats =
+        workspace::extract_archive(afd->get(), ws->dir.get(), config_.restore_limits,
+                                   owner_of(e->backend, e->uid), archive);
     if (!stats) return std::unexpected(stats.error());
     spdlog::info("session {}: restored {} entries, {} bytes from {}", id, stats->entries,
                  stats->bytes, archive);
@@ -936,7 +758,10 @@ Result<SessionInfo> SessionManager::restore(const std::string& id, const std::st
   lk.lock();
   auto done = finish_start_locked(e, std::move(started), /*is_new=*/true);
   if (!done) return std::unexpected(done.error());
-  return info_locked(**done);
+  SessionInfo info = info_locked(**done);
+  lk.unlock();
+  publish(SessionEvent{EventKind::kCreated, EventCause::kRestore, info, caller.tenant, archive});
+  return info;
 }
 
 std::shared_ptr<sandbox::Sandbox> SessionManager::lease_locked(const std::shared_ptr<Entry>& e) {
@@ -951,10 +776,8 @@ std::shared_ptr<sandbox::Sandbox> SessionManager::lease_locked(const std::shared
 
 Result<std::shared_ptr<sandbox::Sandbox>> SessionManager::acquire(const std::string& id,
                                                                   bool create_if_missing,
-                                                                  const Caller& caller,
-                                                                  bool* created_now) {
+                                                                  const Caller& caller) {
   if (auto st = validate_id(id); !st) return std::unexpected(st.error());
-  if (created_now) *created_now = false;
   std::unique_lock lk(mu_);
   for (;;) {
     std::shared_ptr<Entry> e = find_settled_locked(lk, id);
@@ -992,7 +815,8 @@ Result<std::shared_ptr<sandbox::Sandbox>> SessionManager::acquire(const std::str
     lk.lock();
     auto done = finish_start_locked(e, std::move(started), is_new);
     if (!done) return std::unexpected(done.error());
-    if (is_new && created_now) *created_now = true;
+    publish_locked(lk, **done, is_new ? EventKind::kCreated : EventKind::kResumed, EventCause::kApi,
+                   caller.tenant);
     // Loop: the entry is ready and running now (or was destroyed meanwhile, then re-checked).
   }
 }
@@ -1048,18 +872,19 @@ Result<SessionInfo> SessionManager::suspend(const std::string& id, const Caller&
   std::unique_lock lk(mu_);
   auto e = find_settled_locked(lk, id);
   if (!e || !visible(*e, caller)) return fail(Code::kNotFound, "no such session: " + id);
-  if (e->state == State::kRunning) suspend_locked(lk, e);
   e->last_used_ms.store(now_ms());
+  if (e->state == State::kRunning) {
+    suspend_locked(lk, e);
+    publish_locked(lk, *e, EventKind::kSuspended, EventCause::kApi, caller.tenant);
+  }
   return info_locked(*e);
 }
 
 void SessionManager::suspend_for_locked(std::unique_lock<std::mutex>& lk,
-                                        const std::shared_ptr<Entry>& e, std::string_view reason) {
+                                        const std::shared_ptr<Entry>& e, EventCause cause,
+                                        std::string_view reason) {
   suspend_locked(lk, e);
-  SessionInfo info = info_locked(*e);
-  lk.unlock();
-  emit("session.suspend", info, reason);
-  lk.lock();
+  publish_locked(lk, *e, EventKind::kSuspended, cause, /*actor=*/"", reason);
 }
 
 bool SessionManager::idle_locked(const Entry& e, std::int64_t now, std::int64_t ttl_ms) const {
@@ -1080,7 +905,7 @@ Status SessionManager::make_room_locked(std::unique_lock<std::mutex>& lk, const 
     if (!victim) return st;
     spdlog::info("session {}: suspended to make room for {} (max_running_boxes {})", victim->id, id,
                  config_.max_running_boxes);
-    suspend_for_locked(lk, victim, "evicted: max_running_boxes reached");
+    suspend_for_locked(lk, victim, EventCause::kEviction, "evicted: max_running_boxes reached");
   }
 }
 
@@ -1101,19 +926,12 @@ std::size_t SessionManager::reap_idle() {
     }
   }
   std::size_t n = 0;
-  const Caller system;  // admin
   for (const Candidate& c : due) {
     std::string reason = "idle for " + std::to_string(c.ttl_ms / 1000) + " s (ttl_sec)";
     if (config_.ttl_destroys) {
-      std::optional<SessionInfo> info;
-      {
-        std::lock_guard lk(mu_);
-        if (auto it = sessions_.find(c.id); it != sessions_.end()) info = info_locked(*it->second);
-      }
-      if (!info) continue;
-      if (destroy_impl(c.id, system, /*archive=*/false, c.ttl_ms)) {
+      if (destroy_impl(c.id, Caller::daemon(), /*archive=*/false, c.ttl_ms, EventCause::kReaper,
+                       reason)) {
         spdlog::info("session {}: destroyed by the reaper ({})", c.id, reason);
-        emit("session.destroy", *info, reason);
         ++n;
       }
       continue;
@@ -1125,7 +943,7 @@ std::size_t SessionManager::reap_idle() {
     // Re-checked under the lock: a request that came in since has a lease now.
     if (e->state != State::kRunning || !idle_locked(*e, now_ms(), c.ttl_ms)) continue;
     spdlog::info("session {}: suspending it for the reaper ({})", c.id, reason);
-    suspend_for_locked(lk, e, reason);
+    suspend_for_locked(lk, e, EventCause::kReaper, reason);
     ++n;
   }
   return n;
@@ -1177,10 +995,12 @@ std::map<std::string, std::size_t> SessionManager::count_by_state() {
 
 void SessionManager::shutdown_all() {
   std::vector<std::shared_ptr<sandbox::Sandbox>> boxes;
+  std::vector<std::string> capped;
   {
     std::lock_guard lk(mu_);
     closed_ = true;
     for (auto& [id, e] : sessions_) {
+      if (e->spec.limits.disk_mb) capped.push_back(id);
       if (e->phase != Phase::kReady || !e->box) continue;
       boxes.push_back(std::move(e->box));
       // Not written: every session comes back suspended at the next start anyway.
@@ -1189,6 +1009,13 @@ void SessionManager::shutdown_all() {
   }
   // Outside the lock: shutting a box down waits for its processes to die.
   for (auto& b : boxes) b->shutdown();
+  // A clean exit leaves no capped workspace mounted (nor its loop device attached): the next
+  // start mounts the image again when the session is used.
+  for (const std::string& id : capped) {
+    if (auto st = workspaces_.unmount_disk(id); !st) {
+      spdlog::warn("session {}: unmounting its disk: {}", id, st.error().message);
+    }
+  }
 }
 
 }  // namespace agentbox::session

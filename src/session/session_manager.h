@@ -22,8 +22,8 @@
 #include "common/error.h"
 #include "common/unique_fd.h"
 #include "sandbox/sandbox.h"
-#include "session/archive.h"
 #include "session/events.h"
+#include "workspace/workspaces.h"
 
 namespace agentbox::session {
 
@@ -71,10 +71,19 @@ struct SessionInfo {
 // that does not exist (ENOENT, same message). Ids stay one global namespace (one workspace dir,
 // one uid each), so creating an id another tenant holds fails with EEXIST ("already in use"),
 // which says nothing about the owner (docs/architecture.md, "Tenants").
+//
+// SECURITY: there is no default caller (no default constructor, no `= {}` arguments): every
+// call names who asks, so a route that forgets the caller does not compile (fail closed).
 struct Caller {
-  std::string tenant = "default";
-  bool admin = true;             // the default caller (daemon internals, tests) sees everything
-  std::size_t max_sessions = 0;  // sessions this tenant may hold; 0 = no limit
+  Caller(std::string tenant_name, bool is_admin, std::size_t max)
+      : tenant(std::move(tenant_name)), admin(is_admin), max_sessions(max) {}
+  // The daemon acting on its own account (internals, the reaper, tests): an admin whose
+  // sessions belong to tenant "default", the tenant of a daemon without a tenants list.
+  static Caller daemon() { return Caller("default", true, 0); }
+
+  std::string tenant;
+  bool admin;
+  std::size_t max_sessions;  // sessions this tenant may hold; 0 = no limit
 };
 
 // Session ids: [A-Za-z0-9._-]{1,128}, not "." or "..".
@@ -103,7 +112,7 @@ struct ManagerConfig {
   // request in flight) to make room instead of answering EQUOTA.
   bool evict_idle = false;
   // Bounds of POST /restore; archives are read only from data_dir/archives.
-  ExtractLimits restore_limits;
+  workspace::ExtractLimits restore_limits;
   // Sessions live in data_dir/state.db and come back (suspended) after a restart or a crash.
   // false: in memory only (throwaway daemons; the persistence benchmark's baseline).
   bool persist = true;
@@ -117,11 +126,6 @@ struct ManagerConfig {
   sandbox::Limits default_limits;
   // How often the reaper looks, and how often batched last-used times reach the database.
   std::chrono::milliseconds reaper_interval{1000};
-  // Told about changes nobody asked for through the API (the reaper, idle eviction): event is
-  // "session.suspend" or "session.destroy", reason says why. Called without locks held, from
-  // the reaper's or a request's thread.
-  std::function<void(std::string_view event, const SessionInfo& s, std::string_view reason)>
-      on_event;
 };
 
 class Store;
@@ -134,44 +138,43 @@ class SessionManager {
   // Returns the session and whether it was created now. An existing id returns it unchanged.
   // Another tenant's id is EEXIST; past a quota EQUOTA naming it.
   Result<std::pair<SessionInfo, bool>> create_or_get(const std::string& id, const SessionSpec& spec,
-                                                     const Caller& caller = {});
-  Result<SessionInfo> get(const std::string& id, const Caller& caller = {});
-  std::vector<SessionInfo> list(const Caller& caller = {});  // sorted by id; the caller's only
+                                                     const Caller& caller);
+  Result<SessionInfo> get(const std::string& id, const Caller& caller);
+  std::vector<SessionInfo> list(const Caller& caller);  // sorted by id; the caller's only
   // Tears the box down and deletes the workspace.
-  Status destroy(const std::string& id, const Caller& caller = {});
+  Status destroy(const std::string& id, const Caller& caller);
   // Same, but first writes the workspace to data_dir/archives/<id>-<UTC time>.tar.zst (fsynced
   // before the workspace goes). Returns the archive's path. If archiving fails the session stays
   // (suspended) with its workspace.
-  Result<std::string> destroy_archived(const std::string& id, const Caller& caller = {});
+  Result<std::string> destroy_archived(const std::string& id, const Caller& caller);
   // Makes session `id` from an archive under data_dir/archives (absolute path, or relative to
   // that dir): EEXIST if the id exists (any tenant), EACCES if the archive lies elsewhere,
   // EINVAL if it is missing or not a tar.zst, EACCES/ETOOBIG for hostile content (archive.h).
   // A failed restore leaves no session and no workspace.
   Result<SessionInfo> restore(const std::string& id, const std::string& archive,
-                              const Caller& caller = {});
+                              const Caller& caller);
   // Where archives are written and restored from.
   std::string archives_dir() const { return config_.data_dir + "/archives"; }
 
   // The live sandbox of a session for exec and file work; creates the session with default
   // spec first when create_if_missing (exec routes), else ENOENT. Marks the session used.
-  // Another tenant's session is ENOENT even with create_if_missing. *created (if given) says
-  // whether this call made the session.
+  // Another tenant's session is ENOENT even with create_if_missing. A session made or resumed
+  // here is told to the subscribers (kCreated / kResumed, cause kApi).
   Result<std::shared_ptr<sandbox::Sandbox>> acquire(const std::string& id, bool create_if_missing,
-                                                    const Caller& caller = {},
-                                                    bool* created = nullptr);
+                                                    const Caller& caller);
 
   // running -> suspended: the box goes down (its processes die), the workspace and the uid stay.
   // Suspending a suspended session is a no-op. The next use resumes it.
-  Result<SessionInfo> suspend(const std::string& id, const Caller& caller = {});
+  Result<SessionInfo> suspend(const std::string& id, const Caller& caller);
   // acquire() of a session that is running, without ever blocking (callable on a network
   // thread): nullptr when that would wait or do work (not running, mid-transition, not visible,
   // or the manager's lock is busy); then call acquire() from a thread that may block.
   std::shared_ptr<sandbox::Sandbox> try_acquire_running(const std::string& id,
-                                                        const Caller& caller = {});
+                                                        const Caller& caller);
   // suspended -> running (a running session is returned as it is).
-  Result<SessionInfo> resume(const std::string& id, const Caller& caller = {});
+  Result<SessionInfo> resume(const std::string& id, const Caller& caller);
   // Marks the session used now, extending its TTL, without resuming it.
-  Result<SessionInfo> keepalive(const std::string& id, const Caller& caller = {});
+  Result<SessionInfo> keepalive(const std::string& id, const Caller& caller);
 
   // One reaper pass (the background thread runs it every reaper_interval); returns how many
   // sessions it suspended or destroyed. Exposed for tests.
@@ -182,7 +185,8 @@ class SessionManager {
   // Counts for /metrics.
   std::map<std::string, std::size_t> count_by_state();
 
-  // Kills every box (daemon shutdown). Workspaces stay.
+  // Kills every box (daemon shutdown) and unmounts the capped (disk_mb) workspaces, whose
+  // images stay. Workspaces stay.
   void shutdown_all();
 
   const ManagerConfig& config() const { return config_; }
@@ -192,7 +196,7 @@ class SessionManager {
   [[nodiscard]] std::shared_ptr<void> subscribe(EventSubscriber fn);
 
  private:
-  explicit SessionManager(ManagerConfig config, UniqueFd workspaces_fd);
+  SessionManager(ManagerConfig config, workspace::Workspaces workspaces);
   struct Entry;
   struct BoxStart;
   struct Lease;
@@ -206,10 +210,10 @@ class SessionManager {
   // Takes a running, settled entry's box down; unlocks mu_ while it waits. mu_ held on entry
   // and exit.
   void suspend_locked(std::unique_lock<std::mutex>& lk, const std::shared_ptr<Entry>& e);
-  // suspend_locked() on the daemon's own account (reaper, eviction), then on_event is told
-  // `reason` with mu_ released. mu_ held on entry and exit.
+  // suspend_locked() on the daemon's own account (reaper, eviction), then the subscribers are
+  // told `cause` and `reason` with mu_ released. mu_ held on entry and exit.
   void suspend_for_locked(std::unique_lock<std::mutex>& lk, const std::shared_ptr<Entry>& e,
-                          std::string_view reason);
+                          EventCause cause, std::string_view reason);
   // Under max_running_boxes, evicting idle boxes if configured, else EQUOTA. May unlock mu_.
   Status make_room_locked(std::unique_lock<std::mutex>& lk, const std::string& id);
   // A lease on a running box: what acquire() hands out. mu_ held.
@@ -221,14 +225,11 @@ class SessionManager {
   // Boxes up or starting (max_running_boxes counts these). mu_ held.
   std::size_t running_locked() const;
   Status check_running_quota_locked(const std::string& id) const;
-  // if_idle_ttl_ms > 0: only if the session is still idle for that long (the reaper).
+  // if_idle_ttl_ms > 0: only if the session is still idle for that long (the reaper), which
+  // passes cause kReaper and its reason (the event's detail; an archive's path otherwise).
   Result<std::string> destroy_impl(const std::string& id, const Caller& caller, bool archive,
-                                   std::int64_t if_idle_ttl_ms = 0);
-  // data_dir/archives (created 0700 on first use).
-  Result<UniqueFd> open_archives_dir() const;
-  Result<std::string> archive_workspace(const Entry& e);
-  // The archive a restore names, opened after the location and name checks.
-  Result<UniqueFd> open_archive(const std::string& archive) const;
+                                   std::int64_t if_idle_ttl_ms, EventCause cause,
+                                   std::string_view reason);
   SessionInfo info_locked(const Entry& e) const;
   // Creates (or finds) the workspace and asks the backend for a box. Slow: called without mu_,
   // on an entry that no other thread touches while it is kCreating.
@@ -240,21 +241,22 @@ class SessionManager {
   std::shared_ptr<Entry> find_settled_locked(std::unique_lock<std::mutex>& lk,
                                              const std::string& id);
   uid_t allocate_uid_locked(const std::string& id);
+  // Drops the quota disk (workspace/) and removes the tree without following a link in it.
   Status remove_workspace(const std::string& id);
-  // limits.disk_mb: the workspace's size-capped file system (linux/quota_disk.h).
-  std::string disk_image_path(const std::string& id) const;
-  Status attach_disk(const Entry& e, bool isolated);
   // Every change to what a session is (created, started, suspended, destroyed) goes through
   // these two: one durable transaction each (store.h). Last-used times are batched apart
   // (flush_used). mu_ held.
   Status record_locked(Entry& e);
   Status forget_locked(const Entry& e);
-  void emit(std::string_view event, const SessionInfo& s, std::string_view reason) const;
   // Tells the subscribers. Call with mu_ released.
   void publish(const SessionEvent& ev) const;
+  // publish() of e as it is now, from under mu_: releases lk around the calls. The actor is
+  // the caller's tenant for kApi/kRestore, "" for the daemon's own doings.
+  void publish_locked(std::unique_lock<std::mutex>& lk, const Entry& e, EventKind kind,
+                      EventCause cause, std::string_view actor, std::string_view detail = {});
 
   ManagerConfig config_;
-  UniqueFd workspaces_fd_;  // data_dir/workspaces, O_DIRECTORY; ids are resolved beneath it
+  workspace::Workspaces workspaces_;  // data_dir/workspaces, disks and archives
   std::mutex mu_;
   std::condition_variable cv_;  // an entry left kCreating/kDestroying, or was erased
   bool closed_ = false;         // shutdown_all() ran: no box is started again

@@ -2,6 +2,8 @@
 
 #include "server/audit.h"
 
+#include "session/session_manager.h"
+
 #include <gtest/gtest.h>
 #include <sys/stat.h>
 #include <unistd.h>
@@ -118,6 +120,51 @@ TEST_F(AuditTest, ConcurrentWritersNeverTearALine) {
     std::string tenant = j["tenant"];
     EXPECT_EQ(j["path"], std::string(300, 'a' + (tenant[1] - '0')));
   }
+}
+
+// Session lifecycle events become the audit lines the API documents: the acting tenant (the
+// owner when the daemon acted), "by":"agentboxd" and the reason for the reaper and eviction,
+// the archive for restores and archived destroys.
+TEST_F(AuditTest, SessionEventsBecomeTheDocumentedLines) {
+  using session::EventCause;
+  using session::EventKind;
+  auto log = AuditLog::open(path_, 1 << 20);
+  ASSERT_TRUE(log.has_value()) << log.error().message;
+  session::SessionInfo s;
+  s.id = "s1";
+  s.tenant = "owner";
+  auto rec = [&](EventKind k, EventCause c, std::string_view actor, std::string_view detail) {
+    record_session_event(**log, session::SessionEvent{k, c, s, actor, detail});
+  };
+  rec(EventKind::kCreated, EventCause::kApi, "ops", "");
+  rec(EventKind::kSuspended, EventCause::kReaper, "", "idle for 5 s (ttl_sec)");
+  rec(EventKind::kSuspended, EventCause::kEviction, "", "evicted");
+  rec(EventKind::kResumed, EventCause::kApi, "owner", "");
+  rec(EventKind::kDestroyed, EventCause::kApi, "owner", "/d/archives/s1.tar.zst");
+  rec(EventKind::kCreated, EventCause::kRestore, "owner", "/d/archives/s1.tar.zst");
+  rec(EventKind::kDestroyed, EventCause::kReaper, "", "idle");
+  auto ls = lines(path_);
+  ASSERT_EQ(ls.size(), 8u);
+  std::vector<std::string> events;
+  for (const auto& l : ls) {
+    events.push_back(l["event"]);
+    EXPECT_EQ(l["session"], "s1");
+  }
+  EXPECT_EQ(events, (std::vector<std::string>{"session.create", "session.suspend",
+                                              "session.suspend", "session.resume",
+                                              "session.archive", "session.destroy",
+                                              "session.restore", "session.destroy"}));
+  EXPECT_EQ(ls[0]["tenant"], "ops");
+  EXPECT_FALSE(ls[0].contains("by"));
+  EXPECT_EQ(ls[1]["tenant"], "owner");
+  EXPECT_EQ(ls[1]["by"], "agentboxd");
+  EXPECT_EQ(ls[1]["reason"], "idle for 5 s (ttl_sec)");
+  EXPECT_EQ(ls[2]["by"], "agentboxd");
+  EXPECT_EQ(ls[4]["archive"], "/d/archives/s1.tar.zst");
+  EXPECT_EQ(ls[5]["archive"], "/d/archives/s1.tar.zst");
+  EXPECT_EQ(ls[6]["archive"], "/d/archives/s1.tar.zst");
+  EXPECT_EQ(ls[7]["by"], "agentboxd");
+  EXPECT_EQ(ls[7]["reason"], "idle");
 }
 
 }  // namespace

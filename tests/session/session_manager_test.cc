@@ -22,6 +22,8 @@ namespace {
 
 namespace fs = std::filesystem;
 
+const Caller kDaemon = Caller::daemon();
+
 class FakeSandbox : public sandbox::Sandbox {
  public:
   FakeSandbox(std::string backend, sandbox::BoxConfig cfg)
@@ -139,7 +141,7 @@ class SessionManagerTest : public ::testing::Test {
 TEST_F(SessionManagerTest, CreateThenGetIsIdempotent) {
   SessionSpec spec;
   spec.labels = {{"team", "a"}};
-  auto r = mgr().create_or_get("group_123", spec);
+  auto r = mgr().create_or_get("group_123", spec, kDaemon);
   ASSERT_TRUE(r) << r.error().message;
   EXPECT_TRUE(r->second);
   EXPECT_EQ(r->first.id, "group_123");
@@ -154,20 +156,20 @@ TEST_F(SessionManagerTest, CreateThenGetIsIdempotent) {
   // re-create (RecreateWithADifferentSpecIsEexistNamingTheField has the rest).
   SessionSpec other;
   other.labels = {{"team", "b"}};
-  auto again = mgr().create_or_get("group_123", other);
+  auto again = mgr().create_or_get("group_123", other, kDaemon);
   ASSERT_TRUE(again);
   EXPECT_FALSE(again->second);
   EXPECT_EQ(again->first.spec.labels.at("team"), "b");
   EXPECT_EQ(again->first.created_at, r->first.created_at);
   EXPECT_EQ(ns_->creates_, 1);
 
-  auto got = mgr().get("group_123");
+  auto got = mgr().get("group_123", kDaemon);
   ASSERT_TRUE(got);
   EXPECT_EQ(got->uid, r->first.uid);
 }
 
 TEST_F(SessionManagerTest, WorkspaceIsPrivateAndOwnedByTheSessionUid) {
-  auto r = mgr().create_or_get("s1", {});
+  auto r = mgr().create_or_get("s1", {}, kDaemon);
   ASSERT_TRUE(r) << r.error().message;
   struct stat st {};
   ASSERT_EQ(::lstat(workspace("s1").c_str(), &st), 0);
@@ -182,7 +184,7 @@ TEST_F(SessionManagerTest, WorkspaceIsPrivateAndOwnedByTheSessionUid) {
 TEST_F(SessionManagerTest, HostBackendKeepsTheDaemonAsOwner) {
   SessionSpec spec;
   spec.backend = "host";
-  auto r = mgr().create_or_get("h1", spec);
+  auto r = mgr().create_or_get("h1", spec, kDaemon);
   ASSERT_TRUE(r) << r.error().message;
   EXPECT_EQ(r->first.backend, "host");
   EXPECT_FALSE(r->first.uid.has_value());  // commands run as the daemon's user
@@ -201,7 +203,7 @@ TEST_F(SessionManagerTest, BoxConfigCarriesSpecSharedDirsAndSkills) {
   spec.skills = {{"web", root_ + "/skills/web"}};
   spec.mounts = {{root_ + "/skills", "/data/skills", "rw"},
                  {root_ + "/skills/web", "/ignored", "none"}};
-  auto r = mgr().create_or_get("cfg", spec);
+  auto r = mgr().create_or_get("cfg", spec, kDaemon);
   ASSERT_TRUE(r) << r.error().message;
   ASSERT_EQ(ns_->configs_.size(), 1u);
   const sandbox::BoxConfig& c = ns_->configs_[0];
@@ -240,18 +242,18 @@ TEST_F(SessionManagerTest, MountsOutsideTheAllowedRootsAreRefused) {
                            root_ + "/skills/../elsewhere", std::string("/")}) {
     SessionSpec spec;
     spec.mounts = {{host, "/mnt/x", "ro"}};
-    auto r = mgr().create_or_get("m1", spec);
+    auto r = mgr().create_or_get("m1", spec, kDaemon);
     ASSERT_FALSE(r) << host;
     EXPECT_EQ(r.error().code, Code::kAccess) << r.error().message;
     EXPECT_NE(r.error().message.find("mounts[0]"), std::string::npos) << r.error().message;
   }
   SessionSpec spec;
   spec.skills = {{"evil", "/etc"}};
-  auto r = mgr().create_or_get("m1", spec);
+  auto r = mgr().create_or_get("m1", spec, kDaemon);
   ASSERT_FALSE(r);
   EXPECT_EQ(r.error().code, Code::kAccess);
   // Nothing was left behind by the failed creations.
-  EXPECT_TRUE(mgr().list().empty());
+  EXPECT_TRUE(mgr().list(kDaemon).empty());
   EXPECT_FALSE(fs::exists(workspace("m1")));
   EXPECT_EQ(ns_->creates_, 0);
 }
@@ -259,7 +261,7 @@ TEST_F(SessionManagerTest, MountsOutsideTheAllowedRootsAreRefused) {
 TEST_F(SessionManagerTest, MissingMountSourceIsABadField) {
   SessionSpec spec;
   spec.skills = {{"web", root_ + "/skills/not-there"}};
-  auto r = mgr().create_or_get("m2", spec);
+  auto r = mgr().create_or_get("m2", spec, kDaemon);
   ASSERT_FALSE(r);
   EXPECT_EQ(r.error().code, Code::kInvalid) << r.error().message;
   EXPECT_NE(r.error().message.find("skills.web"), std::string::npos) << r.error().message;
@@ -283,30 +285,30 @@ TEST_F(SessionManagerTest, InvalidSpecsNameTheField) {
   cases[4].spec.backend = "docker";
   cases[4].field = "docker";
   for (const auto& c : cases) {
-    auto r = mgr().create_or_get("bad", c.spec);
+    auto r = mgr().create_or_get("bad", c.spec, kDaemon);
     ASSERT_FALSE(r) << c.field;
     EXPECT_EQ(r.error().code, Code::kInvalid);
     EXPECT_NE(r.error().message.find(c.field), std::string::npos) << r.error().message;
   }
-  auto r = mgr().create_or_get("../x", {});
+  auto r = mgr().create_or_get("../x", {}, kDaemon);
   ASSERT_FALSE(r);
   EXPECT_EQ(r.error().code, Code::kInvalid);
-  EXPECT_FALSE(mgr().get("a/b"));
-  EXPECT_EQ(mgr().get("a/b").error().code, Code::kInvalid);
-  EXPECT_TRUE(mgr().list().empty());
+  EXPECT_FALSE(mgr().get("a/b", kDaemon));
+  EXPECT_EQ(mgr().get("a/b", kDaemon).error().code, Code::kInvalid);
+  EXPECT_TRUE(mgr().list(kDaemon).empty());
 }
 
 TEST_F(SessionManagerTest, BackendFailureIsReturnedAndLeavesNothing) {
   ns_->down_ = true;
-  auto r = mgr().create_or_get("down", {});
+  auto r = mgr().create_or_get("down", {}, kDaemon);
   ASSERT_FALSE(r);
   EXPECT_EQ(r.error().code, Code::kUnavailable);
-  EXPECT_FALSE(mgr().get("down"));
-  EXPECT_EQ(mgr().get("down").error().code, Code::kNotFound);
+  EXPECT_FALSE(mgr().get("down", kDaemon));
+  EXPECT_EQ(mgr().get("down", kDaemon).error().code, Code::kNotFound);
   EXPECT_FALSE(fs::exists(workspace("down")));
   // The uid was given back: the retry gets the first probe again.
   ns_->down_ = false;
-  auto ok = mgr().create_or_get("down", {});
+  auto ok = mgr().create_or_get("down", {}, kDaemon);
   ASSERT_TRUE(ok) << ok.error().message;
   EXPECT_EQ(*ok->first.uid, first_uid_probe("down"));
 }
@@ -314,22 +316,22 @@ TEST_F(SessionManagerTest, BackendFailureIsReturnedAndLeavesNothing) {
 TEST_F(SessionManagerTest, ExistingWorkspaceIsReusedNotWiped) {
   fs::create_directories(workspace("keep"));
   std::ofstream(workspace("keep") + "/old.txt") << "kept";
-  ASSERT_TRUE(mgr().create_or_get("keep", {}));
+  ASSERT_TRUE(mgr().create_or_get("keep", {}, kDaemon));
   EXPECT_TRUE(fs::exists(workspace("keep") + "/old.txt"));
   // And a backend failure does not delete a workspace that was there before.
-  ASSERT_TRUE(mgr().destroy("keep"));
+  ASSERT_TRUE(mgr().destroy("keep", kDaemon));
   fs::create_directories(workspace("keep2"));
   std::ofstream(workspace("keep2") + "/old.txt") << "kept";
   ns_->down_ = true;
-  EXPECT_FALSE(mgr().create_or_get("keep2", {}));
+  EXPECT_FALSE(mgr().create_or_get("keep2", {}, kDaemon));
   EXPECT_TRUE(fs::exists(workspace("keep2") + "/old.txt"));
 }
 
 TEST_F(SessionManagerTest, WorkspaceSymlinkIsRefused) {
   // Someone planted data_dir/workspaces/<id> as a link to a host dir: never used as workspace.
-  ASSERT_TRUE(mgr().list().empty());  // opens the manager, creating data_dir/workspaces
+  ASSERT_TRUE(mgr().list(kDaemon).empty());  // opens the manager, creating data_dir/workspaces
   fs::create_directory_symlink(root_ + "/elsewhere", workspace("planted"));
-  auto r = mgr().create_or_get("planted", {});
+  auto r = mgr().create_or_get("planted", {}, kDaemon);
   ASSERT_FALSE(r);
   EXPECT_EQ(r.error().code, Code::kAccess) << r.error().message;
   EXPECT_EQ(ns_->creates_, 0);
@@ -347,17 +349,17 @@ std::vector<std::string> colliding_ids(uid_t probe, std::size_t n) {
 
 TEST_F(SessionManagerTest, UidCollisionsProbeOnwardAndWrap) {
   auto ids = colliding_ids(69999, 3);
-  auto a = mgr().create_or_get(ids[0], {});
-  auto b = mgr().create_or_get(ids[1], {});
-  auto c = mgr().create_or_get(ids[2], {});
+  auto a = mgr().create_or_get(ids[0], {}, kDaemon);
+  auto b = mgr().create_or_get(ids[1], {}, kDaemon);
+  auto c = mgr().create_or_get(ids[2], {}, kDaemon);
   ASSERT_TRUE(a && b && c);
   EXPECT_EQ(*a->first.uid, 69999u);
   EXPECT_EQ(*b->first.uid, 10000u);  // wrapped within [10000, 70000)
   EXPECT_EQ(*c->first.uid, 10001u);
 
   // The uid stays taken while its session lives, and is free again after destroy.
-  ASSERT_TRUE(mgr().destroy(ids[0]));
-  auto again = mgr().create_or_get(ids[0], {});
+  ASSERT_TRUE(mgr().destroy(ids[0], kDaemon));
+  auto again = mgr().create_or_get(ids[0], {}, kDaemon);
   ASSERT_TRUE(again);
   EXPECT_EQ(*again->first.uid, 69999u);
 }
@@ -365,34 +367,34 @@ TEST_F(SessionManagerTest, UidCollisionsProbeOnwardAndWrap) {
 TEST_F(SessionManagerTest, NoTwoSessionsShareAUid) {
   std::set<uid_t> seen;
   for (int i = 0; i < 300; ++i) {
-    auto r = mgr().create_or_get("u" + std::to_string(i), {});
+    auto r = mgr().create_or_get("u" + std::to_string(i), {}, kDaemon);
     ASSERT_TRUE(r);
     EXPECT_TRUE(seen.insert(*r->first.uid).second) << "uid reused: " << *r->first.uid;
   }
 }
 
 TEST_F(SessionManagerTest, AcquireRunningSessionMarksItUsed) {
-  auto missing = mgr().acquire("nope", false);
+  auto missing = mgr().acquire("nope", false, kDaemon);
   ASSERT_FALSE(missing);
   EXPECT_EQ(missing.error().code, Code::kNotFound);
   EXPECT_NE(missing.error().message.find("nope"), std::string::npos);
-  EXPECT_FALSE(mgr().get("nope"));
+  EXPECT_FALSE(mgr().get("nope", kDaemon));
 
-  auto created = mgr().create_or_get("a1", {});
+  auto created = mgr().create_or_get("a1", {}, kDaemon);
   ASSERT_TRUE(created);
   auto before = created->first.last_used_at;
-  auto box1 = mgr().acquire("a1", false);
-  auto box2 = mgr().acquire("a1", true);
+  auto box1 = mgr().acquire("a1", false, kDaemon);
+  auto box2 = mgr().acquire("a1", true, kDaemon);
   ASSERT_TRUE(box1 && box2);
   EXPECT_EQ(box1->get(), box2->get());
   EXPECT_EQ(ns_->creates_, 1);
-  EXPECT_GE(mgr().get("a1")->last_used_at, before);
+  EXPECT_GE(mgr().get("a1", kDaemon)->last_used_at, before);
 }
 
 TEST_F(SessionManagerTest, AcquireCreatesWithDefaultsWhenAsked) {
-  auto box = mgr().acquire("exec-made", true);
+  auto box = mgr().acquire("exec-made", true, kDaemon);
   ASSERT_TRUE(box) << box.error().message;
-  auto info = mgr().get("exec-made");
+  auto info = mgr().get("exec-made", kDaemon);
   ASSERT_TRUE(info);
   EXPECT_EQ(info->backend, "ns");
   EXPECT_EQ(info->state, State::kRunning);
@@ -400,7 +402,7 @@ TEST_F(SessionManagerTest, AcquireCreatesWithDefaultsWhenAsked) {
 }
 
 TEST_F(SessionManagerTest, DestroyShutsTheBoxAndRemovesTheWorkspaceSafely) {
-  auto box = mgr().acquire("d1", true);
+  auto box = mgr().acquire("d1", true, kDaemon);
   ASSERT_TRUE(box);
   std::shared_ptr<sandbox::Sandbox> held = *box;  // an exec in flight holds the sandbox
   // A workspace with content and a symlink that points at a host dir: the link is removed, the
@@ -410,22 +412,22 @@ TEST_F(SessionManagerTest, DestroyShutsTheBoxAndRemovesTheWorkspaceSafely) {
   std::ofstream(workspace("d1") + "/a/b/f") << "y";
   fs::create_directory_symlink(root_ + "/elsewhere", workspace("d1") + "/link");
 
-  ASSERT_TRUE(mgr().destroy("d1"));
+  ASSERT_TRUE(mgr().destroy("d1", kDaemon));
   EXPECT_TRUE(static_cast<FakeSandbox*>(held.get())->shut_down());
   EXPECT_FALSE(fs::exists(fs::symlink_status(workspace("d1"))));
   EXPECT_TRUE(fs::exists(root_ + "/elsewhere/precious"));
-  EXPECT_FALSE(mgr().get("d1"));
-  EXPECT_TRUE(mgr().list().empty());
+  EXPECT_FALSE(mgr().get("d1", kDaemon));
+  EXPECT_TRUE(mgr().list(kDaemon).empty());
   held->name();  // still a live object for whoever holds it
 
-  auto again = mgr().destroy("d1");
+  auto again = mgr().destroy("d1", kDaemon);
   ASSERT_FALSE(again);
   EXPECT_EQ(again.error().code, Code::kNotFound);
 }
 
 TEST_F(SessionManagerTest, ListIsSortedAndCountsByState) {
-  for (const char* id : {"zeta", "alpha", "mid"}) ASSERT_TRUE(mgr().create_or_get(id, {}));
-  auto l = mgr().list();
+  for (const char* id : {"zeta", "alpha", "mid"}) ASSERT_TRUE(mgr().create_or_get(id, {}, kDaemon));
+  auto l = mgr().list(kDaemon);
   ASSERT_EQ(l.size(), 3u);
   EXPECT_EQ(l[0].id, "alpha");
   EXPECT_EQ(l[1].id, "mid");
@@ -444,13 +446,13 @@ TEST_F(SessionManagerTest, ConcurrentCreateOfOneIdCreatesOnce) {
   for (int i = 0; i < kThreads; ++i) {
     threads.emplace_back([&, i] {
       if (i % 2) {
-        auto r = m.create_or_get("race", {});
+        auto r = m.create_or_get("race", {}, kDaemon);
         if (r) {
           ok++;
           if (r->second) created++;
         }
       } else {
-        if (m.acquire("race", true)) ok++;
+        if (m.acquire("race", true, kDaemon)) ok++;
       }
     });
   }
@@ -458,7 +460,7 @@ TEST_F(SessionManagerTest, ConcurrentCreateOfOneIdCreatesOnce) {
   EXPECT_EQ(ok, kThreads);
   EXPECT_LE(created, 1);
   EXPECT_EQ(ns_->creates_, 1);
-  EXPECT_EQ(mgr().list().size(), 1u);
+  EXPECT_EQ(mgr().list(kDaemon).size(), 1u);
 }
 
 TEST_F(SessionManagerTest, ConcurrentCreateAndDestroyKeepAConsistentState) {
@@ -469,30 +471,30 @@ TEST_F(SessionManagerTest, ConcurrentCreateAndDestroyKeepAConsistentState) {
     threads.emplace_back([&, t] {
       for (int i = 0; i < 25; ++i) {
         if ((i + t) % 2) {
-          (void)m.create_or_get("churn", {});
+          (void)m.create_or_get("churn", {}, kDaemon);
         } else {
-          (void)m.destroy("churn");
+          (void)m.destroy("churn", kDaemon);
         }
       }
     });
   }
   for (auto& t : threads) t.join();
   // Whatever interleaving happened, the session and its workspace agree.
-  bool listed = mgr().get("churn").has_value();
+  bool listed = mgr().get("churn", kDaemon).has_value();
   EXPECT_EQ(listed, fs::exists(workspace("churn")));
 }
 
 TEST_F(SessionManagerTest, ShutdownAllStopsEveryBoxAndKeepsWorkspaces) {
-  auto a = mgr().acquire("s-a", true);
-  auto b = mgr().acquire("s-b", true);
+  auto a = mgr().acquire("s-a", true, kDaemon);
+  auto b = mgr().acquire("s-b", true, kDaemon);
   ASSERT_TRUE(a && b);
   mgr().shutdown_all();
   EXPECT_TRUE(static_cast<FakeSandbox*>(a->get())->shut_down());
   EXPECT_TRUE(static_cast<FakeSandbox*>(b->get())->shut_down());
-  EXPECT_EQ(mgr().get("s-a")->state, State::kSuspended);
+  EXPECT_EQ(mgr().get("s-a", kDaemon)->state, State::kSuspended);
   EXPECT_EQ(mgr().count_by_state()["suspended"], 2u);
   EXPECT_TRUE(fs::is_directory(workspace("s-a")));
-  auto after = mgr().acquire("s-a", false);
+  auto after = mgr().acquire("s-a", false, kDaemon);
   ASSERT_FALSE(after);
   EXPECT_EQ(after.error().code, Code::kUnavailable);
 }
@@ -532,11 +534,8 @@ TEST_F(SessionManagerTest, ATenantSeesAndTouchesOnlyItsOwnSessions) {
   EXPECT_EQ(la[0].tenant, "a");
   EXPECT_EQ(mgr().list(admin).size(), 2u);
   EXPECT_TRUE(mgr().get("mine", admin));
-  bool created = true;
-  EXPECT_TRUE(mgr().acquire("mine", false, admin, &created));
-  EXPECT_FALSE(created);
-  EXPECT_TRUE(mgr().acquire("fresh", true, b, &created));
-  EXPECT_TRUE(created);
+  EXPECT_TRUE(mgr().acquire("mine", false, admin));
+  EXPECT_TRUE(mgr().acquire("fresh", true, b));
   EXPECT_EQ(mgr().get("fresh", admin)->tenant, "b");
 }
 
@@ -565,26 +564,26 @@ TEST_F(SessionManagerTest, QuotasAreEquotaNamingTheLimitAndFreeUpOnDestroy) {
 }
 
 TEST_F(SessionManagerTest, RestoreOfAHostileArchiveLeavesNothingAndFreesTheId) {
-  ASSERT_TRUE(mgr().create_or_get("src", SessionSpec{}));
+  ASSERT_TRUE(mgr().create_or_get("src", SessionSpec{}, kDaemon));
   { std::ofstream(workspace("src") + "/f.txt") << "data"; }
-  auto path = mgr().destroy_archived("src");
+  auto path = mgr().destroy_archived("src", kDaemon);
   ASSERT_TRUE(path) << path.error().message;
   EXPECT_EQ(path->rfind(data_ + "/archives/src-", 0), 0u) << *path;
   EXPECT_FALSE(fs::exists(workspace("src")));
 
   // A file that is not an archive, in the right place: EINVAL, nothing left, id still free.
   std::ofstream(data_ + "/archives/bad.tar.zst") << "garbage";
-  auto bad = mgr().restore("dst", data_ + "/archives/bad.tar.zst");
+  auto bad = mgr().restore("dst", data_ + "/archives/bad.tar.zst", kDaemon);
   ASSERT_FALSE(bad);
   EXPECT_EQ(bad.error().code, Code::kInvalid);
   EXPECT_FALSE(fs::exists(workspace("dst")));
-  EXPECT_FALSE(mgr().get("dst"));
+  EXPECT_FALSE(mgr().get("dst", kDaemon));
   // Elsewhere: EACCES before anything is read.
-  auto elsewhere = mgr().restore("dst", root_ + "/elsewhere/x.tar.zst");
+  auto elsewhere = mgr().restore("dst", root_ + "/elsewhere/x.tar.zst", kDaemon);
   ASSERT_FALSE(elsewhere);
   EXPECT_EQ(elsewhere.error().code, Code::kAccess);
 
-  auto good = mgr().restore("dst", *path);
+  auto good = mgr().restore("dst", *path, kDaemon);
   ASSERT_TRUE(good) << good.error().message;
   EXPECT_EQ(good->state, State::kRunning);
   std::ifstream f(workspace("dst") + "/f.txt");
@@ -599,38 +598,38 @@ TEST_F(SessionManagerTest, RestoreOfAHostileArchiveLeavesNothingAndFreesTheId) {
 // --- Lifecycle, persistence, the reaper ---
 
 TEST_F(SessionManagerTest, SuspendTakesTheBoxDownAndAnyUseResumesWithTheSameUid) {
-  auto created = mgr().create_or_get("s1", {});
+  auto created = mgr().create_or_get("s1", {}, kDaemon);
   ASSERT_TRUE(created);
-  auto first = mgr().acquire("s1", false);
+  auto first = mgr().acquire("s1", false, kDaemon);
   ASSERT_TRUE(first);
   auto* fake = dynamic_cast<FakeSandbox*>(first->get());
   ASSERT_NE(fake, nullptr);
   std::ofstream(workspace("s1") + "/keep.txt") << "still here";
 
-  auto suspended = mgr().suspend("s1");
+  auto suspended = mgr().suspend("s1", kDaemon);
   ASSERT_TRUE(suspended) << suspended.error().message;
   EXPECT_EQ(suspended->state, State::kSuspended);
   EXPECT_TRUE(fake->shut_down());
   EXPECT_EQ(mgr().count_by_state()["suspended"], 1u);
-  ASSERT_TRUE(mgr().suspend("s1"));  // suspending a suspended session is a no-op
+  ASSERT_TRUE(mgr().suspend("s1", kDaemon));  // suspending a suspended session is a no-op
   EXPECT_EQ(ns_->creates_, 1);
 
-  auto again = mgr().acquire("s1", false);  // any use resumes
+  auto again = mgr().acquire("s1", false, kDaemon);  // any use resumes
   ASSERT_TRUE(again) << again.error().message;
   EXPECT_EQ(ns_->creates_, 2);
   EXPECT_NE(again->get(), first->get());
-  auto info = mgr().get("s1");
+  auto info = mgr().get("s1", kDaemon);
   ASSERT_TRUE(info);
   EXPECT_EQ(info->state, State::kRunning);
   EXPECT_EQ(info->uid, created->first.uid);
   EXPECT_TRUE(fs::exists(workspace("s1") + "/keep.txt"));
 
-  ASSERT_TRUE(mgr().suspend("s1"));
-  auto resumed = mgr().resume("s1");
+  ASSERT_TRUE(mgr().suspend("s1", kDaemon));
+  auto resumed = mgr().resume("s1", kDaemon);
   ASSERT_TRUE(resumed);
   EXPECT_EQ(resumed->state, State::kRunning);
-  EXPECT_EQ(mgr().suspend("nope").error().code, Code::kNotFound);
-  EXPECT_EQ(mgr().resume("nope").error().code, Code::kNotFound);
+  EXPECT_EQ(mgr().suspend("nope", kDaemon).error().code, Code::kNotFound);
+  EXPECT_EQ(mgr().resume("nope", kDaemon).error().code, Code::kNotFound);
 }
 
 TEST_F(SessionManagerTest, SessionsSurviveARestartSuspendedWithUidsSpecsAndTenants) {
@@ -642,7 +641,7 @@ TEST_F(SessionManagerTest, SessionsSurviveARestartSuspendedWithUidsSpecsAndTenan
   spec.ttl_sec = 99;
   Caller alice{"alice", false, 0};
   auto a = mgr().create_or_get(ids[0], spec, alice);
-  auto b = mgr().create_or_get(ids[1], {});
+  auto b = mgr().create_or_get(ids[1], {}, kDaemon);
   ASSERT_TRUE(a && b);
   ASSERT_EQ(*a->first.uid, 42424u);
   ASSERT_EQ(*b->first.uid, 42425u);
@@ -652,7 +651,7 @@ TEST_F(SessionManagerTest, SessionsSurviveARestartSuspendedWithUidsSpecsAndTenan
   ASSERT_EQ(*a2->first.uid, 42424u);
 
   restart();
-  auto list = mgr().list();
+  auto list = mgr().list(kDaemon);
   ASSERT_EQ(list.size(), 2u);
   for (const SessionInfo& s : list) EXPECT_EQ(s.state, State::kSuspended) << s.id;
   auto ra = mgr().get(ids[0], alice);
@@ -666,10 +665,10 @@ TEST_F(SessionManagerTest, SessionsSurviveARestartSuspendedWithUidsSpecsAndTenan
   EXPECT_EQ(ra->created_at.time_since_epoch() / std::chrono::milliseconds(1),
             a2->first.created_at.time_since_epoch() / std::chrono::milliseconds(1));
   EXPECT_FALSE(mgr().get(ids[0], Caller{"bob", false, 0})) << "tenant lost at restart";
-  EXPECT_EQ(mgr().get(ids[1])->uid, 42425u);
+  EXPECT_EQ(mgr().get(ids[1], kDaemon)->uid, 42425u);
 
   // The third colliding id probes past both stored allocations, as before the restart.
-  auto c = mgr().create_or_get(ids[2], {});
+  auto c = mgr().create_or_get(ids[2], {}, kDaemon);
   ASSERT_TRUE(c);
   EXPECT_EQ(*c->first.uid, 42426u);
   // First use resumes with the stored spec.
@@ -677,17 +676,17 @@ TEST_F(SessionManagerTest, SessionsSurviveARestartSuspendedWithUidsSpecsAndTenan
   EXPECT_EQ(ns_->configs_.back().limits.memory_mb, 256u);
   EXPECT_EQ(ns_->configs_.back().uid, 42424u);
   // A destroyed session stays destroyed after the next restart.
-  ASSERT_TRUE(mgr().destroy(ids[1]));
+  ASSERT_TRUE(mgr().destroy(ids[1], kDaemon));
   restart();
-  EXPECT_FALSE(mgr().get(ids[1]));
-  EXPECT_EQ(mgr().list().size(), 2u);
+  EXPECT_FALSE(mgr().get(ids[1], kDaemon));
+  EXPECT_EQ(mgr().list(kDaemon).size(), 2u);
 }
 
 TEST_F(SessionManagerTest, WithoutPersistenceARestartForgetsSessions) {
   tweak_ = [](ManagerConfig& c) { c.persist = false; };
-  ASSERT_TRUE(mgr().create_or_get("mem", {}));
+  ASSERT_TRUE(mgr().create_or_get("mem", {}, kDaemon));
   restart();
-  EXPECT_FALSE(mgr().get("mem"));
+  EXPECT_FALSE(mgr().get("mem", kDaemon));
   EXPECT_FALSE(fs::exists(data_ + "/state.db"));
   EXPECT_TRUE(fs::is_directory(workspace("mem"))) << "a workspace is never deleted by a restart";
 }
@@ -697,13 +696,13 @@ TEST_F(SessionManagerTest, AWorkspaceWithoutARowIsKeptAndAdopted) {
   std::ofstream(workspace("orphan") + "/data.txt") << "precious";
   restart();
   EXPECT_TRUE(fs::exists(workspace("orphan") + "/data.txt"));
-  EXPECT_FALSE(mgr().get("orphan"));
-  ASSERT_TRUE(mgr().create_or_get("orphan", {}));
+  EXPECT_FALSE(mgr().get("orphan", kDaemon));
+  ASSERT_TRUE(mgr().create_or_get("orphan", {}, kDaemon));
   EXPECT_TRUE(fs::exists(workspace("orphan") + "/data.txt"));
 }
 
 TEST_F(SessionManagerTest, TempFilesOfInterruptedWritesAreSweptAtStartup) {
-  ASSERT_TRUE(mgr().create_or_get("tw", {}));
+  ASSERT_TRUE(mgr().create_or_get("tw", {}, kDaemon));
   fs::create_directories(workspace("tw") + "/deep/er");
   const std::string stale = workspace("tw") + "/deep/er/.agentbox-tmp-abc123";
   std::ofstream(stale) << "half a write";
@@ -727,42 +726,42 @@ TEST_F(SessionManagerTest, TempFilesOfInterruptedWritesAreSweptAtStartup) {
 
 TEST_F(SessionManagerTest, ReaperSuspendsIdleSessionsButNeverOneInUse) {
   tweak_ = [](ManagerConfig& c) { c.default_ttl_sec = 1; };
-  ASSERT_TRUE(mgr().create_or_get("idle", {}));
-  ASSERT_TRUE(mgr().create_or_get("busy", {}));
+  ASSERT_TRUE(mgr().create_or_get("idle", {}, kDaemon));
+  ASSERT_TRUE(mgr().create_or_get("busy", {}, kDaemon));
   SessionSpec forever;
   forever.ttl_sec = 0;  // its own ttl_sec wins over the default: never
-  ASSERT_TRUE(mgr().create_or_get("forever", forever));
+  ASSERT_TRUE(mgr().create_or_get("forever", forever, kDaemon));
   EXPECT_EQ(mgr().reap_idle(), 0u);
-  auto lease = mgr().acquire("busy", false);  // a long command holds this
+  auto lease = mgr().acquire("busy", false, kDaemon);  // a long command holds this
   ASSERT_TRUE(lease);
   std::this_thread::sleep_for(std::chrono::milliseconds(1100));
   EXPECT_EQ(mgr().reap_idle(), 1u);
-  EXPECT_EQ(mgr().get("idle")->state, State::kSuspended);
-  EXPECT_EQ(mgr().get("busy")->state, State::kRunning);
-  EXPECT_EQ(mgr().get("forever")->state, State::kRunning);
+  EXPECT_EQ(mgr().get("idle", kDaemon)->state, State::kSuspended);
+  EXPECT_EQ(mgr().get("busy", kDaemon)->state, State::kRunning);
+  EXPECT_EQ(mgr().get("forever", kDaemon)->state, State::kRunning);
   // The command ends: the TTL starts then, not when it began.
   lease->reset();
   EXPECT_EQ(mgr().reap_idle(), 0u);
   std::this_thread::sleep_for(std::chrono::milliseconds(1100));
   EXPECT_EQ(mgr().reap_idle(), 1u);
-  EXPECT_EQ(mgr().get("busy")->state, State::kSuspended);
+  EXPECT_EQ(mgr().get("busy", kDaemon)->state, State::kSuspended);
   EXPECT_TRUE(fs::is_directory(workspace("busy")));
 }
 
 TEST_F(SessionManagerTest, KeepaliveExtendsWithoutResuming) {
   SessionSpec spec;
   spec.ttl_sec = 1;
-  ASSERT_TRUE(mgr().create_or_get("k", spec));
+  ASSERT_TRUE(mgr().create_or_get("k", spec, kDaemon));
   std::this_thread::sleep_for(std::chrono::milliseconds(700));
-  auto kept = mgr().keepalive("k");
+  auto kept = mgr().keepalive("k", kDaemon);
   ASSERT_TRUE(kept);
   EXPECT_EQ(kept->state, State::kRunning);
   std::this_thread::sleep_for(std::chrono::milliseconds(500));
   EXPECT_EQ(mgr().reap_idle(), 0u);
-  ASSERT_TRUE(mgr().suspend("k"));
-  ASSERT_TRUE(mgr().keepalive("k"));
-  EXPECT_EQ(mgr().get("k")->state, State::kSuspended);
-  EXPECT_EQ(mgr().keepalive("nope").error().code, Code::kNotFound);
+  ASSERT_TRUE(mgr().suspend("k", kDaemon));
+  ASSERT_TRUE(mgr().keepalive("k", kDaemon));
+  EXPECT_EQ(mgr().get("k", kDaemon)->state, State::kSuspended);
+  EXPECT_EQ(mgr().keepalive("nope", kDaemon).error().code, Code::kNotFound);
 }
 
 TEST_F(SessionManagerTest, ReaperDestroysWhenConfiguredAndTellsWhy) {
@@ -771,52 +770,102 @@ TEST_F(SessionManagerTest, ReaperDestroysWhenConfiguredAndTellsWhy) {
   tweak_ = [&](ManagerConfig& c) {
     c.default_ttl_sec = 1;
     c.ttl_destroys = true;
-    c.on_event = [&](std::string_view ev, const SessionInfo& s, std::string_view reason) {
-      std::lock_guard lk(mu);
-      events.push_back(std::string(ev) + " " + s.id + " " + std::string(reason));
-    };
   };
-  ASSERT_TRUE(mgr().create_or_get("gone", {}));
-  ASSERT_TRUE(mgr().suspend("gone"));  // suspended ones are destroyed too when idle
+  auto sub = mgr().subscribe([&](const SessionEvent& ev) {
+    std::lock_guard lk(mu);
+    events.push_back(std::string(event_kind_name(ev.kind)) + " " +
+                     std::string(event_cause_name(ev.cause)) + " " + ev.session.id + " " +
+                     std::string(ev.detail));
+  });
+  ASSERT_TRUE(mgr().create_or_get("gone", {}, kDaemon));
+  ASSERT_TRUE(mgr().suspend("gone", kDaemon));  // suspended ones are destroyed too when idle
   std::this_thread::sleep_for(std::chrono::milliseconds(1100));
   EXPECT_EQ(mgr().reap_idle(), 1u);
-  EXPECT_FALSE(mgr().get("gone"));
+  EXPECT_FALSE(mgr().get("gone", kDaemon));
   EXPECT_FALSE(fs::exists(workspace("gone")));
   std::lock_guard lk(mu);
-  ASSERT_EQ(events.size(), 1u);
-  EXPECT_EQ(events[0].rfind("session.destroy gone idle", 0), 0u) << events[0];
+  ASSERT_EQ(events.size(), 3u);
+  EXPECT_EQ(events[0], "created api gone ");
+  EXPECT_EQ(events[1], "suspended api gone ");
+  EXPECT_EQ(events[2].rfind("destroyed reaper gone idle", 0), 0u) << events[2];
+}
+
+// Every transition is told once, by the manager, with its cause and the acting tenant; what
+// changes nothing (a re-create, a suspend of a suspended session) tells nothing.
+TEST_F(SessionManagerTest, EveryTransitionIsPublishedOnceWithItsCause) {
+  tweak_ = [](ManagerConfig& c) {
+    c.max_running_boxes = 1;
+    c.evict_idle = true;
+  };
+  std::vector<std::string> events;
+  std::mutex mu;
+  auto sub = mgr().subscribe([&](const SessionEvent& ev) {
+    std::lock_guard lk(mu);
+    events.push_back(std::string(event_kind_name(ev.kind)) + " " +
+                     std::string(event_cause_name(ev.cause)) + " " + ev.session.id + " " +
+                     std::string(ev.actor) + " " + std::string(ev.session.tenant) + " " +
+                     std::string(state_name(ev.session.state)));
+  });
+  const Caller t("t", false, 0);
+  ASSERT_TRUE(mgr().create_or_get("a", {}, t));
+  ASSERT_TRUE(mgr().create_or_get("a", {}, t));      // exists: nothing happens
+  ASSERT_TRUE(mgr().suspend("a", t));
+  ASSERT_TRUE(mgr().suspend("a", t));                // already suspended: nothing happens
+  ASSERT_TRUE(mgr().acquire("a", false, t));         // an implicit resume
+  ASSERT_TRUE(mgr().acquire("b", true, kDaemon));    // an implicit create; evicts a
+  ASSERT_TRUE(mgr().resume("a", t));                 // evicts b
+  ASSERT_TRUE(mgr().resume("a", t));                 // running: nothing happens
+  auto archive = mgr().destroy_archived("a", t);
+  ASSERT_TRUE(archive) << archive.error().message;
+  ASSERT_TRUE(mgr().restore("a", *archive, t));
+  ASSERT_TRUE(mgr().destroy("b", kDaemon));
+  sub.reset();
+  ASSERT_TRUE(mgr().destroy("a", t));  // unsubscribed: not seen
+  std::lock_guard lk(mu);
+  EXPECT_EQ(events, (std::vector<std::string>{
+                        "created api a t t running",
+                        "suspended api a t t suspended",
+                        "resumed api a t t running",
+                        "suspended eviction a  t suspended",
+                        "created api b default default running",
+                        "suspended eviction b  default suspended",
+                        "resumed api a t t running",
+                        "destroyed api a t t running",
+                        "created restore a t t running",
+                        "destroyed api b default default suspended",
+                    }));
 }
 
 TEST_F(SessionManagerTest, RecreateWithADifferentSpecIsEexistNamingTheField) {
   SessionSpec spec;
   spec.limits.memory_mb = 256;
   spec.labels = {{"v", "1"}};
-  ASSERT_TRUE(mgr().create_or_get("r", spec));
+  ASSERT_TRUE(mgr().create_or_get("r", spec, kDaemon));
   SessionSpec other = spec;
   other.limits.memory_mb = 512;
-  auto clash = mgr().create_or_get("r", other);
+  auto clash = mgr().create_or_get("r", other, kDaemon);
   ASSERT_FALSE(clash);
   EXPECT_EQ(clash.error().code, Code::kExists);
   EXPECT_NE(clash.error().message.find("limits.memory_mb"), std::string::npos)
       << clash.error().message;
   SessionSpec env;
   env.env = {{"A", "b"}};
-  auto clash2 = mgr().create_or_get("r", env);
+  auto clash2 = mgr().create_or_get("r", env, kDaemon);
   ASSERT_FALSE(clash2);
   EXPECT_NE(clash2.error().message.find("env"), std::string::npos);
   // Fields left out are not a difference; labels and ttl_sec may change.
-  ASSERT_TRUE(mgr().create_or_get("r", {}));
+  ASSERT_TRUE(mgr().create_or_get("r", {}, kDaemon));
   SessionSpec relabel;
   relabel.labels = {{"v", "2"}};
   relabel.ttl_sec = 60;
-  auto ok = mgr().create_or_get("r", relabel);
+  auto ok = mgr().create_or_get("r", relabel, kDaemon);
   ASSERT_TRUE(ok) << ok.error().message;
   EXPECT_FALSE(ok->second);
   EXPECT_EQ(ok->first.spec.labels.at("v"), "2");
   EXPECT_EQ(ok->first.spec.limits.memory_mb, 256u);
   restart();
-  EXPECT_EQ(mgr().get("r")->spec.labels.at("v"), "2");
-  EXPECT_EQ(mgr().get("r")->spec.ttl_sec, 60);
+  EXPECT_EQ(mgr().get("r", kDaemon)->spec.labels.at("v"), "2");
+  EXPECT_EQ(mgr().get("r", kDaemon)->spec.ttl_sec, 60);
 }
 
 TEST_F(SessionManagerTest, EvictIdleSuspendsTheLeastRecentlyUsedBoxToMakeRoom) {
@@ -824,19 +873,19 @@ TEST_F(SessionManagerTest, EvictIdleSuspendsTheLeastRecentlyUsedBoxToMakeRoom) {
     c.max_running_boxes = 2;
     c.evict_idle = true;
   };
-  ASSERT_TRUE(mgr().create_or_get("old", {}));
+  ASSERT_TRUE(mgr().create_or_get("old", {}, kDaemon));
   std::this_thread::sleep_for(std::chrono::milliseconds(5));
-  ASSERT_TRUE(mgr().create_or_get("new", {}));
-  auto third = mgr().create_or_get("third", {});
+  ASSERT_TRUE(mgr().create_or_get("new", {}, kDaemon));
+  auto third = mgr().create_or_get("third", {}, kDaemon);
   ASSERT_TRUE(third) << third.error().message;
-  EXPECT_EQ(mgr().get("old")->state, State::kSuspended);
-  EXPECT_EQ(mgr().get("new")->state, State::kRunning);
-  EXPECT_EQ(mgr().get("third")->state, State::kRunning);
+  EXPECT_EQ(mgr().get("old", kDaemon)->state, State::kSuspended);
+  EXPECT_EQ(mgr().get("new", kDaemon)->state, State::kRunning);
+  EXPECT_EQ(mgr().get("third", kDaemon)->state, State::kRunning);
   // Nothing idle to evict: both running boxes are in use.
-  auto l1 = mgr().acquire("new", false);
-  auto l2 = mgr().acquire("third", false);
+  auto l1 = mgr().acquire("new", false, kDaemon);
+  auto l2 = mgr().acquire("third", false, kDaemon);
   ASSERT_TRUE(l1 && l2);
-  auto refused = mgr().acquire("old", false);
+  auto refused = mgr().acquire("old", false, kDaemon);
   ASSERT_FALSE(refused);
   EXPECT_EQ(refused.error().code, Code::kQuota);
   EXPECT_NE(refused.error().message.find("max_running_boxes"), std::string::npos);

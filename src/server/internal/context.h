@@ -81,7 +81,7 @@ Result<std::string> required_query(const Request& req, const std::string& name);
 Result<bool> bool_query(const Request& req, const std::string& name);
 // The live sandbox of an existing session (ENOENT "no such session"), or a new one when
 // create_if_missing. Runs on the pool.
-// A session made here (an exec's implicit create) is audited as session.create.
+// A session made or resumed here is told by the manager's events (audited from there).
 asio::awaitable<Result<std::shared_ptr<sandbox::Sandbox>>> acquire_sandbox(Context* ctx,
                                                                            std::string id,
                                                                            bool create_if_missing,

@@ -25,7 +25,7 @@
 
 #include "common/error.h"
 
-namespace agentbox::session {
+namespace agentbox::workspace {
 
 struct ArchiveOwner {
   uid_t uid;
@@ -66,4 +66,4 @@ inline constexpr std::size_t kMaxArchiveDepth = 256;
                                                    std::optional<ArchiveOwner> owner,
                                                    const std::string& shown);
 
-}  // namespace agentbox::session
+}  // namespace agentbox::workspace

@@ -1,4 +1,4 @@
-#include "session/archive.h"
+#include "workspace/archive.h"
 
 #include <archive.h>
 #include <archive_entry.h>
@@ -22,7 +22,7 @@
 #include "common/log.h"
 #include "common/unique_fd.h"
 
-namespace agentbox::session {
+namespace agentbox::workspace {
 namespace {
 
 constexpr std::size_t kChunk = 64u << 10;
@@ -545,4 +545,4 @@ Result<ArchiveStats> extract_archive(int archive_fd, int into_fd, const ExtractL
   return stats;
 }
 
-}  // namespace agentbox::session
+}  // namespace agentbox::workspace

@@ -1,9 +1,9 @@
-// Workspace archives (session/archive.h). The hostile cases are shared/SECURITY.md T5: each
+// Workspace archives (workspace/archive.h). The hostile cases are shared/SECURITY.md T5: each
 // archive is built here with libarchive itself (so it says exactly what an attacker can make
 // it say), handed to extract_archive(), and the test asserts it is refused (or neutralised) and
 // that nothing appeared outside the target directory.
 
-#include "session/archive.h"
+#include "workspace/archive.h"
 
 #include <archive.h>
 #include <archive_entry.h>
@@ -25,7 +25,7 @@
 
 #include "common/unique_fd.h"
 
-namespace agentbox::session {
+namespace agentbox::workspace {
 namespace {
 
 namespace fs = std::filesystem;
@@ -465,4 +465,4 @@ TEST_F(ArchiveTest, CreatesMissingParentsOwnedByTheSession) {
 }
 
 }  // namespace
-}  // namespace agentbox::session
+}  // namespace agentbox::workspace
