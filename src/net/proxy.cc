@@ -71,6 +71,7 @@ struct Conn : std::enable_shared_from_this<Conn> {
   bool done = false;
   int pumps = 0;
   bool response_started = false;
+  std::chrono::milliseconds idle{0};  // what activity renews the deadline by
 
   Conn(std::shared_ptr<Proxy::Impl> i, tcp::socket s)
       : impl(std::move(i)),
@@ -248,7 +249,7 @@ asio::awaitable<void> pump(std::shared_ptr<Conn> c, bool outbound, uint64_t limi
     if (n > 0) {
       if (!outbound && c->phase == Phase::kResponse) c->phase = Phase::kRelay;
       c->response_started = c->response_started || !outbound;
-      c->deadline = Clock::now() + c->impl->limits.idle_timeout;
+      c->deadline = Clock::now() + c->idle;
       auto [wec, wn] = co_await asio::async_write(to, asio::buffer(buf.get(), n), kTuple);
       (outbound ? c->impl->bytes_out : c->impl->bytes_in) += wn;
       if (wec) {
@@ -266,6 +267,12 @@ asio::awaitable<void> pump(std::shared_ptr<Conn> c, bool outbound, uint64_t limi
   if (clean) {
     // EOF travels on; a plain request's body ending at Content-Length does not half-close.
     if (eof) to.shutdown(tcp::socket::shutdown_send, ec);
+    // SECURITY: a box that hung up must not pin a tunnel to a silent peer for the whole idle
+    // timeout (a flood of half-closed tunnels would hold max_connections).
+    if (eof && outbound && c->pumps > 1) {
+      c->idle = std::min(c->idle, c->impl->limits.half_closed_timeout);
+      c->set_deadline(c->idle, c->phase);
+    }
   } else {
     // A reset or error on one side ends both directions.
     if (!(c->timed_out && !c->response_started)) c->close_all();
@@ -464,12 +471,14 @@ asio::awaitable<void> serve(std::shared_ptr<Conn> c) {
   c->upstream.set_option(tcp::no_delay(true), ignore);
   // 5. Relay.
   uint64_t up_limit = UINT64_MAX;
+  c->idle = lim.idle_timeout;
   if (tunnel) {
     static constexpr std::string_view kOk = "HTTP/1.1 200 Connection established\r\n\r\n";
     auto [ec, n] = co_await asio::async_write(c->client, asio::buffer(kOk), kTuple);
     if (ec) co_return;
     c->set_deadline(lim.idle_timeout, Phase::kRelay);
   } else {
+    c->idle = lim.idle_timeout;
     std::string out = head->method + " " + path + " HTTP/1.1\r\nHost: " + t.authority + "\r\n";
     std::vector<std::string> conn_tokens;
     if (const Header* h = find_header(*head, "Connection")) {

@@ -44,6 +44,7 @@ struct ProxyLimits {
   std::chrono::milliseconds connect_timeout{10'000};  // resolve + connect, else 504
   std::chrono::milliseconds response_timeout{60'000};  // plain HTTP: first response byte, else 504
   std::chrono::milliseconds idle_timeout{300'000};     // a tunnel with no byte either way
+  std::chrono::milliseconds half_closed_timeout{10'000};  // idle limit once the box sent EOF
   size_t relay_buffer = 64 * 1024;                     // per direction, while relaying
 };
 
