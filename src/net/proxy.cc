@@ -479,7 +479,9 @@ asio::awaitable<void> serve(std::shared_ptr<Conn> c) {
     c->set_deadline(lim.idle_timeout, Phase::kRelay);
   } else {
     c->idle = lim.idle_timeout;
-    std::string out = head->method + " " + path + " HTTP/1.1\r\nHost: " + t.authority + "\r\n";
+    // The Host the origin sees is the name that was checked, in its canonical spelling.
+    std::string out = head->method + " " + path + " HTTP/1.1\r\nHost: " + shown +
+                      (t.port == 80 ? "" : ":" + std::to_string(t.port)) + "\r\n";
     std::vector<std::string> conn_tokens;
     if (const Header* h = find_header(*head, "Connection")) {
       std::string_view v = h->value;
