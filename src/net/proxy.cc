@@ -608,6 +608,10 @@ void Proxy::stop() {
     if (impl_->stopping) return;
     impl_->stopping = true;
   }
+  // SECURITY: the box must find nothing listening once stop() returns (the acceptor itself is
+  // closed on its strand below). shutdown(2) of a listening socket is a thread-safe syscall that
+  // stops it accepting and fails the pending accept.
+  ::shutdown(impl_->acceptor.native_handle(), SHUT_RDWR);
   asio::post(impl_->acceptor.get_executor(), [impl = impl_] {
     boost::system::error_code ec;
     impl->acceptor.close(ec);

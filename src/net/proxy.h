@@ -81,7 +81,8 @@ class Proxy {
   Proxy& operator=(const Proxy&) = delete;
 
   void start();
-  // Closes the listener and every open connection (asynchronously, on their strands).
+  // Stops listening at once (a box connecting afterwards is refused), then closes the listener
+  // and every open connection asynchronously, on their strands.
   void stop();
   // New requests use `policy`; open tunnels keep the target they were checked for.
   void set_policy(std::shared_ptr<const Policy> policy);

@@ -8,6 +8,15 @@
 #include <sys/resource.h>
 #include <unistd.h>
 
+#include <fcntl.h>
+#include <net/if.h>
+#include <sched.h>
+#include <signal.h>
+#include <sys/ioctl.h>
+#include <sys/socket.h>
+#include <sys/wait.h>
+
+#include "net/box_egress.h"
 #include "net/net_fixture.h"
 
 namespace agentbox::net::testing {
@@ -279,6 +288,81 @@ TEST_F(ProxyTest, BigDownloadCountsBytes) {
     ADD_FAILURE() << d.out << d.err;
   }
   EXPECT_GE(h->proxy().counters().bytes_in, 8388608u);
+}
+
+}  // namespace
+}  // namespace agentbox::net::testing
+
+namespace agentbox::net::testing {
+namespace {
+
+// A stand-in for a box's init: a child in a new network namespace with lo up, until killed.
+class NetnsChild {
+ public:
+  NetnsChild() {
+    int p[2];
+    EXPECT_EQ(pipe2(p, O_CLOEXEC), 0);
+    pid_ = fork();
+    if (pid_ == 0) {
+      if (unshare(CLONE_NEWNET) != 0) _exit(1);
+      int s = socket(AF_INET, SOCK_DGRAM, 0);
+      ifreq ifr{};
+      memcpy(ifr.ifr_name, "lo", 3);
+      if (ioctl(s, SIOCGIFFLAGS, &ifr) != 0) _exit(1);
+      ifr.ifr_flags |= IFF_UP;
+      if (ioctl(s, SIOCSIFFLAGS, &ifr) != 0) _exit(1);
+      char c = 1;
+      if (write(p[1], &c, 1) != 1) _exit(1);
+      pause();
+      _exit(0);
+    }
+    close(p[1]);
+    char c = 0;
+    EXPECT_EQ(read(p[0], &c, 1), 1);
+    close(p[0]);
+    ns_ = UniqueFd(open(("/proc/" + std::to_string(pid_) + "/ns/net").c_str(), O_RDONLY | O_CLOEXEC));
+  }
+  ~NetnsChild() {
+    kill(pid_, SIGKILL);
+    waitpid(pid_, nullptr, 0);
+  }
+  pid_t pid() const { return pid_; }
+  int ns() const { return ns_.get(); }
+
+ private:
+  pid_t pid_ = -1;
+  UniqueFd ns_;
+};
+
+TEST(BoxEgressTest, ServesTheBoxWhileRunningAndTheEnvPointsAtIt) {
+  LocalServer http("pkgs");
+  NetnsChild box;
+  boost::asio::io_context io;
+  auto policy = std::make_shared<const Policy>(*Policy::parse({std::string(kPkgs) + ":" + std::to_string(http.port())}));
+  auto cfg = std::make_shared<NetworkConfig>();
+  cfg->hosts = *parse_hosts({{kPkgs, "127.0.0.1"}});
+  auto egress = BoxEgress::start(io, box.pid(), policy, cfg);
+  ASSERT_TRUE(egress) << egress.error().message;
+  std::thread t([&] { io.run(); });
+  std::vector<std::string> argv = {"env"};
+  for (const auto& [k, v] : BoxEgress::box_env()) argv.push_back(k + "=" + v);
+  EXPECT_EQ(argv[1], "HTTP_PROXY=http://127.0.0.1:3128");
+  for (const char* a : {"curl", "-sS", "-w", "\n%{http_code}"}) argv.push_back(a);
+  argv.push_back(url("http", kPkgs, http.port()));
+  auto r = run_in_netns(box.ns(), argv);
+  EXPECT_THAT(r.out, StartsWith("pkgs got GET /hello")) << r.err;
+  EXPECT_THAT(r.out, HasSubstr("\n200")) << r.err;
+  EXPECT_GT((*egress)->counters().bytes_in, 0u);
+  // A second proxy for the same box: the port is taken.
+  auto again = BoxEgress::start(io, box.pid(), policy, cfg);
+  ASSERT_FALSE(again);
+  EXPECT_THAT(again.error().message, HasSubstr("bind(127.0.0.1:3128)"));
+  // Stopped with the box: nothing listens any more.
+  egress->reset();
+  io.stop();
+  t.join();
+  auto after = run_in_netns(box.ns(), argv);
+  EXPECT_EQ(after.exit_code, 7) << after.out << after.err;  // CURLE_COULDNT_CONNECT
 }
 
 }  // namespace
