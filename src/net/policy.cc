@@ -12,7 +12,8 @@ namespace {
 namespace ip = boost::asio::ip;
 
 bool is_ascii(std::string_view s) {
-  return std::all_of(s.begin(), s.end(), [](char c) { return static_cast<unsigned char>(c) < 0x80; });
+  return std::all_of(s.begin(), s.end(),
+                     [](char c) { return static_cast<unsigned char>(c) < 0x80; });
 }
 
 std::string lower(std::string_view s) {
@@ -56,7 +57,8 @@ bool all_digits_or_hex(std::string_view label) {
   if (label.empty()) return false;
   if (label.size() > 2 && label[0] == '0' && (label[1] == 'x' || label[1] == 'X')) {
     label.remove_prefix(2);
-    return std::all_of(label.begin(), label.end(), [](char c) { return std::isxdigit(static_cast<unsigned char>(c)); });
+    return std::all_of(label.begin(), label.end(),
+                       [](char c) { return std::isxdigit(static_cast<unsigned char>(c)); });
   }
   return std::all_of(label.begin(), label.end(), [](char c) { return c >= '0' && c <= '9'; });
 }
@@ -139,10 +141,11 @@ Result<CanonicalHost> canonical_host(std::string_view host) {
     // UTS #46 mapping (fullwidth dots and digits, case) then Punycode: what a browser or curl
     // built with libidn2 would look up.
     char* out = nullptr;
-    const int rc = idn2_to_ascii_8z(std::string(host).c_str(), &out,
-                                    IDN2_NONTRANSITIONAL | IDN2_NFC_INPUT);
+    const int rc =
+        idn2_to_ascii_8z(std::string(host).c_str(), &out, IDN2_NONTRANSITIONAL | IDN2_NFC_INPUT);
     if (rc != IDN2_OK) {
-      return fail(Code::kInvalid, "host name " + quoted + " is not a valid IDN: " + idn2_strerror(rc));
+      return fail(Code::kInvalid,
+                  "host name " + quoted + " is not a valid IDN: " + idn2_strerror(rc));
     }
     name = lower(out);
     idn2_free(out);
@@ -221,7 +224,8 @@ Result<HostPort> split_host_port(std::string_view authority, std::optional<uint1
     hp.host = "[" + hp.host + "]";
   } else {
     const size_t colon = authority.find(':');
-    if (colon != std::string_view::npos && authority.find(':', colon + 1) != std::string_view::npos) {
+    if (colon != std::string_view::npos &&
+        authority.find(':', colon + 1) != std::string_view::npos) {
       return fail(Code::kInvalid, "IPv6 address without brackets in " + quoted);
     }
     hp.host = std::string(authority.substr(0, colon));
@@ -273,7 +277,9 @@ Result<std::map<std::string, IpAddress>> parse_hosts(
     }
     boost::system::error_code ec;
     IpAddress a = ip::make_address(addr, ec);
-    if (ec) return fail(Code::kInvalid, "network.hosts." + name + ": \"" + addr + "\" is not an IP address");
+    if (ec)
+      return fail(Code::kInvalid,
+                  "network.hosts." + name + ": \"" + addr + "\" is not an IP address");
     if (a.is_v6() && a.to_v6().is_v4_mapped()) a = ip::make_address_v4(ip::v4_mapped, a.to_v6());
     out[c->name] = a;
   }
@@ -305,13 +311,15 @@ Status Policy::check(const CanonicalHost& host, uint16_t port) const {
     if (!match) continue;
     name_ok = true;
     if (e.port && *e.port == port) return {};
-    if (std::find(std::begin(kDefaultPorts), std::end(kDefaultPorts), port) != std::end(kDefaultPorts)) {
+    if (std::find(std::begin(kDefaultPorts), std::end(kDefaultPorts), port) !=
+        std::end(kDefaultPorts)) {
       return {};
     }
   }
   const std::string shown = host.ip && host.ip->is_v6() ? "[" + host.name + "]" : host.name;
   if (name_ok) {
-    return fail(Code::kAccess, "port " + std::to_string(port) + " of " + shown + " is not in the allowlist");
+    return fail(Code::kAccess,
+                "port " + std::to_string(port) + " of " + shown + " is not in the allowlist");
   }
   if (host.ip) return fail(Code::kAccess, "IP address " + shown + " is not in the allowlist");
   return fail(Code::kAccess, shown + " is not in the allowlist");

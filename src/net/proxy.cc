@@ -4,7 +4,6 @@
 #include <sys/socket.h>
 
 #include <atomic>
-#include <charconv>
 #include <boost/asio/as_tuple.hpp>
 #include <boost/asio/co_spawn.hpp>
 #include <boost/asio/connect.hpp>
@@ -15,6 +14,7 @@
 #include <boost/asio/strand.hpp>
 #include <boost/asio/use_awaitable.hpp>
 #include <boost/asio/write.hpp>
+#include <charconv>
 #include <mutex>
 #include <set>
 #include <vector>
@@ -43,7 +43,11 @@ struct Proxy::Impl {
   std::atomic<uint64_t> bytes_out{0}, bytes_in{0}, denials{0}, total{0}, active{0}, busy{0};
 
   Impl(asio::io_context& i, std::shared_ptr<const NetworkConfig> c, ProxyLimits l, ProxyHooks h)
-      : io(i), acceptor(asio::make_strand(i)), config(std::move(c)), limits(l), hooks(std::move(h)) {}
+      : io(i),
+        acceptor(asio::make_strand(i)),
+        config(std::move(c)),
+        limits(l),
+        hooks(std::move(h)) {}
 
   std::shared_ptr<const Policy> current_policy() const {
     std::lock_guard lk(mu);
@@ -115,9 +119,7 @@ struct Conn : std::enable_shared_from_this<Conn> {
         upstream.close(ec);
         break;
       case Phase::kHead:
-      case Phase::kRelay:
-        close_all();
-        break;
+      case Phase::kRelay: close_all(); break;
     }
   }
   void finish() {
@@ -157,12 +159,15 @@ asio::awaitable<void> reply(std::shared_ptr<Conn> c, int status, std::string_vie
   c->client.shutdown(tcp::socket::shutdown_send, ec);
 }
 
-std::string truncated(std::string_view s) { return std::string(s.substr(0, 256)); }
+std::string truncated(std::string_view s) {
+  return std::string(s.substr(0, 256));
+}
 
 bool iequals(std::string_view a, std::string_view b) {
   if (a.size() != b.size()) return false;
   for (size_t i = 0; i < a.size(); ++i) {
-    if (std::tolower(static_cast<unsigned char>(a[i])) != std::tolower(static_cast<unsigned char>(b[i]))) {
+    if (std::tolower(static_cast<unsigned char>(a[i])) !=
+        std::tolower(static_cast<unsigned char>(b[i]))) {
       return false;
     }
   }
@@ -203,19 +208,22 @@ Result<RequestHead> parse_head(std::string_view head) {
   }
   if (r.method.empty() || r.target.empty()) return fail(Code::kInvalid, "malformed request line");
   for (char ch : r.method) {
-    if (!(ch >= 'A' && ch <= 'Z') && ch != '-' && ch != '_') return fail(Code::kInvalid, "malformed method");
+    if (!(ch >= 'A' && ch <= 'Z') && ch != '-' && ch != '_')
+      return fail(Code::kInvalid, "malformed method");
   }
   while (eol != std::string_view::npos) {
     const size_t start = eol + 2;
     eol = head.find("\r\n", start);
-    std::string_view h = head.substr(start, eol == std::string_view::npos ? head.size() - start : eol - start);
+    std::string_view h =
+        head.substr(start, eol == std::string_view::npos ? head.size() - start : eol - start);
     if (h.empty()) continue;
     const size_t colon = h.find(':');
     if (colon == 0 || colon == std::string_view::npos || h.front() == ' ' || h.front() == '\t') {
       return fail(Code::kInvalid, "malformed header line");
     }
     std::string_view name = h.substr(0, colon);
-    if (name.find_first_of(" \t") != std::string_view::npos) return fail(Code::kInvalid, "malformed header name");
+    if (name.find_first_of(" \t") != std::string_view::npos)
+      return fail(Code::kInvalid, "malformed header name");
     r.headers.push_back({std::string(name), std::string(trim(h.substr(colon + 1)))});
   }
   return r;
@@ -300,7 +308,7 @@ asio::awaitable<void> deny(std::shared_ptr<Conn> c, Target t, std::string why) {
 // Resolves (hosts map, IP literal, DNS) and checks every address; returns the endpoints to try
 // or a refusal message naming the host.
 asio::awaitable<std::pair<std::vector<tcp::endpoint>, std::string>> resolve(std::shared_ptr<Conn> c,
-                                                                              Target t) {
+                                                                            Target t) {
   const NetworkConfig& cfg = *c->impl->config;
   const std::string shown = t.host.ip && t.host.ip->is_v6() ? "[" + t.host.name + "]" : t.host.name;
   std::vector<tcp::endpoint> eps;
@@ -310,7 +318,8 @@ asio::awaitable<std::pair<std::vector<tcp::endpoint>, std::string>> resolve(std:
       // SECURITY: operator-named hosts are used as given (internal mirrors, tests), but the
       // daemon's own ports stay out of reach.
       if (cfg.daemon_ports.count(t.port)) {
-        co_return std::pair{eps, shown + ":" + std::to_string(t.port) + " is the daemon's own port"};
+        co_return std::pair{eps,
+                            shown + ":" + std::to_string(t.port) + " is the daemon's own port"};
       }
       eps.emplace_back(it->second, t.port);
       co_return std::pair{eps, std::string()};
@@ -329,11 +338,13 @@ asio::awaitable<std::pair<std::vector<tcp::endpoint>, std::string>> resolve(std:
   std::string refused;
   for (const auto& r : results) {
     asio::ip::address a = r.endpoint().address();
-    if (a.is_v6() && a.to_v6().is_v4_mapped()) a = asio::ip::make_address_v4(asio::ip::v4_mapped, a.to_v6());
+    if (a.is_v6() && a.to_v6().is_v4_mapped())
+      a = asio::ip::make_address_v4(asio::ip::v4_mapped, a.to_v6());
     // SECURITY: an allowed name that resolves to loopback, metadata or private space is refused
     // after resolving (DNS rebinding, split-horizon names).
     if (auto why = refused_address(a, cfg.allow_private)) {
-      if (refused.empty()) refused = shown + " resolves to " + a.to_string() + ", a " + *why + " address";
+      if (refused.empty())
+        refused = shown + " resolves to " + a.to_string() + ", a " + *why + " address";
       continue;
     }
     eps.emplace_back(a, t.port);
@@ -348,13 +359,14 @@ asio::awaitable<void> serve(std::shared_ptr<Conn> c) {
   size_t head_end = std::string::npos;
   while (head_end == std::string::npos) {
     if (buf.size() >= lim.max_header_bytes) {
-      co_await reply(c, 431, "Request Header Fields Too Large", "request head over " +
-                                                                     std::to_string(lim.max_header_bytes) + " bytes");
+      co_await reply(c, 431, "Request Header Fields Too Large",
+                     "request head over " + std::to_string(lim.max_header_bytes) + " bytes");
       co_return;
     }
     const size_t old = buf.size();
     buf.resize(std::min(lim.max_header_bytes, old + 4096));
-    auto [ec, n] = co_await c->client.async_read_some(asio::buffer(buf.data() + old, buf.size() - old), kTuple);
+    auto [ec, n] = co_await c->client.async_read_some(
+        asio::buffer(buf.data() + old, buf.size() - old), kTuple);
     buf.resize(old + n);
     if (ec) co_return;
     head_end = buf.find("\r\n\r\n", old >= 3 ? old - 3 : 0);
@@ -393,7 +405,8 @@ asio::awaitable<void> serve(std::shared_ptr<Conn> c) {
     }
   }
   auto hp = split_host_port(authority, tunnel ? std::nullopt : std::optional<uint16_t>(80));
-  if (hp && hp->port == 0) hp = std::unexpected(Error::make(Code::kInvalid, "CONNECT needs host:port"));
+  if (hp && hp->port == 0)
+    hp = std::unexpected(Error::make(Code::kInvalid, "CONNECT needs host:port"));
   if (!hp) {
     co_await reply(c, 400, "Bad Request", hp.error().message);
     co_return;
@@ -419,18 +432,22 @@ asio::awaitable<void> serve(std::shared_ptr<Conn> c) {
     if (const Header* h = find_header(*head, "Host"); h != nullptr) {
       auto hh = split_host_port(h->value, 80);
       auto hc = hh ? canonical_host(hh->host) : Result<CanonicalHost>(std::unexpected(hh.error()));
-      if (count_header(*head, "Host") != 1 || !hc || hc->name != t.host.name || hh->port != t.port) {
-        co_await deny(c, t, "Host header \"" + truncated(h->value) + "\" does not match " + t.authority);
+      if (count_header(*head, "Host") != 1 || !hc || hc->name != t.host.name ||
+          hh->port != t.port) {
+        co_await deny(c, t,
+                      "Host header \"" + truncated(h->value) + "\" does not match " + t.authority);
         co_return;
       }
     }
     if (find_header(*head, "Transfer-Encoding") != nullptr) {
-      co_await reply(c, 501, "Not Implemented", "chunked request bodies are not supported (ENOTSUP)");
+      co_await reply(c, 501, "Not Implemented",
+                     "chunked request bodies are not supported (ENOTSUP)");
       co_return;
     }
     if (const Header* cl = find_header(*head, "Content-Length"); cl != nullptr) {
       auto [p, ec] = std::from_chars(cl->value.data(), cl->value.data() + cl->value.size(), body);
-      if (ec != std::errc() || p != cl->value.data() + cl->value.size() || count_header(*head, "Content-Length") != 1) {
+      if (ec != std::errc() || p != cl->value.data() + cl->value.size() ||
+          count_header(*head, "Content-Length") != 1) {
         co_await reply(c, 400, "Bad Request", "bad Content-Length");
         co_return;
       }
@@ -459,8 +476,9 @@ asio::awaitable<void> serve(std::shared_ptr<Conn> c) {
     if (!ec || c->timed_out) break;
   }
   if (c->timed_out) {
-    co_await reply(c, 504, "Gateway Timeout", where + " did not answer within " +
-                                                  std::to_string(lim.connect_timeout.count()) + " ms");
+    co_await reply(
+        c, 504, "Gateway Timeout",
+        where + " did not answer within " + std::to_string(lim.connect_timeout.count()) + " ms");
     co_return;
   }
   if (cec) {
@@ -492,9 +510,11 @@ asio::awaitable<void> serve(std::shared_ptr<Conn> c) {
       }
     }
     for (const Header& h : head->headers) {
-      static constexpr std::string_view kDrop[] = {"Host", "Connection", "Proxy-Connection", "Keep-Alive",
-                                                   "Proxy-Authorization", "TE", "Trailer", "Upgrade"};
-      bool drop = std::any_of(std::begin(kDrop), std::end(kDrop), [&](std::string_view d) { return iequals(d, h.name); });
+      static constexpr std::string_view kDrop[] = {
+          "Host", "Connection", "Proxy-Connection", "Keep-Alive", "Proxy-Authorization",
+          "TE",   "Trailer",    "Upgrade"};
+      bool drop = std::any_of(std::begin(kDrop), std::end(kDrop),
+                              [&](std::string_view d) { return iequals(d, h.name); });
       for (const std::string& tok : conn_tokens) drop = drop || iequals(tok, h.name);
       if (!drop) out += h.name + ": " + h.value + "\r\n";
     }
@@ -519,11 +539,13 @@ asio::awaitable<void> serve(std::shared_ptr<Conn> c) {
     if (ec) co_return;
   }
   c->pumps = up_limit == 0 ? 1 : 2;
-  if (up_limit > 0) asio::co_spawn(c->client.get_executor(), pump(c, true, up_limit), asio::detached);
+  if (up_limit > 0)
+    asio::co_spawn(c->client.get_executor(), pump(c, true, up_limit), asio::detached);
   co_await pump(c, false, UINT64_MAX);
   if (!tunnel && c->timed_out && !c->response_started) {
     // Re-open nothing: the box's side is still open, answer there.
-    if (c->client.is_open()) co_await reply(c, 504, "Gateway Timeout", where + " sent no response in time");
+    if (c->client.is_open())
+      co_await reply(c, 504, "Gateway Timeout", where + " sent no response in time");
   }
 }
 
@@ -561,8 +583,9 @@ asio::awaitable<void> accept_loop(std::shared_ptr<Proxy::Impl> impl) {
     if (impl->active.load() >= impl->limits.max_connections) {
       impl->busy++;
       // A short answer on a fresh socket fits its send buffer: written without waiting.
-      const std::string r = response(503, "Service Unavailable", "too many connections (" +
-                                                               std::to_string(impl->limits.max_connections) + ")");
+      const std::string r =
+          response(503, "Service Unavailable",
+                   "too many connections (" + std::to_string(impl->limits.max_connections) + ")");
       ::send(socket.native_handle(), r.data(), r.size(), MSG_DONTWAIT | MSG_NOSIGNAL);
       continue;  // closes
     }
@@ -596,7 +619,9 @@ Result<std::shared_ptr<Proxy>> Proxy::create(asio::io_context& io, UniqueFd list
   return std::shared_ptr<Proxy>(new Proxy(std::move(impl)));
 }
 
-Proxy::~Proxy() { stop(); }
+Proxy::~Proxy() {
+  stop();
+}
 
 void Proxy::start() {
   asio::co_spawn(impl_->acceptor.get_executor(), accept_loop(impl_), log_exception);

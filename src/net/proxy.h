@@ -40,12 +40,12 @@ namespace agentbox::net {
 struct ProxyLimits {
   size_t max_connections = 256;
   size_t max_header_bytes = 16 * 1024;
-  std::chrono::milliseconds header_timeout{10'000};   // from accept to a whole request head
-  std::chrono::milliseconds connect_timeout{10'000};  // resolve + connect, else 504
+  std::chrono::milliseconds header_timeout{10'000};    // from accept to a whole request head
+  std::chrono::milliseconds connect_timeout{10'000};   // resolve + connect, else 504
   std::chrono::milliseconds response_timeout{60'000};  // plain HTTP: first response byte, else 504
   std::chrono::milliseconds idle_timeout{300'000};     // a tunnel with no byte either way
   std::chrono::milliseconds half_closed_timeout{10'000};  // idle limit once the box sent EOF
-  size_t relay_buffer = 64 * 1024;                     // per direction, while relaying
+  size_t relay_buffer = 64 * 1024;                        // per direction, while relaying
 };
 
 struct DenyEvent {

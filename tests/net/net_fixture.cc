@@ -2,6 +2,7 @@
 
 #include <arpa/inet.h>
 #include <fcntl.h>
+#include <grp.h>
 #include <net/if.h>
 #include <netinet/in.h>
 #include <poll.h>
@@ -9,7 +10,6 @@
 #include <signal.h>
 #include <sys/ioctl.h>
 #include <sys/socket.h>
-#include <grp.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -24,7 +24,9 @@
 namespace agentbox::net::testing {
 namespace {
 
-void die(const std::string& what) { throw std::runtime_error(what + ": " + strerror(errno)); }
+void die(const std::string& what) {
+  throw std::runtime_error(what + ": " + strerror(errno));
+}
 
 sockaddr_in loopback(uint16_t port) {
   sockaddr_in sa{};
@@ -147,7 +149,8 @@ std::string read_some(int fd, size_t max) {
 }
 
 std::string roundtrip(int fd, const std::string& request, size_t max) {
-  if (!request.empty() && send(fd, request.data(), request.size(), MSG_NOSIGNAL) != ssize_t(request.size())) {
+  if (!request.empty() &&
+      send(fd, request.data(), request.size(), MSG_NOSIGNAL) != ssize_t(request.size())) {
     return "send failed";
   }
   std::string out;
@@ -173,7 +176,8 @@ RunResult run_in_netns(int netns, const std::vector<std::string>& argv, uid_t ui
   if (pid == 0) {
     // Only async-signal-safe calls from here (the parent has threads).
     if (setns(netns, CLONE_NEWNET) != 0) _exit(126);
-    if (uid != 0 && (setgroups(0, nullptr) != 0 || setgid(uid) != 0 || setuid(uid) != 0)) _exit(125);
+    if (uid != 0 && (setgroups(0, nullptr) != 0 || setgid(uid) != 0 || setuid(uid) != 0))
+      _exit(125);
     dup2(out[1], 1);
     dup2(err[1], 2);
     alarm(60);
@@ -219,9 +223,9 @@ TempDir::~TempDir() {
 void make_cert(const std::string& dir, const std::vector<std::string>& names) {
   std::string san = "subjectAltName=";
   for (size_t i = 0; i < names.size(); ++i) san += (i ? ",DNS:" : "DNS:") + names[i];
-  const std::string cmd = "openssl req -x509 -newkey rsa:2048 -nodes -days 2 -subj /CN=" + names[0] +
-                          " -addext " + san + " -keyout " + dir + "/key.pem -out " + dir +
-                          "/cert.pem >/dev/null 2>&1";
+  const std::string cmd =
+      "openssl req -x509 -newkey rsa:2048 -nodes -days 2 -subj /CN=" + names[0] + " -addext " +
+      san + " -keyout " + dir + "/key.pem -out " + dir + "/cert.pem >/dev/null 2>&1";
   if (system(cmd.c_str()) != 0) throw std::runtime_error("openssl req failed");
 }
 
@@ -233,7 +237,8 @@ LocalServer::LocalServer(std::string name, const std::string& cert_dir, uint16_t
   if (pid_ == 0) {
     int devnull = open("/dev/null", O_WRONLY);
     dup2(devnull, 1);
-    execlp("python3", "python3", "-c", kServer, name.c_str(), log.c_str(), cert_dir.c_str(), p.c_str(), nullptr);
+    execlp("python3", "python3", "-c", kServer, name.c_str(), log.c_str(), cert_dir.c_str(),
+           p.c_str(), nullptr);
     _exit(127);
   }
   // The server writes its port to log.port once it listens (python may start slowly on a loaded
@@ -241,8 +246,10 @@ LocalServer::LocalServer(std::string name, const std::string& cert_dir, uint16_t
   for (int i = 0; i < 6000 && port_ == 0; ++i) {
     std::ifstream f(log + ".port");
     int p = 0;
-    if (f >> p) port_ = static_cast<uint16_t>(p);
-    else usleep(10'000);
+    if (f >> p)
+      port_ = static_cast<uint16_t>(p);
+    else
+      usleep(10'000);
   }
   if (port_ == 0) {
     kill(pid_, SIGKILL);
@@ -263,7 +270,8 @@ std::string LocalServer::log() const {
   return ss.str();
 }
 
-BlackholeServer::BlackholeServer() : listener_(listen_loopback(0)), port_(port_of(listener_.get())) {
+BlackholeServer::BlackholeServer()
+    : listener_(listen_loopback(0)), port_(port_of(listener_.get())) {
   for (int i = 0; i < 2; ++i) {
     UniqueFd fd(socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC | SOCK_NONBLOCK, 0));
     sockaddr_in sa = loopback(port_);
@@ -273,7 +281,8 @@ BlackholeServer::BlackholeServer() : listener_(listen_loopback(0)), port_(port_o
   usleep(100'000);  // let the fillers' handshakes complete and fill the queue
 }
 
-SilentServer::SilentServer(int backlog) : listener_(listen_loopback(backlog)), port_(port_of(listener_.get())) {}
+SilentServer::SilentServer(int backlog)
+    : listener_(listen_loopback(backlog)), port_(port_of(listener_.get())) {}
 
 ProxyHarness::ProxyHarness(std::vector<std::string> allow, std::map<std::string, std::string> hosts,
                            ProxyLimits limits) {

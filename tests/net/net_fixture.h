@@ -7,8 +7,8 @@
 
 #include <boost/asio/io_context.hpp>
 #include <map>
-#include <mutex>
 #include <memory>
+#include <mutex>
 #include <string>
 #include <thread>
 #include <vector>

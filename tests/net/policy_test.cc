@@ -98,7 +98,8 @@ TEST(PolicyTest, ExactNamesWildcardsAndLookalikes) {
 
 TEST(PolicyTest, IpLiteralsAreRefusedUnlessListed) {
   Policy p = policy({"example.test"});
-  for (const char* s : {"127.0.0.1", "127.1", "0x7f.0.0.1", "2130706433", "0177.0.0.1", "[::ffff:127.0.0.1]"}) {
+  for (const char* s :
+       {"127.0.0.1", "127.1", "0x7f.0.0.1", "2130706433", "0177.0.0.1", "[::ffff:127.0.0.1]"}) {
     EXPECT_EQ(verdict(p, s), "IP address 127.0.0.1 is not in the allowlist") << s;
   }
   EXPECT_EQ(verdict(p, "[::1]"), "IP address [::1] is not in the allowlist");
@@ -160,13 +161,15 @@ TEST(RefusedAddressTest, LoopbackLinkLocalAndReservedAlways) {
 }
 
 TEST(RefusedAddressTest, PrivateRangesUnlessAllowed) {
-  for (const char* a : {"10.1.2.3", "172.16.0.1", "172.31.255.255", "192.168.1.1", "100.64.0.1", "fd00::1", "fc00::1"}) {
+  for (const char* a : {"10.1.2.3", "172.16.0.1", "172.31.255.255", "192.168.1.1", "100.64.0.1",
+                        "fd00::1", "fc00::1"}) {
     EXPECT_NE(refused(a), "public") << a;
     EXPECT_EQ(refused(a, true), "public") << a;
   }
   EXPECT_EQ(refused("10.0.0.1"), "private (10.0.0.0/8)");
   EXPECT_EQ(refused("fd00::1"), "private (fc00::/7)");
-  for (const char* a : {"93.184.216.34", "172.32.0.1", "100.128.0.1", "2606:2800:220:1::1", "8.8.8.8"}) {
+  for (const char* a :
+       {"93.184.216.34", "172.32.0.1", "100.128.0.1", "2606:2800:220:1::1", "8.8.8.8"}) {
     EXPECT_EQ(refused(a), "public") << a;
   }
 }

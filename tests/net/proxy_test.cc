@@ -3,18 +3,17 @@
 // out) reaching the proxy at 127.0.0.1:3128 with curl or a raw socket.
 #include "net/proxy.h"
 
+#include <fcntl.h>
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
-#include <sys/resource.h>
-#include <unistd.h>
-
-#include <fcntl.h>
 #include <net/if.h>
 #include <sched.h>
 #include <signal.h>
 #include <sys/ioctl.h>
+#include <sys/resource.h>
 #include <sys/socket.h>
 #include <sys/wait.h>
+#include <unistd.h>
 
 #include "net/box_egress.h"
 #include "net/net_fixture.h"
@@ -28,14 +27,18 @@ using ::testing::StartsWith;
 constexpr char kPkgs[] = "pkgs.example.test";
 
 std::vector<std::string> curl(std::vector<std::string> extra, const std::string& url) {
-  std::vector<std::string> argv = {"curl", "-sS", "--max-time", "30", "--noproxy", "",
-                                   "-x", "http://127.0.0.1:3128", "-w", "\n%{http_code} %{http_connect}"};
+  std::vector<std::string> argv = {"curl",       "-sS",
+                                   "--max-time", "30",
+                                   "--noproxy",  "",
+                                   "-x",         "http://127.0.0.1:3128",
+                                   "-w",         "\n%{http_code} %{http_connect}"};
   argv.insert(argv.end(), extra.begin(), extra.end());
   argv.push_back(url);
   return argv;
 }
 
-std::string url(const char* scheme, const std::string& host, uint16_t port, const std::string& path = "/hello") {
+std::string url(const char* scheme, const std::string& host, uint16_t port,
+                const std::string& path = "/hello") {
   return std::string(scheme) + "://" + host + ":" + std::to_string(port) + path;
 }
 
@@ -47,11 +50,14 @@ class ProxyTest : public ::testing::Test {
  protected:
   ProxyTest() : http_("pkgs"), other_("other") {}
 
-  std::unique_ptr<ProxyHarness> harness(std::vector<std::string> extra_allow = {}, ProxyLimits limits = {}) {
+  std::unique_ptr<ProxyHarness> harness(std::vector<std::string> extra_allow = {},
+                                        ProxyLimits limits = {}) {
     std::vector<std::string> allow = {std::string(kPkgs) + ":" + std::to_string(http_.port())};
     allow.insert(allow.end(), extra_allow.begin(), extra_allow.end());
     return std::make_unique<ProxyHarness>(
-        allow, std::map<std::string, std::string>{{kPkgs, "127.0.0.1"}, {"other.example.test", "127.0.0.1"}},
+        allow,
+        std::map<std::string, std::string>{{kPkgs, "127.0.0.1"},
+                                           {"other.example.test", "127.0.0.1"}},
         limits);
   }
   std::string raw(ProxyHarness& h, const std::string& request) {
@@ -67,8 +73,8 @@ class ProxyTest : public ::testing::Test {
 TEST_F(ProxyTest, AllowedNameOverPlainHttpIs200) {
   auto h = harness();
   auto r = run_in_netns(h->netns(), curl({}, url("http", kPkgs, http_.port())));
-  EXPECT_EQ(r.out, "pkgs got GET /hello Host=" + std::string(kPkgs) + ":" + std::to_string(http_.port()) +
-                       "\n\n200 000")
+  EXPECT_EQ(r.out, "pkgs got GET /hello Host=" + std::string(kPkgs) + ":" +
+                       std::to_string(http_.port()) + "\n\n200 000")
       << r.err;
   // Also spelled with capitals and a trailing dot.
   auto r2 = run_in_netns(h->netns(), curl({}, url("http", "PKGS.Example.TEST.", http_.port())));
@@ -94,12 +100,14 @@ TEST_F(ProxyTest, AllowedNameOverHttpsThroughConnectIs200) {
 TEST_F(ProxyTest, NonListedNameIs403NamingIt) {
   auto h = harness();
   auto r = run_in_netns(h->netns(), curl({}, url("http", "other.example.test", other_.port())));
-  EXPECT_EQ(r.out, "agentbox proxy: other.example.test is not in the allowlist\n\n403 000") << r.err;
+  EXPECT_EQ(r.out, "agentbox proxy: other.example.test is not in the allowlist\n\n403 000")
+      << r.err;
   auto t = run_in_netns(h->netns(), curl({}, url("https", "other.example.test", 443)));
   EXPECT_THAT(t.out, HasSubstr("\n000 403")) << t.err;
   const std::string raw403 = raw(*h, connect_req("other.example.test:443"));
   EXPECT_THAT(raw403, StartsWith("HTTP/1.1 403 Forbidden\r\n"));
-  EXPECT_THAT(raw403, HasSubstr("\r\n\r\nagentbox proxy: other.example.test is not in the allowlist\n"));
+  EXPECT_THAT(raw403,
+              HasSubstr("\r\n\r\nagentbox proxy: other.example.test is not in the allowlist\n"));
   EXPECT_EQ(other_.log(), "") << "nothing reached the non-listed server";
   auto d = h->denials();
   ASSERT_EQ(d.size(), 3u);
@@ -113,11 +121,13 @@ TEST_F(ProxyTest, NonListedNameIs403NamingIt) {
 TEST_F(ProxyTest, IpLiteralSpellingsAre403) {
   auto h = harness();
   const std::string p = std::to_string(http_.port());
-  for (const std::string host : {"127.0.0.1", "127.1", "0x7f.0.0.1", "2130706433", "0177.0.0.1", "[::ffff:127.0.0.1]"}) {
+  for (const std::string host :
+       {"127.0.0.1", "127.1", "0x7f.0.0.1", "2130706433", "0177.0.0.1", "[::ffff:127.0.0.1]"}) {
     auto r = raw(*h, connect_req(host + ":" + p));
     EXPECT_THAT(r, StartsWith("HTTP/1.1 403 ")) << host;
     EXPECT_THAT(r, HasSubstr("IP address 127.0.0.1 is not in the allowlist")) << host;
-    auto g = raw(*h, "GET http://" + host + ":" + p + "/hello HTTP/1.1\r\nHost: " + host + ":" + p + "\r\n\r\n");
+    auto g = raw(*h, "GET http://" + host + ":" + p + "/hello HTTP/1.1\r\nHost: " + host + ":" + p +
+                         "\r\n\r\n");
     EXPECT_THAT(g, StartsWith("HTTP/1.1 403 ")) << host;
   }
   EXPECT_EQ(http_.log(), "");
@@ -158,8 +168,10 @@ TEST_F(ProxyTest, ForeignHostInsideATunnelGoesToTheAllowedHostOnly) {
   const std::string where = std::string(kPkgs) + ":" + std::to_string(http_.port());
   UniqueFd fd = connect_in_netns(h->netns(), 3128);
   ASSERT_TRUE(fd);
-  std::string r = roundtrip(fd.get(), connect_req(where) +
-                                          "GET /inside HTTP/1.1\r\nHost: other.example.test\r\nConnection: close\r\n\r\n");
+  std::string r = roundtrip(
+      fd.get(),
+      connect_req(where) +
+          "GET /inside HTTP/1.1\r\nHost: other.example.test\r\nConnection: close\r\n\r\n");
   EXPECT_THAT(r, StartsWith("HTTP/1.1 200 Connection established\r\n\r\nHTTP/1.1 200"));
   EXPECT_THAT(r, HasSubstr("pkgs got GET /inside Host=other.example.test"));
   EXPECT_EQ(other_.log(), "");
@@ -177,13 +189,15 @@ TEST_F(ProxyTest, PlainRequestsAreCheckedOneByOne) {
   // second is never forwarded anywhere (one request per connection; a new one is checked anew).
   auto k = raw(*h, "GET http://" + where + "/first HTTP/1.1\r\nHost: " + where +
                        "\r\nConnection: keep-alive\r\n\r\n"
-                       "GET http://" + foreign + "/second HTTP/1.1\r\nHost: " + foreign + "\r\n\r\n");
+                       "GET http://" +
+                       foreign + "/second HTTP/1.1\r\nHost: " + foreign + "\r\n\r\n");
   EXPECT_THAT(k, StartsWith("HTTP/1.1 200"));
   EXPECT_THAT(k, HasSubstr("pkgs got GET /first"));
   EXPECT_THAT(k, Not(HasSubstr("second")));
   EXPECT_EQ(http_.log(), "GET /first Host=" + where + "\n");
   EXPECT_EQ(other_.log(), "");
-  auto again = raw(*h, "GET http://" + foreign + "/second HTTP/1.1\r\nHost: " + foreign + "\r\n\r\n");
+  auto again =
+      raw(*h, "GET http://" + foreign + "/second HTTP/1.1\r\nHost: " + foreign + "\r\n\r\n");
   EXPECT_THAT(again, StartsWith("HTTP/1.1 403 "));
   // A body goes along, exactly Content-Length bytes of it.
   auto post = raw(*h, "POST http://" + where + "/up HTTP/1.1\r\nHost: " + where +
@@ -196,10 +210,13 @@ TEST_F(ProxyTest, PolicyCanBeSwappedOnALiveProxy) {
   auto h = harness();
   const std::string u = url("http", kPkgs, http_.port());
   EXPECT_THAT(run_in_netns(h->netns(), curl({}, u)).out, HasSubstr("\n200 "));
-  h->proxy().set_policy(std::make_shared<const Policy>(*Policy::parse({"other.example.test:" + std::to_string(other_.port())})));
-  EXPECT_THAT(run_in_netns(h->netns(), curl({}, u)).out, HasSubstr("is not in the allowlist\n\n403 "));
-  EXPECT_THAT(run_in_netns(h->netns(), curl({}, url("http", "other.example.test", other_.port()))).out,
-              HasSubstr("other got GET /hello"));
+  h->proxy().set_policy(std::make_shared<const Policy>(
+      *Policy::parse({"other.example.test:" + std::to_string(other_.port())})));
+  EXPECT_THAT(run_in_netns(h->netns(), curl({}, u)).out,
+              HasSubstr("is not in the allowlist\n\n403 "));
+  EXPECT_THAT(
+      run_in_netns(h->netns(), curl({}, url("http", "other.example.test", other_.port()))).out,
+      HasSubstr("other got GET /hello"));
 }
 
 TEST_F(ProxyTest, GarbageOversizedHeadsAndSlowClients) {
@@ -273,18 +290,21 @@ TEST_F(ProxyTest, ListenerIsInsideTheNamespaceOnly) {
     EXPECT_EQ(errno, ECONNREFUSED);
   }
   // The box's namespace has nothing but lo: no route out.
-  auto r = run_in_netns(h->netns(), {"sh", "-c", "tail -n +3 /proc/net/dev | cut -d: -f1 | tr -d ' '"});
+  auto r =
+      run_in_netns(h->netns(), {"sh", "-c", "tail -n +3 /proc/net/dev | cut -d: -f1 | tr -d ' '"});
   EXPECT_EQ(r.out, "lo\n");
 }
 
 TEST_F(ProxyTest, BigDownloadCountsBytes) {
   auto h = harness();
-  auto r = run_in_netns(h->netns(), {"sh", "-c", "curl -sS --noproxy '' -x http://127.0.0.1:3128 " +
-                                                     url("http", kPkgs, http_.port(), "/big?n=8388608") +
-                                                     " | wc -c"});
+  auto r = run_in_netns(h->netns(),
+                        {"sh", "-c",
+                         "curl -sS --noproxy '' -x http://127.0.0.1:3128 " +
+                             url("http", kPkgs, http_.port(), "/big?n=8388608") + " | wc -c"});
   EXPECT_EQ(r.out, "8388608\n") << r.err;
   if (r.out != "8388608\n") {
-    auto d = run_in_netns(h->netns(), curl({"-r", "0-100"}, url("http", kPkgs, http_.port(), "/big?n=100")));
+    auto d = run_in_netns(h->netns(),
+                          curl({"-r", "0-100"}, url("http", kPkgs, http_.port(), "/big?n=100")));
     ADD_FAILURE() << d.out << d.err;
   }
   EXPECT_GE(h->proxy().counters().bytes_in, 8388608u);
@@ -320,7 +340,8 @@ class NetnsChild {
     char c = 0;
     EXPECT_EQ(read(p[0], &c, 1), 1);
     close(p[0]);
-    ns_ = UniqueFd(open(("/proc/" + std::to_string(pid_) + "/ns/net").c_str(), O_RDONLY | O_CLOEXEC));
+    ns_ =
+        UniqueFd(open(("/proc/" + std::to_string(pid_) + "/ns/net").c_str(), O_RDONLY | O_CLOEXEC));
   }
   ~NetnsChild() {
     kill(pid_, SIGKILL);
@@ -338,7 +359,8 @@ TEST(BoxEgressTest, ServesTheBoxWhileRunningAndTheEnvPointsAtIt) {
   LocalServer http("pkgs");
   NetnsChild box;
   boost::asio::io_context io;
-  auto policy = std::make_shared<const Policy>(*Policy::parse({std::string(kPkgs) + ":" + std::to_string(http.port())}));
+  auto policy = std::make_shared<const Policy>(
+      *Policy::parse({std::string(kPkgs) + ":" + std::to_string(http.port())}));
   auto cfg = std::make_shared<NetworkConfig>();
   cfg->hosts = *parse_hosts({{kPkgs, "127.0.0.1"}});
   auto egress = BoxEgress::start(io, box.pid(), policy, cfg);

@@ -7,12 +7,12 @@
 #include <fcntl.h>
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
+#include <net/if.h>
 #include <sched.h>
 #include <sys/ioctl.h>
 #include <sys/mount.h>
-#include <sys/stat.h>
 #include <sys/socket.h>
-#include <net/if.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <fstream>
@@ -43,8 +43,9 @@ class OwnNamespaces : public ::testing::Environment {
     // or split-horizon DNS would answer for an allowed name.
     hosts_ = std::make_unique<TempDir>();
     const std::string f = hosts_->path() + "/hosts";
-    std::ofstream(f) << "127.0.0.1 localhost\n127.0.0.2 lo.pkg.test\n169.254.169.254 meta.pkg.test\n"
-                        "10.1.2.3 ten.pkg.test\nfd00::1 ula.pkg.test\n";
+    std::ofstream(f)
+        << "127.0.0.1 localhost\n127.0.0.2 lo.pkg.test\n169.254.169.254 meta.pkg.test\n"
+           "10.1.2.3 ten.pkg.test\nfd00::1 ula.pkg.test\n";
     ASSERT_EQ(mount(f.c_str(), "/etc/hosts", nullptr, MS_BIND, nullptr), 0) << strerror(errno);
   }
   void TearDown() override {
@@ -78,9 +79,12 @@ class T6AllowlistTest : public ::testing::Test {
 
   // curl in the box as the session user; returns body + "\n<http_code> <http_connect>".
   std::string curl(const std::string& u, std::vector<std::string> extra = {}) {
-    std::vector<std::string> argv = {"curl", "-sS", "--max-time", "30", "--noproxy", "", "-x",
-                                     "http://127.0.0.1:3128", "-w", "\n%{http_code} %{http_connect}",
-                                     "--cacert", certs_->path() + "/cert.pem"};
+    std::vector<std::string> argv = {"curl",       "-sS",
+                                     "--max-time", "30",
+                                     "--noproxy",  "",
+                                     "-x",         "http://127.0.0.1:3128",
+                                     "-w",         "\n%{http_code} %{http_connect}",
+                                     "--cacert",   certs_->path() + "/cert.pem"};
     argv.insert(argv.end(), extra.begin(), extra.end());
     argv.push_back(u);
     auto r = run_in_netns(h_.netns(), argv, kBoxUid);
@@ -106,17 +110,20 @@ LocalServer* T6AllowlistTest::https_ = nullptr;
 TEST_F(T6AllowlistTest, AllowedNamesPassAlsoSpelledOtherwise) {
   EXPECT_EQ(curl("http://example.test/a"), "allowed-http got GET /a Host=example.test\n\n200 000");
   EXPECT_EQ(curl("http://EXAMPLE.test./b"), "allowed-http got GET /b Host=example.test\n\n200 000");
-  EXPECT_EQ(curl("https://files.pkg.test/c"), "allowed-tls got GET /c Host=files.pkg.test\n\n200 200");
+  EXPECT_EQ(curl("https://files.pkg.test/c"),
+            "allowed-tls got GET /c Host=files.pkg.test\n\n200 200");
   EXPECT_EQ(curl("https://example.test/d"), "allowed-tls got GET /d Host=example.test\n\n200 200");
 }
 
 TEST_F(T6AllowlistTest, LookalikesAndIpLiteralsAreBlocked) {
-  for (const std::string n : {"pkg.test", "evil-pkg.test", "pkg.test.evil.test", "example.test.evil.test",
-                              "evil-example.test", "sub.example.test"}) {
-    EXPECT_EQ(curl("http://" + n + "/"), "agentbox proxy: " + n + " is not in the allowlist\n\n403 000");
+  for (const std::string n : {"pkg.test", "evil-pkg.test", "pkg.test.evil.test",
+                              "example.test.evil.test", "evil-example.test", "sub.example.test"}) {
+    EXPECT_EQ(curl("http://" + n + "/"),
+              "agentbox proxy: " + n + " is not in the allowlist\n\n403 000");
     EXPECT_THAT(connect(n + ":443"), StartsWith("HTTP/1.1 403 Forbidden")) << n;
   }
-  for (const std::string ip : {"127.0.0.1", "127.1", "0x7f.0.0.1", "2130706433", "[::ffff:127.0.0.1]", "[::1]"}) {
+  for (const std::string ip :
+       {"127.0.0.1", "127.1", "0x7f.0.0.1", "2130706433", "[::ffff:127.0.0.1]", "[::1]"}) {
     const std::string out = connect(ip + ":443");
     EXPECT_THAT(out, StartsWith("HTTP/1.1 403 Forbidden")) << ip;
     EXPECT_THAT(out, HasSubstr("is not in the allowlist")) << ip;
@@ -128,7 +135,8 @@ TEST_F(T6AllowlistTest, LookalikesAndIpLiteralsAreBlocked) {
 TEST_F(T6AllowlistTest, AllowedNamesResolvingToRefusedAddressesAreRefusedAfterResolving) {
   const std::pair<const char*, const char*> cases[] = {
       {"lo.pkg.test", "resolves to 127.0.0.2, a loopback (127.0.0.0/8) address"},
-      {"meta.pkg.test", "resolves to 169.254.169.254, a link-local/metadata (169.254.0.0/16) address"},
+      {"meta.pkg.test",
+       "resolves to 169.254.169.254, a link-local/metadata (169.254.0.0/16) address"},
       {"ten.pkg.test", "resolves to 10.1.2.3, a private (10.0.0.0/8) address"},
       {"ula.pkg.test", "resolves to fd00::1, a private (fc00::/7) address"},
   };
@@ -142,8 +150,9 @@ TEST_F(T6AllowlistTest, AllowedNamesResolvingToRefusedAddressesAreRefusedAfterRe
 TEST_F(T6AllowlistTest, TunnelToAnAllowedNameCarriesOtherSniOrHostOnlyToIt) {
   // CONNECT files.pkg.test:443, then TLS with SNI other.test: it is the allowed server that
   // answers (curl -k: the certificate does not name other.test).
-  EXPECT_EQ(curl("https://other.test/sni", {"-k", "--connect-to", "other.test:443:files.pkg.test:443"}),
-            "allowed-tls got GET /sni Host=other.test\n\n200 200");
+  EXPECT_EQ(
+      curl("https://other.test/sni", {"-k", "--connect-to", "other.test:443:files.pkg.test:443"}),
+      "allowed-tls got GET /sni Host=other.test\n\n200 200");
   // Plain HTTP with a foreign Host header: refused.
   const std::string r = raw("GET http://example.test/x HTTP/1.1\r\nHost: other.test\r\n\r\n");
   EXPECT_THAT(r, StartsWith("HTTP/1.1 403 Forbidden"));
@@ -151,7 +160,8 @@ TEST_F(T6AllowlistTest, TunnelToAnAllowedNameCarriesOtherSniOrHostOnlyToIt) {
 }
 
 TEST_F(T6AllowlistTest, PortsOutsideThePolicyAreBlocked) {
-  EXPECT_THAT(connect("example.test:22"), HasSubstr("port 22 of example.test is not in the allowlist"));
+  EXPECT_THAT(connect("example.test:22"),
+              HasSubstr("port 22 of example.test is not in the allowlist"));
   EXPECT_EQ(curl("http://example.test:8080/"),
             "agentbox proxy: port 8080 of example.test is not in the allowlist\n\n403 000");
 }
@@ -177,32 +187,38 @@ TEST_F(T6AllowlistTest, NothingButTheProxyLeavesTheBox) {
   socklen_t len = sizeof sa;
   getsockname(host_udp.get(), reinterpret_cast<sockaddr*>(&sa), &len);
   const std::string port = std::to_string(ntohs(sa.sin_port));
-  auto u = run_in_netns(h_.netns(), {"python3", "-c",
-                                     "import socket;socket.socket(socket.AF_INET,socket.SOCK_DGRAM)"
-                                     ".sendto(b'leak',('127.0.0.1'," + port + "));print('sent')"},
+  auto u = run_in_netns(h_.netns(),
+                        {"python3", "-c",
+                         "import socket;socket.socket(socket.AF_INET,socket.SOCK_DGRAM)"
+                         ".sendto(b'leak',('127.0.0.1'," +
+                             port + "));print('sent')"},
                         kBoxUid);
   EXPECT_EQ(u.out, "sent\n");
   char buf[16];
   EXPECT_EQ(recv(host_udp.get(), buf, sizeof buf, 0), -1);
   EXPECT_EQ(errno, EAGAIN);
   // Direct TCP to the host's servers: the box's 127.0.0.1:80 is its own, empty loopback.
-  auto t = run_in_netns(h_.netns(), {"curl", "-sS", "--noproxy", "*", "http://127.0.0.1:80/"}, kBoxUid);
+  auto t =
+      run_in_netns(h_.netns(), {"curl", "-sS", "--noproxy", "*", "http://127.0.0.1:80/"}, kBoxUid);
   EXPECT_EQ(t.exit_code, 7) << t.err;  // CURLE_COULDNT_CONNECT
   EXPECT_THAT(t.err, HasSubstr("Failed to connect to 127.0.0.1 port 80"));
 }
 
 TEST_F(T6AllowlistTest, TheSessionUserCannotChangeTheNetwork) {
-  auto route = run_in_netns(h_.netns(), {"ip", "route", "add", "192.0.2.0/24", "dev", "lo"}, kBoxUid);
+  auto route =
+      run_in_netns(h_.netns(), {"ip", "route", "add", "192.0.2.0/24", "dev", "lo"}, kBoxUid);
   EXPECT_NE(route.exit_code, 0);
   EXPECT_THAT(route.err, HasSubstr("Operation not permitted"));
   auto lo = run_in_netns(h_.netns(), {"ip", "link", "set", "lo", "down"}, kBoxUid);
   EXPECT_NE(lo.exit_code, 0);
   EXPECT_THAT(lo.err, HasSubstr("Operation not permitted"));
-  auto rawsock = run_in_netns(h_.netns(), {"python3", "-c",
-                                           "import socket\n"
-                                           "try: socket.socket(socket.AF_INET,socket.SOCK_RAW,socket.IPPROTO_ICMP); print('RAW')\n"
-                                           "except PermissionError: print('EPERM')\n"},
-                              kBoxUid);
+  auto rawsock = run_in_netns(
+      h_.netns(),
+      {"python3", "-c",
+       "import socket\n"
+       "try: socket.socket(socket.AF_INET,socket.SOCK_RAW,socket.IPPROTO_ICMP); print('RAW')\n"
+       "except PermissionError: print('EPERM')\n"},
+      kBoxUid);
   EXPECT_EQ(rawsock.out, "EPERM\n") << rawsock.err;
   // The proxy still serves after all that.
   EXPECT_THAT(curl("http://example.test/after"), HasSubstr("\n200 "));
