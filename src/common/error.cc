@@ -22,6 +22,7 @@ std::string_view code_name(Code c) {
     case Code::kTimedOut: return "ETIMEDOUT";
     case Code::kUnavailable: return "EUNAVAILABLE";
     case Code::kInternal: return "EINTERNAL";
+    case Code::kNotSupported: return "ENOTSUP";
   }
   return "EINTERNAL";
 }

@@ -24,6 +24,7 @@ enum class Code {
   kTimedOut,      // ETIMEDOUT
   kUnavailable,   // EUNAVAILABLE backend down, runner gone
   kInternal,      // EINTERNAL
+  kNotSupported,  // ENOTSUP      a field, value or route this version does not do (501)
 };
 
 // The wire spelling of a code ("EINVAL", ...).

@@ -23,6 +23,7 @@ int http_status(const Error& e) {
     case Code::kTimedOut: return 504;
     case Code::kUnavailable: return 503;
     case Code::kInternal: return 500;
+    case Code::kNotSupported: return 501;
   }
   return 500;
 }
