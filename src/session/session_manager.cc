@@ -688,7 +688,10 @@ Result<std::pair<SessionInfo, bool>> SessionManager::create_or_get(const std::st
   lk.lock();
   auto done = finish_start_locked(*e, std::move(started), /*is_new=*/true);
   if (!done) return std::unexpected(done.error());
-  return std::pair{info_locked(**done), true};
+  SessionInfo info = info_locked(**done);
+  lk.unlock();
+  publish({EventKind::kCreated, EventCause::kApi, info, caller.tenant, ""});
+  return std::pair{std::move(info), true};
 }
 
 Result<SessionInfo> SessionManager::get(const std::string& id, const Caller& caller) {
@@ -790,9 +793,14 @@ Result<std::string> SessionManager::destroy_impl(const std::string& id, const Ca
                   removed.error().message);
     return std::unexpected(removed.error());
   }
+  SessionInfo info = info_locked(*e);
   uids_.erase(e->uid);
   sessions_.erase(id);
   (void)forget_locked(*e);
+  lk.unlock();
+  publish({EventKind::kDestroyed, if_idle_ttl_ms > 0 ? EventCause::kReaper : EventCause::kApi,
+           info, if_idle_ttl_ms > 0 ? std::string_view() : std::string_view(caller.tenant),
+           archive ? std::string_view(*archived) : std::string_view()});
   spdlog::info("session {}: destroyed{}", id, archive ? " (archived to " + *archived + ")" : "");
   return *archived;
 }
