@@ -201,7 +201,6 @@ TEST_F(SessionsApi, UnknownSessionIs404OnEverySessionRoute) {
       {"POST", s + "/keepalive", ""},
       {"POST", s + "/health", ""},
       {"POST", s + "/repair", ""},
-      {"GET", s + "/pty?cols=80&rows=24", ""},
       {"GET", s + "/files?path=a.txt", ""},
       {"PUT", s + "/files?path=a.txt", "data"},
       {"DELETE", s + "/files?path=a.txt", ""},
