@@ -363,8 +363,10 @@ bool readable(int fd) {
 
 // The exec body is parsed in the pool: while it is being parsed, another client's /healthz is
 // answered. The body is quick to send and slow to parse (millions of array elements in a field
-// the exec ignores); its reply (400, a bad timeout_sec) can only come after the parse. Parsed on
-// the network thread, the exec's reply would be written before the health check is even read.
+// the exec ignores); its reply (400, a bad timeout_sec) can only come after the parse.
+// KNOWN WEAKNESS: with the parse moved back onto the network thread this test still passed once
+// (the health check can be served while the big body is still being read), so it does not yet
+// pin the fix down; it needs a way to know the daemon has the whole body before /healthz goes.
 TEST_F(TransportApi, ABigExecBodyDoesNotHoldUpOtherClients) {
   std::string body = R"({"command":"true","timeout_sec":"not a number","pad":[)";
   const std::size_t elements = 5u << 20;  // ~10 MiB of "0,"
