@@ -1,5 +1,6 @@
 #pragma once
-// agentboxd's HTTP/1.1 server (Boost.Beast on C++20 coroutines): every route of API.md.
+// agentboxd's HTTP/1.1 and WebSocket server (Boost.Beast on C++20 coroutines): every route of
+// API.md (the route table, routes.h; not built yet: 501).
 //
 // Threading: everything network-facing runs on one io_context (run it on one thread); blocking
 // file-system and session work is handed to `pool` and resumed on the io_context. Beast stays
@@ -46,6 +47,12 @@ struct ServerOptions {
   std::size_t max_connections = 4096;
   // How long a connection may sit idle between requests, or make no progress on a read or write.
   std::chrono::seconds io_timeout{120};
+  // WebSockets (websocket.h): the largest message a peer may send (a bigger one: close 1009),
+  // how often a quiet peer is pinged (no pong within another interval: closed), and how much may
+  // wait in one socket's write queue (a peer that stops reading is closed when it is full).
+  std::size_t ws_max_message_bytes = 16u << 20;
+  std::chrono::milliseconds ws_ping_interval{30000};
+  std::size_t ws_max_queued_bytes = 16u << 20;
   // How long shutdown waits for requests in flight.
   std::chrono::seconds shutdown_grace{10};
 };

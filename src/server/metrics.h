@@ -27,7 +27,7 @@ inline constexpr Feature kFeatures[] = {
     {"archives", true},          {"tenants", true},        {"default_limits", true},
     {"templates", false},        {"processes", false},     {"pty", false},
     {"live_mounts", false},      {"packages", false},      {"runners", false},
-    {"events", false},           {"langbot_rpc", false},   {"e2b", false},
+    {"events", true},            {"langbot_rpc", false},   {"e2b", false},
     {"mcp", false},              {"repair", false},        {"limits_cpu_time_sec", false},
     {"limits_tmp_mb", false},
 };

@@ -2,39 +2,21 @@
 
 #include <algorithm>
 
+#include "server/internal/surfaces.h"
+
 namespace agentbox::server {
 
 const std::vector<RouteSpec>& route_specs() {
-  using B = BodyKind;
-  static const std::vector<RouteSpec> kRoutes = {
-      {RouteId::kSessionCreate, "POST", "/v1/sessions", B::kJson, true},
-      {RouteId::kSessionList, "GET", "/v1/sessions", B::kNone, true},
-      {RouteId::kSessionGet, "GET", "/v1/sessions/{id}", B::kNone, true},
-      {RouteId::kSessionDelete, "DELETE", "/v1/sessions/{id}", B::kNone, true},
-      {RouteId::kSessionSuspend, "POST", "/v1/sessions/{id}/suspend", B::kJson, true},
-      {RouteId::kSessionResume, "POST", "/v1/sessions/{id}/resume", B::kJson, true},
-      {RouteId::kSessionKeepalive, "POST", "/v1/sessions/{id}/keepalive", B::kJson, true},
-      {RouteId::kSessionRestore, "POST", "/v1/sessions/{id}/restore", B::kJson, true},
-      {RouteId::kSessionHealth, "POST", "/v1/sessions/{id}/health", B::kJson, true},
-      {RouteId::kSessionRepair, "POST", "/v1/sessions/{id}/repair", B::kJson, true},
-      {RouteId::kExec, "POST", "/v1/sessions/{id}/exec", B::kJson, true},
-      {RouteId::kExecStream, "POST", "/v1/sessions/{id}/exec/stream", B::kJson, true},
-      {RouteId::kPty, "GET", "/v1/sessions/{id}/pty", B::kNone, true},
-      {RouteId::kFileGet, "GET", "/v1/sessions/{id}/files", B::kNone, true},
-      {RouteId::kFilePut, "PUT", "/v1/sessions/{id}/files", B::kRaw, true},
-      {RouteId::kFileDelete, "DELETE", "/v1/sessions/{id}/files", B::kNone, true},
-      {RouteId::kStat, "GET", "/v1/sessions/{id}/stat", B::kNone, true},
-      {RouteId::kDir, "GET", "/v1/sessions/{id}/dir", B::kNone, true},
-      {RouteId::kMkdir, "POST", "/v1/sessions/{id}/mkdir", B::kJson, true},
-      {RouteId::kRename, "POST", "/v1/sessions/{id}/rename", B::kJson, true},
-      {RouteId::kSeedExec, "POST", "/exec", B::kJson, true},
-      {RouteId::kSeedExecStream, "POST", "/exec-stream", B::kJson, true},
-      {RouteId::kSeedRead, "POST", "/workspace/read", B::kJson, true},
-      {RouteId::kSeedWrite, "POST", "/workspace/write", B::kJson, true},
-      {RouteId::kHealthz, "GET", "/healthz", B::kNone, false},
-      {RouteId::kReadyz, "GET", "/readyz", B::kNone, true},
-      {RouteId::kMetrics, "GET", "/metrics", B::kNone, true},
-  };
+  static const std::vector<RouteSpec> kRoutes = [] {
+    std::vector<RouteSpec> all;
+    for (auto part : {detail::session_routes, detail::exec_routes, detail::file_routes,
+                      detail::seed001_routes, detail::ops_routes, detail::event_routes,
+                      detail::not_built_routes}) {
+      auto routes = part();
+      all.insert(all.end(), routes.begin(), routes.end());
+    }
+    return all;
+  }();
   return kRoutes;
 }
 
@@ -62,16 +44,22 @@ std::vector<std::string_view> split_path(std::string_view path) {
 }
 
 // Matches `path` against a template; fills params on success.
-bool match_template(std::string_view tmpl, const std::vector<std::string_view>& segs,
+// With `subtree`, the last template parameter takes the rest of the path (slashes included).
+bool match_template(std::string_view tmpl, bool subtree, const std::vector<std::string_view>& segs,
                     std::map<std::string, std::string>* params) {
   auto tsegs = split_path(tmpl);
-  if (tsegs.size() != segs.size() || segs.empty()) return false;
+  if (segs.empty()) return false;
+  if (subtree ? segs.size() < tsegs.size() : tsegs.size() != segs.size()) return false;
   std::map<std::string, std::string> found;
-  for (std::size_t i = 0; i < segs.size(); ++i) {
+  for (std::size_t i = 0; i < tsegs.size(); ++i) {
     std::string_view t = tsegs[i];
     if (t.size() >= 2 && t.front() == '{' && t.back() == '}') {
       if (segs[i].empty()) return false;
-      auto decoded = url_decode(segs[i], /*plus_as_space=*/false);
+      std::string raw(segs[i]);
+      if (subtree && i + 1 == tsegs.size()) {
+        for (std::size_t j = i + 1; j < segs.size(); ++j) raw += "/" + std::string(segs[j]);
+      }
+      auto decoded = url_decode(raw, /*plus_as_space=*/false);
       if (!decoded) return false;
       found.emplace(std::string(t.substr(1, t.size() - 2)), std::move(*decoded));
     } else if (t != segs[i]) {
@@ -96,7 +84,7 @@ RouteMatch match_route(std::string_view method, std::string_view path) {
   auto segs = split_path(path);
   for (const auto& r : route_specs()) {
     std::map<std::string, std::string> params;
-    if (!match_template(r.path, segs, &params)) continue;
+    if (!match_template(r.path, r.subtree, segs, &params)) continue;
     if (r.method == method) {
       m.route = &r;
       m.params = std::move(params);

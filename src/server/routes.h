@@ -1,8 +1,11 @@
 #pragma once
 // The route table of agentboxd. The router is driven by route_specs() itself, so the served
 // routes, route_table() and the OpenAPI document (checked against route_table() by a test)
-// cannot drift apart. Nothing here knows about Beast; it is plain string work.
+// cannot drift apart. Each entry owns its handler: the table is assembled from one table per
+// surface (v1 sessions, exec, files, seed 001, ops, events, not built), each in its own file.
+// Matching is plain string work; nothing here knows about Beast.
 
+#include <boost/asio/awaitable.hpp>
 #include <map>
 #include <string>
 #include <string_view>
@@ -27,7 +30,6 @@ enum class RouteId {
   // Exec
   kExec,
   kExecStream,
-  kPty,
   // Files
   kFileGet,
   kFilePut,
@@ -45,7 +47,25 @@ enum class RouteId {
   kHealthz,
   kReadyz,
   kMetrics,
+  // WebSocket
+  kEvents,
+  // Routes of API.md not built yet: each answers 501 ENOTSUP naming itself.
+  kNotBuilt,
 };
+
+// How a route is served.
+enum class RouteKind {
+  kHttp,       // a request and its response
+  kWebSocket,  // GET with an Upgrade: websocket; a plain GET is 426
+  kNotBuilt,   // documented in API.md, not in this version: 501 ENOTSUP naming the route
+};
+
+namespace detail {
+struct Call;  // one request on its connection (internal/transport.h)
+}
+// A route's handler: answers the request on its connection; returns whether the connection may
+// serve another request.
+using Handler = boost::asio::awaitable<bool> (*)(detail::Call* call);
 
 // What a route reads as its request body.
 enum class BodyKind {
@@ -60,6 +80,10 @@ struct RouteSpec {
   std::string_view path;  // OpenAPI-style template: "/v1/sessions/{id}/exec"
   BodyKind body;
   bool needs_auth;  // false only for GET /healthz
+  Handler handler;
+  RouteKind kind = RouteKind::kHttp;
+  // The last template parameter takes the rest of the path, slashes included ("/e2b/{path}").
+  bool subtree = false;
 };
 
 // OpenAPI-style view of the table, for docs and their test.

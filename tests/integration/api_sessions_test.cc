@@ -201,7 +201,6 @@ TEST_F(SessionsApi, UnknownSessionIs404OnEverySessionRoute) {
       {"POST", s + "/keepalive", ""},
       {"POST", s + "/health", ""},
       {"POST", s + "/repair", ""},
-      {"GET", s + "/pty?cols=80&rows=24", ""},
       {"GET", s + "/files?path=a.txt", ""},
       {"PUT", s + "/files?path=a.txt", "data"},
       {"DELETE", s + "/files?path=a.txt", ""},
@@ -270,8 +269,10 @@ TEST_F(SessionsApi, LifecycleRoutes) {
   EXPECT_EQ(fresh.code(), "EACCES");
   EXPECT_EQ(api_.get("/v1/sessions/fresh").status, 404);
 
+  // Not built yet (API.md "Processes and terminals"): 501 ENOTSUP naming the route.
   auto pty = api_.get("/v1/sessions/life/pty?cols=80&rows=24&command=bash");
   EXPECT_EQ(pty.status, 501) << pty;
+  EXPECT_EQ(pty.code(), "ENOTSUP") << pty;
 }
 
 }  // namespace

@@ -79,7 +79,6 @@ TEST_F(TenantsApi, AnotherTenantsSessionIs404OnEveryRouteExactlyLikeAMissingOne)
       {"POST", "/v1/sessions/{id}/repair", "{}"},
       {"POST", "/v1/sessions/{id}/exec", R"({"command":"echo pwned > /tmp/x"})"},
       {"POST", "/v1/sessions/{id}/exec/stream", R"({"command":"echo pwned"})"},
-      {"GET", "/v1/sessions/{id}/pty?cols=80&rows=24", ""},
       {"GET", "/v1/sessions/{id}/files?path=keep.txt", ""},
       {"PUT", "/v1/sessions/{id}/files?path=keep.txt", "overwritten"},
       {"DELETE", "/v1/sessions/{id}/files?path=keep.txt", ""},

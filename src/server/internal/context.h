@@ -9,6 +9,7 @@
 #include <cstdint>
 #include <map>
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -38,6 +39,7 @@ struct Context {
   ServerOptions opts;
   Metrics metrics;
   std::vector<SharedFs> shared;  // longest prefix first
+  bool stopping = false;         // shutdown() ran: replies say "Connection: close"
 };
 
 // Appends an audit line if the server has an audit log (thread-safe).
@@ -53,6 +55,8 @@ struct Request {
   std::map<std::string, std::string> query;   // decoded
   std::map<std::string, std::string> params;  // route template parameters, decoded
   std::string body;                           // JSON routes only
+  // A big JSON body, already parsed in the pool by the transport (body_object() takes it).
+  std::optional<Result<json>> parsed;
   // The authenticated tenant. SECURITY: the default (no token matched, only on routes that
   // need no auth) is a nameless non-admin that owns no session.
   session::Caller caller{"", false, 0};
@@ -68,11 +72,9 @@ struct Reply {
 Reply json_reply(int status, const json& j);
 Reply error_reply(const Error& e);
 
-// The handler of every route whose reply is a small body (not the streaming ones: exec, exec
-// stream, file get/put, which http_server.cc serves itself).
-asio::awaitable<Reply> handle_simple(Context* ctx, RouteId route, Request req);
-
-// Helpers shared with http_server.cc.
+// Helpers shared by the surfaces.
+// The request body as a JSON object (parse_object), parsed by the transport when it was big.
+Result<json> body_object(Request* req, bool allow_empty = false);
 // The session id of a /v1/sessions/{id}/... route, validated (EINVAL otherwise).
 Result<std::string> session_param(const Request& req);
 // A required query parameter, e.g. "path".

@@ -1,0 +1,382 @@
+// The exec surface: POST /v1/sessions/{id}/exec (one reply) and .../exec/stream (NDJSON as the
+// command runs), and the same runner for seed 001's /exec and /exec-stream (seed001.cc). A
+// command runs beside a watch on its client: a client gone kills the command's whole tree.
+
+#include <fcntl.h>
+#include <sys/sendfile.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <array>
+#include <boost/asio/experimental/awaitable_operators.hpp>
+#include <boost/asio/steady_timer.hpp>
+#include <boost/asio/write.hpp>
+#include <tuple>
+#include <variant>
+
+#include "common/log.h"
+#include "common/no_sigpipe.h"
+#include "server/http_error.h"
+#include "server/internal/blocking.h"
+#include "server/internal/exec.h"
+#include "server/internal/surfaces.h"
+#include "server/internal/transport.h"
+
+namespace agentbox::server::detail {
+namespace {
+
+using namespace boost::asio::experimental::awaitable_operators;
+
+// Seed 001's /exec-stream sends output as lines; a longer line goes out in pieces of this size.
+constexpr std::size_t kMaxLine = 64u << 10;
+
+// The one-shot exec's sink: collects the output (the runner applies the cap) and stops the
+// command once the client is gone.
+class CollectingSink final : public sandbox::OutputSink {
+ public:
+  explicit CollectingSink(const bool* gone) : gone_(gone) {}
+  asio::awaitable<bool> on_output(sandbox::StreamKind kind, std::string data) override {
+    if (*gone_) co_return false;
+    (kind == sandbox::StreamKind::kStdout ? stdout_ : stderr_) += data;
+    co_return true;
+  }
+  std::string stdout_;
+  std::string stderr_;
+
+ private:
+  const bool* gone_;
+};
+
+asio::awaitable<Result<sandbox::ExecResult>> run_exec(std::shared_ptr<sandbox::Sandbox> box,
+                                                      sandbox::ExecSpec spec,
+                                                      sandbox::OutputSink* sink) {
+  co_return co_await box->exec(std::move(spec), sink);
+}
+
+struct PreparedExec {
+  sandbox::ExecSpec spec;
+  std::shared_ptr<sandbox::Sandbox> box;
+  std::string session_id;
+};
+
+// Decodes an exec body (v1 or seed 001) and gets the session's sandbox, creating the session
+// if needed (exec routes create).
+asio::awaitable<Result<PreparedExec>> prepare_exec(Context* ctx, Request* rq, bool seed) {
+  Request& req = *rq;
+  auto body = body_object(&req);
+  if (!body) co_return std::unexpected(body.error());
+  PreparedExec p;
+  if (seed) {
+    auto d = decode_seed_exec(*body);
+    if (!d) co_return std::unexpected(d.error());
+    p.spec = std::move(d->spec);
+    p.session_id = d->session_id;
+    const auto& l = d->limits;
+    if (l.memory_mb || l.cpu_percent || l.max_pids || l.disk_mb || l.max_open_files) {
+      // Seed 001's "cgroup" applies when the agent's session is made. A later exec's cgroup
+      // must match the box's limits: a live box's limits are not changed, so a different one
+      // is 501 ENOTSUP naming it (never run as if applied).
+      session::SessionSpec spec;
+      spec.limits = l;
+      session::SessionManager* sm = ctx->sessions;
+      std::string id = p.session_id;
+      session::Caller caller = req.caller;
+      auto job = run_blocking(ctx->pool, [sm, id, spec, caller]() -> Status {
+        if (auto have = sm->get(id, caller)) {
+          return check_limits_unchanged(spec.limits, have->spec.limits, "cgroup");
+        }
+        auto r = sm->create_or_get(id, spec, caller);
+        if (!r) return std::unexpected(r.error());
+        return {};
+      });
+      auto made = co_await std::move(job);
+      if (!made) co_return std::unexpected(made.error());
+    }
+  } else {
+    auto id = session_param(req);
+    if (!id) co_return std::unexpected(id.error());
+    auto d = decode_exec(*body);
+    if (!d) co_return std::unexpected(d.error());
+    p.spec = std::move(*d);
+    p.session_id = std::move(*id);
+  }
+  auto box =
+      co_await acquire_sandbox(ctx, p.session_id, /*create_if_missing=*/true, req.caller);
+  if (!box) co_return std::unexpected(box.error());
+  p.box = std::move(*box);
+  if (auto st = check_artifact_dir(p.spec.artifact_dir, p.box->workspace()); !st) {
+    co_return std::unexpected(st.error());
+  }
+  co_return p;
+}
+
+// One audit line per exec that ran: what was run (argv or command), how it ended. Never its
+// output or stdin.
+void audit_exec(Context* ctx, const Request& req, const std::string& session_id,
+                const sandbox::ExecSpec& spec, const Result<sandbox::ExecResult>& r,
+                bool client_gone) {
+  nlohmann::ordered_json f = nlohmann::ordered_json::object();
+  if (!spec.argv.empty()) {
+    f["argv"] = spec.argv;
+  } else {
+    f["command"] = spec.command;
+  }
+  if (r) {
+    f["exit_code"] = r->exit_code;
+    f["duration_ms"] = r->duration.count();
+    f["timed_out"] = r->timed_out;
+  } else {
+    f["exit_code"] = nullptr;
+    f["duration_ms"] = 0;
+    f["error"] = code_name(r.error().code);
+  }
+  if (client_gone) f["client_gone"] = true;
+  audit(ctx, "exec", req.caller, session_id, f);
+}
+
+void record_exec(Context* ctx, const Result<sandbox::ExecResult>& r) {
+  if (!r) {
+    ctx->metrics.record_exec(std::chrono::milliseconds(0), true, false);
+    return;
+  }
+  ctx->metrics.record_exec(r->duration, r->exit_code != 0, r->timed_out);
+}
+
+// POST /v1/sessions/{id}/exec and POST /exec.
+asio::awaitable<bool> exec_once(Call* call, bool seed) {
+  Context* ctx = call->ctx;
+  Conn* conn = call->conn;
+  Exchange* ex = &call->ex;
+  auto prepared = co_await prepare_exec(ctx, &ex->req, seed);
+  if (!prepared) co_return co_await send_error(call, prepared.error());
+
+  // The command may run for a long time; the exec has its own timeout.
+  conn->stream.expires_never();
+  bool gone = false;
+  CollectingSink sink(&gone);
+  sandbox::ExecSpec audited = prepared->spec;  // what ran, for the audit line
+  audited.stdin_data.clear();
+  audited.env.clear();
+  auto op = run_exec(prepared->box, std::move(prepared->spec), &sink) ||
+            watch_disconnect(&conn->stream.socket(), &gone);
+  auto outcome = co_await std::move(op);
+  if (outcome.index() == 1 || gone) {
+    spdlog::info("conn={} req={} client went away; command in session {} killed", conn->id,
+                 ex->req.id, prepared->session_id);
+    if (outcome.index() == 0) {
+      record_exec(ctx, std::get<0>(outcome));
+      audit_exec(ctx, ex->req, prepared->session_id, audited, std::get<0>(outcome), true);
+    }
+    co_return false;
+  }
+  auto r = std::get<0>(std::move(outcome));
+  record_exec(ctx, r);
+  audit_exec(ctx, ex->req, prepared->session_id, audited, r, false);
+  if (!r) {
+    spdlog::warn("conn={} req={} exec in session {}: {}", conn->id, ex->req.id,
+                 prepared->session_id, r.error().message);
+    co_return co_await send_error(call, r.error());
+  }
+  r->stdout_data = std::move(sink.stdout_);
+  r->stderr_data = std::move(sink.stderr_);
+  json j = seed ? encode_seed_exec_result(*r) : encode_exec_result(*r);
+  co_return co_await send_reply(call, json_reply(200, j));
+}
+
+// Writes NDJSON lines of a streaming exec as chunks, in order, as the command produces output.
+// v1 lines: {"type":"stdout","data":...}; seed 001 lines: {"stream":"stdout","line":...}.
+class NdjsonSink final : public sandbox::OutputSink {
+ public:
+  NdjsonSink(Context* ctx, Conn* conn, bool seed, bool chunked, const bool* gone)
+      : ctx_(ctx), conn_(conn), seed_(seed), chunked_(chunked), gone_(gone) {}
+
+  asio::awaitable<bool> on_output(sandbox::StreamKind kind, std::string data) override {
+    if (*gone_) co_return false;
+    std::size_t k = kind == sandbox::StreamKind::kStdout ? 0 : 1;
+    std::string& pending = pending_[k];
+    pending += data;
+    if (seed_) {
+      // Whole lines; an over-long line goes out in pieces.
+      std::size_t start = 0;
+      for (;;) {
+        std::size_t nl = pending.find('\n', start);
+        if (nl == std::string::npos) break;
+        if (!co_await emit(k, pending.substr(start, nl - start))) co_return false;
+        start = nl + 1;
+      }
+      pending.erase(0, start);
+      while (pending.size() >= kMaxLine) {
+        std::size_t cut =
+            kMaxLine - utf8_incomplete_tail(std::string_view(pending).substr(0, kMaxLine));
+        if (!co_await emit(k, pending.substr(0, cut))) co_return false;
+        pending.erase(0, cut);
+      }
+      co_return true;
+    }
+    // Hold back a UTF-8 sequence cut by the pipe read, so it is not replaced twice.
+    std::size_t keep = utf8_incomplete_tail(pending);
+    if (pending.size() == keep) co_return !failed_;
+    std::string out = pending.substr(0, pending.size() - keep);
+    pending.erase(0, pending.size() - keep);
+    co_return co_await emit(k, std::move(out));
+  }
+
+  // Sends what is still held back (a last line without "\n").
+  asio::awaitable<bool> flush() {
+    for (std::size_t k = 0; k < 2; ++k) {
+      if (pending_[k].empty()) continue;
+      std::string rest = std::move(pending_[k]);
+      pending_[k].clear();
+      if (!co_await emit(k, std::move(rest))) co_return false;
+    }
+    co_return true;
+  }
+
+  // One NDJSON line (a "\n" is added), as one chunk.
+  asio::awaitable<bool> write_line(std::string line) {
+    if (failed_) co_return false;
+    line += '\n';
+    conn_->stream.expires_after(ctx_->opts.io_timeout);
+    std::size_t n = 0;
+    beast::error_code ec;
+    if (chunked_) {
+      std::tie(ec, n) =
+          co_await asio::async_write(conn_->stream, http::make_chunk(asio::buffer(line)), kTuple);
+    } else {
+      std::tie(ec, n) = co_await asio::async_write(conn_->stream, asio::buffer(line), kTuple);
+    }
+    ctx_->metrics.add_bytes_out(n);
+    if (ec) failed_ = true;
+    co_return !failed_;
+  }
+
+  bool failed() const { return failed_; }
+
+ private:
+  asio::awaitable<bool> emit(std::size_t k, std::string data) {
+    // (Built outside the co_await: g++ 12 mishandles initializer lists inside one.)
+    json event = json::object();
+    const char* name = k == 0 ? "stdout" : "stderr";
+    if (seed_) {
+      if (!data.empty() && data.back() == '\r') data.pop_back();
+      event["stream"] = name;
+      event["line"] = std::move(data);
+    } else {
+      event["type"] = name;
+      event["data"] = std::move(data);
+    }
+    std::string line = to_wire(event);
+    co_return co_await write_line(std::move(line));
+  }
+
+  Context* ctx_;
+  Conn* conn_;
+  bool seed_;
+  bool chunked_;
+  const bool* gone_;
+  bool failed_ = false;
+  std::string pending_[2];
+};
+
+// POST /v1/sessions/{id}/exec/stream and POST /exec-stream.
+asio::awaitable<bool> exec_stream(Call* call, bool seed) {
+  Context* ctx = call->ctx;
+  Conn* conn = call->conn;
+  Exchange* ex = &call->ex;
+  auto prepared = co_await prepare_exec(ctx, &ex->req, seed);
+  if (!prepared) co_return co_await send_error(call, prepared.error());
+
+  // HTTP/1.0 has no chunked encoding: stream raw and close.
+  const bool chunked = ex->version >= 11;
+  const bool keep = ex->keep_alive && chunked && !ctx->stopping;
+  http::response<http::empty_body> res{http::status::ok, ex->version};
+  res.set(http::field::server, "agentboxd");
+  res.set(http::field::content_type, "application/x-ndjson");
+  res.set(http::field::cache_control, "no-store");
+  res.keep_alive(keep);
+  if (chunked) res.chunked(true);
+  http::response_serializer<http::empty_body> sr{res};
+  conn->stream.expires_after(ctx->opts.io_timeout);
+  auto [hec, hn] = co_await http::async_write_header(conn->stream, sr, kTuple);
+  ctx->metrics.add_bytes_out(hn);
+  if (hec) co_return false;
+  log_request(call, 200);
+
+  bool gone = false;
+  NdjsonSink sink(ctx, conn, seed, chunked, &gone);
+  conn->stream.expires_never();
+  sandbox::ExecSpec audited = prepared->spec;  // what ran, for the audit line
+  audited.stdin_data.clear();
+  audited.env.clear();
+  auto op = run_exec(prepared->box, std::move(prepared->spec), &sink) ||
+            watch_disconnect(&conn->stream.socket(), &gone);
+  auto outcome = co_await std::move(op);
+  if (outcome.index() == 1 || gone || sink.failed()) {
+    spdlog::info("conn={} req={} client went away; command in session {} killed", conn->id,
+                 ex->req.id, prepared->session_id);
+    if (outcome.index() == 0) {
+      record_exec(ctx, std::get<0>(outcome));
+      audit_exec(ctx, ex->req, prepared->session_id, audited, std::get<0>(outcome), true);
+    }
+    co_return false;
+  }
+  auto r = std::get<0>(std::move(outcome));
+  record_exec(ctx, r);
+  audit_exec(ctx, ex->req, prepared->session_id, audited, r, false);
+  if (!co_await sink.flush()) co_return false;
+  json last;
+  if (!r) {
+    spdlog::warn("conn={} req={} exec in session {}: {}", conn->id, ex->req.id,
+                 prepared->session_id, r.error().message);
+    if (seed) {
+      last = {{"exit_code", -1}, {"duration_ms", 0}, {"error", r.error().message}};
+    } else {
+      last = {{"type", "error"},
+              {"error", {{"code", code_name(r.error().code)}, {"message", r.error().message}}}};
+    }
+  } else if (seed) {
+    last = {{"exit_code", r->exit_code}, {"duration_ms", r->duration.count()}};
+  } else {
+    last = {{"type", "exit"},
+            {"exit_code", r->exit_code},
+            {"signal", r->signal ? json(*r->signal) : json(nullptr)},
+            {"timed_out", r->timed_out},
+            {"duration_ms", r->duration.count()},
+            {"stdout_truncated", r->stdout_truncated},
+            {"stderr_truncated", r->stderr_truncated},
+            {"artifacts", encode_artifacts(r->artifacts)}};
+  }
+  if (!co_await sink.write_line(to_wire(last))) co_return false;
+  if (chunked) {
+    conn->stream.expires_after(ctx->opts.io_timeout);
+    auto [ec, n] = co_await asio::async_write(conn->stream, http::make_chunk_last(), kTuple);
+    ctx->metrics.add_bytes_out(n);
+    if (ec) co_return false;
+  }
+  co_return keep;
+}
+
+asio::awaitable<bool> v1_exec(Call* call) { co_return co_await exec_once(call, /*seed=*/false); }
+
+asio::awaitable<bool> v1_exec_stream(Call* call) {
+  co_return co_await exec_stream(call, /*seed=*/false);
+}
+
+}  // namespace
+
+asio::awaitable<bool> seed_exec(Call* call) { co_return co_await exec_once(call, /*seed=*/true); }
+
+asio::awaitable<bool> seed_exec_stream(Call* call) {
+  co_return co_await exec_stream(call, /*seed=*/true);
+}
+
+std::vector<RouteSpec> exec_routes() {
+  using B = BodyKind;
+  using R = RouteId;
+  return {
+      {R::kExec, "POST", "/v1/sessions/{id}/exec", B::kJson, true, v1_exec},
+      {R::kExecStream, "POST", "/v1/sessions/{id}/exec/stream", B::kJson, true, v1_exec_stream},
+  };
+}
+
+}  // namespace agentbox::server::detail

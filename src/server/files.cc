@@ -1,0 +1,377 @@
+// The files surface: GET/PUT/DELETE /v1/sessions/{id}/files, stat, dir, mkdir, rename. Downloads
+// go out with sendfile(2); uploads stream into an atomic writer (Content-Length or chunked).
+
+#include <fcntl.h>
+#include <sys/sendfile.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <array>
+#include <boost/asio/experimental/awaitable_operators.hpp>
+#include <boost/asio/steady_timer.hpp>
+#include <boost/asio/write.hpp>
+#include <tuple>
+#include <variant>
+
+#include "common/log.h"
+#include "common/no_sigpipe.h"
+#include "server/http_error.h"
+#include "server/internal/blocking.h"
+#include "server/internal/surfaces.h"
+#include "server/internal/transport.h"
+
+namespace agentbox::server::detail {
+namespace {
+
+using namespace boost::asio::experimental::awaitable_operators;
+
+// Uploads move in chunks of this size (two buffers per upload: one filling from the socket while
+// the other is written to the file); memory stays flat however big the file. 1 MiB: a quarter
+// of the pool hops, timer resets and write(2) calls that 256 KiB took.
+constexpr std::size_t kFileChunk = 1u << 20;
+
+using ojson = nlohmann::ordered_json;
+
+Result<std::uint32_t> mode_query(const Request& req) {
+  auto it = req.query.find("mode");
+  if (it == req.query.end()) return 0u;
+  const std::string& v = it->second;
+  if (v.empty() || v.size() > 5 || v.find_first_not_of("01234567") != std::string::npos) {
+    return fail(Code::kInvalid, "query parameter 'mode' must be octal permission bits like 0644");
+  }
+  auto mode = static_cast<std::uint32_t>(std::stoul(v, nullptr, 8));
+  if (mode > 0777) {
+    return fail(Code::kInvalid, "query parameter 'mode' must be within 0777");
+  }
+  return mode;
+}
+
+// One sendfile(2) job of get_file: the bytes it moved, and whether the file ended early.
+struct SendfileStep {
+  std::size_t sent = 0;
+  bool file_ended = false;
+};
+
+// Moves up to `want` bytes of `file_fd` from `offset` to the non-blocking socket `sock_fd`, until
+// the socket's send buffer is full (EAGAIN) or `want` is done. Runs in the pool: sendfile reads
+// the file through the page cache and, for a file not cached, waits on the disk, which must never
+// stall the io thread; the socket being non-blocking means a slow client never holds the pool
+// thread either (it returns on EAGAIN and the io thread waits for the socket to drain).
+Result<SendfileStep> sendfile_step(int sock_fd, int file_fd, std::uint64_t offset,
+                                   std::size_t want) {
+  SendfileStep step;
+  auto off = static_cast<off_t>(offset);
+  while (step.sent < want) {
+    ssize_t n =
+        call_without_sigpipe([&] { return ::sendfile(sock_fd, file_fd, &off, want - step.sent); });
+    if (n > 0) {
+      step.sent += static_cast<std::size_t>(n);
+      continue;
+    }
+    if (n == 0) {
+      step.file_ended = true;
+      break;
+    }
+    if (errno == EINTR) continue;
+    if (errno == EAGAIN || errno == EWOULDBLOCK) break;
+    return fail_errno(errno, "sendfile");
+  }
+  return step;
+}
+
+// GET /v1/sessions/{id}/files?path=P: the file's bytes, sent with sendfile(2) straight from the
+// page cache to the socket (no copy through our memory, no buffer: RSS stays flat).
+asio::awaitable<bool> get_file(Call* call) {
+  Context* ctx = call->ctx;
+  Conn* conn = call->conn;
+  Exchange* ex = &call->ex;
+  auto id = session_param(ex->req);
+  if (!id) co_return co_await send_error(call, id.error());
+  auto path = required_query(ex->req, "path");
+  if (!path) co_return co_await send_error(call, path.error());
+  auto box = co_await acquire_sandbox(ctx, *id, false, ex->req.caller);
+  if (!box) co_return co_await send_error(call, box.error());
+  std::shared_ptr<sandbox::Sandbox> sb = std::move(*box);
+  std::string p = *path;
+  auto open_job = run_blocking(ctx->pool, [sb, p] { return sb->open_file(p); });
+  auto reader = co_await std::move(open_job);
+  if (!reader) co_return co_await send_error(call, reader.error());
+
+  http::response<http::empty_body> res{http::status::ok, ex->version};
+  res.set(http::field::server, "agentboxd");
+  res.set(http::field::content_type, "application/octet-stream");
+  res.content_length(reader->size);
+  const bool keep = ex->keep_alive && !ctx->stopping;
+  res.keep_alive(keep);
+  http::response_serializer<http::empty_body> sr{res};
+  conn->stream.expires_after(ctx->opts.io_timeout);
+  auto [hec, hn] = co_await http::async_write_header(conn->stream, sr, kTuple);
+  ctx->metrics.add_bytes_out(hn);
+  if (hec) co_return false;
+  log_request(call, 200);
+
+  // The body bypasses the tcp_stream, so its timeout does not apply: our own timer bounds how
+  // long the client may leave the socket full. While a sendfile job runs in the pool, this
+  // coroutine is suspended on it and nothing else on the io thread touches the socket (the
+  // connection is not idle, so shutdown leaves it alone): the pool thread has the fd alone.
+  conn->stream.expires_never();
+  tcp::socket& sock = conn->stream.socket();
+  const int sock_fd = sock.native_handle();
+  // Asio made the socket non-blocking for its own async operations; sendfile_step relies on it.
+  if (int fl = ::fcntl(sock_fd, F_GETFL); fl >= 0 && !(fl & O_NONBLOCK)) {
+    ::fcntl(sock_fd, F_SETFL, fl | O_NONBLOCK);
+  }
+  const int file_fd = reader->fd.get();
+  asio::steady_timer timer(sock.get_executor());
+  std::uint64_t offset = 0;
+  while (offset < reader->size) {
+    // At most this much per pool job, so one fast download does not keep a pool thread from
+    // everyone else's blocking work for long.
+    constexpr std::uint64_t kSendfileJob = 8u << 20;
+    auto want = static_cast<std::size_t>(std::min(reader->size - offset, kSendfileJob));
+    auto send_job = run_blocking(ctx->pool, [sock_fd, file_fd, offset, want] {
+      return sendfile_step(sock_fd, file_fd, offset, want);
+    });
+    auto step = co_await std::move(send_job);
+    if (step) {
+      offset += step->sent;
+      ctx->metrics.add_bytes_out(step->sent);
+    }
+    if (!step || step->file_ended) {
+      // The file failed or shrank under us after the header went out: all we can do is cut the
+      // connection, so the client sees a short body rather than wrong bytes. (A client gone
+      // shows up here too, as EPIPE or ECONNRESET.)
+      spdlog::info("conn={} req={} GET {} ended after {} of {} bytes: {}", conn->id, ex->req.id, p,
+                   offset, reader->size,
+                   step ? "file shrank while being sent" : step.error().message);
+      co_return false;
+    }
+    if (offset == reader->size || step->sent == want) continue;
+    // The socket's send buffer is full: wait until the client has read some of it.
+    timer.expires_after(ctx->opts.io_timeout);
+    auto writable = sock.async_wait(tcp::socket::wait_write, kTuple);
+    auto timeout = timer.async_wait(kTuple);
+    auto either = std::move(writable) || std::move(timeout);
+    auto which = co_await std::move(either);
+    if (which.index() == 1) {
+      spdlog::info("conn={} req={} GET {}: client read nothing for {} s; closing", conn->id,
+                   ex->req.id, p, ctx->opts.io_timeout.count());
+      co_return false;
+    }
+    if (auto [wec] = std::get<0>(which); wec) co_return false;
+  }
+  co_return keep;
+}
+
+// PUT /v1/sessions/{id}/files?path=P[&mkdirs=true][&mode=0644]: the body streams into an atomic
+// writer; the target changes only when the whole body has arrived and been committed.
+asio::awaitable<bool> put_file(Call* call) {
+  Context* ctx = call->ctx;
+  Conn* conn = call->conn;
+  Exchange* ex = &call->ex;
+  auto id = session_param(ex->req);
+  if (!id) co_return co_await send_error(call, id.error());
+  auto path = required_query(ex->req, "path");
+  if (!path) co_return co_await send_error(call, path.error());
+  auto mkdirs = bool_query(ex->req, "mkdirs");
+  if (!mkdirs) co_return co_await send_error(call, mkdirs.error());
+  auto mode = mode_query(ex->req);
+  if (!mode) co_return co_await send_error(call, mode.error());
+  const std::uint64_t cap = ctx->opts.max_file_bytes;
+  Error too_big = Error::make(Code::kTooBig,
+                              "file is over the upload limit of " + std::to_string(cap) + " bytes");
+  if (ex->content_length && *ex->content_length > cap) {
+    co_return co_await send_error(call, too_big);
+  }
+  auto box = co_await acquire_sandbox(ctx, *id, false, ex->req.caller);
+  if (!box) co_return co_await send_error(call, box.error());
+  std::shared_ptr<sandbox::Sandbox> sb = std::move(*box);
+
+  sandbox::WriteOptions opts;
+  opts.mkdirs = *mkdirs;
+  if (ex->req.query.count("mode")) opts.mode = *mode;
+  opts.max_bytes = cap;
+  std::string p = *path;
+  auto create_job = run_blocking(ctx->pool, [sb, p, opts] { return sb->create_file(p, opts); });
+  auto created = co_await std::move(create_job);
+  if (!created) co_return co_await send_error(call, created.error());
+  // Destroying an uncommitted writer removes its temp file: every early return below (client
+  // gone, too big, write error) leaves the target as it was.
+  std::unique_ptr<sandbox::FileWriter> writer = std::move(*created);
+
+  if (!co_await maybe_continue(call)) co_return false;
+  BodyReader body;
+  start_body(call, &body, cap);
+  // Two chunk buffers: while the pool writes one to the file, the next arrives from the socket.
+  std::array<std::vector<char>, 2> bufs{std::vector<char>(kFileChunk),
+                                        std::vector<char>(kFileChunk)};
+  int cur = 0;             // the buffer the next read fills
+  std::size_t queued = 0;  // bytes in bufs[1 - cur] read but not yet written
+  sandbox::FileWriter* writer_ptr = writer.get();
+  auto write_queued = [ctx, writer_ptr](const char* data, std::size_t n) {
+    return run_blocking(
+        ctx->pool, [writer_ptr, data, n] { return writer_ptr->write(std::string_view(data, n)); });
+  };
+  for (;;) {
+    const bool more = ex->body_pending && !body.done();
+    if (!more && queued == 0) break;
+    if (!more) {
+      auto last_job = write_queued(bufs[1 - cur].data(), queued);
+      auto wrote = co_await std::move(last_job);
+      if (!wrote) co_return co_await send_error(call, wrote.error());
+      queued = 0;
+      continue;
+    }
+    auto read_op = read_body_chunk(&body, bufs[cur].data(), kFileChunk);
+    BodyChunk chunk;
+    Status wrote;
+    if (queued > 0) {
+      auto write_job = write_queued(bufs[1 - cur].data(), queued);
+      auto both = std::move(read_op) && std::move(write_job);
+      std::tie(chunk, wrote) = co_await std::move(both);
+      queued = 0;
+    } else {
+      chunk = co_await std::move(read_op);
+    }
+    ctx->metrics.add_bytes_in(chunk.wire_bytes);
+    if (!wrote) co_return co_await send_error(call, wrote.error());
+    if (chunk.ec && is_disconnect(chunk.ec)) {
+      spdlog::info("conn={} req={} upload of {} aborted ({}); target untouched", conn->id,
+                   ex->req.id, p, chunk.ec.message());
+      co_return false;
+    }
+    // Too big, or a malformed chunk: the target stays as it was; the client is told why.
+    if (chunk.ec) co_return co_await send_error(call, body_error(chunk.ec, too_big));
+    if (chunk.got > 0) {
+      queued = chunk.got;
+      cur = 1 - cur;
+    }
+  }
+  ex->body_pending = false;
+  sandbox::FileWriter* w = writer.get();
+  auto commit_job = run_blocking(ctx->pool, [w] { return w->commit(); });
+  auto size = co_await std::move(commit_job);
+  if (!size) co_return co_await send_error(call, size.error());
+  nlohmann::ordered_json fields = {{"path", p}, {"size", *size}};
+  audit(ctx, "file.put", ex->req.caller, *id, fields);
+  json done = {{"path", p}, {"size", *size}};
+  co_return co_await send_reply(call, json_reply(200, done));
+}
+
+// The `path` query parameter, and the session's sandbox.
+struct Target {
+  std::string id;
+  std::string path;
+};
+
+Result<Target> target_of(const Request& req) {
+  auto id = session_param(req);
+  if (!id) return std::unexpected(id.error());
+  auto path = required_query(req, "path");
+  if (!path) return std::unexpected(path.error());
+  return Target{std::move(*id), std::move(*path)};
+}
+
+asio::awaitable<Reply> stat_route(Context* ctx, Request* req) {
+  // Decode everything before touching the session, so bad input is 400 whatever the session.
+  auto t = target_of(*req);
+  if (!t) co_return error_reply(t.error());
+  auto sb = co_await acquire_sandbox(ctx, t->id, false, req->caller);
+  if (!sb) co_return error_reply(sb.error());
+  std::shared_ptr<sandbox::Sandbox> box = std::move(*sb);
+  std::string path = t->path;
+  auto job = run_blocking(ctx->pool, [box, path] { return box->stat(path); });
+  auto r = co_await std::move(job);
+  if (!r) co_return error_reply(r.error());
+  co_return json_reply(200, encode_file_info(*r));
+}
+
+asio::awaitable<Reply> dir_route(Context* ctx, Request* req) {
+  auto t = target_of(*req);
+  if (!t) co_return error_reply(t.error());
+  auto sb = co_await acquire_sandbox(ctx, t->id, false, req->caller);
+  if (!sb) co_return error_reply(sb.error());
+  std::shared_ptr<sandbox::Sandbox> box = std::move(*sb);
+  std::string path = t->path;
+  auto job = run_blocking(ctx->pool, [box, path] { return box->read_dir(path); });
+  auto r = co_await std::move(job);
+  if (!r) co_return error_reply(r.error());
+  co_return json_reply(200, encode_dir(*r));
+}
+
+asio::awaitable<Reply> delete_route(Context* ctx, Request* req) {
+  auto t = target_of(*req);
+  if (!t) co_return error_reply(t.error());
+  auto rec = bool_query(*req, "recursive");
+  if (!rec) co_return error_reply(rec.error());
+  bool recursive = *rec;
+  auto sb = co_await acquire_sandbox(ctx, t->id, false, req->caller);
+  if (!sb) co_return error_reply(sb.error());
+  std::shared_ptr<sandbox::Sandbox> box = std::move(*sb);
+  std::string path = t->path;
+  auto job = run_blocking(ctx->pool, [box, path, recursive] {
+    return recursive ? box->remove_all(path) : box->remove(path);
+  });
+  auto r = co_await std::move(job);
+  if (!r) co_return error_reply(r.error());
+  ojson fields = {{"path", path}, {"recursive", recursive}};
+  audit(ctx, "file.delete", req->caller, t->id, fields);
+  co_return json_reply(200, {{"path", path}});
+}
+
+asio::awaitable<Reply> mkdir_route(Context* ctx, Request* req) {
+  auto id = session_param(*req);
+  if (!id) co_return error_reply(id.error());
+  auto body = body_object(req);
+  if (!body) co_return error_reply(body.error());
+  auto p = decode_mkdir(*body);
+  if (!p) co_return error_reply(p.error());
+  std::string path = std::move(*p);
+  auto sb = co_await acquire_sandbox(ctx, *id, false, req->caller);
+  if (!sb) co_return error_reply(sb.error());
+  std::shared_ptr<sandbox::Sandbox> box = std::move(*sb);
+  auto job = run_blocking(ctx->pool, [box, path] { return box->mkdir_all(path); });
+  auto r = co_await std::move(job);
+  if (!r) co_return error_reply(r.error());
+  ojson fields = {{"path", path}};
+  audit(ctx, "file.mkdir", req->caller, *id, fields);
+  co_return json_reply(200, {{"path", path}});
+}
+
+asio::awaitable<Reply> rename_route(Context* ctx, Request* req) {
+  auto id = session_param(*req);
+  if (!id) co_return error_reply(id.error());
+  auto body = body_object(req);
+  if (!body) co_return error_reply(body.error());
+  auto d = decode_rename(*body);
+  if (!d) co_return error_reply(d.error());
+  std::string from = std::move(d->from);
+  std::string to = std::move(d->to);
+  auto sb = co_await acquire_sandbox(ctx, *id, false, req->caller);
+  if (!sb) co_return error_reply(sb.error());
+  std::shared_ptr<sandbox::Sandbox> box = std::move(*sb);
+  auto job = run_blocking(ctx->pool, [box, from, to] { return box->rename(from, to); });
+  auto r = co_await std::move(job);
+  if (!r) co_return error_reply(r.error());
+  ojson fields = {{"from", from}, {"to", to}};
+  audit(ctx, "file.rename", req->caller, *id, fields);
+  co_return json_reply(200, {{"from", from}, {"to", to}});
+}
+
+}  // namespace
+
+std::vector<RouteSpec> file_routes() {
+  using B = BodyKind;
+  using R = RouteId;
+  return {
+      {R::kFileGet, "GET", "/v1/sessions/{id}/files", B::kNone, true, get_file},
+      {R::kFilePut, "PUT", "/v1/sessions/{id}/files", B::kRaw, true, put_file},
+      {R::kFileDelete, "DELETE", "/v1/sessions/{id}/files", B::kNone, true, simple<delete_route>},
+      {R::kStat, "GET", "/v1/sessions/{id}/stat", B::kNone, true, simple<stat_route>},
+      {R::kDir, "GET", "/v1/sessions/{id}/dir", B::kNone, true, simple<dir_route>},
+      {R::kMkdir, "POST", "/v1/sessions/{id}/mkdir", B::kJson, true, simple<mkdir_route>},
+      {R::kRename, "POST", "/v1/sessions/{id}/rename", B::kJson, true, simple<rename_route>},
+  };
+}
+
+}  // namespace agentbox::server::detail

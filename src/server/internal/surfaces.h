@@ -1,0 +1,19 @@
+#pragma once
+// The route tables of the surfaces; route_specs() (routes.cc) is their concatenation. Each
+// surface lives in its own file and owns its handlers.
+
+#include <vector>
+
+#include "server/routes.h"
+
+namespace agentbox::server::detail {
+
+std::vector<RouteSpec> session_routes();    // v1_sessions.cc: /v1/sessions...
+std::vector<RouteSpec> exec_routes();       // exec.cc: /v1/sessions/{id}/exec[/stream]
+std::vector<RouteSpec> file_routes();       // files.cc: files, stat, dir, mkdir, rename
+std::vector<RouteSpec> seed001_routes();    // seed001.cc: /exec, /exec-stream, /workspace/*
+std::vector<RouteSpec> ops_routes();        // ops.cc: /healthz, /readyz, /metrics
+std::vector<RouteSpec> event_routes();      // events.cc: GET /v1/events (WebSocket)
+std::vector<RouteSpec> not_built_routes();  // not_built.cc: API.md routes not built yet (501)
+
+}  // namespace agentbox::server::detail

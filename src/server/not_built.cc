@@ -1,0 +1,66 @@
+// Routes API.md describes that this version does not build yet. Each answers 501 ENOTSUP naming
+// itself (never 404, never a 2xx that ignores the request). Building one is flipping its entry
+// to a real handler in its surface's table.
+
+#include "server/internal/surfaces.h"
+#include "server/internal/transport.h"
+
+namespace agentbox::server::detail {
+namespace {
+
+asio::awaitable<bool> not_built(Call* call) {
+  const RouteSpec* r = call->route;
+  co_return co_await send_error(
+      call, Error::make(Code::kNotSupported, std::string(r->method) + " " + std::string(r->path) +
+                                                 " is not built in this version"));
+}
+
+}  // namespace
+
+std::vector<RouteSpec> not_built_routes() {
+  constexpr RouteId N = RouteId::kNotBuilt;
+  constexpr RouteKind K = RouteKind::kNotBuilt;
+  constexpr BodyKind B = BodyKind::kNone;
+  std::vector<RouteSpec> out = {
+      // Processes and terminals
+      {N, "POST", "/v1/sessions/{id}/processes", B, true, not_built, K},
+      {N, "GET", "/v1/sessions/{id}/processes", B, true, not_built, K},
+      {N, "GET", "/v1/sessions/{id}/processes/{ref}", B, true, not_built, K},
+      {N, "DELETE", "/v1/sessions/{id}/processes/{ref}", B, true, not_built, K},
+      {N, "GET", "/v1/sessions/{id}/processes/{ref}/attach", B, true, not_built, K},
+      {N, "GET", "/v1/sessions/{id}/processes/{ref}/output", B, true, not_built, K},
+      {N, "POST", "/v1/sessions/{id}/processes/{ref}/stdin", B, true, not_built, K},
+      {N, "POST", "/v1/sessions/{id}/processes/{ref}/signal", B, true, not_built, K},
+      {N, "POST", "/v1/sessions/{id}/processes/{ref}/resize", B, true, not_built, K},
+      {N, "GET", "/v1/sessions/{id}/pty", B, true, not_built, K},
+      {N, "GET", "/v1/sessions/{id}/managed-process/{process_id}/ws", B, true, not_built, K},
+      // Sessions: mounts, network, packages
+      {N, "POST", "/v1/sessions/{id}/mounts", B, true, not_built, K},
+      {N, "POST", "/v1/sessions/{id}/network", B, true, not_built, K},
+      {N, "POST", "/v1/sessions/{id}/packages", B, true, not_built, K},
+      // Templates
+      {N, "POST", "/v1/templates", B, true, not_built, K},
+      {N, "GET", "/v1/templates", B, true, not_built, K},
+      {N, "GET", "/v1/templates/{name}", B, true, not_built, K},
+      {N, "DELETE", "/v1/templates/{name}", B, true, not_built, K},
+      {N, "POST", "/v1/templates/{name}/build", B, true, not_built, K},
+      {N, "GET", "/v1/templates/{name}/builds/{build_id}", B, true, not_built, K},
+      {N, "GET", "/v1/templates/{name}/builds/{build_id}/log", B, true, not_built, K},
+      {N, "GET", "/v1/templates/{name}/snapshots", B, true, not_built, K},
+      {N, "POST", "/v1/templates/{name}/rollback", B, true, not_built, K},
+      // Runners, LangBot, MCP
+      {N, "GET", "/v1/runners", B, true, not_built, K},
+      {N, "GET", "/ws/{user}", B, true, not_built, K},
+      {N, "GET", "/rpc/ws", B, true, not_built, K},
+      {N, "POST", "/v1/sessions/{id}/mcp", B, true, not_built, K},
+      {N, "GET", "/v1/sessions/{id}/mcp", B, true, not_built, K},
+      {N, "DELETE", "/v1/sessions/{id}/mcp", B, true, not_built, K},
+  };
+  // E2B: everything under /e2b/.
+  for (std::string_view m : {"GET", "POST", "PUT", "PATCH", "DELETE"}) {
+    out.push_back({N, m, "/e2b/{path}", B, true, not_built, K, /*subtree=*/true});
+  }
+  return out;
+}
+
+}  // namespace agentbox::server::detail
