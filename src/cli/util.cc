@@ -61,6 +61,7 @@ int exit_code_for(Code code) {
     case Code::kTimedOut:
     case Code::kUnavailable: return kExitUnreachable;
     case Code::kInternal: return kExitServerError;
+    case Code::kNotSupported: return kExitNotSupported;
   }
   return kExitError;
 }
@@ -75,7 +76,7 @@ int exit_code_for(std::string_view api_code, int http_status, std::string_view m
       {"EISDIR", Code::kIsDir},       {"ENOTEMPTY", Code::kNotEmpty},
       {"ETOOBIG", Code::kTooBig},     {"EQUOTA", Code::kQuota},
       {"ETIMEDOUT", Code::kTimedOut}, {"EUNAVAILABLE", Code::kUnavailable},
-      {"EINTERNAL", Code::kInternal},
+      {"EINTERNAL", Code::kInternal}, {"ENOTSUP", Code::kNotSupported},
   };
   for (const auto& [name, code] : kCodes) {
     if (name == api_code) return exit_code_for(code);
