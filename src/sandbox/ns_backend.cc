@@ -44,6 +44,7 @@
 #include "linux/mounts.h"
 #include "linux/rlimits.h"
 #include "linux/seccomp_policy.h"
+#include "linux/sys.h"
 #include "sandbox/artifacts.h"
 #include "sandbox/blocking.h"
 #include "sandbox/exec_runner.h"
@@ -142,16 +143,8 @@ std::string missing_features(const std::string& init_path) {
       missing.push_back(std::string(ns) + " namespaces");
     }
   }
-  {
-    open_how how{};
-    how.flags = O_PATH | O_CLOEXEC;
-    how.resolve = RESOLVE_IN_ROOT;
-    long fd = ::syscall(SYS_openat2, AT_FDCWD, "/", &how, sizeof how);
-    if (fd < 0) {
-      missing.push_back("openat2 (Linux 5.6+)");
-    } else {
-      ::close(static_cast<int>(fd));
-    }
+  if (!linux::sys::openat2(AT_FDCWD, "/", O_PATH, RESOLVE_IN_ROOT)) {
+    missing.push_back("openat2 (Linux 5.6+)");
   }
   // The new mount API with mount_setattr (5.12+): an invalid call fails with EINVAL/EBADF when
   // the syscall exists.
@@ -996,6 +989,7 @@ class NsBackend final : public Backend {
   explicit NsBackend(std::shared_ptr<Core> core) : core_(std::move(core)) {}
 
   std::string_view name() const override { return "ns"; }
+  bool isolated() const override { return true; }
   Status check_usable() override { return core_->usable; }
   Result<std::unique_ptr<Sandbox>> create(BoxConfig config) override;
 
