@@ -16,14 +16,15 @@
 #include <utility>
 
 #include "common/log.h"
+#include "common/validate.h"
 #include "linux/quota_disk.h"
+#include "linux/sys.h"
 #include "sandbox/rooted_fs.h"
 #include "session/store.h"
 
 namespace agentbox::session {
 namespace {
 
-constexpr char kHostBackend[] = "host";
 constexpr uid_t kFirstUid = 10000;
 constexpr uid_t kUidRange = 60000;  // uids are allocated in [10000, 70000)
 constexpr char kSkillsDir[] = "/workspace/.skills/";
@@ -53,23 +54,6 @@ std::string archive_stamp(std::chrono::system_clock::time_point t) {
 enum class Phase { kCreating, kReady, kSuspending, kDestroying };
 
 // An in-box path a mount may target: absolute, no NUL, no "." or ".." components.
-Status check_box_path(const std::string& p, const std::string& field) {
-  if (p.empty() || p[0] != '/') return fail(Code::kInvalid, field + ": must be an absolute path");
-  if (p.find('\0') != std::string::npos) return fail(Code::kInvalid, field + ": contains NUL");
-  if (p.size() > PATH_MAX) return fail(Code::kInvalid, field + ": path too long");
-  std::size_t i = 0;
-  while (i < p.size()) {
-    std::size_t j = p.find('/', i);
-    if (j == std::string::npos) j = p.size();
-    std::string_view comp(p.data() + i, j - i);
-    if (comp == "." || comp == "..") {
-      return fail(Code::kInvalid, field + ": \"" + p + "\" has a '.' or '..' component");
-    }
-    i = j + 1;
-  }
-  return {};
-}
-
 // A skill name becomes one path component under /workspace/.skills/.
 Status check_skill_name(const std::string& name) {
   if (auto st = validate_id(name); !st) {
@@ -120,7 +104,7 @@ Status validate_spec(const SessionSpec& spec) {
     if (m.mode != "rw" && m.mode != "ro" && m.mode != "none") {
       return fail(Code::kInvalid, field + ".mode: must be rw, ro or none, not \"" + m.mode + "\"");
     }
-    if (auto st = check_box_path(m.mount_path, field + ".mount_path"); !st) return st;
+    if (auto st = validate::mount_target(m.mount_path, field + ".mount_path"); !st) return st;
   }
   for (const auto& [name, dir] : spec.skills) {
     if (auto st = check_skill_name(name); !st) return st;
@@ -130,12 +114,7 @@ Status validate_spec(const SessionSpec& spec) {
     return fail(Code::kInvalid,
                 "network.mode: must be none, allowlist or open, not \"" + mode + "\"");
   }
-  for (const auto& [k, v] : spec.env) {
-    if (k.empty() || k.find('=') != std::string::npos || k.find('\0') != std::string::npos ||
-        v.find('\0') != std::string::npos) {
-      return fail(Code::kInvalid, "env: invalid variable name \"" + k + "\"");
-    }
-  }
+  if (auto st = validate::env(spec.env, "env"); !st) return st;
   if (spec.ttl_sec && *spec.ttl_sec < 0) return fail(Code::kInvalid, "ttl_sec: must be >= 0");
   return {};
 }
@@ -321,18 +300,13 @@ Status SessionManager::load_locked() {
                sessions_.size(), store_->path(), was_running);
   // A workspace without a row (a crash between mkdir and the first commit, an older daemon):
   // reported, never deleted; creating that id again adopts it.
-  UniqueFd dup(::fcntl(workspaces_fd_.get(), F_DUPFD_CLOEXEC, 0));
-  if (DIR* d = dup ? ::fdopendir(dup.get()) : nullptr) {
-    (void)dup.release();
-    while (struct dirent* de = ::readdir(d)) {
-      std::string name = de->d_name;
-      if (name == "." || name == "..") continue;
+  if (auto names = linux::sys::list_names(workspaces_fd_.get(), "workspaces"); names) {
+    for (const std::string& name : *names) {
       if (sessions_.find(name) == sessions_.end()) {
         spdlog::warn("state: workspace {}/workspaces/{} belongs to no session; left in place",
                      config_.data_dir, name);
       }
     }
-    ::closedir(d);
   }
   return {};
 }
@@ -513,7 +487,7 @@ Result<std::shared_ptr<SessionManager::Entry>> SessionManager::create_locked(
 }
 
 Result<SessionManager::BoxStart> SessionManager::start_box(const Entry& e) {
-  const bool isolated = e.backend != kHostBackend;
+  const bool isolated = config_.backends.at(e.backend)->isolated();
   sandbox::BoxConfig cfg;
   cfg.key = e.id;
   cfg.workspace_dir = e.workspace_dir;
@@ -630,7 +604,7 @@ Result<std::shared_ptr<SessionManager::Entry>> SessionManager::finish_start_lock
   e->box = std::move(started->box);
   e->box_workspace = e->box->workspace();
   e->box_uid = e->box->uid();
-  if (!e->box_uid && e->backend != kHostBackend) e->box_uid = e->uid;
+  if (!e->box_uid && config_.backends.at(e->backend)->isolated()) e->box_uid = e->uid;
   e->state = State::kRunning;
   e->phase = Phase::kReady;
   e->last_used_ms.store(now_ms());
@@ -847,14 +821,10 @@ Result<UniqueFd> SessionManager::open_archive(const std::string& archive) const 
   }
   auto dfd = open_archives_dir();
   if (!dfd) return std::unexpected(dfd.error());
-  open_how how{};
-  how.flags = O_RDONLY | O_NOFOLLOW | O_NONBLOCK | O_CLOEXEC;
   // SECURITY: "..", symlinks and absolute paths cannot lead out of data_dir/archives.
-  how.resolve = RESOLVE_BENEATH | RESOLVE_NO_SYMLINKS | RESOLVE_NO_MAGICLINKS;
-  long fd = -1;
-  do {
-    fd = ::syscall(SYS_openat2, dfd->get(), rel.c_str(), &how, sizeof how);
-  } while (fd < 0 && (errno == EAGAIN || errno == EINTR));
+  const int fd = linux::sys::openat2_raw(dfd->get(), rel.c_str(), O_RDONLY | O_NOFOLLOW | O_NONBLOCK,
+                                         RESOLVE_BENEATH | RESOLVE_NO_SYMLINKS |
+                                             RESOLVE_NO_MAGICLINKS);
   if (fd < 0) {
     int err = errno;
     if (err == EXDEV || err == ELOOP) {
@@ -866,7 +836,7 @@ Result<UniqueFd> SessionManager::open_archive(const std::string& archive) const 
     e.code = Code::kInvalid;
     return std::unexpected(std::move(e));
   }
-  UniqueFd out(static_cast<int>(fd));
+  UniqueFd out(fd);
   struct stat st;
   if (::fstat(out.get(), &st) != 0) return fail_errno(errno, "stat(" + archive + ")");
   if (!S_ISREG(st.st_mode)) {
@@ -895,7 +865,7 @@ Result<SessionInfo> SessionManager::restore(const std::string& id, const std::st
   lk.unlock();
 
   // Slow work on an entry nobody else touches while it is kCreating.
-  const bool isolated = e->backend != kHostBackend;
+  const bool isolated = config_.backends.at(e->backend)->isolated();
   bool made_dir = false;
   auto fill = [&]() -> Status {
     // The workspace must be new: a restore never merges into, or clobbers, a directory.
