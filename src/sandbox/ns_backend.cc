@@ -38,6 +38,7 @@
 #include <vector>
 
 #include "common/log.h"
+#include "common/validate.h"
 #include "linux/box.h"
 #include "linux/caps.h"
 #include "linux/cgroup.h"
@@ -91,24 +92,6 @@ ExitStatus exit_status_of(int wait_status) {
 
 // A command that died with its box (shutdown, the init killed): reported as SIGKILLed.
 constexpr ExitStatus kKilledWithBox{128 + SIGKILL, SIGKILL};
-
-Status check_env(const std::map<std::string, std::string>& env) {
-  for (const auto& [k, v] : env) {
-    if (k.empty() || k.find('=') != std::string::npos || k.find('\0') != std::string::npos) {
-      return fail(Code::kInvalid, "exec: env: invalid variable name \"" + printable_path(k) + "\"");
-    }
-    if (v.find('\0') != std::string::npos) {
-      return fail(Code::kInvalid, "exec: env: value of " + k + " contains a NUL byte");
-    }
-  }
-  return {};
-}
-
-Result<Pipe> make_pipe() {
-  int p[2];
-  if (::pipe2(p, O_CLOEXEC) != 0) return fail_errno(errno, "pipe2");
-  return Pipe{UniqueFd(p[0]), UniqueFd(p[1])};
-}
 
 std::string last_component(const std::string& abs) {
   const std::size_t slash = abs.rfind('/');
@@ -806,8 +789,8 @@ Result<NsSandbox::Prepared> NsSandbox::prepare_exec(ExecSpec& spec,
     return fail(Code::kInvalid, "exec: give argv or command");
   }
 
-  if (auto s = check_env(env_); !s) return std::unexpected(s.error());
-  if (auto s = check_env(spec.env); !s) return std::unexpected(s.error());
+  if (auto s = validate::env(env_, "env"); !s) return std::unexpected(s.error());
+  if (auto s = validate::env(spec.env, "env"); !s) return std::unexpected(s.error());
   std::map<std::string, std::string> env = {
       {"PATH", "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"},
       {"HOME", std::string(kWorkspace)},
@@ -848,18 +831,18 @@ Result<NsSandbox::Prepared> NsSandbox::prepare_exec(ExecSpec& spec,
   // Pipes: the daemon keeps one end of each; the box ends go to the init and are closed once
   // sent.
   if (with_stdin) {
-    auto p = make_pipe();
+    auto p = linux::sys::pipe();
     if (!p) return drop(p.error());
     prep.in = std::move(*p);
   }
-  auto out = make_pipe();
+  auto out = linux::sys::pipe();
   if (!out) return drop(out.error());
   prep.out = std::move(*out);
-  auto err = make_pipe();
+  auto err = linux::sys::pipe();
   if (!err) return drop(err.error());
   prep.err = std::move(*err);
   if (!prep.pending->self_join) {
-    auto go = make_pipe();
+    auto go = linux::sys::pipe();
     if (!go) return drop(go.error());
     prep.go_read = std::move(go->read);
     prep.pending->go = std::move(go->write);
