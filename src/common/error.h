@@ -58,6 +58,39 @@ inline std::unexpected<Error> fail_errno(int err, std::string_view what) {
 
 }  // namespace agentbox
 
+// Propagating errors. AB_TRY(expr) evaluates `expr` (a Result<T> or a Status) once; on error the
+// enclosing function returns that error, otherwise the expression yields the value (T, moved out
+// of a temporary, copied from a named Result; nothing for a Status). The enclosing function
+// returns any Result<U> or Status.
+//   UniqueFd fd = AB_TRY(linux::sys::openat2(dir, name, flags, resolve));
+//   AB_TRY(write_all(fd.get(), data));
+// AB_CO_TRY is the same for coroutines returning an awaitable of Result<U>/Status (co_return).
+// Both are GNU statement expressions (g++ and clang accept them).
+#define AB_TRY(...) AB_TRY_IMPL_(AB_TRY_CAT_(ab_try_r_, __LINE__), return, __VA_ARGS__)
+#define AB_CO_TRY(...) AB_TRY_IMPL_(AB_TRY_CAT_(ab_try_r_, __LINE__), co_return, __VA_ARGS__)
+
+#define AB_TRY_CAT2_(a, b) a##b
+#define AB_TRY_CAT_(a, b) AB_TRY_CAT2_(a, b)
+#define AB_TRY_IMPL_(r, ret, ...)                                             \
+  ({                                                                          \
+    auto&& r = (__VA_ARGS__);                                                 \
+    if (!r) ret ::std::unexpected(::std::forward<decltype(r)>(r).error());    \
+    ::agentbox::detail::try_value(::std::forward<decltype(r)>(r));            \
+  })
+
+namespace agentbox::detail {
+template <typename T>
+T try_value(std::expected<T, Error>&& r) {
+  return std::move(*r);
+}
+template <typename T>
+T try_value(const std::expected<T, Error>& r) {
+  return *r;
+}
+inline void try_value(Status&&) {}
+inline void try_value(const Status&) {}
+}  // namespace agentbox::detail
+
 // Broken invariants abort with file:line. Not for input validation.
 #define AB_CHECK(expr) \
   ((expr) ? static_cast<void>(0) : ::agentbox::check_failed(#expr, __FILE__, __LINE__))

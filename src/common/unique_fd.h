@@ -24,6 +24,7 @@ class UniqueFd {
   explicit operator bool() const { return valid(); }
   // Gives up ownership without closing.
   [[nodiscard]] int release() { return std::exchange(fd_, -1); }
+  // Closes the fd held (if any) and takes `fd`. errno is the same afterwards.
   void reset(int fd = -1);
 
  private:

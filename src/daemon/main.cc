@@ -196,7 +196,7 @@ int main(int argc, char** argv) {
   if (auto st = default_backend->check_usable(); !st) {
     std::cerr << "agentboxd: backend '" << cfg.backend
               << "' cannot run on this host: " << st.error().message << "\n";
-    if (cfg.backend != "host") {
+    if (default_backend->isolated()) {
       std::cerr << "agentboxd: to run WITHOUT isolation, start with --backend host\n";
     }
     return 1;

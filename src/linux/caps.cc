@@ -9,6 +9,8 @@
 
 #include <cerrno>
 
+#include "linux/sys.h"
+
 namespace agentbox::linux {
 namespace {
 
@@ -87,9 +89,7 @@ int switch_user_and_drop_capabilities(uid_t uid, gid_t gid, bool bounding_alread
     if (int err = drop_bounding(0); err != 0) return err;
   }
   // No supplementary groups (SECURITY.md T0): the init's group list is root's.
-  if (::syscall(SYS_setgroups, 0, nullptr) != 0) return errno;
-  if (::syscall(SYS_setresgid, gid, gid, gid) != 0) return errno;
-  if (::syscall(SYS_setresuid, uid, uid, uid) != 0) return errno;
+  if (int err = sys::switch_identity(uid, gid); err != 0) return err;
   if (int err = set_caps(0); err != 0) return err;
   // SECURITY: prove the switch stuck: with every uid non-zero and no CAP_SETUID left, going back
   // to root must be refused.

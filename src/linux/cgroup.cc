@@ -16,6 +16,7 @@
 
 #include "common/unique_fd.h"
 #include "linux/internal/cgroup_fs.h"
+#include "linux/sys.h"
 
 namespace agentbox::linux {
 namespace detail {
@@ -114,26 +115,18 @@ Result<std::vector<std::string>> subdirs(const std::string& dir) {
     if (errno == ENOENT) return names;
     return fail_errno(errno, "open(" + dir + ")");
   }
-  DIR* d = ::fdopendir(fd.get());
-  if (d == nullptr) return fail_errno(errno, "fdopendir(" + dir + ")");
-  (void)fd.release();  // now owned by d
-  errno = 0;
-  while (struct dirent* e = ::readdir(d)) {
-    std::string_view n = e->d_name;
-    if (n == "." || n == "..") continue;
+  auto entries = sys::read_dir(fd.get(), dir);
+  if (!entries) return std::unexpected(std::move(entries.error()));
+  for (const sys::DirEntry& e : *entries) {
     // cgroupfs and tmpfs both fill d_type; DT_UNKNOWN is handled for other test filesystems.
-    bool is_dir = e->d_type == DT_DIR;
-    if (e->d_type == DT_UNKNOWN) {
+    bool is_dir = e.type == DT_DIR;
+    if (e.type == DT_UNKNOWN) {
       struct stat st;
-      is_dir =
-          ::fstatat(::dirfd(d), e->d_name, &st, AT_SYMLINK_NOFOLLOW) == 0 && S_ISDIR(st.st_mode);
+      is_dir = ::fstatat(fd.get(), e.name.c_str(), &st, AT_SYMLINK_NOFOLLOW) == 0 &&
+               S_ISDIR(st.st_mode);
     }
-    if (is_dir) names.emplace_back(n);
+    if (is_dir) names.push_back(e.name);
   }
-  int err = errno;
-  ::closedir(d);
-  if (err != 0) return fail_errno(err, "readdir(" + dir + ")");
-  std::sort(names.begin(), names.end());
   return names;
 }
 

@@ -16,6 +16,8 @@
 #include <string_view>
 
 #include "common/unique_fd.h"
+#include "common/validate.h"
+#include "linux/sys.h"
 
 namespace agentbox::linux {
 namespace {
@@ -121,13 +123,6 @@ void plan_etc_entry(MountPlan& plan, const std::string& host_root, std::string_v
 }
 
 // ---- child side: raw syscalls only -------------------------------------------------------------
-
-int sys_openat2(int dirfd, const char* path, std::uint64_t flags, std::uint64_t resolve) {
-  open_how how{};
-  how.flags = flags;
-  how.resolve = resolve;
-  return static_cast<int>(::syscall(SYS_openat2, dirfd, path, &how, sizeof how));
-}
 
 void close_keep_errno(int fd) {
   int saved = errno;
@@ -383,31 +378,6 @@ std::string MountPlan::describe(std::size_t index) const {
 
 // ---- planning ----------------------------------------------------------------------------------
 
-Status validate_box_path(const std::string& p) {
-  auto bad = [&p](const char* why) {
-    return fail(Code::kInvalid, "mount path '" + p + "': " + why);
-  };
-  if (p.empty() || p[0] != '/') return bad("must be absolute");
-  if (p == "/") return bad("cannot mount over the root");
-  if (p.size() > 1024) return bad("too long");
-  if (p.find('\0') != std::string::npos) return bad("contains a NUL byte");
-  std::string_view rest(p);
-  rest.remove_prefix(1);
-  while (true) {
-    std::size_t slash = rest.find('/');
-    std::string_view comp = rest.substr(0, slash);
-    if (comp.empty() || comp == "." || comp == "..") {
-      return bad("must be normalised (no empty, '.' or '..' components, no trailing '/')");
-    }
-    if (slash == std::string_view::npos) break;
-    rest.remove_prefix(slash + 1);
-  }
-  if (starts_with_dir(p, "/proc") || starts_with_dir(p, "/dev")) {
-    return bad("/proc and /dev belong to the box");
-  }
-  return {};
-}
-
 Result<MountPlan> plan_box_fs(const BoxFsSpec& spec) {
   MountPlan plan;
   const std::string& hr = spec.host_root;
@@ -441,17 +411,12 @@ Result<MountPlan> plan_box_fs(const BoxFsSpec& spec) {
   plan.add_symlink("etc/mtab", "../proc/self/mounts");
   for (std::string_view e : kEtcEntries) plan_etc_entry(plan, hr, e);
   if (UniqueFd etc(::open(join(hr, "etc").c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC)); etc) {
-    if (DIR* dir = ::fdopendir(::dup(etc.get())); dir != nullptr) {
-      std::vector<std::string> names;
-      while (dirent* de = ::readdir(dir)) {
-        std::string_view n = de->d_name;
+    if (auto names = sys::list_names(etc.get(), join(hr, "etc")); names) {
+      for (const std::string& n : *names) {
         for (std::string_view prefix : kEtcPrefixes) {
-          if (n.starts_with(prefix)) names.emplace_back(n);
+          if (n.starts_with(prefix)) plan_etc_entry(plan, hr, n);
         }
       }
-      ::closedir(dir);
-      std::sort(names.begin(), names.end());
-      for (const std::string& n : names) plan_etc_entry(plan, hr, n);
     }
   }
 
@@ -512,7 +477,9 @@ Result<MountPlan> plan_box_fs(const BoxFsSpec& spec) {
   std::sort(binds.begin(), binds.end(),
             [](const BoxBind& a, const BoxBind& b) { return a.box_path < b.box_path; });
   for (const BoxBind& b : binds) {
-    if (auto s = validate_box_path(b.box_path); !s) return std::unexpected(s.error());
+    // The API's one rule for mount targets (common/validate.h), checked again here for every
+    // bind however it got into the spec.
+    AB_TRY(validate::mount_target(b.box_path, "mount path"));
     if (b.host_path.empty() || b.host_path[0] != '/') {
       return fail(Code::kInvalid, "mount host path '" + b.host_path + "' must be absolute");
     }
@@ -560,13 +527,13 @@ int open_in_root_nofollow(int root_fd, const char* rel, bool create_dirs, bool w
     if (*comp == '\0') continue;
     const bool dir = !last || want_dir;
     std::uint64_t flags = O_PATH | O_CLOEXEC | (dir ? O_DIRECTORY : 0);
-    int fd = sys_openat2(cur, comp, flags, kResolve);
+    int fd = sys::openat2_raw(cur, comp, flags, kResolve);
     if (fd < 0 && errno == ENOENT && create_dirs && dir) {
       if (::mkdirat(cur, comp, mode) != 0 && errno != EEXIST) {
         if (cur != root_fd) close_keep_errno(cur);
         return -1;
       }
-      fd = sys_openat2(cur, comp, flags, kResolve);
+      fd = sys::openat2_raw(cur, comp, flags, kResolve);
     }
     if (cur != root_fd) close_keep_errno(cur);
     if (fd < 0) return -1;

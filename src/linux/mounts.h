@@ -128,8 +128,4 @@ int apply_mount_plan(const MountPlan& plan, int root_fd, std::size_t* failed_op)
 int open_in_root_nofollow(int root_fd, const char* rel, bool create_dirs, bool want_dir,
                           std::uint32_t mode) noexcept;
 
-// The rules for BoxBind::box_path (absolute, normalised, not "/", not under /proc or /dev), with
-// an error naming the path.
-[[nodiscard]] Status validate_box_path(const std::string& box_path);
-
 }  // namespace agentbox::linux

@@ -16,6 +16,7 @@
 #include <vector>
 
 #include "common/unique_fd.h"
+#include "linux/sys.h"
 
 extern char** environ;
 
@@ -58,9 +59,9 @@ Status format_ext4(const QuotaDiskSpec& spec) {
   for (auto& a : args) argv.push_back(a.data());
   argv.push_back(nullptr);
 
-  int pipefd[2];
-  if (::pipe2(pipefd, O_CLOEXEC) != 0) return fail_errno(errno, "pipe2");
-  UniqueFd rd(pipefd[0]), wr(pipefd[1]);
+  auto pipe = sys::pipe();
+  if (!pipe) return std::unexpected(std::move(pipe.error()));
+  UniqueFd rd = std::move(pipe->read), wr = std::move(pipe->write);
   posix_spawn_file_actions_t fa;
   posix_spawn_file_actions_init(&fa);
   posix_spawn_file_actions_addopen(&fa, 0, "/dev/null", O_RDONLY, 0);

@@ -1,20 +1,20 @@
 #include "sandbox/artifacts.h"
 
-#include <dirent.h>
 #include <fcntl.h>
 #include <linux/openat2.h>
 #include <magic.h>
 #include <sys/stat.h>
-#include <sys/syscall.h>
 #include <unistd.h>
 
 #include <cerrno>
 #include <cstring>
 #include <memory>
 #include <utility>
+#include <vector>
 
 #include "common/log.h"
 #include "common/unique_fd.h"
+#include "linux/sys.h"
 
 namespace agentbox::sandbox {
 namespace {
@@ -24,20 +24,10 @@ constexpr const char* kUnknownMime = "application/octet-stream";
 // numbers MIME detection looks at, and it bounds the cost of an agent's 10,000 large files.
 constexpr std::size_t kMagicBytesMax = 256 * 1024;
 
-struct DirCloser {
-  void operator()(DIR* d) const { ::closedir(d); }
-};
-using DirPtr = std::unique_ptr<DIR, DirCloser>;
-
-// Opens the directory `name` under `parent` for reading, never through a symlink. Returns null
-// (and takes care of the fd) on failure.
-DirPtr open_subdir(int parent, const char* name) {
-  UniqueFd fd(::openat(parent, name, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_NONBLOCK | O_CLOEXEC));
-  if (!fd) return nullptr;
-  DIR* d = ::fdopendir(fd.get());
-  if (d == nullptr) return nullptr;
-  (void)fd.release();  // the DIR owns it now
-  return DirPtr(d);
+// Opens the directory `name` under `parent` for reading, never through a symlink.
+UniqueFd open_subdir(int parent, const char* name) {
+  return UniqueFd(
+      ::openat(parent, name, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_NONBLOCK | O_CLOEXEC));
 }
 
 std::int64_t mtime_ns(const struct stat& st) {
@@ -79,14 +69,9 @@ class MagicCookie {
 // if the agent swapped a directory for a symlink since the snapshot. O_NONBLOCK: a FIFO swapped
 // in cannot hang us (and is dropped by the S_ISREG check).
 UniqueFd open_beneath(int dir_fd, const std::string& rel) {
-  open_how how{};
-  how.flags = O_RDONLY | O_NOFOLLOW | O_NONBLOCK | O_CLOEXEC;
-  how.resolve = RESOLVE_BENEATH | RESOLVE_NO_SYMLINKS | RESOLVE_NO_MAGICLINKS;
-  for (;;) {
-    int fd = static_cast<int>(::syscall(SYS_openat2, dir_fd, rel.c_str(), &how, sizeof(how)));
-    if (fd < 0 && errno == EAGAIN) continue;  // a concurrent rename raced the walk; retry
-    return UniqueFd(fd);
-  }
+  return UniqueFd(linux::sys::openat2_raw(dir_fd, rel.c_str(), O_RDONLY | O_NOFOLLOW | O_NONBLOCK,
+                                          RESOLVE_BENEATH | RESOLVE_NO_SYMLINKS |
+                                              RESOLVE_NO_MAGICLINKS));
 }
 
 }  // namespace
@@ -101,35 +86,45 @@ std::string detect_mime_type(int fd) {
 
 Result<TreeSnapshot> snapshot_tree(int dir_fd, const SnapshotLimits& limits) {
   TreeSnapshot snap;
-  DirPtr root = open_subdir(dir_fd, ".");
+  UniqueFd root = open_subdir(dir_fd, ".");
   if (!root) return fail_errno(errno, "opendir(artifact dir)");
 
   struct Level {
-    DirPtr dir;
+    UniqueFd dir;
+    std::vector<linux::sys::DirEntry> names;  // read whole, bounded by what max_entries has left
+    std::size_t next = 0;
     std::string prefix;  // relative path of this dir, "" or ending in '/'
-    int depth;
+    int depth = 0;
   };
   std::vector<Level> stack;  // depth-first; at most max_depth + 1 open directories
-  stack.push_back(Level{std::move(root), std::string(), 0});
   std::size_t entries = 0;
+  // Pushes the directory `fd`; false when it holds more entries than the limit has left.
+  auto push = [&](UniqueFd fd, std::string prefix, int depth) {
+    auto names = linux::sys::read_dir(fd.get(), "artifact dir", limits.max_entries - entries);
+    if (!names) {
+      // Over the limit: incomplete. Unreadable (e.g. removed under us): move on.
+      if (names.error().code == Code::kTooBig) return false;
+      return true;
+    }
+    entries += names->size();
+    stack.push_back(Level{std::move(fd), std::move(*names), 0, std::move(prefix), depth});
+    return true;
+  };
+  if (!push(std::move(root), std::string(), 0)) {
+    snap.complete = false;
+    return snap;
+  }
   while (!stack.empty()) {
-    DIR* dir = stack.back().dir.get();
-    errno = 0;
-    const dirent* e = ::readdir(dir);
-    if (e == nullptr) {
-      // End of the directory, or a read error (e.g. removed under us): either way, move on.
+    Level& top = stack.back();
+    if (top.next == top.names.size()) {
       stack.pop_back();
       continue;
     }
-    const char* name = e->d_name;
-    if (std::strcmp(name, ".") == 0 || std::strcmp(name, "..") == 0) continue;
-    if (++entries > limits.max_entries) {
-      snap.complete = false;
-      break;
-    }
+    const std::string& name = top.names[top.next++].name;
+    const int dir = top.dir.get();
     struct stat st;
-    if (::fstatat(::dirfd(dir), name, &st, AT_SYMLINK_NOFOLLOW) < 0) continue;  // gone
-    std::string rel = stack.back().prefix + name;
+    if (::fstatat(dir, name.c_str(), &st, AT_SYMLINK_NOFOLLOW) < 0) continue;  // gone
+    std::string rel = top.prefix + name;
     if (S_ISREG(st.st_mode)) {
       if (snap.files.size() >= limits.max_files) {
         snap.complete = false;
@@ -140,15 +135,19 @@ Result<TreeSnapshot> snapshot_tree(int dir_fd, const SnapshotLimits& limits) {
                                                    .dev = st.st_dev,
                                                    .ino = st.st_ino});
     } else if (S_ISDIR(st.st_mode)) {
-      const int depth = stack.back().depth + 1;
+      const int depth = top.depth + 1;
       if (depth > limits.max_depth) {
         snap.complete = false;
         continue;
       }
-      DirPtr sub = open_subdir(::dirfd(dir), name);
+      UniqueFd sub = open_subdir(dir, name.c_str());
       if (!sub) continue;  // unreadable or replaced by a symlink since the fstatat
       rel += '/';
-      stack.push_back(Level{std::move(sub), std::move(rel), depth});
+      // `top` and `name` may dangle once push() grows the stack: nothing below uses them.
+      if (!push(std::move(sub), std::move(rel), depth)) {
+        snap.complete = false;
+        break;
+      }
     }
     // Symlinks, FIFOs, sockets, devices: not artifacts.
   }

@@ -13,6 +13,7 @@
 #include <utility>
 
 #include "common/log.h"
+#include "common/validate.h"
 #include "sandbox/artifacts.h"
 #include "sandbox/blocking.h"
 #include "sandbox/exec_runner.h"
@@ -26,20 +27,6 @@ namespace {
 Error with_context(Error e, std::string_view context) {
   e.message = std::string(context) + ": " + e.message;
   return e;
-}
-
-// Environment names as POSIX shells accept them would be stricter; we only refuse what cannot be
-// represented in a "K=V" C string (or would be a different variable).
-Status check_env(const std::map<std::string, std::string>& env) {
-  for (const auto& [k, v] : env) {
-    if (k.empty() || k.find('=') != std::string::npos || k.find('\0') != std::string::npos) {
-      return fail(Code::kInvalid, "exec: env: invalid variable name \"" + printable_path(k) + "\"");
-    }
-    if (v.find('\0') != std::string::npos) {
-      return fail(Code::kInvalid, "exec: env: value of " + k + " contains a NUL byte");
-    }
-  }
-  return {};
 }
 
 std::string last_component(const std::string& abs) {
@@ -116,8 +103,8 @@ Result<LaunchSpec> HostSandbox::prepare_launch(std::vector<std::string> argv, st
   launch.cwd_fd = cwd_fd->get();
   launch.cwd = cwd.rel.empty() ? workspace_ : workspace_ + "/" + cwd.rel;
 
-  if (auto s = check_env(env_); !s) return std::unexpected(s.error());
-  if (auto s = check_env(spec_env); !s) return std::unexpected(s.error());
+  if (auto s = validate::env(env_, "env"); !s) return std::unexpected(s.error());
+  if (auto s = validate::env(spec_env, "env"); !s) return std::unexpected(s.error());
   std::map<std::string, std::string> env = {
       {"PATH", "/usr/local/bin:/usr/bin:/bin"},
       {"HOME", workspace_},

@@ -31,6 +31,7 @@ class HostBackend : public Backend {
   // daemon's worker pool. Empty: on the exec's own executor (tests).
   explicit HostBackend(asio::any_io_executor blocking = {}) : blocking_(std::move(blocking)) {}
   std::string_view name() const override { return "host"; }
+  bool isolated() const override { return false; }  // the daemon's user, unconfined
   Status check_usable() override { return {}; }
   // config.workspace_dir must be an existing directory; uid/gid, limits and mounts are ignored
   // (this backend runs everything as the daemon's user, unconfined).

@@ -16,6 +16,7 @@
 #include <utility>
 
 #include "common/log.h"
+#include "linux/sys.h"
 
 namespace agentbox::sandbox {
 namespace {
@@ -24,21 +25,6 @@ namespace asio = boost::asio;
 
 // glibc's execvp default when the environment has no PATH.
 constexpr std::string_view kDefaultPath = "/bin:/usr/bin";
-
-// A pipe whose ends are both >= 3: the child's dup2() onto 0/1/2 must not clobber one of our
-// own ends, which can happen when the daemon runs with a standard fd closed.
-Result<Pipe> make_pipe() {
-  int fds[2];
-  if (::pipe2(fds, O_CLOEXEC) < 0) return fail_errno(errno, "pipe2");
-  Pipe p{UniqueFd(fds[0]), UniqueFd(fds[1])};
-  for (UniqueFd* end : {&p.read, &p.write}) {
-    if (end->get() > STDERR_FILENO) continue;
-    UniqueFd moved(::fcntl(end->get(), F_DUPFD_CLOEXEC, STDERR_FILENO + 1));
-    if (!moved) return fail_errno(errno, "fcntl(F_DUPFD_CLOEXEC)");
-    *end = std::move(moved);
-  }
-  return p;
-}
 
 class SpawnAttr {
  public:
@@ -86,9 +72,9 @@ std::optional<int> exec_failure_status(int err) {
 // A command that could not start, as a Process: empty stdout, `message` on stderr, exit `code`.
 Result<std::unique_ptr<HostProcess>> not_started(asio::any_io_executor ex, int code,
                                                  std::string_view message) {
-  auto out = make_pipe();
+  auto out = linux::sys::pipe(/*above_stdio=*/true);
   if (!out) return std::unexpected(out.error());
-  auto err = make_pipe();
+  auto err = linux::sys::pipe(/*above_stdio=*/true);
   if (!err) return std::unexpected(err.error());
   // A few dozen bytes always fit in an empty pipe: this write cannot block.
   ssize_t n = ::write(err->write.get(), message.data(), message.size());
@@ -250,13 +236,13 @@ Result<std::unique_ptr<HostProcess>> launch_host_process(asio::any_io_executor e
   Result<Pipe> out = Pipe{};
   Result<Pipe> err = Pipe{};
   if (!pty) {
-    out = make_pipe();
+    out = linux::sys::pipe(/*above_stdio=*/true);
     if (!out) return std::unexpected(out.error());
-    err = make_pipe();
+    err = linux::sys::pipe(/*above_stdio=*/true);
     if (!err) return std::unexpected(err.error());
   }
   if (spec.with_stdin && !pty) {
-    auto p = make_pipe();
+    auto p = linux::sys::pipe(/*above_stdio=*/true);
     if (!p) return std::unexpected(p.error());
     in = std::move(*p);
   }

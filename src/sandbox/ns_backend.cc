@@ -39,12 +39,14 @@
 #include <vector>
 
 #include "common/log.h"
+#include "common/validate.h"
 #include "linux/box.h"
 #include "linux/caps.h"
 #include "linux/cgroup.h"
 #include "linux/mounts.h"
 #include "linux/rlimits.h"
 #include "linux/seccomp_policy.h"
+#include "linux/sys.h"
 #include "sandbox/artifacts.h"
 #include "sandbox/blocking.h"
 #include "sandbox/default_limits.h"
@@ -92,24 +94,6 @@ ExitStatus exit_status_of(int wait_status) {
 // A command that died with its box (shutdown, the init killed): reported as SIGKILLed.
 constexpr ExitStatus kKilledWithBox{128 + SIGKILL, SIGKILL};
 
-Status check_env(const std::map<std::string, std::string>& env) {
-  for (const auto& [k, v] : env) {
-    if (k.empty() || k.find('=') != std::string::npos || k.find('\0') != std::string::npos) {
-      return fail(Code::kInvalid, "exec: env: invalid variable name \"" + printable_path(k) + "\"");
-    }
-    if (v.find('\0') != std::string::npos) {
-      return fail(Code::kInvalid, "exec: env: value of " + k + " contains a NUL byte");
-    }
-  }
-  return {};
-}
-
-Result<Pipe> make_pipe() {
-  int p[2];
-  if (::pipe2(p, O_CLOEXEC) != 0) return fail_errno(errno, "pipe2");
-  return Pipe{UniqueFd(p[0]), UniqueFd(p[1])};
-}
-
 std::string last_component(const std::string& abs) {
   const std::size_t slash = abs.rfind('/');
   return slash == std::string::npos ? abs : abs.substr(slash + 1);
@@ -143,16 +127,8 @@ std::string missing_features(const std::string& init_path) {
       missing.push_back(std::string(ns) + " namespaces");
     }
   }
-  {
-    open_how how{};
-    how.flags = O_PATH | O_CLOEXEC;
-    how.resolve = RESOLVE_IN_ROOT;
-    long fd = ::syscall(SYS_openat2, AT_FDCWD, "/", &how, sizeof how);
-    if (fd < 0) {
-      missing.push_back("openat2 (Linux 5.6+)");
-    } else {
-      ::close(static_cast<int>(fd));
-    }
+  if (!linux::sys::openat2(AT_FDCWD, "/", O_PATH, RESOLVE_IN_ROOT)) {
+    missing.push_back("openat2 (Linux 5.6+)");
   }
   // The new mount API with mount_setattr (5.12+): an invalid call fails with EINVAL/EBADF when
   // the syscall exists.
@@ -912,8 +888,8 @@ Result<NsSandbox::Prepared> NsSandbox::prepare_exec(ExecSpec& spec, const asio::
     return fail(Code::kInvalid, "exec: give argv or command");
   }
 
-  if (auto s = check_env(env_); !s) return std::unexpected(s.error());
-  if (auto s = check_env(spec.env); !s) return std::unexpected(s.error());
+  if (auto s = validate::env(env_, "env"); !s) return std::unexpected(s.error());
+  if (auto s = validate::env(spec.env, "env"); !s) return std::unexpected(s.error());
   std::map<std::string, std::string> env = {
       {"PATH", "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"},
       {"HOME", std::string(kWorkspace)},
@@ -958,19 +934,19 @@ Result<NsSandbox::Prepared> NsSandbox::prepare_exec(ExecSpec& spec, const asio::
     if (auto s = open_pty(prep, *pty); !s) return drop(s.error());
   } else {
     if (with_stdin) {
-      auto p = make_pipe();
+      auto p = linux::sys::pipe();
       if (!p) return drop(p.error());
       prep.in = std::move(*p);
     }
-    auto out = make_pipe();
+    auto out = linux::sys::pipe();
     if (!out) return drop(out.error());
     prep.out = std::move(*out);
-    auto err = make_pipe();
+    auto err = linux::sys::pipe();
     if (!err) return drop(err.error());
     prep.err = std::move(*err);
   }
   if (!prep.pending->self_join) {
-    auto go = make_pipe();
+    auto go = linux::sys::pipe();
     if (!go) return drop(go.error());
     prep.go_read = std::move(go->read);
     prep.pending->go = std::move(go->write);
@@ -1086,11 +1062,9 @@ Status NsSandbox::open_pty(Prepared& prep, PtySize size) {
   // is involved.
   ScopedFsIdentity as_user(uid_, gid_);
   if (!as_user.ok()) return identity_error();
-  open_how how{};
-  how.flags = O_RDWR | O_NOCTTY | O_CLOEXEC;
-  how.resolve = RESOLVE_IN_ROOT | RESOLVE_NO_MAGICLINKS | RESOLVE_NO_SYMLINKS;
-  UniqueFd master(static_cast<int>(
-      ::syscall(SYS_openat2, fs_.root_fd(), "dev/pts/ptmx", &how, sizeof how)));
+  UniqueFd master(linux::sys::openat2_raw(fs_.root_fd(), "dev/pts/ptmx", O_RDWR | O_NOCTTY,
+                                          RESOLVE_IN_ROOT | RESOLVE_NO_MAGICLINKS |
+                                              RESOLVE_NO_SYMLINKS));
   if (!master) return fail_errno(errno, "process: open the box's /dev/pts/ptmx");
   int unlock = 0;
   if (::ioctl(master.get(), TIOCSPTLCK, &unlock) != 0) return fail_errno(errno, "unlockpt");
@@ -1158,6 +1132,7 @@ class NsBackend final : public Backend {
   explicit NsBackend(std::shared_ptr<Core> core) : core_(std::move(core)) {}
 
   std::string_view name() const override { return "ns"; }
+  bool isolated() const override { return true; }
   Status check_usable() override { return core_->usable; }
   Result<std::unique_ptr<Sandbox>> create(BoxConfig config) override;
 

@@ -5,7 +5,6 @@
 #include <linux/openat2.h>
 #include <sys/random.h>
 #include <sys/stat.h>
-#include <sys/syscall.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -17,16 +16,13 @@
 #include <utility>
 #include <vector>
 
+#include "linux/sys.h"
 #include "sandbox/path.h"
 
 namespace agentbox::sandbox {
 
 namespace {
 
-// openat2 fails with EAGAIN when a rename or mount raced a ".." step of RESOLVE_BENEATH /
-// RESOLVE_IN_ROOT resolution (the kernel cannot prove the walk stayed inside). Honest callers
-// hit it rarely; an agent looping renames can force it, and then gets EACCES.
-constexpr int kOpenat2Attempts = 64;
 constexpr std::string_view kTempPrefix = ".agentbox-tmp-";
 constexpr int kTempNameAttempts = 8;
 constexpr mode_t kDefaultFileMode = 0644;
@@ -34,13 +30,6 @@ constexpr mode_t kDirMode = 0755;
 constexpr std::size_t kDirBufBytes = 32 * 1024;
 // remove_all gives up when directories it emptied keep getting refilled (an agent racing it).
 constexpr int kRemoveAllRefills = 64;
-
-int sys_openat2(int dirfd, const char* path, std::uint64_t flags, std::uint64_t resolve) {
-  open_how how{};
-  how.flags = flags | O_CLOEXEC;
-  how.resolve = resolve;
-  return static_cast<int>(::syscall(SYS_openat2, dirfd, path, &how, sizeof(how)));
-}
 
 std::int64_t mtime_ns(const struct stat& st) {
   return static_cast<std::int64_t>(st.st_mtim.tv_sec) * 1'000'000'000 + st.st_mtim.tv_nsec;
@@ -221,25 +210,17 @@ Result<UniqueFd> RootedFs::resolve(const std::string& rel, int flags, const char
   // refuses /proc/<pid>/{root,cwd,fd/N}-style links, which would jump anywhere.
   const std::uint64_t resolve_flags =
       (mode_ == RootMode::kBeneath ? RESOLVE_BENEATH : RESOLVE_IN_ROOT) | RESOLVE_NO_MAGICLINKS;
-  const char* p = rel.empty() ? "." : rel.c_str();
-  int err = 0;
-  for (int attempt = 0; attempt < kOpenat2Attempts; ++attempt) {
-    const int fd = sys_openat2(root_.get(), p, static_cast<std::uint64_t>(flags), resolve_flags);
-    if (fd >= 0) return UniqueFd(fd);
-    err = errno;
-    if (err != EAGAIN && err != EINTR) break;
+  // openat2's bounded EAGAIN policy (an agent looping renames gets EACCES) is sys::openat2's.
+  auto fd = linux::sys::openat2(root_.get(), rel, static_cast<std::uint64_t>(flags), resolve_flags,
+                                what(op, shown));
+  if (fd) return fd;
+  Error& e = fd.error();
+  switch (e.sys_errno) {
+    case EXDEV: e.message = what(op, shown) + ": outside the root"; break;
+    case ELOOP: e.message = what(op, shown) + ": too many symlinks, or a /proc magic link"; break;
+    default: break;
   }
-  switch (err) {
-    case EXDEV:
-      return std::unexpected(Error{Code::kAccess, err, what(op, shown) + ": outside the root"});
-    case ELOOP:
-      return std::unexpected(Error{Code::kAccess, err,
-                                   what(op, shown) + ": too many symlinks, or a /proc magic link"});
-    case EAGAIN:
-      return std::unexpected(
-          Error{Code::kAccess, err, what(op, shown) + ": path kept changing during resolution"});
-    default: return fail_errno(err, what(op, shown));
-  }
+  return fd;
 }
 
 Error RootedFs::refuse_nameless(const std::string& path, const char* op) const {
@@ -355,39 +336,26 @@ Result<std::vector<DirEntry>> RootedFs::read_dir(const std::string& path,
   if (auto s = check_path(path); !s) return std::unexpected(std::move(s.error()));
   auto dir = resolve(path, O_RDONLY | O_DIRECTORY, "readdir", path);
   if (!dir) return std::unexpected(std::move(dir.error()));
+  // RootedFs's display names, not the fd's: "readdir(/workspace/x)".
+  auto names = linux::sys::read_dir(dir->get(), display(path), max_entries);
+  if (!names) return std::unexpected(std::move(names.error()));
   std::vector<DirEntry> entries;
-  auto buf = std::make_unique<std::byte[]>(kDirBufBytes);
-  for (;;) {
-    const ssize_t n = ::getdents64(dir->get(), buf.get(), kDirBufBytes);
-    if (n < 0 && errno == EINTR) continue;
-    if (n < 0) return fail_errno(errno, what("readdir", path));
-    if (n == 0) break;
-    for (ssize_t off = 0; off < n;) {
-      const auto* d = reinterpret_cast<const struct dirent64*>(buf.get() + off);
-      off += d->d_reclen;
-      const std::string_view name = d->d_name;
-      if (name == "." || name == "..") continue;
-      if (entries.size() >= max_entries) {
-        return fail(Code::kTooBig, what("readdir", path) + ": more than " +
-                                       std::to_string(max_entries) + " entries");
-      }
-      struct stat st {};
-      if (::fstatat(dir->get(), d->d_name, &st, AT_SYMLINK_NOFOLLOW) != 0) {
-        if (errno == ENOENT) continue;  // removed since getdents: not there any more
-        return fail_errno(errno, what("readdir", path));
-      }
-      DirEntry e;
-      e.name = name;
-      e.is_dir = S_ISDIR(st.st_mode);
-      e.is_symlink = S_ISLNK(st.st_mode);
-      e.size = static_cast<std::uint64_t>(st.st_size);
-      e.mode = st.st_mode;
-      e.mod_time_ns = mtime_ns(st);
-      entries.push_back(std::move(e));
+  entries.reserve(names->size());
+  for (const linux::sys::DirEntry& n : *names) {
+    struct stat st {};
+    if (::fstatat(dir->get(), n.name.c_str(), &st, AT_SYMLINK_NOFOLLOW) != 0) {
+      if (errno == ENOENT) continue;  // removed since getdents: not there any more
+      return fail_errno(errno, what("readdir", path));
     }
+    DirEntry e;
+    e.name = n.name;
+    e.is_dir = S_ISDIR(st.st_mode);
+    e.is_symlink = S_ISLNK(st.st_mode);
+    e.size = static_cast<std::uint64_t>(st.st_size);
+    e.mode = st.st_mode;
+    e.mod_time_ns = mtime_ns(st);
+    entries.push_back(std::move(e));
   }
-  std::sort(entries.begin(), entries.end(),
-            [](const DirEntry& a, const DirEntry& b) { return a.name < b.name; });
   return entries;
 }
 
@@ -470,14 +438,10 @@ namespace {
 // ELOOP, never followed) and RESOLVE_NO_XDEV (EXDEV instead of walking into a mount below the
 // tree, e.g. a read-only skills bind or a shared dir).
 int open_subdir(int dirfd, const char* name) {
-  for (int attempt = 0; attempt < kOpenat2Attempts; ++attempt) {
-    const int fd = sys_openat2(
-        dirfd, name, O_RDONLY | O_DIRECTORY | O_NOFOLLOW,
-        RESOLVE_BENEATH | RESOLVE_NO_SYMLINKS | RESOLVE_NO_MAGICLINKS | RESOLVE_NO_XDEV);
-    if (fd >= 0) return fd;
-    if (errno != EAGAIN && errno != EINTR) break;
-  }
-  return -errno;
+  const int fd = linux::sys::openat2_raw(
+      dirfd, name, O_RDONLY | O_DIRECTORY | O_NOFOLLOW,
+      RESOLVE_BENEATH | RESOLVE_NO_SYMLINKS | RESOLVE_NO_MAGICLINKS | RESOLVE_NO_XDEV);
+  return fd >= 0 ? fd : -errno;
 }
 
 }  // namespace
@@ -638,26 +602,23 @@ namespace {
 
 std::size_t remove_stale_temps_below(int dir_fd, std::int64_t cutoff_ns, int depth) {
   constexpr int kMaxDepth = 64;
-  UniqueFd own(::fcntl(dir_fd, F_DUPFD_CLOEXEC, 0));
-  DIR* d = own ? ::fdopendir(own.get()) : nullptr;
-  if (d == nullptr) return 0;
-  (void)own.release();  // the DIR owns it now
+  auto entries = linux::sys::read_dir(dir_fd, "temp sweep");
+  if (!entries) return 0;
   std::size_t removed = 0;
-  while (struct dirent* de = ::readdir(d)) {
-    const std::string_view name = de->d_name;
-    if (name == "." || name == "..") continue;
+  for (const linux::sys::DirEntry& e : *entries) {
+    const std::string_view name = e.name;
+    const char* cname = e.name.c_str();
     struct stat st;
-    if (::fstatat(dir_fd, de->d_name, &st, AT_SYMLINK_NOFOLLOW) != 0) continue;
+    if (::fstatat(dir_fd, cname, &st, AT_SYMLINK_NOFOLLOW) != 0) continue;
     const std::int64_t mtime_ns = std::int64_t{st.st_mtim.tv_sec} * 1000000000 + st.st_mtim.tv_nsec;
     if (S_ISREG(st.st_mode) && name.substr(0, kTempPrefix.size()) == kTempPrefix &&
         mtime_ns < cutoff_ns) {
-      if (::unlinkat(dir_fd, de->d_name, 0) == 0) ++removed;
+      if (::unlinkat(dir_fd, cname, 0) == 0) ++removed;
     } else if (S_ISDIR(st.st_mode) && depth < kMaxDepth) {
-      UniqueFd sub(::openat(dir_fd, de->d_name, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC));
+      UniqueFd sub(::openat(dir_fd, cname, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC));
       if (sub) removed += remove_stale_temps_below(sub.get(), cutoff_ns, depth + 1);
     }
   }
-  ::closedir(d);
   return removed;
 }
 

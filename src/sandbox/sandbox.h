@@ -192,6 +192,12 @@ class Backend {
  public:
   virtual ~Backend() = default;
   virtual std::string_view name() const = 0;
+  // Whether boxes of this backend isolate their commands from the host and from each other (own
+  // namespaces, a per-session uid, limits enforced). Policy that depends on isolation (chowning
+  // the workspace to the session uid, warning an operator before running unconfined) asks this,
+  // never compares name() with "host". A backend that does not say is taken not to isolate:
+  // the safe assumption (the operator is warned, nothing is handed to a per-session uid).
+  virtual bool isolated() const { return false; }
   // Whether this backend can make boxes on this host; the error names what is missing.
   virtual Status check_usable() = 0;
   virtual Result<std::unique_ptr<Sandbox>> create(BoxConfig config) = 0;

@@ -6,6 +6,8 @@
 #include <limits>
 #include <map>
 
+#include "common/validate.h"
+
 namespace agentbox::server {
 namespace {
 
@@ -120,16 +122,6 @@ Result<std::optional<std::vector<std::string>>> opt_string_array(
   return std::optional<std::vector<std::string>>(std::move(out));
 }
 
-Status check_env(const std::map<std::string, std::string>& env, std::string_view field) {
-  for (const auto& [k, v] : env) {
-    if (k.empty() || k.find('=') != std::string::npos || has_nul(k)) {
-      return bad_field(field, "has an invalid variable name '" + k + "'");
-    }
-    if (has_nul(v)) return bad_field(std::string(field) + "." + k, "must not contain NUL");
-  }
-  return {};
-}
-
 std::unexpected<Error> not_supported(std::string_view field, std::string_view what) {
   return fail(Code::kNotSupported, "field '" + std::string(field) + "' " + std::string(what) +
                                        ": not implemented in this version");
@@ -147,7 +139,7 @@ Result<sandbox::Limits> decode_limits(const json& obj, std::string_view key) {
     if (lookup(*v, unbuilt)) return not_supported(name_of(key, unbuilt), "(a limit)");
   }
   constexpr std::uint64_t k32 = std::numeric_limits<std::uint32_t>::max();
-  constexpr std::uint64_t kBig = std::uint64_t{1} << 40;  // MiB: far beyond any machine
+  constexpr std::uint64_t kBig = validate::kMaxMiB;
   AB_ASSIGN_OR_RETURN(l.memory_mb, opt_uint(*v, "memory_mb", kBig, key));
   AB_ASSIGN_OR_RETURN(auto cpu, opt_uint(*v, "cpu_percent", k32, key));
   AB_ASSIGN_OR_RETURN(auto pids, opt_uint(*v, "max_pids", k32, key));
@@ -156,28 +148,8 @@ Result<sandbox::Limits> decode_limits(const json& obj, std::string_view key) {
   if (cpu) l.cpu_percent = static_cast<std::uint32_t>(*cpu);
   if (pids) l.max_pids = static_cast<std::uint32_t>(*pids);
   if (files) l.max_open_files = static_cast<std::uint32_t>(*files);
-  // SECURITY: the cgroup drivers read 0 as "no limit", so a 0 here would lift the cap rather
-  // than tighten it; and a box needs room for its init and one command. Floors, not defaults.
-  struct Floor {
-    const char* name;
-    std::optional<std::uint64_t> value;
-    std::uint64_t min;
-    std::uint64_t max;
-  };
-  const Floor floors[] = {
-      {"memory_mb", l.memory_mb, 16, kBig},
-      {"cpu_percent", l.cpu_percent, 1, k32},
-      {"max_pids", l.max_pids, 8, k32},
-      {"disk_mb", l.disk_mb, 16, kBig},
-      {"max_open_files", l.max_open_files, 16, 1u << 20},  // fs.nr_open's default ceiling
-  };
-  for (const Floor& f : floors) {
-    if (f.value && (*f.value < f.min || *f.value > f.max)) {
-      return bad_field(std::string(key) + "." + f.name, "must be between " +
-                                                            std::to_string(f.min) + " and " +
-                                                            std::to_string(f.max));
-    }
-  }
+  // SECURITY: floors, not defaults (0 would lift a cgroup cap): common/validate.h.
+  if (auto st = validate::limits(l, key); !st) return std::unexpected(st.error());
   return l;
 }
 
@@ -225,7 +197,7 @@ Result<sandbox::ExecSpec> decode_exec_fields(const json& body) {
   if (cwd) spec.cwd = std::move(*cwd);
   AB_ASSIGN_OR_RETURN(auto env, opt_string_map(body, "env"));
   if (env) {
-    if (auto st = check_env(*env, "env"); !st) return std::unexpected(st.error());
+    if (auto st = validate::env(*env, "env"); !st) return std::unexpected(st.error());
     spec.env = std::move(*env);
   }
   AB_ASSIGN_OR_RETURN(auto stdin_data, opt_string(body, "stdin"));
@@ -435,7 +407,7 @@ Result<CreateSessionRequest> decode_create_session(const json& body,
   }
   AB_ASSIGN_OR_RETURN(auto env, opt_string_map(body, "env"));
   if (env) {
-    if (auto st = check_env(*env, "env"); !st) return std::unexpected(st.error());
+    if (auto st = validate::env(*env, "env"); !st) return std::unexpected(st.error());
     spec.env = std::move(*env);
   }
   AB_ASSIGN_OR_RETURN(auto ttl, opt_uint(body, "ttl_sec", std::uint64_t{1} << 40));

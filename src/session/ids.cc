@@ -4,20 +4,16 @@
 #include <string>
 #include <string_view>
 
+#include "common/validate.h"
 #include "session/session_manager.h"
 
 namespace agentbox::session {
 namespace {
 
-constexpr std::size_t kMaxIdBytes = 128;
+constexpr std::size_t kMaxIdBytes = validate::kMaxIdBytes;
 // Longest id or template quoted back in an error message; the rest is elided so a hostile
 // megabyte-long id does not come back in every error body and log line.
 constexpr std::size_t kMaxQuotedBytes = 160;
-
-bool id_char(char c) {
-  return (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') || c == '.' ||
-         c == '_' || c == '-';
-}
 
 // The id as it can be shown in a message: printable ASCII kept, anything else as \xNN.
 std::string quote(std::string_view s) {
@@ -55,23 +51,7 @@ std::string_view state_name(State s) {
 }
 
 Status validate_id(std::string_view id) {
-  if (id.empty()) return fail(Code::kInvalid, "invalid session id: empty");
-  if (id.size() > kMaxIdBytes) {
-    return fail(Code::kInvalid, "invalid session id " + quote(id) + ": longer than " +
-                                    std::to_string(kMaxIdBytes) + " bytes");
-  }
-  for (char c : id) {
-    if (!id_char(c)) {
-      return fail(Code::kInvalid,
-                  "invalid session id " + quote(id) + ": only A-Z a-z 0-9 . _ - are allowed");
-    }
-  }
-  // SECURITY: ids name directories under data_dir/workspaces; "." and ".." would name the
-  // workspaces dir itself or its parent.
-  if (id == "." || id == "..") {
-    return fail(Code::kInvalid, "invalid session id " + quote(id) + ": reserved name");
-  }
-  return {};
+  return validate::session_id(id);  // the one rule, common/validate.h
 }
 
 Result<std::string> render_scope(std::string_view tmpl,

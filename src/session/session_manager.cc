@@ -9,6 +9,7 @@
 #include <utility>
 
 #include "common/log.h"
+#include "common/validate.h"
 #include "sandbox/default_limits.h"
 #include "sandbox/rooted_fs.h"
 #include "session/store.h"
@@ -16,7 +17,6 @@
 namespace agentbox::session {
 namespace {
 
-constexpr char kHostBackend[] = "host";
 constexpr uid_t kFirstUid = 10000;
 constexpr uid_t kUidRange = 60000;  // uids are allocated in [10000, 70000)
 constexpr char kSkillsDir[] = "/workspace/.skills/";
@@ -32,23 +32,6 @@ std::int64_t now_ms() {
 enum class Phase { kCreating, kReady, kSuspending, kDestroying };
 
 // An in-box path a mount may target: absolute, no NUL, no "." or ".." components.
-Status check_box_path(const std::string& p, const std::string& field) {
-  if (p.empty() || p[0] != '/') return fail(Code::kInvalid, field + ": must be an absolute path");
-  if (p.find('\0') != std::string::npos) return fail(Code::kInvalid, field + ": contains NUL");
-  if (p.size() > PATH_MAX) return fail(Code::kInvalid, field + ": path too long");
-  std::size_t i = 0;
-  while (i < p.size()) {
-    std::size_t j = p.find('/', i);
-    if (j == std::string::npos) j = p.size();
-    std::string_view comp(p.data() + i, j - i);
-    if (comp == "." || comp == "..") {
-      return fail(Code::kInvalid, field + ": \"" + p + "\" has a '.' or '..' component");
-    }
-    i = j + 1;
-  }
-  return {};
-}
-
 // A skill name becomes one path component under /workspace/.skills/.
 Status check_skill_name(const std::string& name) {
   if (auto st = validate_id(name); !st) {
@@ -99,7 +82,7 @@ Status validate_spec(const SessionSpec& spec) {
     if (m.mode != "rw" && m.mode != "ro" && m.mode != "none") {
       return fail(Code::kInvalid, field + ".mode: must be rw, ro or none, not \"" + m.mode + "\"");
     }
-    if (auto st = check_box_path(m.mount_path, field + ".mount_path"); !st) return st;
+    if (auto st = validate::mount_target(m.mount_path, field + ".mount_path"); !st) return st;
   }
   for (const auto& [name, dir] : spec.skills) {
     if (auto st = check_skill_name(name); !st) return st;
@@ -109,12 +92,7 @@ Status validate_spec(const SessionSpec& spec) {
     return fail(Code::kInvalid,
                 "network.mode: must be none, allowlist or open, not \"" + mode + "\"");
   }
-  for (const auto& [k, v] : spec.env) {
-    if (k.empty() || k.find('=') != std::string::npos || k.find('\0') != std::string::npos ||
-        v.find('\0') != std::string::npos) {
-      return fail(Code::kInvalid, "env: invalid variable name \"" + k + "\"");
-    }
-  }
+  if (auto st = validate::env(spec.env, "env"); !st) return st;
   if (spec.ttl_sec && *spec.ttl_sec < 0) return fail(Code::kInvalid, "ttl_sec: must be >= 0");
   return {};
 }
@@ -492,6 +470,7 @@ Result<std::shared_ptr<SessionManager::Entry>> SessionManager::create_locked(
 }
 
 Result<SessionManager::BoxStart> SessionManager::start_box(const Entry& e) {
+  const bool isolated = config_.backends.at(e.backend)->isolated();
   sandbox::BoxConfig cfg;
   cfg.key = e.id;
   cfg.workspace_dir = e.workspace_dir;
@@ -564,7 +543,7 @@ Result<std::shared_ptr<SessionManager::Entry>> SessionManager::finish_start_lock
   e->box = std::move(started->box);
   e->box_workspace = e->box->workspace();
   e->box_uid = e->box->uid();
-  if (!e->box_uid && e->backend != kHostBackend) e->box_uid = e->uid;
+  if (!e->box_uid && config_.backends.at(e->backend)->isolated()) e->box_uid = e->uid;
   e->state = State::kRunning;
   e->phase = Phase::kReady;
   e->last_used_ms.store(now_ms());
@@ -735,6 +714,7 @@ Result<SessionInfo> SessionManager::restore(const std::string& id, const std::st
   lk.unlock();
 
   // Slow work on an entry nobody else touches while it is kCreating.
+  const bool isolated = config_.backends.at(e->backend)->isolated();
   bool made_dir = false;
   auto fill = [&]() -> Status {
     // The workspace must be new: a restore never merges into, or clobbers, a directory.

@@ -21,6 +21,7 @@
 
 #include "common/log.h"
 #include "common/unique_fd.h"
+#include "linux/sys.h"
 
 namespace agentbox::workspace {
 namespace {
@@ -74,45 +75,17 @@ bool write_all(int fd, const char* data, std::size_t n) {
   return true;
 }
 
-// openat2 of one path relative to `dirfd`, confined beneath it; EAGAIN (a concurrent rename
-// somewhere on the system) is retried.
+// openat2 of one path relative to `dirfd`, confined beneath it (sys::openat2_raw's bounded
+// EAGAIN policy). Returns the fd or -1 with errno.
 int openat2_beneath(int dirfd, const char* path, std::uint64_t flags) {
-  open_how how{};
-  how.flags = flags | O_CLOEXEC;
   // SECURITY: no "..", no absolute path, no symlink of any kind (not even one pointing inside),
   // no magic link, no other mount: the entry lands in this tree or nowhere.
-  how.resolve = RESOLVE_BENEATH | RESOLVE_NO_SYMLINKS | RESOLVE_NO_MAGICLINKS | RESOLVE_NO_XDEV;
-  for (;;) {
-    long r = ::syscall(SYS_openat2, dirfd, path, &how, sizeof how);
-    if (r >= 0) return static_cast<int>(r);
-    if (errno != EAGAIN && errno != EINTR) return -1;
-  }
+  return linux::sys::openat2_raw(
+      dirfd, path, flags,
+      RESOLVE_BENEATH | RESOLVE_NO_SYMLINKS | RESOLVE_NO_MAGICLINKS | RESOLVE_NO_XDEV);
 }
 
 // ---- writing ----
-
-Result<std::vector<std::string>> list_names(int dirfd, const std::string& shown) {
-  int dup = ::openat(dirfd, ".", O_RDONLY | O_DIRECTORY | O_CLOEXEC);
-  if (dup < 0) return fail_errno(errno, "open(" + shown + ")");
-  DIR* d = ::fdopendir(dup);
-  if (!d) {
-    int err = errno;
-    ::close(dup);
-    return fail_errno(err, "opendir(" + shown + ")");
-  }
-  std::vector<std::string> names;
-  errno = 0;
-  while (dirent* de = ::readdir(d)) {
-    std::string_view n = de->d_name;
-    if (n != "." && n != "..") names.emplace_back(n);
-    errno = 0;
-  }
-  int err = errno;
-  ::closedir(d);
-  if (err != 0) return fail_errno(err, "readdir(" + shown + ")");
-  std::sort(names.begin(), names.end());
-  return names;
-}
 
 struct Frame {
   UniqueFd fd;
@@ -137,7 +110,7 @@ Result<ArchiveStats> write_tree(struct archive* a, int workspace_fd, const std::
     Frame root;
     root.fd = UniqueFd(::openat(workspace_fd, ".", O_RDONLY | O_DIRECTORY | O_CLOEXEC));
     if (!root.fd) return fail_errno(errno, "open(" + shown + ")");
-    auto names = list_names(root.fd.get(), shown);
+    auto names = linux::sys::list_names(root.fd.get(), shown);
     if (!names) return std::unexpected(names.error());
     root.names = std::move(*names);
     stack.push_back(std::move(root));
@@ -197,7 +170,7 @@ Result<ArchiveStats> write_tree(struct archive* a, int workspace_fd, const std::
       child.fd =
           UniqueFd(::openat(dirfd, name.c_str(), O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC));
       if (!child.fd) return fail_errno(errno, "open(" + shown + "/" + shown_name(rel) + ")");
-      auto names = list_names(child.fd.get(), shown + "/" + shown_name(rel));
+      auto names = linux::sys::list_names(child.fd.get(), shown + "/" + shown_name(rel));
       if (!names) return std::unexpected(names.error());
       child.names = std::move(*names);
       child.rel = rel + "/";

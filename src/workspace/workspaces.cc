@@ -13,6 +13,7 @@
 #include <filesystem>
 
 #include "common/log.h"
+#include "linux/sys.h"
 #include "linux/quota_disk.h"
 
 namespace agentbox::workspace {
@@ -83,17 +84,8 @@ bool Workspaces::exists(const std::string& id) const {
 }
 
 std::vector<std::string> Workspaces::names() const {
-  std::vector<std::string> out;
-  UniqueFd dup(::fcntl(root_.get(), F_DUPFD_CLOEXEC, 0));
-  DIR* d = dup ? ::fdopendir(dup.get()) : nullptr;
-  if (!d) return out;
-  (void)dup.release();
-  while (struct dirent* de = ::readdir(d)) {
-    std::string name = de->d_name;
-    if (name != "." && name != "..") out.push_back(std::move(name));
-  }
-  ::closedir(d);
-  return out;
+  auto names = linux::sys::list_names(root_.get(), data_dir_ + "/workspaces");
+  return names ? std::move(*names) : std::vector<std::string>{};
 }
 
 Result<Workspaces::Prepared> Workspaces::prepare(const std::string& id, bool must_be_new,
@@ -215,14 +207,10 @@ Result<UniqueFd> Workspaces::open_archive(const std::string& archive) const {
   }
   auto dfd = open_archives_dir();
   if (!dfd) return std::unexpected(dfd.error());
-  open_how how{};
-  how.flags = O_RDONLY | O_NOFOLLOW | O_NONBLOCK | O_CLOEXEC;
   // SECURITY: "..", symlinks and absolute paths cannot lead out of data_dir/archives.
-  how.resolve = RESOLVE_BENEATH | RESOLVE_NO_SYMLINKS | RESOLVE_NO_MAGICLINKS;
-  long fd = -1;
-  do {
-    fd = ::syscall(SYS_openat2, dfd->get(), rel.c_str(), &how, sizeof how);
-  } while (fd < 0 && (errno == EAGAIN || errno == EINTR));
+  const int fd = linux::sys::openat2_raw(dfd->get(), rel.c_str(), O_RDONLY | O_NOFOLLOW | O_NONBLOCK,
+                                         RESOLVE_BENEATH | RESOLVE_NO_SYMLINKS |
+                                             RESOLVE_NO_MAGICLINKS);
   if (fd < 0) {
     int err = errno;
     if (err == EXDEV || err == ELOOP) {
@@ -234,7 +222,7 @@ Result<UniqueFd> Workspaces::open_archive(const std::string& archive) const {
     e.code = Code::kInvalid;
     return std::unexpected(std::move(e));
   }
-  UniqueFd out(static_cast<int>(fd));
+  UniqueFd out(fd);
   struct stat st;
   if (::fstat(out.get(), &st) != 0) return fail_errno(errno, "stat(" + archive + ")");
   if (!S_ISREG(st.st_mode)) {

@@ -64,6 +64,7 @@ class FakeBackend : public sandbox::Backend {
  public:
   explicit FakeBackend(std::string name) : name_(std::move(name)) {}
   std::string_view name() const override { return name_; }
+  bool isolated() const override { return name_ != "host"; }  // as the real ones of that name
   Status check_usable() override { return {}; }
   Result<std::unique_ptr<sandbox::Sandbox>> create(sandbox::BoxConfig cfg) override {
     creates_++;
