@@ -19,19 +19,6 @@ constexpr std::size_t kDirBufBytes = 32 * 1024;
 
 }  // namespace
 
-int openat2_raw(int dirfd, const char* path, std::uint64_t flags, std::uint64_t resolve) noexcept {
-  open_how how{};
-  how.flags = flags | O_CLOEXEC;
-  how.resolve = resolve;
-  int eagain = 0;
-  for (;;) {
-    const long fd = ::syscall(SYS_openat2, dirfd, path, &how, sizeof how);
-    if (fd >= 0) return static_cast<int>(fd);
-    if (errno == EINTR) continue;
-    if (errno != EAGAIN || ++eagain >= kOpenat2Attempts) return -1;
-  }
-}
-
 Result<UniqueFd> openat2(int dirfd, const std::string& path, std::uint64_t flags,
                          std::uint64_t resolve, const std::string& what) {
   UniqueFd fd(openat2_raw(dirfd, path.empty() ? "." : path.c_str(), flags, resolve));
@@ -95,13 +82,6 @@ Result<std::vector<std::string>> list_names(int dirfd, const std::string& shown)
   names.reserve(entries.size());
   for (DirEntry& e : entries) names.push_back(std::move(e.name));
   return names;
-}
-
-int switch_identity(uid_t uid, gid_t gid) noexcept {
-  if (::syscall(SYS_setgroups, 0, nullptr) != 0) return errno;
-  if (::syscall(SYS_setresgid, gid, gid, gid) != 0) return errno;
-  if (::syscall(SYS_setresuid, uid, uid, uid) != 0) return errno;
-  return 0;
 }
 
 }  // namespace agentbox::linux::sys

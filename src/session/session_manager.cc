@@ -177,8 +177,8 @@ struct SessionManager::Lease {
 namespace {
 // SECURITY: with isolation the session's own uid owns its workspace root (and what a restore
 // extracts); the host backend runs commands as the daemon's user, which keeps ownership.
-std::optional<workspace::Owner> owner_of(const std::string& backend, uid_t uid) {
-  if (backend == kHostBackend) return std::nullopt;
+std::optional<workspace::Owner> owner_of(bool isolated, uid_t uid) {
+  if (!isolated) return std::nullopt;
   return workspace::Owner{uid, static_cast<gid_t>(uid)};
 }
 }  // namespace
@@ -500,7 +500,7 @@ Result<SessionManager::BoxStart> SessionManager::start_box(const Entry& e) {
   }
 
   BoxStart out;
-  auto ws = workspaces_.prepare(e.id, /*must_be_new=*/false, owner_of(e.backend, e.uid),
+  auto ws = workspaces_.prepare(e.id, /*must_be_new=*/false, owner_of(isolated, e.uid),
                                 e.spec.limits.disk_mb.value_or(0));
   if (!ws) return std::unexpected(ws.error());
   out.created_dir = ws->created;
@@ -718,12 +718,12 @@ Result<SessionInfo> SessionManager::restore(const std::string& id, const std::st
   bool made_dir = false;
   auto fill = [&]() -> Status {
     // The workspace must be new: a restore never merges into, or clobbers, a directory.
-    auto ws = workspaces_.prepare(id, /*must_be_new=*/true, owner_of(e->backend, e->uid), /*disk_mb=*/0);
+    auto ws = workspaces_.prepare(id, /*must_be_new=*/true, owner_of(isolated, e->uid), /*disk_mb=*/0);
     if (!ws) return std::unexpected(ws.error());
     made_dir = true;
     auto stats =
         workspace::extract_archive(afd->get(), ws->dir.get(), config_.restore_limits,
-                                   owner_of(e->backend, e->uid), archive);
+                                   owner_of(isolated, e->uid), archive);
     if (!stats) return std::unexpected(stats.error());
     spdlog::info("session {}: restored {} entries, {} bytes from {}", id, stats->entries,
                  stats->bytes, archive);
