@@ -306,6 +306,11 @@ int main(int argc, char** argv) {
         spdlog::error("io loop: {}", e.what());
       }
     }
+    // The loop is over: a late SIGTERM/SIGINT (e.g. `timeout` signalling the whole process group
+    // after the daemon itself) must not kill the clean exit below with 143 once the signal_set
+    // restores the default action.
+    ::signal(SIGTERM, SIG_IGN);
+    ::signal(SIGINT, SIG_IGN);
     // Boxes may still be up if we stopped on the second signal or the grace period ran out.
     (*manager)->shutdown_all();
     pool.join();
