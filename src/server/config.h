@@ -1,8 +1,8 @@
 #pragma once
 // agentboxd's configuration: command-line flags (CLI11) over an optional YAML file (--config)
 // with the same keys (listen, data_dir, backend, tokens, shared_dirs, allowed_mount_roots,
-// max_file_mb, log_level, max_running_boxes, audit_max_mb) plus `tenants` and `default_limits`
-// (YAML only).
+// max_file_mb, log_level, max_running_boxes, audit_max_mb) plus `tenants`, `default_limits` and
+// `readonly_dirs` (YAML only), and seed 001's toolbox-server flags (SeedFlags; flags only).
 // Flags override the file.
 
 #include <cstdint>
