@@ -43,13 +43,16 @@ using namespace agentbox;
 // are registered. A backend that cannot run on this host is still registered: its
 // check_usable() says what is missing, and creating a box on it fails with that message.
 // `blocking`: the worker pool the backends run the blocking steps of an exec on (empty: none).
+// `path_prefix`: --toolchain-path, first in every box's PATH.
 Result<std::map<std::string, std::shared_ptr<sandbox::Backend>>> make_backends(
-    const std::string& runtime_dir, asio::any_io_executor blocking = {}) {
+    const std::string& runtime_dir, asio::any_io_executor blocking = {},
+    const std::string& path_prefix = "") {
   std::map<std::string, std::shared_ptr<sandbox::Backend>> backends;
-  backends["host"] = std::make_shared<sandbox::HostBackend>(blocking);
+  backends["host"] = std::make_shared<sandbox::HostBackend>(blocking, path_prefix);
   sandbox::NsBackendOptions ns_opts;
   ns_opts.runtime_dir = runtime_dir;
   ns_opts.blocking = blocking;
+  ns_opts.path_prefix = path_prefix;
   auto ns = sandbox::make_ns_backend(std::move(ns_opts));
   if (!ns) return std::unexpected(ns.error());
   backends["ns"] = std::move(*ns);
@@ -159,6 +162,10 @@ int main(int argc, char** argv) {
     return 2;
   }
   init_logging(cfg.log_level);
+  for (const std::string& w : cfg.seed.warnings) {
+    spdlog::warn("{}", w);
+    std::cerr << "agentboxd: " << w << "\n";
+  }
   raise_open_file_limit();
   // A client that goes away mid-write must be an EPIPE error, not a dead daemon.
   ::signal(SIGPIPE, SIG_IGN);
@@ -176,7 +183,7 @@ int main(int argc, char** argv) {
   // runs here, never on the network thread. Those steps are mostly waits on the disk, not CPU,
   // so a few more threads than cores keep one slow client's fsync from queueing everyone else.
   asio::thread_pool pool(worker_threads());
-  auto made = make_backends(data_dir + "/run", pool.get_executor());
+  auto made = make_backends(data_dir + "/run", pool.get_executor(), cfg.seed.toolchain_path);
   if (!made) {
     spdlog::error("backends: {}", made.error().message);
     return 1;
@@ -204,6 +211,7 @@ int main(int argc, char** argv) {
 
   session::ManagerConfig mc;
   mc.data_dir = data_dir;
+  mc.workspaces_dir = cfg.seed.workdir;
   mc.default_backend = cfg.backend;
   // SECURITY: sessions get the default backend and only those the operator allowed besides;
   // a client cannot pick `host` (no isolation) on an ns daemon unless --allow-backend host.
@@ -221,6 +229,10 @@ int main(int argc, char** argv) {
   }
   for (const auto& d : cfg.shared_dirs) {
     mc.shared_dirs.push_back(sandbox::BindMount{d.host_path, d.prefix, /*read_only=*/true});
+  }
+  // readonly_dirs (default /opt): the host's toolchains, read-only at the same path in a box.
+  for (const std::string& d : server::effective_readonly_dirs(cfg)) {
+    mc.shared_dirs.push_back(sandbox::BindMount{d, d, /*read_only=*/true});
   }
   mc.allowed_mount_roots = cfg.allowed_mount_roots;
   mc.max_running_boxes = cfg.max_running_boxes;
@@ -253,6 +265,8 @@ int main(int argc, char** argv) {
   opts.default_scope = cfg.default_scope;
   opts.shared_dirs = cfg.shared_dirs;
   opts.max_file_bytes = cfg.max_file_mb << 20;
+  opts.seed_shell = cfg.seed.shell;
+  opts.seed_workspace_root = cfg.seed.workdir.empty() ? data_dir + "/workspaces" : cfg.seed.workdir;
 
   {
     asio::io_context ioc(1);

@@ -23,6 +23,9 @@
 namespace agentbox::sandbox {
 namespace {
 
+// A command's PATH (HostBackend's path_prefix goes first).
+constexpr char kHostPath[] = "/usr/local/bin:/usr/bin:/bin";
+
 // An Error with its message prefixed by `context` (code and errno kept).
 Error with_context(Error e, std::string_view context) {
   e.message = std::string(context) + ": " + e.message;
@@ -46,6 +49,9 @@ Result<std::unique_ptr<Sandbox>> HostBackend::create(BoxConfig config) {
   if (!real) return fail_errno(errno, "realpath(" + dir + ")");
   UniqueFd root(::open(real.get(), O_PATH | O_DIRECTORY | O_CLOEXEC));
   if (!root) return fail_errno(errno, "open(" + std::string(real.get()) + ")");
+  if (!path_prefix_.empty() && config.env.find("PATH") == config.env.end()) {
+    config.env["PATH"] = path_prefix_ + ":" + kHostPath;
+  }
   return std::make_unique<HostSandbox>(real.get(), std::move(root), std::move(config.env),
                                        blocking_);
 }
@@ -106,7 +112,7 @@ Result<LaunchSpec> HostSandbox::prepare_launch(std::vector<std::string> argv, st
   if (auto s = validate::env(env_, "env"); !s) return std::unexpected(s.error());
   if (auto s = validate::env(spec_env, "env"); !s) return std::unexpected(s.error());
   std::map<std::string, std::string> env = {
-      {"PATH", "/usr/local/bin:/usr/bin:/bin"},
+      {"PATH", kHostPath},
       {"HOME", workspace_},
       {"LANG", "C.UTF-8"},
       {"TERM", pty ? "xterm-256color" : "dumb"},

@@ -29,7 +29,9 @@ class HostBackend : public Backend {
  public:
   // `blocking`: where sandboxes run their blocking steps of an exec (artifact scans): the
   // daemon's worker pool. Empty: on the exec's own executor (tests).
-  explicit HostBackend(asio::any_io_executor blocking = {}) : blocking_(std::move(blocking)) {}
+  // `path_prefix`: dirs put first in every command's PATH ("a:b"; --toolchain-path).
+  explicit HostBackend(asio::any_io_executor blocking = {}, std::string path_prefix = "")
+      : blocking_(std::move(blocking)), path_prefix_(std::move(path_prefix)) {}
   std::string_view name() const override { return "host"; }
   bool isolated() const override { return false; }  // the daemon's user, unconfined
   Status check_usable() override { return {}; }
@@ -39,6 +41,7 @@ class HostBackend : public Backend {
 
  private:
   asio::any_io_executor blocking_;
+  std::string path_prefix_;
 };
 
 class HostSandbox : public Sandbox, private ProcessLauncher {

@@ -201,6 +201,9 @@ class Spawner {
   std::thread thread_;  // last: starts after the members above exist
 };
 
+// A box command's PATH (NsBackendOptions::path_prefix goes first).
+constexpr char kBoxPath[] = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin";
+
 // What the backend and all its sandboxes share; sandboxes keep it alive.
 struct Core {
   NsBackendOptions opts;
@@ -891,7 +894,7 @@ Result<NsSandbox::Prepared> NsSandbox::prepare_exec(ExecSpec& spec, const asio::
   if (auto s = validate::env(env_, "env"); !s) return std::unexpected(s.error());
   if (auto s = validate::env(spec.env, "env"); !s) return std::unexpected(s.error());
   std::map<std::string, std::string> env = {
-      {"PATH", "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"},
+      {"PATH", kBoxPath},
       {"HOME", std::string(kWorkspace)},
       {"USER", lx::kBoxUserName},
       {"LOGNAME", lx::kBoxUserName},
@@ -1196,6 +1199,10 @@ Result<std::unique_ptr<Sandbox>> NsBackend::create(BoxConfig config) {
   UniqueFd control_dup(::fcntl((*box)->control_fd(), F_DUPFD_CLOEXEC, 3));
   if (!control_dup) return fail_box(Error::from_errno(errno, "dup(box control socket)"));
 
+  // --toolchain-path: first in PATH unless the session sets PATH itself.
+  if (!core_->opts.path_prefix.empty() && config.env.find("PATH") == config.env.end()) {
+    config.env["PATH"] = core_->opts.path_prefix + ":" + kBoxPath;
+  }
   return std::make_unique<NsSandbox>(core_, config.key, uid, gid, std::move(config.env),
                                      std::move(*cgroup), std::move(*box), std::move(root),
                                      std::move(control_dup));

@@ -60,6 +60,8 @@ struct NsBackendOptions {
   // Where sandboxes run the blocking steps of an exec (artifact scans, releasing the exec
   // cgroup): the daemon's worker pool. Empty: on the exec's own executor (tests).
   boost::asio::any_io_executor blocking;
+  // Dirs put first in every box's PATH ("a:b"; seed 001's --toolchain-path). "" = none.
+  std::string path_prefix;
 };
 
 // Builds the backend. Fails only on unusable options; whether this host can run boxes is

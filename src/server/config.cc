@@ -3,11 +3,13 @@
 #include "server/json_codec.h"
 
 #include <arpa/inet.h>
+#include <unistd.h>
 #include <yaml-cpp/yaml.h>
 
 #include <CLI/CLI.hpp>
 #include <algorithm>
 #include <cstdlib>
+#include <filesystem>
 #include <ostream>
 
 namespace agentbox::server {
@@ -53,6 +55,29 @@ Status load_default_limits(const YAML::Node& dl, const std::string& file, Daemon
   }
   sandbox::fill_unset_limits(&*decoded, c->default_limits);
   c->default_limits = *decoded;
+  return {};
+}
+
+// `readonly_dirs: [/opt, ...]`: absolute, normalised host dirs, each mounted read-only at the
+// same path in every isolated box ([] = none).
+Status load_readonly_dirs(const YAML::Node& ro, const std::string& file, DaemonConfig* c) {
+  std::string where = "config " + file + ": readonly_dirs";
+  if (!ro.IsSequence()) return fail(Code::kInvalid, where + " must be a list of host dirs");
+  std::vector<std::string> dirs;
+  for (std::size_t i = 0; i < ro.size(); ++i) {
+    std::string d = ro[i].as<std::string>();
+    std::string at = where + "[" + std::to_string(i) + "] '" + d + "'";
+    if (d.empty() || d.front() != '/') return fail(Code::kInvalid, at + ": must be absolute");
+    if (std::filesystem::path(d).lexically_normal().string() != d || d.back() == '/') {
+      return fail(Code::kInvalid, at + ": must be normalised (no '.', '..', '//' or trailing '/')");
+    }
+    std::error_code ec;
+    if (!std::filesystem::is_directory(d, ec)) {
+      return fail(Code::kInvalid, at + ": not a directory on this host");
+    }
+    dirs.push_back(std::move(d));
+  }
+  c->readonly_dirs = std::move(dirs);
   return {};
 }
 
@@ -145,6 +170,9 @@ Status load_yaml(const std::string& file, DaemonConfig* c,
         c->tenants.push_back(std::move(tc));
       }
     }
+    if (const YAML::Node& ro = root["readonly_dirs"]; ro) {
+      if (auto st = load_readonly_dirs(ro, file, c); !st) return st;
+    }
     if (root["allowed_mount_roots"] && !given("allowed_mount_roots")) {
       c->allowed_mount_roots.clear();
       for (const auto& r : root["allowed_mount_roots"]) {
@@ -181,6 +209,121 @@ Status load_yaml(const std::string& file, DaemonConfig* c,
   return {};
 }
 
+
+// Seed 001's flags (SeedFlags). --shared-dirs is a regular flag (parse_daemon_args).
+void add_seed_flags(CLI::App& app, SeedFlags* s) {
+  auto take_last = CLI::MultiOptionPolicy::TakeLast;
+  app.add_option("--port", s->port,
+                 "Seed 001: listen on all interfaces (0.0.0.0) at this port; with --multi-agent "
+                 "no token is required (the toolbox-server's trust model)")
+      ->multi_option_policy(take_last);
+  app.add_option("--shell", s->shell,
+                 "Seed 001: shell for the `command` of POST /exec and /exec-stream")
+      ->capture_default_str()
+      ->multi_option_policy(take_last);
+  app.add_option("--workdir", s->workdir,
+                 "Seed 001: workspace root, workspaces at WORKDIR/<agent_id> (default: "
+                 "DATA_DIR/workspaces)")
+      ->multi_option_policy(take_last);
+  app.add_flag("--multi-agent", s->multi_agent,
+               "Seed 001: isolate every agent (the ns backend); without it the seed's unisolated "
+               "mode needs an explicit --backend host");
+  app.add_flag("--shared-readonly", s->shared_readonly,
+               "Seed 001: deprecated, accepted and ignored");
+  app.add_option("--toolchain-path", s->toolchain_path,
+                 "Seed 001: dirs prefixed to PATH in every box (env TOOLCHAIN_PATH)")
+      ->multi_option_policy(take_last);
+}
+
+// TOOLCHAIN_PATH when --toolchain-path was not given (SHARED_DIRS is --shared-dirs' envname).
+Status load_seed_env(const CLI::App& app, SeedFlags* s) {
+  s->shell_given = app.get_option("--shell")->count() > 0;
+  if (app.get_option("--toolchain-path")->count() == 0) {
+    if (const char* t = std::getenv("TOOLCHAIN_PATH"); t != nullptr) s->toolchain_path = t;
+  }
+  return {};
+}
+
+}  // namespace
+
+std::vector<std::string> effective_readonly_dirs(const DaemonConfig& c) {
+  if (c.readonly_dirs) return *c.readonly_dirs;
+  std::error_code ec;
+  if (std::filesystem::is_directory("/opt", ec)) return {"/opt"};
+  return {};
+}
+
+Status apply_seed_flags(DaemonConfig* c, bool backend_given) {
+  SeedFlags& s = c->seed;
+  if (s.shared_readonly) {
+    s.warnings.push_back("--shared-readonly is deprecated and has no effect (shared dirs are "
+                         "read through /workspace/read and mounted read-only at /shared)");
+  }
+  // --shell: an absolute, executable file (the default falls back to /bin/sh when there is no
+  // bash on this host; a --shell that is not there is an error).
+  if (s.shell.empty() || s.shell.front() != '/') {
+    return fail(Code::kInvalid, "--shell '" + s.shell + "' must be an absolute path");
+  }
+  if (::access(s.shell.c_str(), X_OK) != 0) {
+    if (s.shell_given) {
+      return fail(Code::kInvalid, "--shell '" + s.shell + "' is not an executable file here");
+    }
+    s.shell = "/bin/sh";
+  }
+  if (!s.workdir.empty()) {
+    std::error_code ec;
+    std::filesystem::path w = std::filesystem::absolute(s.workdir, ec).lexically_normal();
+    if (ec) return fail(Code::kInvalid, "--workdir '" + s.workdir + "': " + ec.message());
+    std::string ws = w.string();
+    while (ws.size() > 1 && ws.back() == '/') ws.pop_back();
+    if (ws == "/") return fail(Code::kInvalid, "--workdir must not be / itself");
+    if (std::filesystem::exists(ws, ec) && !std::filesystem::is_directory(ws, ec)) {
+      return fail(Code::kInvalid, "--workdir '" + s.workdir + "' is not a directory");
+    }
+    s.workdir = ws;
+  }
+  if (!s.toolchain_path.empty()) {
+    std::vector<std::string> dirs;
+    split_append(s.toolchain_path, ':', &dirs);
+    for (const auto& d : dirs) {
+      if (d.front() != '/' || d.find_first_of(std::string_view("\0\n=", 3)) != std::string::npos) {
+        return fail(Code::kInvalid, "--toolchain-path '" + d +
+                                        "' must be absolute dirs joined by ':' (no '=', no "
+                                        "newline)");
+      }
+    }
+    std::string joined;
+    for (const auto& d : dirs) joined += (joined.empty() ? "" : ":") + d;
+    s.toolchain_path = joined;
+  }
+  if (s.multi_agent) {
+    if (backend_given && c->backend != "ns") {
+      return fail(Code::kInvalid, "--multi-agent isolates every agent (backend ns); it cannot "
+                                  "go with --backend " + c->backend);
+    }
+    c->backend = "ns";
+  }
+  if (s.port) {
+    c->listen = "0.0.0.0:" + std::to_string(*s.port);
+    if (!s.multi_agent && !(backend_given && c->backend == "host")) {
+      return fail(Code::kInvalid,
+                  "--port without --multi-agent is the toolbox-server's unisolated mode: pass "
+                  "--multi-agent to isolate every agent (recommended), or --backend host to run "
+                  "commands WITHOUT isolation as the toolbox-server did");
+    }
+    if (s.multi_agent && c->tokens.empty() && c->tenants.empty()) {
+      s.open_without_token = true;
+      s.warnings.push_back(
+          "WARNING: listening on ALL interfaces (0.0.0.0:" + std::to_string(*s.port) +
+          ") WITHOUT a token (seed 001's --port --multi-agent trust model): anyone who can "
+          "reach this port can run commands in any agent's box and read its files. Keep the "
+          "port inside the pod/container network, or pass --token.");
+    }
+  }
+  return {};
+}
+
+namespace {
 }  // namespace
 
 ParseOutcome parse_daemon_args(int argc, const char* const* argv, std::ostream& out,
@@ -252,10 +395,13 @@ ParseOutcome parse_daemon_args(int argc, const char* const* argv, std::ostream& 
   app.add_option("--check-backend", c.check_backend,
                  "Print whether this backend can run here (what is missing if not) and exit")
       ->multi_option_policy(take_last);
+  add_seed_flags(app, &c.seed);
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {
-    return ParseOutcome{std::nullopt, app.exit(e, out, err)};
+    // Help is 0; every bad flag or value is 2 (a bad configuration, like the checks below).
+    int rc = app.exit(e, out, err);
+    return ParseOutcome{std::nullopt, rc == 0 ? 0 : 2};
   }
 
   std::vector<std::string> given;
@@ -291,6 +437,15 @@ ParseOutcome parse_daemon_args(int argc, const char* const* argv, std::ostream& 
       err << "agentboxd: " << st.error().message << "\n";
       return ParseOutcome{std::nullopt, 2};
     }
+  }
+  if (auto st = load_seed_env(app, &c.seed); !st) {
+    err << "agentboxd: " << st.error().message << "\n";
+    return ParseOutcome{std::nullopt, 2};
+  }
+  bool backend_given = o_backend->count() > 0 || (!config_file.empty() && c.backend != "ns");
+  if (auto st = apply_seed_flags(&c, backend_given); !st) {
+    err << "agentboxd: " << st.error().message << "\n";
+    return ParseOutcome{std::nullopt, 2};
   }
   return ParseOutcome{std::move(c), 0};
 }
@@ -430,7 +585,7 @@ Status validate_config(const DaemonConfig& c) {
     return fail(Code::kInvalid, "--audit-max-mb must be between 1 and 1048576");
   }
   // SECURITY: anyone who can reach the port can run commands; only loopback may be open.
-  if (!is_loopback_address(listen->first) && all_tokens.empty()) {
+  if (!is_loopback_address(listen->first) && all_tokens.empty() && !c.seed.open_without_token) {
     return fail(Code::kInvalid, "refusing to listen on non-loopback address " + c.listen +
                                     " without a token: anyone who can reach it could run "
                                     "commands. Pass --token (or listen on 127.0.0.1).");

@@ -1,8 +1,8 @@
 #pragma once
 // agentboxd's configuration: command-line flags (CLI11) over an optional YAML file (--config)
 // with the same keys (listen, data_dir, backend, tokens, shared_dirs, allowed_mount_roots,
-// max_file_mb, log_level, max_running_boxes, audit_max_mb) plus `tenants` and `default_limits`
-// (YAML only).
+// max_file_mb, log_level, max_running_boxes, audit_max_mb) plus `tenants`, `default_limits` and
+// `readonly_dirs` (YAML only), and seed 001's toolbox-server flags (SeedFlags; flags only).
 // Flags override the file.
 
 #include <cstdint>
@@ -38,6 +38,26 @@ struct TenantConfig {
 
 // The name of the tenant that plain --token tokens (and, without tokens, every caller) belong to.
 inline constexpr char kDefaultTenant[] = "default";
+
+// Seed 001 (Ghost's toolbox-server) command line, so agentboxd replaces that binary unchanged:
+// --port, --shell, --workdir, --multi-agent, --shared-readonly (no-op), --toolchain-path
+// (and --shared-dirs, a DaemonConfig key), with SHARED_DIRS / TOOLCHAIN_PATH env fallbacks.
+struct SeedFlags {
+  std::optional<std::uint16_t> port;  // --port P: listen on 0.0.0.0:P
+  bool multi_agent = false;           // --multi-agent: isolated boxes (ns)
+  bool shared_readonly = false;       // --shared-readonly: deprecated, accepted, no effect
+  // The shell of seed /exec and /exec-stream `command`s (v1 exec keeps /bin/sh, API.md).
+  std::string shell = "/bin/bash";
+  bool shell_given = false;
+  // The agents' workspace root: workspaces at {workdir}/{agent_id}. "" = data_dir/workspaces.
+  std::string workdir;
+  // Prefixed to PATH in every box ("" = none); may hold several dirs joined by ':'.
+  std::string toolchain_path;
+  // --port with --multi-agent and no token: the seed's trust model (anyone who reaches the
+  // port may run commands in the agents' isolated boxes), allowed with a loud warning.
+  bool open_without_token = false;
+  std::vector<std::string> warnings;  // for the startup log
+};
 
 struct DaemonConfig {
   std::string listen = "127.0.0.1:9090";
@@ -78,12 +98,25 @@ struct DaemonConfig {
   std::string ready_file;  // written with "HOST:PORT\n" once listening
   // --check-backend NAME: report whether NAME can run on this host and exit (0 usable, 1 not).
   std::string check_backend;
+  SeedFlags seed;  // seed 001's toolbox-server flags (apply_seed_flags folds them in)
+  // Host dirs every isolated box sees read-only at the same path (YAML `readonly_dirs`); unset:
+  // /opt when it exists on the host (toolchains live there).
+  std::optional<std::vector<std::string>> readonly_dirs;
 };
+
+// The host dirs boxes get read-only: c.readonly_dirs, or /opt when unset and it exists.
+std::vector<std::string> effective_readonly_dirs(const DaemonConfig& c);
 
 struct ParseOutcome {
   std::optional<DaemonConfig> config;  // empty: exit with exit_code (help, bad flag, bad file)
   int exit_code = 0;
 };
+
+// Checks the seed flags and folds them into the config: --port -> listen 0.0.0.0:P,
+// --multi-agent -> backend ns, the seed's "no isolation" -> only with an explicit --backend host.
+// `backend_given`: --backend (or the file's backend) was set by the operator. Errors name the
+// flag; what the operator must see at startup goes to c->seed.warnings.
+Status apply_seed_flags(DaemonConfig* c, bool backend_given);
 
 // Parses argv (and the --config file). Help and errors are printed to `out` / `err`.
 ParseOutcome parse_daemon_args(int argc, const char* const* argv, std::ostream& out,

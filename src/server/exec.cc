@@ -57,7 +57,43 @@ struct PreparedExec {
   sandbox::ExecSpec spec;
   std::shared_ptr<sandbox::Sandbox> box;
   std::string session_id;
+  // Seed 001: the host-path prefix the client's artifact_dir used (artifacts go back under it).
+  std::string artifact_host_prefix;
 };
+
+// Seed 001's client sends artifact_dir as the workspace's host path (the toolbox-server's
+// /mnt/workspace/<id>/..., or this daemon's <workspace root>/<id>/...). Maps it onto the box's
+// workspace path and returns the host prefix it used ("" when it was not such a path).
+std::string map_seed_artifact_dir(const Context* ctx, const std::string& id,
+                                  std::string_view box_workspace, std::string* dir) {
+  std::vector<std::string> prefixes = {"/mnt/workspace/" + id};
+  if (!ctx->opts.seed_workspace_root.empty()) {
+    prefixes.push_back(ctx->opts.seed_workspace_root + "/" + id);
+  }
+  for (const std::string& p : prefixes) {
+    if (p == box_workspace) continue;  // the host backend: already the box's path
+    std::string_view d = *dir;
+    while (d.size() > p.size() && d.back() == '/') d.remove_suffix(1);
+    if (d == p || (d.size() > p.size() && d.starts_with(p) && d[p.size()] == '/')) {
+      *dir = std::string(box_workspace) + std::string(d.substr(p.size()));
+      return p;
+    }
+  }
+  return "";
+}
+
+// Artifacts under the box's workspace, reported under the host prefix the client used.
+void unmap_seed_artifacts(std::string_view box_workspace, const std::string& host_prefix,
+                          std::vector<sandbox::Artifact>* artifacts) {
+  if (host_prefix.empty()) return;
+  for (sandbox::Artifact& a : *artifacts) {
+    std::string_view p = a.path;
+    if (p.starts_with(box_workspace) &&
+        (p.size() == box_workspace.size() || p[box_workspace.size()] == '/')) {
+      a.path = host_prefix + std::string(p.substr(box_workspace.size()));
+    }
+  }
+}
 
 // Decodes an exec body (v1 or seed 001) and gets the session's sandbox, creating the session
 // if needed (exec routes create).
@@ -104,6 +140,17 @@ asio::awaitable<Result<PreparedExec>> prepare_exec(Context* ctx, Request* rq, bo
       co_await acquire_sandbox(ctx, p.session_id, /*create_if_missing=*/true, req.caller);
   if (!box) co_return std::unexpected(box.error());
   p.box = std::move(*box);
+  if (seed) {
+    if (!p.spec.artifact_dir.empty()) {
+      p.artifact_host_prefix =
+          map_seed_artifact_dir(ctx, p.session_id, p.box->workspace(), &p.spec.artifact_dir);
+    }
+    // --shell runs the command (seed 001's toolbox-server runs `bash -c`).
+    if (p.spec.argv.empty() && !p.spec.command.empty()) {
+      p.spec.argv = {ctx->opts.seed_shell, "-c", std::move(p.spec.command)};
+      p.spec.command.clear();
+    }
+  }
   if (auto st = check_artifact_dir(p.spec.artifact_dir, p.box->workspace()); !st) {
     co_return std::unexpected(st.error());
   }
@@ -179,6 +226,10 @@ asio::awaitable<bool> exec_once(Call* call, bool seed) {
   }
   r->stdout_data = std::move(sink.stdout_);
   r->stderr_data = std::move(sink.stderr_);
+  if (seed) {
+    unmap_seed_artifacts(prepared->box->workspace(), prepared->artifact_host_prefix,
+                         &r->artifacts);
+  }
   json j = seed ? encode_seed_exec_result(*r) : encode_exec_result(*r);
   co_return co_await send_reply(call, json_reply(200, j));
 }

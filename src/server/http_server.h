@@ -39,6 +39,11 @@ struct ServerOptions {
   // default_scope, else this one ("" = none: id or scope is required).
   std::string default_scope;
   std::uint64_t max_file_bytes = 500ull << 20;
+  // Seed 001: the shell of /exec and /exec-stream `command`s (--shell; v1 exec keeps /bin/sh),
+  // and the host dir holding the agents' workspaces (an artifact_dir the seed client sends as
+  // a host path, /mnt/workspace/<id>/... or <root>/<id>/..., maps onto /workspace/...).
+  std::string seed_shell = "/bin/bash";
+  std::string seed_workspace_root;
   std::size_t max_json_bytes = 1u << 20;
   // The exec routes carry the command's stdin inside their JSON body: the CLI sends up to
   // 16 MiB of it (client::kMaxExecStdinBytes), plus room for JSON escaping.

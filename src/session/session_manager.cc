@@ -218,7 +218,7 @@ Result<std::unique_ptr<SessionManager>> SessionManager::open(ManagerConfig confi
     if (!b) return fail(Code::kInvalid, "backend \"" + name + "\" is null");
   }
 
-  auto ws = workspace::Workspaces::open(config.data_dir);
+  auto ws = workspace::Workspaces::open(config.data_dir, config.workspaces_dir);
   if (!ws) return std::unexpected(ws.error());
   std::unique_ptr<SessionManager> sm(new SessionManager(std::move(config), std::move(*ws)));
   sm->started_at_ = std::chrono::system_clock::now();

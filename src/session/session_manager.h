@@ -97,6 +97,8 @@ uid_t first_uid_probe(std::string_view id);
 
 struct ManagerConfig {
   std::string data_dir;  // exists; workspaces go under data_dir/workspaces/
+  // Absolute: workspaces at workspaces_dir/<id> instead (seed 001's --workdir). "" = default.
+  std::string workspaces_dir;
   std::string default_backend;
   std::map<std::string, std::shared_ptr<sandbox::Backend>> backends;  // by name
   // Mounted read-only into every box at /shared/<box_path> (box_path is the prefix of

@@ -37,20 +37,37 @@ std::string archive_stamp(std::chrono::system_clock::time_point t) {
 
 }  // namespace
 
-Result<Workspaces> Workspaces::open(std::string data_dir) {
+Result<Workspaces> Workspaces::open(std::string data_dir, std::string root_dir) {
   UniqueFd data_fd(::open(data_dir.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC));
   if (!data_fd) return fail_errno(errno, "open(" + data_dir + ")");
-  const std::string ws = data_dir + "/workspaces";
-  if (::mkdirat(data_fd.get(), "workspaces", 0700) != 0 && errno != EEXIST) {
-    return fail_errno(errno, "mkdir(" + ws + ")");
+  if (root_dir.empty()) {
+    const std::string ws = data_dir + "/workspaces";
+    if (::mkdirat(data_fd.get(), "workspaces", 0700) != 0 && errno != EEXIST) {
+      return fail_errno(errno, "mkdir(" + ws + ")");
+    }
+    UniqueFd root(::openat(data_fd.get(), "workspaces", kDirFlags));
+    if (!root) return fail_errno(errno, "open(" + ws + ")");
+    return Workspaces(std::move(data_dir), ws, std::move(root));
   }
-  UniqueFd root(::openat(data_fd.get(), "workspaces", kDirFlags));
-  if (!root) return fail_errno(errno, "open(" + ws + ")");
-  return Workspaces(std::move(data_dir), std::move(root));
+  // An operator-chosen root (seed 001's --workdir, e.g. /mnt/workspace): made 0700 when missing,
+  // an existing one keeps its mode and owner (the toolbox-server's layout is used in place).
+  if (root_dir.front() != '/') {
+    return fail(Code::kInvalid, "workspace root '" + root_dir + "' must be absolute");
+  }
+  std::error_code ec;
+  std::filesystem::path parent = std::filesystem::path(root_dir).parent_path();
+  std::filesystem::create_directories(parent, ec);
+  if (ec) return fail_errno(ec.value(), "mkdir(" + parent.string() + ")");
+  if (::mkdir(root_dir.c_str(), 0700) != 0 && errno != EEXIST) {
+    return fail_errno(errno, "mkdir(" + root_dir + ")");
+  }
+  UniqueFd root(::open(root_dir.c_str(), kDirFlags));
+  if (!root) return fail_errno(errno, "open(" + root_dir + ")");
+  return Workspaces(std::move(data_dir), std::move(root_dir), std::move(root));
 }
 
 std::string Workspaces::path(const std::string& id) const {
-  return data_dir_ + "/workspaces/" + id;
+  return root_path_ + "/" + id;
 }
 
 std::string Workspaces::image_path(const std::string& id) const {
@@ -74,7 +91,7 @@ Result<UniqueFd> Workspaces::open_dir(const std::string& id) const {
 
 Result<UniqueFd> Workspaces::dup_root() const {
   UniqueFd fd(::fcntl(root_.get(), F_DUPFD_CLOEXEC, 0));
-  if (!fd) return fail_errno(errno, "dup(" + data_dir_ + "/workspaces)");
+  if (!fd) return fail_errno(errno, "dup(" + root_path_ + ")");
   return fd;
 }
 
@@ -84,7 +101,7 @@ bool Workspaces::exists(const std::string& id) const {
 }
 
 std::vector<std::string> Workspaces::names() const {
-  auto names = linux::sys::list_names(root_.get(), data_dir_ + "/workspaces");
+  auto names = linux::sys::list_names(root_.get(), root_path_);
   return names ? std::move(*names) : std::vector<std::string>{};
 }
 

@@ -32,7 +32,10 @@ using Owner = ArchiveOwner;
 class Workspaces {
  public:
   // Creates data_dir/workspaces (0700) if missing. data_dir is absolute and exists.
-  static Result<Workspaces> open(std::string data_dir);
+  // `root_dir` (absolute): keep the workspaces there instead (seed 001's --workdir), made 0700
+  // with its parents when missing; disks and archives stay in data_dir.
+  static Result<Workspaces> open(std::string data_dir, std::string root_dir = "");
+  std::string root_path() const { return root_path_; }
 
   std::string path(const std::string& id) const;  // host path of a workspace
   std::string archives_dir() const { return data_dir_ + "/archives"; }
@@ -70,14 +73,16 @@ class Workspaces {
   Result<UniqueFd> open_archive(const std::string& archive) const;
 
  private:
-  Workspaces(std::string data_dir, UniqueFd root) : data_dir_(std::move(data_dir)), root_(std::move(root)) {}
+  Workspaces(std::string data_dir, std::string root_path, UniqueFd root)
+      : data_dir_(std::move(data_dir)), root_path_(std::move(root_path)), root_(std::move(root)) {}
   std::string image_path(const std::string& id) const;
   Status attach_disk(const std::string& id, std::optional<Owner> owner,
                      std::uint64_t disk_mb) const;
   Result<UniqueFd> open_archives_dir() const;
 
   std::string data_dir_;
-  UniqueFd root_;  // data_dir/workspaces, O_DIRECTORY
+  std::string root_path_;  // data_dir/workspaces, or the root given to open()
+  UniqueFd root_;          // root_path_, O_DIRECTORY
 };
 
 }  // namespace agentbox::workspace

@@ -119,12 +119,15 @@ Daemon::Daemon(std::vector<std::string> extra_args) {
       argv.push_back(value);
     }
   };
-  add_default("--listen", "127.0.0.1:0");
+  // Seed 001's --port P listens on 0.0.0.0:P itself; --multi-agent picks the ns backend.
+  if (!has_flag(extra_args, "--port")) add_default("--listen", "127.0.0.1:0");
   add_default("--data-dir", data_dir_);
   // AGENTBOX_TEST_BACKEND=ns runs a suite against isolated boxes (tests/CMakeLists.txt registers
   // the API suites a second time that way); host otherwise.
   const char* backend = std::getenv("AGENTBOX_TEST_BACKEND");
-  add_default("--backend", backend != nullptr && *backend != '\0' ? backend : "host");
+  if (!has_flag(extra_args, "--multi-agent")) {
+    add_default("--backend", backend != nullptr && *backend != '\0' ? backend : "host");
+  }
   add_default("--log-level", "debug");
   argv.push_back("--ready-file");
   argv.push_back(ready_file_);
@@ -140,6 +143,8 @@ Daemon::Daemon(std::vector<std::string> extra_args) {
     std::string ready = read_all(ready_file_);
     if (!ready.empty() && ready.back() == '\n') {
       host_port_ = ready.substr(0, ready.size() - 1);
+      // Listening on all interfaces (--port): reach it over loopback.
+      if (host_port_.starts_with("0.0.0.0:")) host_port_ = "127.0.0.1" + host_port_.substr(7);
       return;
     }
     if (auto st = wait_for(pid_, std::chrono::milliseconds(20))) {

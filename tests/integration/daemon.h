@@ -1,7 +1,8 @@
 #pragma once
 // The integration fixture: one real agentboxd process ($AGENTBOX_BIN_DIR/agentboxd) on
 // 127.0.0.1:0 with a fresh temp data dir and the host backend (override with extra args, e.g.
-// {"--backend", "ns"}). The constructor returns once the daemon listens (it writes its bound
+// {"--backend", "ns"}; seed 001's --port replaces --listen, its --multi-agent the --backend
+// default). The constructor returns once the daemon listens (it writes its bound
 // address to --ready-file); it throws std::runtime_error, with the daemon's log tail, if the
 // daemon exits or does not come up. The destructor stops the daemon (SIGTERM, then SIGKILL)
 // and removes the temp dir.

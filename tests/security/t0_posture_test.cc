@@ -146,6 +146,9 @@ std::map<std::string, std::string> designed_mounts() {
   for (const char* d : {"/usr", "/bin", "/sbin", "/lib", "/lib32", "/lib64", "/libx32"}) {
     if (fs::is_directory(fs::symlink_status(d))) m[d] = sys;
   }
+  // readonly_dirs (daemon config; default /opt when the host has it): the host's toolchains,
+  // read-only like the system dirs, at the same path.
+  if (fs::is_directory("/opt")) m["/opt"] = sys;
   // procfs entries made read-only on top of the box's /proc.
   for (const char* p : {"sys", "sysrq-trigger", "bus", "irq", "fs"}) {
     if (fs::exists(std::string("/proc/") + p)) m[std::string("/proc/") + p] = "ro,nosuid,nodev";

@@ -3,6 +3,8 @@
 #include <gtest/gtest.h>
 #include <unistd.h>
 
+#include <cstdlib>
+#include <filesystem>
 #include <fstream>
 #include <sstream>
 
@@ -274,6 +276,138 @@ TEST(ConfigDefaultLimits, BadValuesNameTheKey) {
     EXPECT_EQ(r.exit_code, 2) << c.yaml;
     EXPECT_NE(err.find(c.needle), std::string::npos) << c.yaml << " -> " << err;
   }
+}
+
+
+// Seed 001's toolbox-server command line.
+TEST(ConfigSeedFlags, TheSeedCommandLine) {
+  std::string err;
+  auto r = parse({"--port", "9090", "--workdir", "/mnt/workspace/", "--multi-agent", "--shell",
+                  "/bin/sh", "--shared-dirs", "site-templates:/srv/t", "--toolchain-path",
+                  "/opt/toolchain/bin", "--shared-readonly"},
+                 &err);
+  ASSERT_TRUE(r.config) << err;
+  const DaemonConfig& c = *r.config;
+  EXPECT_EQ(c.listen, "0.0.0.0:9090");
+  EXPECT_EQ(c.backend, "ns");
+  EXPECT_EQ(c.seed.workdir, "/mnt/workspace");
+  EXPECT_EQ(c.seed.shell, "/bin/sh");
+  EXPECT_EQ(c.seed.toolchain_path, "/opt/toolchain/bin");
+  ASSERT_EQ(c.shared_dirs.size(), 1u);
+  EXPECT_EQ(c.shared_dirs[0].prefix, "site-templates");
+  // No token on all interfaces: the seed's trust model, allowed, loudly.
+  EXPECT_TRUE(c.seed.open_without_token);
+  EXPECT_TRUE(validate_config(c).has_value());
+  ASSERT_EQ(c.seed.warnings.size(), 2u);  // --shared-readonly, and the open port
+  EXPECT_NE(c.seed.warnings[0].find("--shared-readonly"), std::string::npos);
+  EXPECT_NE(c.seed.warnings[1].find("WITHOUT a token"), std::string::npos);
+
+  // With a token it is the ordinary rule, and no warning about it.
+  auto tok = parse({"--port", "9090", "--multi-agent", "--token", "t"});
+  ASSERT_TRUE(tok.config);
+  EXPECT_FALSE(tok.config->seed.open_without_token);
+  EXPECT_TRUE(tok.config->seed.warnings.empty());
+  // The default shell is bash (the seed's), for seed routes only.
+  auto def = parse({});
+  ASSERT_TRUE(def.config);
+  EXPECT_EQ(def.config->seed.shell, ::access("/bin/bash", X_OK) == 0 ? "/bin/bash" : "/bin/sh");
+  EXPECT_TRUE(def.config->seed.workdir.empty());
+  // Without the seed's flags a non-loopback listen still needs a token.
+  auto plain = parse({"--listen", "0.0.0.0:9090", "--multi-agent"});
+  ASSERT_TRUE(plain.config);
+  EXPECT_FALSE(validate_config(*plain.config).has_value());
+}
+
+TEST(ConfigSeedFlags, UnisolatedOnlyWithAnExplicitHostBackend) {
+  std::string err;
+  auto no_iso = parse({"--port", "9090"}, &err);
+  EXPECT_FALSE(no_iso.config);
+  EXPECT_EQ(no_iso.exit_code, 2);
+  EXPECT_NE(err.find("--multi-agent"), std::string::npos) << err;
+  EXPECT_NE(err.find("--backend host"), std::string::npos) << err;
+  auto host = parse({"--port", "9090", "--backend", "host", "--token", "t"}, &err);
+  ASSERT_TRUE(host.config) << err;
+  EXPECT_EQ(host.config->backend, "host");
+  EXPECT_FALSE(host.config->seed.open_without_token);  // unisolated never goes without a token
+  EXPECT_TRUE(validate_config(*host.config).has_value());
+  auto both = parse({"--multi-agent", "--backend", "host"}, &err);
+  EXPECT_FALSE(both.config);
+  EXPECT_EQ(both.exit_code, 2);
+  EXPECT_NE(err.find("--multi-agent"), std::string::npos) << err;
+}
+
+TEST(ConfigSeedFlags, BadValuesNameTheFlag) {
+  struct Case {
+    std::vector<std::string> args;
+    std::string names;
+  };
+  for (const Case& c : std::vector<Case>{
+           {{"--port", "70000", "--multi-agent"}, "--port"},
+           {{"--port", "x", "--multi-agent"}, "--port"},
+           {{"--shell", "bash"}, "--shell"},
+           {{"--shell", "/nonexistent/bash"}, "--shell"},
+           {{"--workdir", "/"}, "--workdir"},
+           {{"--workdir", "/etc/passwd"}, "--workdir"},
+           {{"--toolchain-path", "relative/bin"}, "--toolchain-path"},
+           {{"--toolchain-path", "/a=b"}, "--toolchain-path"},
+       }) {
+    std::string err;
+    auto r = parse(c.args, &err);
+    EXPECT_FALSE(r.config) << c.args[1];
+    EXPECT_EQ(r.exit_code, 2) << c.args[1];
+    EXPECT_NE(err.find(c.names), std::string::npos) << c.args[1] << ": " << err;
+  }
+}
+
+TEST(ConfigSeedFlags, EnvFallbacks) {
+  ::setenv("TOOLCHAIN_PATH", "/opt/a/bin:/opt/b/bin", 1);
+  ::setenv("SHARED_DIRS", "tpl:/srv/tpl", 1);
+  auto r = parse({});
+  auto flag = parse({"--toolchain-path", "/x/bin"});
+  ::unsetenv("TOOLCHAIN_PATH");
+  ::unsetenv("SHARED_DIRS");
+  ASSERT_TRUE(r.config);
+  EXPECT_EQ(r.config->seed.toolchain_path, "/opt/a/bin:/opt/b/bin");
+  ASSERT_EQ(r.config->shared_dirs.size(), 1u);
+  EXPECT_EQ(r.config->shared_dirs[0].prefix, "tpl");
+  ASSERT_TRUE(flag.config);
+  EXPECT_EQ(flag.config->seed.toolchain_path, "/x/bin");  // the flag wins
+}
+
+TEST(ConfigSeedFlags, ReadonlyDirs) {
+  char tmpl[] = "/tmp/agentbox-cfg-XXXXXX";
+  std::string dir = mkdtemp(tmpl);
+  std::string file = dir + "/c.yaml";
+  {
+    std::ofstream(file) << "readonly_dirs: [" << dir << "]\n";
+  }
+  auto r = parse({"--config", file});
+  ASSERT_TRUE(r.config);
+  EXPECT_EQ(effective_readonly_dirs(*r.config), std::vector<std::string>{dir});
+  {
+    std::ofstream(file) << "readonly_dirs: []\n";
+  }
+  auto none = parse({"--config", file});
+  ASSERT_TRUE(none.config);
+  EXPECT_TRUE(effective_readonly_dirs(*none.config).empty());
+  for (const std::string& bad : std::vector<std::string>{"[relative]", "[/nonexistent-agentbox-dir]", "[" + dir + "/]",
+                                "/opt"}) {
+    {
+      std::ofstream(file) << "readonly_dirs: " << bad << "\n";
+    }
+    std::string err;
+    auto b = parse({"--config", file}, &err);
+    EXPECT_FALSE(b.config) << bad;
+    EXPECT_EQ(b.exit_code, 2) << bad;
+    EXPECT_NE(err.find("readonly_dirs"), std::string::npos) << bad << ": " << err;
+  }
+  auto def = parse({});
+  ASSERT_TRUE(def.config);
+  std::error_code ec;
+  EXPECT_EQ(effective_readonly_dirs(*def.config),
+            std::filesystem::is_directory("/opt", ec) ? std::vector<std::string>{"/opt"}
+                                                      : std::vector<std::string>{});
+  std::filesystem::remove_all(dir, ec);
 }
 
 }  // namespace
