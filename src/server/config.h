@@ -1,8 +1,8 @@
 #pragma once
 // agentboxd's configuration: command-line flags (CLI11) over an optional YAML file (--config)
 // with the same keys (listen, data_dir, backend, tokens, shared_dirs, allowed_mount_roots,
-// max_file_mb, log_level, max_running_boxes, audit_max_mb) plus `tenants` and `default_limits`
-// (YAML only).
+// max_file_mb, log_level, max_running_boxes, audit_max_mb) plus `tenants`, `default_limits` and
+// `network` (YAML only).
 // Flags override the file.
 
 #include <cstdint>
@@ -14,6 +14,7 @@
 #include <vector>
 
 #include "common/error.h"
+#include "net/policy.h"
 #include "sandbox/default_limits.h"
 
 namespace agentbox::server {
@@ -74,6 +75,10 @@ struct DaemonConfig {
   // session's unset limits become (validated like a request's `limits`); the keys not given keep
   // sandbox's built-in defaults.
   sandbox::Limits default_limits = sandbox::builtin_default_limits();
+  // YAML `network: {hosts: {name: address}, allow_private: bool}` (API.md "Network"): names the
+  // allowlist proxy resolves before DNS (validated with net::parse_hosts) and whether allowed
+  // names may resolve to private ranges. daemon_ports is filled by the daemon (its listen port).
+  net::NetworkConfig network;
   std::string log_level = "info";
   std::string ready_file;  // written with "HOST:PORT\n" once listening
   // --check-backend NAME: report whether NAME can run on this host and exit (0 usable, 1 not).
