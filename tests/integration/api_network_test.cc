@@ -11,6 +11,7 @@
 #include <unistd.h>
 
 #include <atomic>
+#include <cstdlib>
 #include <filesystem>
 #include <fstream>
 #include <map>
@@ -39,7 +40,8 @@ struct TempDir {
 };
 
 // A tiny HTTP/1.0 file server on 127.0.0.1:<ephemeral>: GET <path> answers the bytes registered
-// for that path (200) or 404, then closes. Counts the requests it served.
+// for that path (200; text/html for a path ending in "/", a links page) or 404, then closes. Counts
+// the requests it served.
 class FileServer {
  public:
   FileServer() {
@@ -97,9 +99,11 @@ class FileServer {
           found = true;
         }
       }
-      std::string resp = std::string(found ? "HTTP/1.0 200 OK" : "HTTP/1.0 404 Not Found") +
-                         "\r\nContent-Type: application/octet-stream\r\nContent-Length: " +
-                         std::to_string(body.size()) + "\r\nConnection: close\r\n\r\n" + body;
+      std::string resp =
+          std::string(found ? "HTTP/1.0 200 OK" : "HTTP/1.0 404 Not Found") + "\r\nContent-Type: " +
+          (!path.empty() && path.back() == '/' ? "text/html" : "application/octet-stream") +
+          "\r\nContent-Length: " + std::to_string(body.size()) + "\r\nConnection: close\r\n\r\n" +
+          body;
       size_t off = 0;
       while (off < resp.size()) {
         ssize_t n = ::send(c, resp.data() + off, resp.size() - off, MSG_NOSIGNAL);
@@ -154,10 +158,10 @@ class NetworkApi : public ::testing::Test {
 };
 
 TEST_F(NetworkApi, AllowlistBoxFetchesFromAListedNameThroughTheProxy) {
-  auto c = api_.post("/v1/sessions", {{"id", "al"},
-                                      {"network",
-                                       {{"mode", "allowlist"},
-                                        {"allow", {allow_entry("pkgs.example.test")}}}}});
+  auto c = api_.post(
+      "/v1/sessions",
+      {{"id", "al"},
+       {"network", {{"mode", "allowlist"}, {"allow", {allow_entry("pkgs.example.test")}}}}});
   ASSERT_EQ(c.status, 201) << c;
   EXPECT_EQ(c.body["network"]["mode"], "allowlist") << c;
 
@@ -194,8 +198,9 @@ TEST_F(NetworkApi, AllowlistBoxFetchesFromAListedNameThroughTheProxy) {
 
   // No way around the proxy: no DNS, no route (a direct connection to the host's loopback
   // reaches the box's own loopback, where nothing listens on that port).
-  auto direct = api_.sh("al", "curl -sS --noproxy '*' --max-time 5 -o /dev/null -w '%{http_code}' " +
-                                  url("127.0.0.1", "/hello.txt"));
+  auto direct =
+      api_.sh("al", "curl -sS --noproxy '*' --max-time 5 -o /dev/null -w '%{http_code}' " +
+                        url("127.0.0.1", "/hello.txt"));
   ASSERT_EQ(direct.status, 200) << direct;
   EXPECT_NE(direct.body["exit_code"], 0) << direct;
   EXPECT_EQ(server_.served(), 1);
@@ -224,9 +229,10 @@ TEST_F(NetworkApi, NoneBoxReachesNothing) {
 }
 
 TEST_F(NetworkApi, MalformedAllowEntryIs400NamingItAndMakesNothing) {
-  auto r = api_.post("/v1/sessions",
-                     {{"id", "bad"},
-                      {"network", {{"mode", "allowlist"}, {"allow", {"ok.test", "no spaces.test"}}}}});
+  auto r =
+      api_.post("/v1/sessions",
+                {{"id", "bad"},
+                 {"network", {{"mode", "allowlist"}, {"allow", {"ok.test", "no spaces.test"}}}}});
   EXPECT_EQ(r.status, 400) << r;
   EXPECT_EQ(r.code(), "EINVAL") << r;
   EXPECT_NE(r.message().find("no spaces.test"), std::string::npos) << r;
@@ -236,14 +242,16 @@ TEST_F(NetworkApi, MalformedAllowEntryIs400NamingItAndMakesNothing) {
 }
 
 TEST_F(NetworkApi, PolicyChangeTakesEffectOnTheLiveBoxAndSurvivesSuspend) {
-  ASSERT_EQ(api_.post("/v1/sessions", {{"id", "ch"},
-                                       {"network",
-                                        {{"mode", "allowlist"},
-                                         {"allow", {allow_entry("pkgs.example.test")}}}}})
+  ASSERT_EQ(api_.post("/v1/sessions",
+                      {{"id", "ch"},
+                       {"network",
+                        {{"mode", "allowlist"}, {"allow", {allow_entry("pkgs.example.test")}}}}})
                 .status,
             201);
-  EXPECT_NE(curl("ch", url("other.example.test", "/hello.txt")).body["stdout"].get<std::string>().find(
-                "code=403"),
+  EXPECT_NE(curl("ch", url("other.example.test", "/hello.txt"))
+                .body["stdout"]
+                .get<std::string>()
+                .find("code=403"),
             std::string::npos);
 
   auto p = api_.post("/v1/sessions/ch/network",
@@ -252,8 +260,10 @@ TEST_F(NetworkApi, PolicyChangeTakesEffectOnTheLiveBoxAndSurvivesSuspend) {
   EXPECT_EQ(p.body["network"]["allow"], json::array({allow_entry("other.example.test")})) << p;
   EXPECT_EQ(curl("ch", url("other.example.test", "/hello.txt")).body["stdout"],
             "hello from the mirror\n\ncode=200");
-  EXPECT_NE(curl("ch", url("pkgs.example.test", "/hello.txt")).body["stdout"].get<std::string>().find(
-                "code=403"),
+  EXPECT_NE(curl("ch", url("pkgs.example.test", "/hello.txt"))
+                .body["stdout"]
+                .get<std::string>()
+                .find("code=403"),
             std::string::npos);
 
   // Bad input changes nothing; a mode change is not built; unknown sessions are 404.
@@ -273,12 +283,88 @@ TEST_F(NetworkApi, PolicyChangeTakesEffectOnTheLiveBoxAndSurvivesSuspend) {
   EXPECT_NE(audit_log().find("\"session.network\""), std::string::npos);
 }
 
+// Runs `cmd` on the host (test inputs: a wheel, an npm tarball); true on exit 0.
+bool host_sh(const std::string& cmd) {
+  return std::system(cmd.c_str()) == 0;
+}
+
+// The point of the allowlist (issue 12 "Done when"): pip and npm install from a local mirror
+// through the proxy in an allowlist box, and fail in a none box.
+TEST_F(NetworkApi, PipAndNpmInstallFromALocalMirror) {
+  const std::string d = dir_.path;
+  // A hand-made wheel (a zip with the module and its dist-info) and an `npm pack` tarball.
+  ASSERT_TRUE(host_sh("cd " + d +
+                      " && /usr/bin/python3 - <<'PY'\n"
+                      "import zipfile\n"
+                      "w = zipfile.ZipFile('tinypkg-0.1-py3-none-any.whl', 'w')\n"
+                      "w.writestr('tinypkg/__init__.py', 'VALUE = 42\\n')\n"
+                      "w.writestr('tinypkg-0.1.dist-info/METADATA', 'Metadata-Version: 2.1\\nName: "
+                      "tinypkg\\nVersion: 0.1\\n')\n"
+                      "w.writestr('tinypkg-0.1.dist-info/WHEEL', 'Wheel-Version: 1.0\\nGenerator: "
+                      "test\\nRoot-Is-Purelib: true\\nTag: py3-none-any\\n')\n"
+                      "w.writestr('tinypkg-0.1.dist-info/RECORD', '')\n"
+                      "w.close()\n"
+                      "PY"));
+  ASSERT_TRUE(host_sh("mkdir -p " + d + "/npm/tinynpm && cd " + d +
+                      "/npm/tinynpm && printf '%s' '{\"name\":\"tinynpm\",\"version\":\"1.0.0\","
+                      "\"main\":\"index.js\"}' > package.json && echo 'module.exports = 7;' > "
+                      "index.js && npm pack --silent --pack-destination " +
+                      d + " >/dev/null 2>&1"));
+  server_.put("/wheels/tinypkg-0.1-py3-none-any.whl",
+              read_host_file(d + "/tinypkg-0.1-py3-none-any.whl"));
+  server_.put("/wheels/",
+              "<html><body><a href=\"tinypkg-0.1-py3-none-any.whl\">"
+              "tinypkg-0.1-py3-none-any.whl</a></body></html>");
+  server_.put("/npm/tinynpm-1.0.0.tgz", read_host_file(d + "/tinynpm-1.0.0.tgz"));
+  ASSERT_FALSE(read_host_file(d + "/tinynpm-1.0.0.tgz").empty());
+
+  const std::string pip =
+      "/usr/bin/python3 -m pip install --no-cache-dir --disable-pip-version-check --no-index "
+      "--retries 0 --timeout 10 "
+      "--break-system-packages --trusted-host pkgs.example.test --target /workspace/site "
+      "--find-links " +
+      url("pkgs.example.test", "/wheels/") + " tinypkg 2>&1";
+  const std::string npm =
+      "cd /workspace && npm install --no-audit --no-fund --loglevel=error --fetch-retries=0 " +
+      url("pkgs.example.test", "/npm/tinynpm-1.0.0.tgz") + " 2>&1";
+
+  ASSERT_EQ(api_.post("/v1/sessions",
+                      {{"id", "pm"},
+                       {"network",
+                        {{"mode", "allowlist"}, {"allow", {allow_entry("pkgs.example.test")}}}}})
+                .status,
+            201);
+  auto p = api_.exec("pm", {{"command", pip}, {"timeout_sec", 120}});
+  ASSERT_EQ(p.status, 200) << p;
+  EXPECT_EQ(p.body["exit_code"], 0) << p;
+  auto pv = api_.sh("pm",
+                    "PYTHONPATH=/workspace/site /usr/bin/python3 -c 'import tinypkg; "
+                    "print(tinypkg.VALUE)'");
+  EXPECT_EQ(pv.body["stdout"], "42\n") << pv;
+  auto n = api_.exec("pm", {{"command", npm}, {"timeout_sec", 120}});
+  ASSERT_EQ(n.status, 200) << n;
+  EXPECT_EQ(n.body["exit_code"], 0) << n;
+  auto nv = api_.sh("pm", "cd /workspace && node -e 'console.log(require(\"tinynpm\"))'");
+  EXPECT_EQ(nv.body["stdout"], "7\n") << nv;
+
+  // The same in a none box: nothing to install from.
+  const int served = server_.served();
+  ASSERT_EQ(api_.post("/v1/sessions", {{"id", "pn"}}).status, 201);
+  auto p2 = api_.exec("pn", {{"command", pip}, {"timeout_sec", 120}});
+  EXPECT_NE(p2.body["exit_code"], 0) << p2;
+  auto n2 =
+      api_.exec("pn", {{"command", npm + "; test -d node_modules/tinynpm"}, {"timeout_sec", 120}});
+  EXPECT_NE(n2.body["exit_code"], 0) << n2;
+  EXPECT_EQ(server_.served(), served);
+}
+
 // The host backend has no network namespace: an allowlist cannot be honoured there.
 TEST(NetworkApiHost, AllowlistOnTheHostBackendIs501) {
   Daemon d({"--backend", "host"});
   Api api(d);
-  auto r = api.post("/v1/sessions",
-                    {{"id", "h"}, {"network", {{"mode", "allowlist"}, {"allow", {"example.org"}}}}});
+  auto r =
+      api.post("/v1/sessions",
+               {{"id", "h"}, {"network", {{"mode", "allowlist"}, {"allow", {"example.org"}}}}});
   EXPECT_EQ(r.status, 501) << r;
   EXPECT_EQ(r.code(), "ENOTSUP") << r;
   EXPECT_NE(r.message().find("host backend"), std::string::npos) << r;
