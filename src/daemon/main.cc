@@ -43,16 +43,18 @@ using namespace agentbox;
 // are registered. A backend that cannot run on this host is still registered: its
 // check_usable() says what is missing, and creating a box on it fails with that message.
 // `blocking`: the worker pool the backends run the blocking steps of an exec on (empty: none).
-// `path_prefix`: --toolchain-path, first in every box's PATH.
+// `path_prefix`: --toolchain-path, first in every box's PATH. `network`: the config's network
+// settings for the ns backend's egress proxies (null: defaults).
 Result<std::map<std::string, std::shared_ptr<sandbox::Backend>>> make_backends(
     const std::string& runtime_dir, asio::any_io_executor blocking = {},
-    const std::string& path_prefix = "") {
+    const std::string& path_prefix = "", std::shared_ptr<const net::NetworkConfig> network = {}) {
   std::map<std::string, std::shared_ptr<sandbox::Backend>> backends;
   backends["host"] = std::make_shared<sandbox::HostBackend>(blocking, path_prefix);
   sandbox::NsBackendOptions ns_opts;
   ns_opts.runtime_dir = runtime_dir;
   ns_opts.blocking = blocking;
   ns_opts.path_prefix = path_prefix;
+  ns_opts.network = std::move(network);
   auto ns = sandbox::make_ns_backend(std::move(ns_opts));
   if (!ns) return std::unexpected(ns.error());
   backends["ns"] = std::move(*ns);
@@ -183,7 +185,11 @@ int main(int argc, char** argv) {
   // runs here, never on the network thread. Those steps are mostly waits on the disk, not CPU,
   // so a few more threads than cores keep one slow client's fsync from queueing everyone else.
   asio::thread_pool pool(worker_threads());
-  auto made = make_backends(data_dir + "/run", pool.get_executor(), cfg.seed.toolchain_path);
+  // SECURITY: a `network.hosts` entry never leads a box to the daemon's own port.
+  auto network = std::make_shared<net::NetworkConfig>(cfg.network);
+  if (listen->second != 0) network->daemon_ports.insert(listen->second);
+  auto made = make_backends(data_dir + "/run", pool.get_executor(), cfg.seed.toolchain_path,
+                            network);
   if (!made) {
     spdlog::error("backends: {}", made.error().message);
     return 1;
@@ -248,6 +254,16 @@ int main(int argc, char** argv) {
     return 1;
   }
   std::shared_ptr<server::AuditLog> audit_log = std::move(*audit);
+  // Every 403 of an egress proxy is a `net.deny` line (the weak_ptr: denials that race the
+  // shutdown are dropped, not written to a closed log).
+  mc.on_net_deny = [log = std::weak_ptr<server::AuditLog>(audit_log)](
+                       const std::string& id, const std::string& tenant,
+                       const net::DenyEvent& d) {
+    if (auto l = log.lock()) {
+      l->record("net.deny", tenant, id,
+                {{"method", d.method}, {"host", d.host}, {"port", d.port}, {"reason", d.reason}});
+    }
+  };
   auto manager = session::SessionManager::open(std::move(mc));
   if (!manager) {
     spdlog::error("sessions: {}", manager.error().message);
@@ -276,6 +292,9 @@ int main(int argc, char** argv) {
       spdlog::error("{}", ep.error().message);
       return 1;
     }
+    // The bound port (--listen :0): no box runs yet (sessions load suspended and no request has
+    // come), so no proxy reads the config while it changes.
+    network->daemon_ports.insert(ep->port());
     std::string host_port =
         ep->address().is_v6() ? "[" + ep->address().to_string() + "]:" + std::to_string(ep->port())
                               : ep->address().to_string() + ":" + std::to_string(ep->port());

@@ -40,6 +40,12 @@ std::string last_component(const std::string& abs) {
 }  // namespace
 
 Result<std::unique_ptr<Sandbox>> HostBackend::create(BoxConfig config) {
+  // SECURITY: host commands share the host's network; there is no namespace to confine them to
+  // a proxy, so an allowlist cannot be honoured (and is never silently widened to "open").
+  if (config.egress_policy) {
+    return fail(Code::kNotSupported,
+                "network.mode \"allowlist\" on the host backend (no network namespace)");
+  }
   const std::string& dir = config.workspace_dir;
   if (dir.empty() || dir.front() != '/') {
     return fail(Code::kInvalid, "host backend: workspace dir must be an absolute path: " + dir);

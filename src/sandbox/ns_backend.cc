@@ -47,6 +47,7 @@
 #include "linux/rlimits.h"
 #include "linux/seccomp_policy.h"
 #include "linux/sys.h"
+#include "net/box_egress.h"
 #include "sandbox/artifacts.h"
 #include "sandbox/blocking.h"
 #include "sandbox/default_limits.h"
@@ -527,6 +528,28 @@ class NsSandbox final : public Sandbox, private ProcessLauncher {
 
   ProcessTable* processes() override { return &procs_; }
 
+  // Called once by NsBackend::create(), before the sandbox is handed out.
+  Status start_egress(std::shared_ptr<const net::Policy> policy, net::ProxyHooks hooks) {
+    auto network = core_->opts.network ? core_->opts.network
+                                       : std::make_shared<const net::NetworkConfig>();
+    auto eg = net::BoxEgress::start(core_->io, box_->init_pid(), std::move(policy),
+                                    std::move(network), std::move(hooks));
+    if (!eg) return std::unexpected(with_context(eg.error(), "box " + key_ + ": egress proxy"));
+    egress_ = std::move(*eg);
+    return {};
+  }
+
+  Status set_egress_policy(std::shared_ptr<const net::Policy> policy) override {
+    if (!egress_) return Sandbox::set_egress_policy(std::move(policy));
+    egress_->set_policy(std::move(policy));
+    return {};
+  }
+
+  std::optional<net::ProxyCounters> egress_counters() const override {
+    if (!egress_) return std::nullopt;
+    return egress_->counters();
+  }
+
   Result<FileReader> open_file(const std::string& path) override {
     auto abs = map_path(path);
     if (!abs) return std::unexpected(abs.error());
@@ -612,6 +635,8 @@ class NsSandbox final : public Sandbox, private ProcessLauncher {
       if (shut_down_) return;
       shut_down_ = true;
     }
+    // The box can no longer reach out: its proxy stops listening at once.
+    if (egress_) egress_->stop();
     // Their ends are reported as asked for (no supervisor restarts them).
     procs_.shutdown();
     // SECURITY: every process of the box dies: the cgroup first (it holds the init and every
@@ -831,6 +856,8 @@ class NsSandbox final : public Sandbox, private ProcessLauncher {
   const std::map<std::string, std::string> env_;
   std::mutex cgroup_mu_;  // serialises use of cgroup_ (thread-compatible)
   std::unique_ptr<lx::Cgroup> cgroup_;
+  // Set once by start_egress() before the sandbox is shared; null without an allowlist.
+  std::unique_ptr<net::BoxEgress> egress_;
   // Empty exec cgroups kept for reuse, and whether shutdown() took them; under cgroup_mu_.
   static constexpr std::size_t kSpareExecCgroups = 4;
   std::vector<std::unique_ptr<lx::Cgroup>> spare_cgroups_;
@@ -1203,9 +1230,23 @@ Result<std::unique_ptr<Sandbox>> NsBackend::create(BoxConfig config) {
   if (!core_->opts.path_prefix.empty() && config.env.find("PATH") == config.env.end()) {
     config.env["PATH"] = core_->opts.path_prefix + ":" + kBoxPath;
   }
-  return std::make_unique<NsSandbox>(core_, config.key, uid, gid, std::move(config.env),
-                                     std::move(*cgroup), std::move(*box), std::move(root),
-                                     std::move(control_dup));
+  if (config.egress_policy) {
+    // The proxy is the box's only way out; its variables win over the session's env.
+    for (auto& [k, v] : net::BoxEgress::box_env()) config.env[k] = std::move(v);
+  }
+  auto sb = std::make_unique<NsSandbox>(core_, config.key, uid, gid, std::move(config.env),
+                                        std::move(*cgroup), std::move(*box), std::move(root),
+                                        std::move(control_dup));
+  if (config.egress_policy) {
+    // After the init exists: the listener is opened in its network namespace.
+    if (auto st = sb->start_egress(std::move(config.egress_policy),
+                                   std::move(config.egress_hooks));
+        !st) {
+      sb->shutdown();
+      return std::unexpected(st.error());
+    }
+  }
+  return sb;
 }
 
 }  // namespace

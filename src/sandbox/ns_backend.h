@@ -15,6 +15,11 @@
 // the I/O on the caller's executor. Background jobs an exec leaves are moved to the box cgroup
 // when it finishes and live until the box is shut down.
 //
+// Network mode "allowlist" (BoxConfig::egress_policy): once the box's init exists, a
+// net::BoxEgress listens at 127.0.0.1:3128 inside the box's netns, served on the backend's io
+// thread; it stops when the box shuts down (suspend, destroy), and a resumed box starts its own.
+// The proxy variables (BoxEgress::box_env) are in every command's and process's environment.
+//
 // Processes (Sandbox::processes(), process_table.h) start the same way as an exec (a request to
 // the init, a per-process cgroup the child self-joins, pipes or a pty in the box's own devpts
 // passed by SCM_RIGHTS), but the daemon keeps them: their output goes to ring buffers read with
@@ -34,6 +39,7 @@
 #include <string_view>
 
 #include "common/error.h"
+#include "net/policy.h"
 #include "sandbox/sandbox.h"
 
 namespace agentbox::sandbox {
@@ -62,6 +68,9 @@ struct NsBackendOptions {
   boost::asio::any_io_executor blocking;
   // Dirs put first in every box's PATH ("a:b"; seed 001's --toolchain-path). "" = none.
   std::string path_prefix;
+  // Daemon-wide network settings for boxes with an egress proxy (config `network`; its
+  // daemon_ports hold the daemon's own ports). Null: the defaults (no hosts, no private ranges).
+  std::shared_ptr<const net::NetworkConfig> network;
 };
 
 // Builds the backend. Fails only on unusable options; whether this host can run boxes is

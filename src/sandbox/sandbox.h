@@ -22,6 +22,8 @@
 
 #include "common/error.h"
 #include "common/unique_fd.h"
+#include "net/policy.h"
+#include "net/proxy.h"
 
 namespace agentbox::sandbox {
 
@@ -141,6 +143,15 @@ class Sandbox {
   // when the backend has none (the wire answers 501 ENOTSUP).
   virtual ProcessTable* processes() { return nullptr; }
 
+  // Network mode "allowlist" (API.md "Network"): new proxy connections use `policy`. ENOTSUP on
+  // a box without an egress proxy (mode none, or a backend without one).
+  virtual Status set_egress_policy(std::shared_ptr<const net::Policy> policy) {
+    (void)policy;
+    return fail(Code::kNotSupported, "network policy: this box has no egress proxy");
+  }
+  // The egress proxy's counters (for /metrics), nullopt without one.
+  virtual std::optional<net::ProxyCounters> egress_counters() const { return std::nullopt; }
+
   virtual Result<FileReader> open_file(const std::string& path) = 0;
   virtual Result<std::unique_ptr<FileWriter>> create_file(const std::string& path,
                                                           WriteOptions opts) = 0;
@@ -186,6 +197,11 @@ struct BoxConfig {
   std::vector<BindMount> mounts;  // extra mounts, shared dirs, skills
   uid_t uid = 0;                  // session uid/gid (ns backend); 0 = backend decides
   gid_t gid = 0;
+  // Network mode "allowlist": the box gets an egress proxy at 127.0.0.1:3128 with this policy
+  // (and the proxy variables in its environment) for as long as it runs. Null: no egress (mode
+  // "none"). A backend that cannot serve it fails create() with ENOTSUP.
+  std::shared_ptr<const net::Policy> egress_policy;
+  net::ProxyHooks egress_hooks;  // on_deny: called on the proxy's thread for every 403
 };
 
 class Backend {

@@ -28,6 +28,34 @@ void split_append(std::string_view s, char sep, std::vector<std::string>* out) {
 // `default_limits:` — the keys of a request's `limits`, checked by the same decoder (floors,
 // ceilings, ENOTSUP for the limits not built); an unknown key is an error here (a typo in a
 // config file must not pass as "no limit").
+// `network:` — hosts (name: address, validated by net::parse_hosts) and allow_private.
+Status load_network(const YAML::Node& nw, const std::string& file, DaemonConfig* c) {
+  const std::string where = "config " + file + ": network";
+  if (!nw.IsMap()) return fail(Code::kInvalid, where + " must be a mapping {hosts, allow_private}");
+  for (const auto& kv : nw) {
+    const std::string key = kv.first.as<std::string>();
+    if (key != "hosts" && key != "allow_private") {
+      return fail(Code::kInvalid, where + ": unknown key '" + key + "'");
+    }
+  }
+  if (const YAML::Node& h = nw["hosts"]; h) {
+    if (!h.IsMap()) return fail(Code::kInvalid, where + ".hosts must be a mapping name: address");
+    std::vector<std::pair<std::string, std::string>> hosts;
+    for (const auto& kv : h) {
+      if (!kv.second.IsScalar()) {
+        return fail(Code::kInvalid,
+                    where + ".hosts." + kv.first.as<std::string>() + " must be an address");
+      }
+      hosts.emplace_back(kv.first.as<std::string>(), kv.second.as<std::string>());
+    }
+    auto parsed = net::parse_hosts(hosts);
+    if (!parsed) return fail(Code::kInvalid, where + ".hosts: " + parsed.error().message);
+    c->network.hosts = std::move(*parsed);
+  }
+  if (const YAML::Node& ap = nw["allow_private"]; ap) c->network.allow_private = ap.as<bool>();
+  return {};
+}
+
 Status load_default_limits(const YAML::Node& dl, const std::string& file, DaemonConfig* c) {
   std::string where = "config " + file + ": default_limits";
   if (!dl.IsMap()) return fail(Code::kInvalid, where + " must be a mapping");
@@ -132,6 +160,9 @@ Status load_yaml(const std::string& file, DaemonConfig* c,
     }
     if (root["audit_max_mb"] && !given("audit_max_mb")) {
       c->audit_max_mb = root["audit_max_mb"].as<std::uint64_t>();
+    }
+    if (const YAML::Node& nw = root["network"]; nw) {
+      if (auto st = load_network(nw, file, c); !st) return st;
     }
     if (const YAML::Node& dl = root["default_limits"]; dl) {
       if (auto st = load_default_limits(dl, file, c); !st) return st;

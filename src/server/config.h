@@ -2,7 +2,8 @@
 // agentboxd's configuration: command-line flags (CLI11) over an optional YAML file (--config)
 // with the same keys (listen, data_dir, backend, tokens, shared_dirs, allowed_mount_roots,
 // max_file_mb, log_level, max_running_boxes, audit_max_mb) plus `tenants`, `default_limits` and
-// `readonly_dirs` (YAML only), and seed 001's toolbox-server flags (SeedFlags; flags only).
+// `readonly_dirs` and `network` (YAML only), and seed 001's toolbox-server flags (SeedFlags;
+// flags only).
 // Flags override the file.
 
 #include <cstdint>
@@ -14,6 +15,7 @@
 #include <vector>
 
 #include "common/error.h"
+#include "net/policy.h"
 #include "sandbox/default_limits.h"
 
 namespace agentbox::server {
@@ -94,6 +96,10 @@ struct DaemonConfig {
   // session's unset limits become (validated like a request's `limits`); the keys not given keep
   // sandbox's built-in defaults.
   sandbox::Limits default_limits = sandbox::builtin_default_limits();
+  // YAML `network: {hosts: {name: address}, allow_private: bool}` (API.md "Network"): names the
+  // allowlist proxy resolves before DNS (validated with net::parse_hosts) and whether allowed
+  // names may resolve to private ranges. daemon_ports is filled by the daemon (its listen port).
+  net::NetworkConfig network;
   std::string log_level = "info";
   std::string ready_file;  // written with "HOST:PORT\n" once listening
   // --check-backend NAME: report whether NAME can run on this host and exit (0 usable, 1 not).

@@ -347,12 +347,18 @@ Status decode_network(const json& body, session::NetworkSpec* out) {
       return bad_field("network.mode", "must be one of none, allowlist, open");
     }
     if (!network_mode_built(*mode)) {
-      return not_supported("network.mode", "\"" + *mode + "\" (only \"none\" is built)");
+      return not_supported("network.mode", "\"" + *mode + "\"");
     }
     out->mode = std::move(*mode);
   }
   if (allow && !allow->empty() && out->mode != "allowlist") {
     return bad_field("network.allow", "needs network.mode \"allowlist\"");
+  }
+  if (allow && out->mode == "allowlist") {
+    // 400 naming the malformed entry, before anything is made (nothing half-applied).
+    if (auto p = net::Policy::parse(*allow); !p) {
+      return bad_field("network.allow", p.error().message);
+    }
   }
   if (allow) out->allow = std::move(*allow);
   return {};

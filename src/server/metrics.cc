@@ -35,7 +35,8 @@ void Metrics::record_exec(std::chrono::milliseconds duration, bool failed, bool 
   }
 }
 
-std::string Metrics::render(const std::map<std::string, std::size_t>& sessions_by_state) const {
+std::string Metrics::render(const std::map<std::string, std::size_t>& sessions_by_state,
+                            const std::map<std::string, net::ProxyCounters>& egress) const {
   std::string out;
   auto add = [&out](std::string_view s) { out.append(s); };
   add("# HELP agentbox_sessions Sessions by state.\n# TYPE agentbox_sessions gauge\n");
@@ -82,6 +83,22 @@ std::string Metrics::render(const std::map<std::string, std::size_t>& sessions_b
     add(fmt::format("agentbox_network_mode{{mode=\"{}\"}} {}\n", m,
                     network_mode_built(m) ? 1 : 0));
   }
+  // Per session (running, network mode allowlist): what its egress proxy carried and refused.
+  // Session ids are [A-Za-z0-9._-], safe as label values.
+  auto per_session = [&](std::string_view name, std::string_view help, auto field) {
+    add(fmt::format("# HELP {0} {1}\n# TYPE {0} counter\n", name, help));
+    for (const auto& [id, c] : egress) {
+      add(fmt::format("{}{{session=\"{}\"}} {}\n", name, id, field(c)));
+    }
+  };
+  per_session("agentbox_egress_bytes_out_total", "Bytes a box sent through its egress proxy.",
+              [](const net::ProxyCounters& c) { return c.bytes_out; });
+  per_session("agentbox_egress_bytes_in_total", "Bytes a box received through its egress proxy.",
+              [](const net::ProxyCounters& c) { return c.bytes_in; });
+  per_session("agentbox_egress_denials_total", "Requests the egress proxy refused (403).",
+              [](const net::ProxyCounters& c) { return c.denials; });
+  per_session("agentbox_egress_connections_total", "Connections a box made to its egress proxy.",
+              [](const net::ProxyCounters& c) { return c.connections_total; });
   return out;
 }
 

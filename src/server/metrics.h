@@ -12,6 +12,8 @@
 #include <utility>
 #include <vector>
 
+#include "net/proxy.h"
+
 namespace agentbox::server {
 
 // What this build does and does not do (API.md "General": what is not built is 501 ENOTSUP).
@@ -48,8 +50,10 @@ class Metrics {
   void add_bytes_in(std::uint64_t n) { bytes_in_.fetch_add(n, std::memory_order_relaxed); }
   void add_bytes_out(std::uint64_t n) { bytes_out_.fetch_add(n, std::memory_order_relaxed); }
 
-  // The exposition text; `sessions_by_state` comes from the SessionManager.
-  std::string render(const std::map<std::string, std::size_t>& sessions_by_state) const;
+  // The exposition text; `sessions_by_state` and `egress` (the egress proxy counters of the
+  // running allowlist sessions, by session id) come from the SessionManager.
+  std::string render(const std::map<std::string, std::size_t>& sessions_by_state,
+                     const std::map<std::string, net::ProxyCounters>& egress = {}) const;
 
  private:
   std::atomic<std::uint64_t> execs_{0};

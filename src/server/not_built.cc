@@ -34,9 +34,8 @@ std::vector<RouteSpec> not_built_routes() {
       {N, "POST", "/v1/sessions/{id}/processes/{ref}/resize", B, true, not_built, K},
       {N, "GET", "/v1/sessions/{id}/pty", B, true, not_built, K},
       {N, "GET", "/v1/sessions/{id}/managed-process/{process_id}/ws", B, true, not_built, K},
-      // Sessions: mounts, network, packages
+      // Sessions: mounts, packages
       {N, "POST", "/v1/sessions/{id}/mounts", B, true, not_built, K},
-      {N, "POST", "/v1/sessions/{id}/network", B, true, not_built, K},
       {N, "POST", "/v1/sessions/{id}/packages", B, true, not_built, K},
       // Templates
       {N, "POST", "/v1/templates", B, true, not_built, K},

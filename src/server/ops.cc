@@ -63,9 +63,13 @@ asio::awaitable<Reply> metrics(Context* ctx, Request*) {
     return sm->count_by_state();
   });
   auto counts = co_await std::move(job15);
+  using Egress = std::map<std::string, net::ProxyCounters>;
+  auto job16 = run_blocking(ctx->pool, [sm]() -> Result<Egress> { return sm->egress_counters(); });
+  auto egress = co_await std::move(job16);
   Reply r;
   r.content_type = "text/plain; version=0.0.4; charset=utf-8";
-  r.body = ctx->metrics.render(counts ? *counts : std::map<std::string, std::size_t>{});
+  r.body = ctx->metrics.render(counts ? *counts : std::map<std::string, std::size_t>{},
+                               egress ? *egress : Egress{});
   co_return r;
 }
 

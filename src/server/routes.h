@@ -27,6 +27,7 @@ enum class RouteId {
   kSessionRestore,
   kSessionHealth,
   kSessionRepair,
+  kSessionNetwork,
   // Exec
   kExec,
   kExecStream,

@@ -190,6 +190,36 @@ asio::awaitable<Reply> repair(Context* ctx, Request* req) {
   co_return error_reply(not_implemented("repair"));
 }
 
+// POST /v1/sessions/{id}/network {"mode", "allow"}: the session's egress policy. A running box's
+// proxy takes it for new connections; the spec keeps it (resume, restart). A change of mode is
+// ENOTSUP (the box's network namespace was made for its mode).
+asio::awaitable<Reply> set_network(Context* ctx, Request* rq) {
+  Request& req = *rq;
+  auto id = session_param(req);
+  if (!id) co_return error_reply(id.error());
+  auto body = body_object(&req);
+  if (!body) co_return error_reply(body.error());
+  if (!body->contains("mode")) {
+    co_return error_reply(Error::make(Code::kInvalid, "field 'mode' is required"));
+  }
+  session::NetworkSpec spec;
+  if (auto st = decode_network(json{{"network", *body}}, &spec); !st) {
+    co_return error_reply(st.error());
+  }
+  SessionManager* sm = ctx->sessions;
+  Caller caller = req.caller;
+  auto job = run_blocking(ctx->pool, [sm, sid = *id, spec, caller] {
+    return sm->set_network(sid, spec, caller);
+  });
+  auto s = co_await std::move(job);
+  if (!s) co_return error_reply(s.error());
+  ojson fields = {{"mode", spec.mode}, {"allow", spec.allow}};
+  audit(ctx, "session.network", req.caller, *id, fields);
+  spdlog::info("req={} session {}: network policy set ({} entries)", req.id, *id,
+               spec.allow.size());
+  co_return session_reply(200, *s);
+}
+
 }  // namespace
 
 std::vector<RouteSpec> session_routes() {
@@ -209,6 +239,8 @@ std::vector<RouteSpec> session_routes() {
       {R::kSessionHealth, "POST", "/v1/sessions/{id}/health", B::kJson, true,
        simple<session_health>},
       {R::kSessionRepair, "POST", "/v1/sessions/{id}/repair", B::kJson, true, simple<repair>},
+      {R::kSessionNetwork, "POST", "/v1/sessions/{id}/network", B::kJson, true,
+       simple<set_network>},
   };
 }
 

@@ -92,6 +92,13 @@ Status validate_spec(const SessionSpec& spec) {
     return fail(Code::kInvalid,
                 "network.mode: must be none, allowlist or open, not \"" + mode + "\"");
   }
+  if (mode == "allowlist") {
+    if (auto p = net::Policy::parse(spec.network.allow); !p) {
+      return fail(Code::kInvalid, "network.allow: " + p.error().message);
+    }
+  } else if (!spec.network.allow.empty()) {
+    return fail(Code::kInvalid, "network.allow: needs network.mode \"allowlist\"");
+  }
   if (auto st = validate::env(spec.env, "env"); !st) return st;
   if (spec.ttl_sec && *spec.ttl_sec < 0) return fail(Code::kInvalid, "ttl_sec: must be >= 0");
   return {};
@@ -478,6 +485,19 @@ Result<SessionManager::BoxStart> SessionManager::start_box(const Entry& e) {
   cfg.env = e.spec.env;
   cfg.uid = e.uid;
   cfg.gid = static_cast<gid_t>(e.uid);
+  if (e.spec.network.mode == "allowlist") {
+    auto policy = net::Policy::parse(e.spec.network.allow);  // validated at create
+    if (!policy) return std::unexpected(policy.error());
+    cfg.egress_policy = std::make_shared<const net::Policy>(std::move(*policy));
+    if (config_.on_net_deny) {
+      cfg.egress_hooks.on_deny = [fn = config_.on_net_deny, id = e.id,
+                                  tenant = e.tenant](const net::DenyEvent& d) {
+        fn(id, tenant, d);
+      };
+    }
+  } else if (e.spec.network.mode != "none") {
+    return fail(Code::kNotSupported, "network.mode \"" + e.spec.network.mode + "\"");
+  }
 
   for (const sandbox::BindMount& m : config_.shared_dirs) {
     sandbox::BindMount bm = m;
@@ -961,6 +981,52 @@ void SessionManager::reaper_loop() {
     (void)reap_idle();
     lk.lock();
   }
+}
+
+Result<SessionInfo> SessionManager::set_network(const std::string& id, const NetworkSpec& network,
+                                                const Caller& caller) {
+  if (auto st = validate_id(id); !st) return std::unexpected(st.error());
+  SessionSpec probe;
+  probe.network = network;
+  if (auto st = validate_spec(probe); !st) return std::unexpected(st.error());
+  std::shared_ptr<const net::Policy> policy;
+  if (network.mode == "allowlist") {
+    auto p = net::Policy::parse(network.allow);
+    if (!p) return std::unexpected(p.error());
+    policy = std::make_shared<const net::Policy>(std::move(*p));
+  }
+  std::unique_lock lk(mu_);
+  auto e = find_settled_locked(lk, id);
+  if (!e || !visible(*e, caller)) return fail(Code::kNotFound, "no such session: " + id);
+  if (network.mode != e->spec.network.mode) {
+    // A live box's netns was made for its mode (a proxy or none); switching it is not built.
+    return fail(Code::kNotSupported, "network.mode change (\"" + e->spec.network.mode +
+                                         "\" to \"" + network.mode + "\") of an existing session");
+  }
+  if (e->state == State::kRunning && e->box && policy) {
+    if (auto st = e->box->set_egress_policy(policy); !st) return std::unexpected(st.error());
+  }
+  e->spec.network = network;
+  (void)record_locked(*e);
+  e->last_used_ms.store(now_ms());
+  return info_locked(*e);
+}
+
+std::map<std::string, net::ProxyCounters> SessionManager::egress_counters() {
+  std::vector<std::pair<std::string, std::shared_ptr<sandbox::Sandbox>>> boxes;
+  {
+    std::lock_guard lk(mu_);
+    for (const auto& [id, e] : sessions_) {
+      if (e->phase == Phase::kReady && e->state == State::kRunning && e->box) {
+        boxes.emplace_back(id, e->box);
+      }
+    }
+  }
+  std::map<std::string, net::ProxyCounters> out;
+  for (const auto& [id, box] : boxes) {
+    if (auto c = box->egress_counters()) out[id] = *c;
+  }
+  return out;
 }
 
 std::map<std::string, std::size_t> SessionManager::count_by_state() {

@@ -21,6 +21,7 @@
 
 #include "common/error.h"
 #include "common/unique_fd.h"
+#include "net/proxy.h"
 #include "sandbox/sandbox.h"
 #include "session/events.h"
 #include "workspace/workspaces.h"
@@ -126,6 +127,10 @@ struct ManagerConfig {
   // shows its effective limits (the daemon passes the config's default_limits over
   // sandbox/default_limits.h's built-in ones). Unset here: left unset.
   sandbox::Limits default_limits;
+  // Every 403 of a session's egress proxy (network mode allowlist): session id, its tenant and
+  // the denial. Called on the backend's proxy thread; must not block. Empty: not reported.
+  std::function<void(const std::string& id, const std::string& tenant, const net::DenyEvent&)>
+      on_net_deny;
   // How often the reaper looks, and how often batched last-used times reach the database.
   std::chrono::milliseconds reaper_interval{1000};
 };
@@ -183,6 +188,14 @@ class SessionManager {
   std::size_t reap_idle();
   // Writes batched last-used times to the database (the reaper does this every interval).
   void flush_used();
+
+  // POST /v1/sessions/{id}/network: a new allowlist for a session (running or suspended); a
+  // running box's proxy uses it for new connections at once, and it is stored in the spec.
+  // EINVAL naming a malformed entry; ENOTSUP for a change of mode; nothing half-applied.
+  Result<SessionInfo> set_network(const std::string& id, const NetworkSpec& network,
+                                  const Caller& caller);
+  // The egress proxy counters of every running session that has one, by session id.
+  std::map<std::string, net::ProxyCounters> egress_counters();
 
   // Counts for /metrics.
   std::map<std::string, std::size_t> count_by_state();

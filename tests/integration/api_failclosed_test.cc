@@ -48,9 +48,6 @@ class FailClosedApi : public ::testing::Test {
 };
 
 TEST_F(FailClosedApi, UnbuiltFieldsAndValuesAre501NamingThem) {
-  expect_refused({{"id", "n1"}, {"network", {{"mode", "allowlist"}}}}, "network.mode");
-  expect_refused({{"id", "n2"}, {"network", {{"mode", "allowlist"}, {"allow", {"example.org"}}}}},
-                 "network.mode");
   expect_refused({{"id", "n3"}, {"network", {{"mode", "open"}}}}, "network.mode");
   expect_refused({{"id", "t"}, {"template", "python-data"}}, "template");
   expect_refused({{"id", "c"}, {"limits", {{"cpu_time_sec", 10}}}}, "limits.cpu_time_sec");
@@ -124,7 +121,7 @@ TEST_F(FailClosedApi, SeedCgroupThatWouldChangeALiveBoxIs501) {
 TEST_F(FailClosedApi, ReadyzAndMetricsSayWhatIsBuilt) {
   auto r = api_.get("/readyz");
   ASSERT_EQ(r.status, 200) << r;
-  EXPECT_EQ(r.body["features"]["network_modes"], json::array({"none"})) << r;
+  EXPECT_EQ(r.body["features"]["network_modes"], json::array({"none", "allowlist"})) << r;
   EXPECT_EQ(r.body["features"]["templates"], false) << r;
   EXPECT_EQ(r.body["features"]["exec"], true) << r;
   ASSERT_TRUE(r.body["backends"].is_array()) << r;
@@ -135,7 +132,8 @@ TEST_F(FailClosedApi, ReadyzAndMetricsSayWhatIsBuilt) {
   ASSERT_EQ(m.status, 200);
   EXPECT_NE(m.raw.find("agentbox_feature{name=\"templates\"} 0\n"), std::string::npos);
   EXPECT_NE(m.raw.find("agentbox_network_mode{mode=\"none\"} 1\n"), std::string::npos);
-  EXPECT_NE(m.raw.find("agentbox_network_mode{mode=\"allowlist\"} 0\n"), std::string::npos);
+  EXPECT_NE(m.raw.find("agentbox_network_mode{mode=\"allowlist\"} 1\n"), std::string::npos);
+  EXPECT_NE(m.raw.find("agentbox_network_mode{mode=\"open\"} 0\n"), std::string::npos);
 }
 
 TEST(FailClosedConfig, DefaultLimitsFromTheConfigFileAreApplied) {

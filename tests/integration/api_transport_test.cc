@@ -335,7 +335,6 @@ TEST_F(TransportApi, RoutesNotBuiltYetAre501NamingTheRoute) {
            {"GET", "/v1/sessions/nb/processes/p1/attach", "/attach"},
            {"GET", "/v1/sessions/nb/pty?cols=80&rows=24", "/pty"},
            {"POST", "/v1/sessions/nb/mounts", "/mounts"},
-           {"POST", "/v1/sessions/nb/network", "/network"},
            {"POST", "/v1/sessions/nb/packages", "/packages"},
            {"GET", "/v1/runners", "/v1/runners"},
            {"GET", "/ws/someone", "/ws/{user}"},

@@ -410,5 +410,43 @@ TEST(ConfigSeedFlags, ReadonlyDirs) {
   std::filesystem::remove_all(dir, ec);
 }
 
+// network: hosts (name -> address, canonicalised) and allow_private; bad entries name themselves.
+TEST(ConfigNetwork, HostsAndAllowPrivate) {
+  auto plain = parse({});
+  ASSERT_TRUE(plain.config);
+  EXPECT_TRUE(plain.config->network.hosts.empty());
+  EXPECT_FALSE(plain.config->network.allow_private);
+
+  std::string path = temp_yaml(
+      "network:\n  hosts:\n    PKGS.Example.test.: 127.0.0.1\n    v6.example.test: \"::1\"\n"
+      "  allow_private: true\n");
+  auto r = parse({"--config", path});
+  unlink(path.c_str());
+  ASSERT_TRUE(r.config);
+  ASSERT_EQ(r.config->network.hosts.size(), 2u);
+  EXPECT_EQ(r.config->network.hosts.at("pkgs.example.test").to_string(), "127.0.0.1");
+  EXPECT_EQ(r.config->network.hosts.at("v6.example.test").to_string(), "::1");
+  EXPECT_TRUE(r.config->network.allow_private);
+
+  struct Case {
+    const char* yaml;
+    const char* needle;
+  };
+  for (const Case& c : {
+           Case{"network:\n  hosts:\n    a.test: not-an-ip\n", "not-an-ip"},
+           Case{"network:\n  hosts:\n    \"bad name\": 127.0.0.1\n", "bad name"},
+           Case{"network:\n  hots: {}\n", "unknown key 'hots'"},
+           Case{"network:\n  hosts: [a]\n", "network.hosts must be a mapping"},
+           Case{"network: 1\n", "network must be a mapping"},
+       }) {
+    std::string p = temp_yaml(c.yaml);
+    std::string err;
+    auto bad = parse({"--config", p}, &err);
+    unlink(p.c_str());
+    EXPECT_FALSE(bad.config) << c.yaml;
+    EXPECT_NE(err.find(c.needle), std::string::npos) << c.yaml << " -> " << err;
+  }
+}
+
 }  // namespace
 }  // namespace agentbox::server

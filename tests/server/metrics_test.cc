@@ -34,6 +34,20 @@ TEST(Metrics, CountsAndHistogramAreCumulative) {
   EXPECT_TRUE(has_line(t, "# TYPE agentbox_exec_duration_seconds histogram")) << t;
 }
 
+// Per-session egress counters of the allowlist proxies.
+TEST(Metrics, EgressCountersPerSession) {
+  net::ProxyCounters c;
+  c.bytes_out = 120;
+  c.bytes_in = 4096;
+  c.denials = 3;
+  c.connections_total = 5;
+  std::string t = Metrics{}.render({}, {{"s1", c}});
+  EXPECT_TRUE(has_line(t, "agentbox_egress_bytes_out_total{session=\"s1\"} 120")) << t;
+  EXPECT_TRUE(has_line(t, "agentbox_egress_bytes_in_total{session=\"s1\"} 4096")) << t;
+  EXPECT_TRUE(has_line(t, "agentbox_egress_denials_total{session=\"s1\"} 3")) << t;
+  EXPECT_TRUE(has_line(t, "agentbox_egress_connections_total{session=\"s1\"} 5")) << t;
+}
+
 // What is and is not built, as gauges and as /readyz's "features" (one list, metrics.h).
 TEST(Metrics, FeaturesSayWhatIsBuilt) {
   std::string t = Metrics{}.render({});
@@ -41,10 +55,10 @@ TEST(Metrics, FeaturesSayWhatIsBuilt) {
   EXPECT_TRUE(has_line(t, "agentbox_feature{name=\"exec\"} 1")) << t;
   EXPECT_TRUE(has_line(t, "agentbox_feature{name=\"templates\"} 0")) << t;
   EXPECT_TRUE(has_line(t, "agentbox_network_mode{mode=\"none\"} 1")) << t;
-  EXPECT_TRUE(has_line(t, "agentbox_network_mode{mode=\"allowlist\"} 0")) << t;
+  EXPECT_TRUE(has_line(t, "agentbox_network_mode{mode=\"allowlist\"} 1")) << t;
   EXPECT_TRUE(has_line(t, "agentbox_network_mode{mode=\"open\"} 0")) << t;
   nlohmann::json f = features_json();
-  EXPECT_EQ(f["network_modes"], nlohmann::json::array({"none"}));
+  EXPECT_EQ(f["network_modes"], nlohmann::json::array({"none", "allowlist"}));
   EXPECT_EQ(f["templates"], false);
   EXPECT_EQ(f["processes"], false);
   EXPECT_EQ(f["exec"], true);

@@ -107,7 +107,6 @@ TEST_F(OpenApiTest, NotBuiltRoutesAreMarkedAndAnswer501) {
   for (auto [method, path] : {RouteKey{"POST", "/v1/sessions/{id}/processes"},
                               RouteKey{"GET", "/v1/sessions/{id}/processes/{ref}/attach"},
                               RouteKey{"POST", "/v1/sessions/{id}/mounts"},
-                              RouteKey{"POST", "/v1/sessions/{id}/network"},
                               RouteKey{"POST", "/v1/sessions/{id}/packages"},
                               RouteKey{"POST", "/v1/templates"},
                               RouteKey{"GET", "/v1/runners"},
