@@ -22,7 +22,7 @@ using nlohmann::json;
 // every daemon (one without tokens ignores it).
 inline constexpr char kSuiteToken[] = "agentbox-suite-token-5f1c0e7d9a";
 
-// The daemon shared by every test of the binary (started on first use).
+// The daemon shared by every test of the binary (started on first use, stopped at exit).
 Daemon& shared_daemon();
 
 class Box {
