@@ -1,4 +1,5 @@
 #include "security/box_fixture.h"
+#include "support/support.h"
 
 #include <dirent.h>
 #include <stdlib.h>
@@ -170,11 +171,6 @@ std::string proc_status(pid_t pid, const std::string& key) {
     }
   }
   return "";
-}
-
-std::string slurp(const std::string& path) {
-  std::ifstream f(path, std::ios::binary);
-  return std::string((std::istreambuf_iterator<char>(f)), std::istreambuf_iterator<char>());
 }
 
 bool wait_no_pids_of_uid(uid_t uid, double seconds) {

@@ -12,6 +12,7 @@
 
 #include "client/client.h"
 #include "integration/daemon.h"
+#include "support/support.h"
 
 namespace agentbox::security {
 
@@ -63,7 +64,7 @@ std::string cgroup_of(pid_t pid, const std::string& controller);
 // A "Key:" line's value from /proc/<pid>/status, trimmed; "" if absent.
 std::string proc_status(pid_t pid, const std::string& key);
 // The whole of a host file ("" if unreadable).
-std::string slurp(const std::string& path);
+using testing::slurp;
 // Waits up to `seconds` for no process of `uid` to remain on the host.
 bool wait_no_pids_of_uid(uid_t uid, double seconds);
 
