@@ -17,19 +17,6 @@ namespace {
 
 namespace fs = std::filesystem;
 
-// A directory the test owns, removed at the end.
-struct TempDir {
-  TempDir() {
-    char tmpl[] = "/tmp/agentbox-it-failclosed-XXXXXX";
-    if (!::mkdtemp(tmpl)) throw std::runtime_error("mkdtemp");
-    path = tmpl;
-  }
-  ~TempDir() {
-    std::error_code ec;
-    fs::remove_all(path, ec);
-  }
-  std::string path;
-};
 
 class FailClosedApi : public ::testing::Test {
  protected:
@@ -137,8 +124,8 @@ TEST_F(FailClosedApi, ReadyzAndMetricsSayWhatIsBuilt) {
 }
 
 TEST(FailClosedConfig, DefaultLimitsFromTheConfigFileAreApplied) {
-  TempDir dir;
-  std::string cfg = dir.path + "/agentboxd.yaml";
+  TempDir dir("agentbox-it-failclosed");
+  std::string cfg = dir.path() + "/agentboxd.yaml";
   std::ofstream(cfg) << "default_limits:\n  memory_mb: 200\n  max_pids: 48\n";
   Daemon d({"--config", cfg});
   Api api(d);
@@ -154,29 +141,29 @@ TEST(FailClosedConfig, DefaultLimitsFromTheConfigFileAreApplied) {
 // /workspace is one more mount, host_path_mode none mounts nothing.
 TEST(FailClosedAliases, Seed002MountNamesWork) {
   if (::geteuid() != 0) GTEST_SKIP() << "bind mounts into ns boxes need root";
-  TempDir roots;
-  fs::create_directories(roots.path + "/allowed/extra");
-  fs::create_directories(roots.path + "/allowed/project");
-  std::ofstream(roots.path + "/allowed/extra/e.txt") << "extra\n";
-  std::ofstream(roots.path + "/allowed/project/p.txt") << "project\n";
-  Daemon d({"--backend", "ns", "--allow-mount-root", roots.path + "/allowed"});
+  TempDir roots("agentbox-it-failclosed");
+  fs::create_directories(roots.path() + "/allowed/extra");
+  fs::create_directories(roots.path() + "/allowed/project");
+  std::ofstream(roots.path() + "/allowed/extra/e.txt") << "extra\n";
+  std::ofstream(roots.path() + "/allowed/project/p.txt") << "project\n";
+  Daemon d({"--backend", "ns", "--allow-mount-root", roots.path() + "/allowed"});
   Api api(d);
   auto c = api.post("/v1/sessions",
                     {{"id", "s2"},
                      {"extra_mounts",
-                      {{{"host_path", roots.path + "/allowed/extra"},
+                      {{{"host_path", roots.path() + "/allowed/extra"},
                         {"mount_path", "/extra"},
                         {"mode", "ro"}}}},
-                     {"host_path", roots.path + "/allowed/project"},
+                     {"host_path", roots.path() + "/allowed/project"},
                      {"mount_path", "/project"},
                      {"host_path_mode", "ro"}});
   ASSERT_EQ(c.status, 201) << c;
   auto r = api.sh("s2", "cat /extra/e.txt /project/p.txt; touch /project/n 2>/dev/null; echo $?");
   EXPECT_EQ(r.body["stdout"], "extra\nproject\n1\n") << r;
-  EXPECT_FALSE(fs::exists(roots.path + "/allowed/project/n"));
+  EXPECT_FALSE(fs::exists(roots.path() + "/allowed/project/n"));
 
   auto none = api.post("/v1/sessions", {{"id", "s3"},
-                                        {"host_path", roots.path + "/allowed/project"},
+                                        {"host_path", roots.path() + "/allowed/project"},
                                         {"mount_path", "/project"},
                                         {"host_path_mode", "none"}});
   ASSERT_EQ(none.status, 201) << none;

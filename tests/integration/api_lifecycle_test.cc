@@ -20,19 +20,6 @@ namespace {
 
 namespace fs = std::filesystem;
 
-// A directory the test owns (a data dir shared by several daemons in turn), removed at the end.
-struct TempDir {
-  TempDir() {
-    char tmpl[] = "/tmp/agentbox-life-XXXXXX";
-    if (!::mkdtemp(tmpl)) throw std::runtime_error("mkdtemp");
-    path = tmpl;
-  }
-  ~TempDir() {
-    std::error_code ec;
-    fs::remove_all(path, ec);
-  }
-  std::string path;
-};
 
 std::string process_count(Api& api, const std::string& id, const std::string& comm) {
   auto r = api.sh(id, "n=0; for p in /proc/[0-9]*; do [ \"$(cat $p/comm 2>/dev/null)\" = " + comm +
@@ -74,8 +61,8 @@ TEST(LifecycleNs, SuspendEndsTheBoxKeepsFilesAndUidAndAnyUseResumes) {
 // kill -9 of the daemon (its boxes die with it): the next daemon on the same data dir has every
 // session, suspended, with its uid, tenant-visible fields and files; first use resumes it.
 TEST(LifecycleNs, SessionsComeBackAfterKillNineAndResumeOnFirstUse) {
-  TempDir tmp;
-  const std::string data = tmp.path + "/data";
+  TempDir tmp("agentbox-life");
+  const std::string data = tmp.path() + "/data";
   int uid = 0;
   {
     Daemon d({"--backend", "ns", "--data-dir", data});
@@ -123,8 +110,8 @@ TEST(LifecycleNs, SessionsComeBackAfterKillNineAndResumeOnFirstUse) {
 // last acknowledged version or a later one), sessions whose create was answered exist, and no
 // temp file of an interrupted write is left behind.
 TEST(LifecycleKill, NoAcknowledgedWriteIsLostToKillNine) {
-  TempDir tmp;
-  const std::string data = tmp.path + "/data";
+  TempDir tmp("agentbox-life");
+  const std::string data = tmp.path() + "/data";
   constexpr int kRounds = 6;
   std::mt19937 rng(20261122);
   std::map<std::string, std::string> acked;  // path -> content answered 200
@@ -244,6 +231,9 @@ TEST(LifecycleKill, NoAcknowledgedWriteIsLostToKillNine) {
     w1.join();
     total_inflight += maybe.size();
   }
+  // Once more on the data dir, stopped cleanly: it removes what the last SIGKILLed daemon left
+  // outside it (its cgroups, on the ns backend) before the data dir goes.
+  { Daemon last({"--data-dir", data}); }
   std::cout << "kill -9 loop: " << kRounds << " kills, " << total_acked << " acknowledged writes, "
             << acked.size() << " distinct files checked after every "
             << "restart, " << total_inflight << " writes in flight at a kill; none lost or torn\n";
@@ -308,23 +298,23 @@ TEST(LifecycleQuota, EvictIdleSuspendsTheLeastRecentlyUsedBox) {
 }
 
 TEST(LifecycleMounts, MountsAndSkillsAreThereFromTheStartAndReadOnlyIsReadOnly) {
-  TempDir roots;
-  fs::create_directories(roots.path + "/allowed/data");
-  fs::create_directories(roots.path + "/allowed/skills/web");
-  fs::create_directories(roots.path + "/allowed/rw");
-  fs::create_directories(roots.path + "/forbidden");
-  std::ofstream(roots.path + "/allowed/data/x.csv") << "a,b\n";
-  std::ofstream(roots.path + "/allowed/skills/web/SKILL.md") << "# web\n";
-  ::chmod((roots.path + "/allowed/rw").c_str(), 0777);
-  Daemon d({"--backend", "ns", "--allow-mount-root", roots.path + "/allowed"});
+  TempDir roots("agentbox-life");
+  fs::create_directories(roots.path() + "/allowed/data");
+  fs::create_directories(roots.path() + "/allowed/skills/web");
+  fs::create_directories(roots.path() + "/allowed/rw");
+  fs::create_directories(roots.path() + "/forbidden");
+  std::ofstream(roots.path() + "/allowed/data/x.csv") << "a,b\n";
+  std::ofstream(roots.path() + "/allowed/skills/web/SKILL.md") << "# web\n";
+  ::chmod((roots.path() + "/allowed/rw").c_str(), 0777);
+  Daemon d({"--backend", "ns", "--allow-mount-root", roots.path() + "/allowed"});
   Api api(d);
   auto c = api.post(
       "/v1/sessions",
       {{"id", "m"},
        {"mounts",
-        {{{"host_path", roots.path + "/allowed/data"}, {"mount_path", "/data"}, {"mode", "ro"}},
-         {{"host_path", roots.path + "/allowed/rw"}, {"mount_path", "/scratch"}, {"mode", "rw"}}}},
-       {"skills", {{"web", roots.path + "/allowed/skills/web"}}}});
+        {{{"host_path", roots.path() + "/allowed/data"}, {"mount_path", "/data"}, {"mode", "ro"}},
+         {{"host_path", roots.path() + "/allowed/rw"}, {"mount_path", "/scratch"}, {"mode", "rw"}}}},
+       {"skills", {{"web", roots.path() + "/allowed/skills/web"}}}});
   ASSERT_EQ(c.status, 201) << c;
   auto r = api.sh("m", "cat /data/x.csv /workspace/.skills/web/SKILL.md");
   EXPECT_EQ(r.body["stdout"], "a,b\n# web\n") << r;
@@ -334,13 +324,13 @@ TEST(LifecycleMounts, MountsAndSkillsAreThereFromTheStartAndReadOnlyIsReadOnly) 
   EXPECT_NE(ro.body["stdout"].get<std::string>().find("Read-only file system"), std::string::npos)
       << ro;
   EXPECT_EQ(ro.body["stdout"].get<std::string>().find("rc=0"), std::string::npos) << ro;
-  EXPECT_FALSE(fs::exists(roots.path + "/allowed/data/new"));
+  EXPECT_FALSE(fs::exists(roots.path() + "/allowed/data/new"));
   auto put = api.put(files_target("m", "/data/y.csv"), "z");
   EXPECT_EQ(put.status, 403) << put;
   EXPECT_EQ(put.code(), "EACCES");
   auto rw = api.sh("m", "echo w > /scratch/out && cat /scratch/out");
   EXPECT_EQ(rw.body["stdout"], "w\n") << rw;
-  EXPECT_TRUE(fs::exists(roots.path + "/allowed/rw/out"));
+  EXPECT_TRUE(fs::exists(roots.path() + "/allowed/rw/out"));
   // Mounts stay after suspend/resume.
   ASSERT_EQ(api.call("POST", "/v1/sessions/m/suspend").status, 200);
   EXPECT_EQ(api.sh("m", "cat /data/x.csv").body["stdout"], "a,b\n");
@@ -349,13 +339,13 @@ TEST(LifecycleMounts, MountsAndSkillsAreThereFromTheStartAndReadOnlyIsReadOnly) 
       "/v1/sessions",
       {{"id", "bad"},
        {"mounts",
-        {{{"host_path", roots.path + "/forbidden"}, {"mount_path", "/f"}, {"mode", "ro"}}}}});
+        {{{"host_path", roots.path() + "/forbidden"}, {"mount_path", "/f"}, {"mode", "ro"}}}}});
   EXPECT_EQ(outside.status, 403) << outside;
   EXPECT_EQ(outside.code(), "EACCES");
   auto etc = api.post("/v1/sessions", {{"id", "bad"}, {"skills", {{"x", "/etc"}}}});
   EXPECT_EQ(etc.status, 403) << etc;
   auto missing =
-      api.post("/v1/sessions", {{"id", "bad"}, {"skills", {{"x", roots.path + "/allowed/nope"}}}});
+      api.post("/v1/sessions", {{"id", "bad"}, {"skills", {{"x", roots.path() + "/allowed/nope"}}}});
   EXPECT_EQ(missing.status, 400) << missing;
   EXPECT_NE(missing.message().find("skills.x"), std::string::npos) << missing;
   // Nothing half-created.

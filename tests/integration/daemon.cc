@@ -13,8 +13,6 @@
 #include <chrono>
 #include <cstdlib>
 #include <filesystem>
-#include <fstream>
-#include <sstream>
 #include <stdexcept>
 #include <thread>
 
@@ -23,15 +21,7 @@
 namespace agentbox {
 namespace {
 
-namespace fs = std::filesystem;
 using Clock = std::chrono::steady_clock;
-
-std::string read_all(const std::string& path) {
-  std::ifstream f(path, std::ios::binary);
-  std::stringstream ss;
-  ss << f.rdbuf();
-  return ss.str();
-}
 
 bool has_flag(const std::vector<std::string>& args, const std::string& flag) {
   return std::any_of(args.begin(), args.end(), [&](const std::string& a) {
@@ -104,13 +94,10 @@ std::string Daemon::binary() {
 }
 
 Daemon::Daemon(std::vector<std::string> extra_args) {
-  char tmpl[] = "/tmp/agentbox-it-XXXXXX";
-  if (!mkdtemp(tmpl)) throw std::runtime_error("mkdtemp failed");
-  temp_dir_ = tmpl;
   data_dir_ = has_flag(extra_args, "--data-dir") ? flag_value(extra_args, "--data-dir")
-                                                 : temp_dir_ + "/data";
-  ready_file_ = temp_dir_ + "/ready";
-  log_file_ = temp_dir_ + "/daemon.log";
+                                                 : temp_ / "data";
+  ready_file_ = temp_ / "ready";
+  log_file_ = temp_ / "daemon.log";
 
   std::vector<std::string> argv = {binary()};
   auto add_default = [&](const std::string& flag, const std::string& value) {
@@ -140,7 +127,7 @@ Daemon::Daemon(std::vector<std::string> extra_args) {
   // Up to 60 s: a sanitizer build on a busy 2-core machine starts slowly.
   auto deadline = Clock::now() + std::chrono::seconds(60);
   for (;;) {
-    std::string ready = read_all(ready_file_);
+    std::string ready = testing::slurp(ready_file_);
     if (!ready.empty() && ready.back() == '\n') {
       host_port_ = ready.substr(0, ready.size() - 1);
       // Listening on all interfaces (--port): reach it over loopback.
@@ -151,24 +138,18 @@ Daemon::Daemon(std::vector<std::string> extra_args) {
       exit_status_ = *st;
       std::string msg = "agentboxd exited with status " + std::to_string(*st) +
                         " before listening; log:\n" + log();
-      std::error_code ec;
-      fs::remove_all(temp_dir_, ec);
       throw std::runtime_error(msg);
     }
     if (Clock::now() >= deadline) {
       std::string msg = "agentboxd did not write its ready file in 60 s; log:\n" + log();
       stop(SIGKILL);
-      std::error_code ec;
-      fs::remove_all(temp_dir_, ec);
       throw std::runtime_error(msg);
     }
   }
 }
 
 Daemon::~Daemon() {
-  stop(SIGTERM);
-  std::error_code ec;
-  fs::remove_all(temp_dir_, ec);
+  stop(SIGTERM);  // temp_ goes after this
 }
 
 std::string Daemon::url() const {
@@ -197,7 +178,7 @@ int Daemon::stop(int sig) {
 }
 
 std::string Daemon::log() const {
-  return read_all(log_file_);
+  return testing::slurp(log_file_);
 }
 
 int Daemon::run_to_exit(const std::vector<std::string>& args, std::string* output,
@@ -215,7 +196,7 @@ int Daemon::run_to_exit(const std::vector<std::string>& args, std::string* outpu
     wait_for(pid, std::chrono::seconds(15));
     st = -1;
   }
-  if (output) *output = read_all(tmpl);
+  if (output) *output = testing::slurp(tmpl);
   unlink(tmpl);
   return *st;
 }
@@ -317,7 +298,7 @@ int http_status_of(std::string_view raw) {
 }
 
 bool process_alive(pid_t pid) {
-  std::string stat = read_all("/proc/" + std::to_string(pid) + "/stat");
+  std::string stat = testing::slurp("/proc/" + std::to_string(pid) + "/stat");
   if (stat.empty()) return false;
   auto paren = stat.rfind(')');
   if (paren == std::string::npos || paren + 2 >= stat.size()) return false;

@@ -19,6 +19,7 @@
 #include <vector>
 
 #include "client/client.h"
+#include "support/support.h"
 
 namespace agentbox {
 
@@ -45,7 +46,7 @@ class Daemon {
   // The --data-dir the daemon runs with (workspaces are under data_dir()/workspaces/<id>).
   std::string data_dir() const { return data_dir_; }
   // A scratch directory of this fixture, removed with it (for pid files, test inputs, ...).
-  std::string temp_dir() const { return temp_dir_; }
+  std::string temp_dir() const { return temp_.path(); }
   pid_t pid() const { return pid_; }
   // Client options for this daemon; `token` is sent as the bearer token when not empty.
   client::ClientOptions options(std::string token = "") const;
@@ -68,7 +69,9 @@ class Daemon {
   static std::string binary();
 
  private:
-  std::string temp_dir_;
+  // First member: removed last, after the destructor stopped the daemon (and on a throwing
+  // constructor), with any mount the daemon left beneath it detached first.
+  testing::TempDir temp_{"agentbox-it"};
   std::string data_dir_;
   std::string ready_file_;
   std::string log_file_;

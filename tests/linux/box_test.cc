@@ -23,6 +23,7 @@
 #include "linux/cgroup.h"
 #include "linux/mounts.h"
 #include "linux/seccomp_policy.h"
+#include "support/support.h"
 
 namespace agentbox::linux {
 namespace {
@@ -40,12 +41,7 @@ std::string init_path() {
       .string();
 }
 
-std::string slurp(const std::string& path) {
-  std::ifstream f(path, std::ios::binary);
-  std::stringstream ss;
-  ss << f.rdbuf();
-  return ss.str();
-}
+using testing::slurp;
 
 bool pid_alive(pid_t pid) {
   // A zombie still has /proc/<pid>; look at its state too.

@@ -31,18 +31,15 @@
 #include <vector>
 
 #include "common/unique_fd.h"
+#include "support/support.h"
 
 namespace agentbox::linux {
 namespace {
 
 namespace fs = std::filesystem;
 
-std::string slurp(const std::string& path) {
-  std::ifstream in(path);
-  std::stringstream ss;
-  ss << in.rdbuf();
-  return ss.str();
-}
+using testing::slurp;
+using testing::TempDir;
 
 void put(const std::string& path, const std::string& value) {
   std::ofstream out(path, std::ios::trunc);
@@ -53,23 +50,6 @@ std::string trim(std::string s) {
   while (!s.empty() && (s.back() == '\n' || s.back() == ' ')) s.pop_back();
   return s;
 }
-
-class TempDir {
- public:
-  TempDir() {
-    char tmpl[] = "/tmp/agentbox-cgtest-XXXXXX";
-    AB_CHECK(::mkdtemp(tmpl) != nullptr);
-    path_ = tmpl;
-  }
-  ~TempDir() {
-    std::error_code ec;
-    fs::remove_all(path_, ec);
-  }
-  const std::string& path() const { return path_; }
-
- private:
-  std::string path_;
-};
 
 // ---------------------------------------------------------------------------------------------
 // A fake kernel for the drivers: mkdir fills the new directory with interface files and their

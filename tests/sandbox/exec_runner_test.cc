@@ -21,6 +21,7 @@
 #include <vector>
 
 #include "sandbox/host_exec.h"
+#include "support/support.h"
 
 namespace agentbox::sandbox {
 namespace {
@@ -29,43 +30,10 @@ namespace asio = boost::asio;
 using namespace std::chrono_literals;
 using Clock = std::chrono::steady_clock;
 
-class TempDir {
- public:
-  TempDir() {
-    std::string tmpl = (std::filesystem::temp_directory_path() / "exec-runner-XXXXXX").string();
-    path_ = ::mkdtemp(tmpl.data());
-  }
-  ~TempDir() { std::filesystem::remove_all(path_); }
-  const std::string& path() const { return path_; }
-
- private:
-  std::string path_;
-};
-
-std::string slurp(const std::string& path) {
-  std::ifstream in(path, std::ios::binary);
-  std::stringstream ss;
-  ss << in.rdbuf();
-  return ss.str();
-}
-
-// Whether `pid` has exited: gone, or a zombie nobody reaped yet (our pid 1 may not reap).
-bool process_dead(pid_t pid) {
-  if (::kill(pid, 0) < 0 && errno == ESRCH) return true;
-  std::string stat = slurp("/proc/" + std::to_string(pid) + "/stat");
-  auto close_paren = stat.rfind(')');
-  return close_paren == std::string::npos ||
-         (close_paren + 2 < stat.size() && stat[close_paren + 2] == 'Z');
-}
-
-bool wait_dead(pid_t pid, std::chrono::seconds limit) {
-  auto until = Clock::now() + limit;
-  while (Clock::now() < until) {
-    if (process_dead(pid)) return true;
-    std::this_thread::sleep_for(20ms);
-  }
-  return process_dead(pid);
-}
+using testing::process_dead;
+using testing::slurp;
+using testing::TempDir;
+using testing::wait_dead;
 
 pid_t read_pid(const std::string& path) {
   std::string s = slurp(path);

@@ -1,6 +1,7 @@
 // The host backend end to end: real commands, real files, through the Sandbox interface.
 
 #include "sandbox/host_backend.h"
+#include "support/support.h"
 
 #include <gtest/gtest.h>
 #include <signal.h>
@@ -24,12 +25,7 @@ namespace fs = std::filesystem;
 using namespace std::chrono_literals;
 using Clock = std::chrono::steady_clock;
 
-std::string slurp(const std::string& path) {
-  std::ifstream in(path, std::ios::binary);
-  std::stringstream ss;
-  ss << in.rdbuf();
-  return ss.str();
-}
+using testing::slurp;
 
 // Gone, or a zombie nobody reaped yet (our pid 1 may not reap orphans).
 bool process_dead(pid_t pid) {

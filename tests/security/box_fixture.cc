@@ -1,4 +1,5 @@
 #include "security/box_fixture.h"
+#include "support/support.h"
 
 #include <dirent.h>
 #include <stdlib.h>
@@ -12,10 +13,14 @@
 namespace agentbox::security {
 
 Daemon& shared_daemon() {
-  static Daemon* d = [] {
+  // Destroyed at exit, when the daemon is stopped with SIGTERM (it unmounts its quota disks and
+  // removes its cgroups) and its temp dir removed. ctest runs every test case in a process of its
+  // own, so a daemon left to die with the process (PR_SET_PDEATHSIG's SIGKILL) would leave its
+  // dir, mounts and cgroups behind once per test.
+  static std::unique_ptr<Daemon> d = [] {
     // Only this daemon inherits the token: set for its spawn, unset again at once.
     ::setenv("AGENTBOX_TOKEN", kSuiteToken, 1);
-    auto* started = new Daemon({"--backend", "ns"});  // lives until exit
+    auto started = std::make_unique<Daemon>(std::vector<std::string>{"--backend", "ns"});
     ::unsetenv("AGENTBOX_TOKEN");
     return started;
   }();
@@ -166,11 +171,6 @@ std::string proc_status(pid_t pid, const std::string& key) {
     }
   }
   return "";
-}
-
-std::string slurp(const std::string& path) {
-  std::ifstream f(path, std::ios::binary);
-  return std::string((std::istreambuf_iterator<char>(f)), std::istreambuf_iterator<char>());
 }
 
 bool wait_no_pids_of_uid(uid_t uid, double seconds) {

@@ -12,6 +12,7 @@
 
 #include "client/client.h"
 #include "integration/daemon.h"
+#include "support/support.h"
 
 namespace agentbox::security {
 
@@ -22,7 +23,7 @@ using nlohmann::json;
 // every daemon (one without tokens ignores it).
 inline constexpr char kSuiteToken[] = "agentbox-suite-token-5f1c0e7d9a";
 
-// The daemon shared by every test of the binary (started on first use).
+// The daemon shared by every test of the binary (started on first use, stopped at exit).
 Daemon& shared_daemon();
 
 class Box {
@@ -63,7 +64,7 @@ std::string cgroup_of(pid_t pid, const std::string& controller);
 // A "Key:" line's value from /proc/<pid>/status, trimmed; "" if absent.
 std::string proc_status(pid_t pid, const std::string& key);
 // The whole of a host file ("" if unreadable).
-std::string slurp(const std::string& path);
+using testing::slurp;
 // Waits up to `seconds` for no process of `uid` to remain on the host.
 bool wait_no_pids_of_uid(uid_t uid, double seconds);
 

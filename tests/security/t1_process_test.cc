@@ -7,6 +7,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <filesystem>
 #include <thread>
 
 #include "security/box_fixture.h"
@@ -103,12 +104,30 @@ TEST(ProcessTest, SessionEndKillsEverythingOfTheSession) {
 }
 
 TEST(ProcessTest, SigkillOfTheDaemonKillsItsBoxes) {
-  Daemon d({"--backend", "ns"});
+  testing::TempDir data("agentbox-t1-data");
+  Daemon d({"--backend", "ns", "--data-dir", data.path()});
   Box a(d, "t1-orphaned-box");
-  ASSERT_EQ(a.sh("sleep 600 >/dev/null 2>&1 &").value("exit_code", -1), 0);
-  ASSERT_FALSE(host_pids_of_uid(a.uid()).empty());
+  pid_t sleeper = start_sleeper(a);
+  ASSERT_GT(sleeper, 0);
+  // The box's cgroup as the host sees it (v1 pids hierarchy, else the unified one), and the
+  // daemon's own cgroup above it.
+  std::string root = "/sys/fs/cgroup/pids";
+  std::string box_cg = cgroup_of(sleeper, "pids");
+  if (box_cg.empty()) {
+    root = "/sys/fs/cgroup";
+    box_cg = cgroup_of(sleeper, "");
+  }
+  ASSERT_THAT(box_cg, StartsWith("/agentbox-"));
+  const std::string daemon_cg = root + box_cg.substr(0, box_cg.find('/', 1));
   d.stop(SIGKILL);
   EXPECT_TRUE(wait_no_pids_of_uid(a.uid(), 5)) << "box processes outlived a SIGKILLed daemon";
+  // What the SIGKILLed daemon could not clean up, its next start on the data dir removes, and
+  // that daemon's SIGTERM takes its own cgroup with it.
+  {
+    Daemon again({"--backend", "ns", "--data-dir", data.path()});
+    EXPECT_FALSE(std::filesystem::exists(root + box_cg)) << root + box_cg << " outlived a restart";
+  }
+  EXPECT_FALSE(std::filesystem::exists(daemon_cg)) << daemon_cg << " outlived a clean stop";
 }
 
 TEST(ProcessTest, CgroupsCannotBeWrittenOrMounted) {

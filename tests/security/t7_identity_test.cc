@@ -1,13 +1,9 @@
 // SECURITY.md T7: identity. Two sessions never share a uid; a session keeps its uid.
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
-#include <stdlib.h>
-#include <unistd.h>
 
 #include <csignal>
 #include <cstdint>
-#include <filesystem>
-#include <fstream>
 #include <map>
 #include <set>
 
@@ -68,9 +64,8 @@ std::pair<std::string, std::string> colliding_ids() {
 TEST(IdentityTest, CollidingSessionsKeepTheirUidsAcrossARestartInAnyOrder) {
   auto [ida, idb] = colliding_ids();
   ASSERT_EQ(first_uid_probe(ida), first_uid_probe(idb));
-  char tmpl[] = "/tmp/agentbox-t7-data-XXXXXX";
-  ASSERT_NE(mkdtemp(tmpl), nullptr);
-  const std::string data_dir = tmpl;
+  testing::TempDir dir("agentbox-t7-data");
+  const std::string data_dir = dir.path();
   uid_t ua, ub;
   {
     Daemon d({"--backend", "ns", "--data-dir", data_dir});
@@ -94,7 +89,6 @@ TEST(IdentityTest, CollidingSessionsKeepTheirUidsAcrossARestartInAnyOrder) {
               std::to_string(ub) + "\n" + std::to_string(ub) + "\n");
     EXPECT_EQ(a.sh("id -u").value("stdout", ""), std::to_string(ua) + "\n");
   }
-  std::filesystem::remove_all(data_dir);
 }
 
 constexpr char kTokenA[] = "t7-token-a-0123456789";
@@ -103,14 +97,11 @@ constexpr char kTokenB[] = "t7-token-b-0123456789";
 // SECURITY.md T7: tenant B, knowing A's session id, gets exactly what a missing session gets:
 // 404, on reads, commands and file writes, and nothing happens in A's box.
 TEST(IdentityTest, AnotherTenantsSessionIdIs404AndTouchesNothing) {
-  char tmpl[] = "/tmp/agentbox-t7-tenants-XXXXXX.yaml";
-  int fd = mkstemps(tmpl, 5);
-  ASSERT_GE(fd, 0);
-  close(fd);
-  const std::string config = tmpl;
-  std::ofstream(config) << "tenants:\n"
-                        << "  - {name: a, tokens: [" << kTokenA << "]}\n"
-                        << "  - {name: b, tokens: [" << kTokenB << "]}\n";
+  testing::TempDir dir("agentbox-t7-tenants");
+  const std::string config = dir / "tenants.yaml";
+  ASSERT_TRUE(testing::spit(config, std::string("tenants:\n") + "  - {name: a, tokens: [" +
+                                        kTokenA + "]}\n" + "  - {name: b, tokens: [" + kTokenB +
+                                        "]}\n"));
   {
     Daemon d({"--backend", "ns", "--config", config});
     Box a(d, "t7-tenant-a", json::object(), kTokenA);
@@ -147,7 +138,6 @@ TEST(IdentityTest, AnotherTenantsSessionIdIs404AndTouchesNothing) {
     EXPECT_EQ(a.sh("cat /workspace/secret; ls -A /workspace").value("stdout", ""),
               "secret\n.probe\nsecret\n");
   }
-  std::filesystem::remove(config);
 }
 
 }  // namespace

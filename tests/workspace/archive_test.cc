@@ -24,6 +24,7 @@
 #include <vector>
 
 #include "common/unique_fd.h"
+#include "support/support.h"
 
 namespace agentbox::workspace {
 namespace {
@@ -32,22 +33,7 @@ namespace fs = std::filesystem;
 
 constexpr uid_t kOwner = 43210;
 
-class TempDir {
- public:
-  TempDir() {
-    char tmpl[] = "/tmp/agentbox-archive-test-XXXXXX";
-    if (!::mkdtemp(tmpl)) std::abort();
-    path_ = tmpl;
-  }
-  ~TempDir() {
-    std::error_code ec;
-    fs::remove_all(path_, ec);
-  }
-  const std::string& path() const { return path_; }
-
- private:
-  std::string path_;
-};
+using testing::TempDir;
 
 std::string random_bytes(std::size_t n, unsigned seed) {
   std::mt19937 rng(seed);
