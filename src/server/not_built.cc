@@ -22,9 +22,7 @@ std::vector<RouteSpec> not_built_routes() {
   constexpr RouteKind K = RouteKind::kNotBuilt;
   constexpr BodyKind B = BodyKind::kNone;
   std::vector<RouteSpec> out = {
-      // Processes and terminals (the rest are processes.cc)
-      {N, "GET", "/v1/sessions/{id}/processes/{ref}/attach", B, true, not_built, K},
-      {N, "GET", "/v1/sessions/{id}/pty", B, true, not_built, K},
+      // Processes and terminals: processes.cc; LangBot's relay
       {N, "GET", "/v1/sessions/{id}/managed-process/{process_id}/ws", B, true, not_built, K},
       // Sessions: mounts, network, packages
       {N, "POST", "/v1/sessions/{id}/mounts", B, true, not_built, K},

@@ -340,6 +340,180 @@ asio::awaitable<bool> output_process(Call* call) {
   co_return keep;
 }
 
+// --- WebSocket: attach and pty ---
+
+WsOptions ws_options(const ServerOptions& o) {
+  WsOptions w;
+  w.max_message_bytes = o.ws_max_message_bytes;
+  w.ping_interval = o.ws_ping_interval;
+  w.max_queued_bytes = o.ws_max_queued_bytes;
+  return w;
+}
+
+// A text frame must be UTF-8: invalid bytes become U+FFFD.
+std::string valid_utf8(const std::string& s) {
+  std::string quoted = json(s).dump(-1, ' ', false, json::error_handler_t::replace);
+  return json::parse(quoted).get<std::string>();
+}
+
+// Carries the output of process `pid` to the socket: a pty's bytes as binary frames, else each
+// stdout line as one text frame. At the exit record closes the socket (1000, "exit N" or
+// "signal N") and waits to be cancelled (the socket's end cancels it).
+asio::awaitable<void> attach_pump(std::shared_ptr<WsSession> ws, ProcessTable* table,
+                                  std::string pid, bool pty, std::optional<std::uint64_t> since) {
+  std::string line;  // line mode: a stdout line not complete yet
+  for (;;) {
+    Result<OutputBatch> b = co_await table->follow(pid, since);
+    if (!b || b->records.empty()) co_return;  // gone from the table, or cancelled
+    for (auto& r : b->records) {
+      if (r.type == OutputRecord::Type::kExit) {
+        if (!pty && !line.empty()) ws->send(valid_utf8(line));
+        ws->close(beast::websocket::close_code::normal,
+                  r.signal ? "signal " + std::to_string(*r.signal)
+                           : "exit " + std::to_string(r.exit_code));
+        asio::steady_timer t(co_await asio::this_coro::executor,
+                             asio::steady_timer::time_point::max());
+        co_await t.async_wait(kTuple);
+        co_return;
+      }
+      if (pty) {
+        ws->send(std::move(r.data), /*binary=*/true);
+        continue;
+      }
+      if (r.type != OutputRecord::Type::kStdout) continue;
+      line += r.data;
+      std::size_t start = 0;
+      for (;;) {
+        std::size_t nl = line.find('\n', start);
+        if (nl == std::string::npos) break;
+        ws->send(valid_utf8(line.substr(start, nl - start)));
+        start = nl + 1;
+      }
+      line.erase(0, start);
+    }
+    since = b->next;
+  }
+}
+
+// The end of the output kept now (where a line-mode attacher starts).
+std::optional<std::uint64_t> output_end(ProcessTable* table, const std::string& pid) {
+  std::optional<std::uint64_t> since;
+  for (;;) {
+    auto b = table->output(pid, since, 1u << 20);
+    if (!b || b->ended) return since;
+    if (b->records.empty()) return b->next;
+    since = b->next;
+  }
+}
+
+// Serves an attached socket until it or the process ends. `kill_at_end`: the pty route, whose
+// process ends with its socket.
+asio::awaitable<bool> serve_attached(Call* call, Procs procs, sandbox::ProcessInfo info,
+                                     bool kill_at_end) {
+  Context* ctx = call->ctx;
+  Conn* conn = call->conn;
+  ProcessTable* table = procs.table;
+  const std::string pid = std::to_string(info.pid);
+  auto lease = table->attach(pid);
+  if (!lease) {
+    if (kill_at_end) (void)table->kill(pid);
+    co_return co_await send_error(call, lease.error());
+  }
+  const bool pty = info.pty.has_value();
+  // A terminal shows what it printed so far; a line client starts at the next line.
+  std::optional<std::uint64_t> since;
+  if (!pty) since = output_end(table, pid);
+  auto ws = std::make_shared<WsSession>(std::move(conn->stream), ws_options(ctx->opts));
+  log_request(call, 101);
+  auto ec = co_await ws->accept(call->hp->release());
+  if (ec) {
+    if (kill_at_end) (void)table->kill(pid);
+    co_return false;
+  }
+  std::weak_ptr<WsSession> weak = ws;
+  conn->on_shutdown = [weak] {
+    if (auto s = weak.lock()) s->close(beast::websocket::close_code::going_away, "shutting down");
+  };
+  auto on_message = [table, pid, pty, weak](std::string data, bool binary) {
+    auto s = weak.lock();
+    if (!s) return;
+    Status st;
+    if (pty && !binary) {
+      json m = json::parse(data, nullptr, false);
+      if (!m.is_object() || m.value("type", "") != "resize") {
+        s->close(beast::websocket::close_code::policy_error,
+                 "text frames are {\"type\":\"resize\",\"cols\",\"rows\"}");
+        return;
+      }
+      auto size = decode_pty_size(m);
+      if (!size) {
+        s->close(beast::websocket::close_code::policy_error, size.error().message.substr(0, 120));
+        return;
+      }
+      st = table->resize(pid, *size);
+    } else {
+      if (!pty) data += '\n';
+      st = table->write_stdin(pid, data);
+    }
+    // An ended process: its exit closes the socket; anything else is this client's fault.
+    if (!st && st.error().code != Code::kExists) {
+      s->close(beast::websocket::close_code::policy_error, st.error().message.substr(0, 120));
+    }
+  };
+  co_await (ws->run(on_message) || attach_pump(ws, table, pid, pty, since));
+  conn->on_shutdown = nullptr;
+  if (kill_at_end) (void)table->kill(pid);
+  co_return false;  // the connection was the WebSocket's
+}
+
+// GET .../processes/{ref}/attach (WebSocket)
+asio::awaitable<bool> attach_process(Call* call) {
+  auto procs = co_await procs_of(call->ctx, &call->ex.req, /*create=*/false);
+  if (!procs) co_return co_await send_error(call, procs.error());
+  auto info = procs->table->get(ref_param(call->ex.req));
+  if (!info) co_return co_await send_error(call, info.error());
+  co_return co_await serve_attached(call, std::move(*procs), std::move(*info), false);
+}
+
+// GET /v1/sessions/{id}/pty?cols=&rows=&command= (WebSocket): a pty process, attached; it ends
+// with the socket.
+asio::awaitable<bool> pty_session(Call* call) {
+  Request& req = call->ex.req;
+  json q = json::object();
+  for (const char* k : {"cols", "rows"}) {
+    auto it = req.query.find(k);
+    if (it == req.query.end()) {
+      q[k] = std::string(k) == "cols" ? 80 : 24;
+      continue;
+    }
+    const std::string& v = it->second;
+    bool digits = !v.empty() && v.size() <= 5;
+    for (char c : v) digits = digits && c >= '0' && c <= '9';
+    if (!digits) {
+      co_return co_await send_error(
+          call, Error::make(Code::kInvalid,
+                            "query parameter '" + std::string(k) + "' must be 1 to 1000"));
+    }
+    q[k] = std::stoi(v);
+  }
+  auto size = decode_pty_size(q);
+  if (!size) co_return co_await send_error(call, size.error());
+  json body = json::object();
+  auto cmd = req.query.find("command");
+  body["command"] = cmd != req.query.end() && !cmd->second.empty()
+                        ? cmd->second
+                        : std::string("if command -v bash >/dev/null; then exec bash; else exec sh; fi");
+  body["pty"] = {{"cols", size->cols}, {"rows", size->rows}};
+  auto spec = decode_process_start(body);
+  if (!spec) co_return co_await send_error(call, spec.error());
+  auto procs = co_await procs_of(call->ctx, &req, /*create=*/true);
+  if (!procs) co_return co_await send_error(call, procs.error());
+  auto info = co_await procs->table->start(std::move(*spec));
+  if (!info) co_return co_await send_error(call, info.error());
+  audit_start(call->ctx, req, procs->session, *info);
+  co_return co_await serve_attached(call, std::move(*procs), std::move(*info), true);
+}
+
 }  // namespace
 
 std::vector<RouteSpec> process_routes() {
@@ -362,6 +536,10 @@ std::vector<RouteSpec> process_routes() {
        simple<signal_process>},
       {R::kProcessResize, "POST", "/v1/sessions/{id}/processes/{ref}/resize", B::kJson, true,
        simple<resize_process>},
+      {R::kProcessAttach, "GET", "/v1/sessions/{id}/processes/{ref}/attach", B::kNone, true,
+       attach_process, RouteKind::kWebSocket},
+      {R::kPty, "GET", "/v1/sessions/{id}/pty", B::kNone, true, pty_session,
+       RouteKind::kWebSocket},
   };
 }
 

@@ -4,6 +4,12 @@
 // errors: unknown ref 404, a taken tag 409, resize on a non-pty 400, stdin to an ended process
 // 409, an unknown signal 400, restart other than never 501.
 
+#include <boost/asio/connect.hpp>
+#include <boost/asio/io_context.hpp>
+#include <boost/asio/ip/tcp.hpp>
+#include <boost/beast/core.hpp>
+#include <boost/beast/websocket.hpp>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -11,6 +17,79 @@
 
 namespace agentbox::testing {
 namespace {
+
+namespace asio = boost::asio;
+namespace beast = boost::beast;
+namespace websocket = beast::websocket;
+using tcp = asio::ip::tcp;
+
+// A Beast WebSocket client; reads wait at most a timeout.
+class Ws {
+ public:
+  beast::error_code open(const std::string& host_port, const std::string& target) {
+    auto colon = host_port.rfind(':');
+    tcp::resolver resolver(ioc_);
+    beast::error_code ec;
+    auto eps = resolver.resolve(host_port.substr(0, colon), host_port.substr(colon + 1), ec);
+    if (ec) return ec;
+    asio::connect(ws_.next_layer(), eps, ec);
+    if (ec) return ec;
+    ws_.handshake(res_, host_port, target, ec);
+    return ec;
+  }
+  int status() const { return res_.result_int(); }
+  // The next message, or nullopt when the socket closed or nothing came within `timeout`.
+  std::optional<std::string> read(std::chrono::milliseconds timeout = std::chrono::seconds(20)) {
+    beast::flat_buffer buf;
+    std::optional<beast::error_code> done;
+    ws_.async_read(buf, [&](beast::error_code ec, std::size_t) { done = ec; });
+    ioc_.restart();
+    ioc_.run_for(timeout);
+    if (!done) {
+      beast::error_code ec;
+      ws_.next_layer().close(ec);
+      ioc_.restart();
+      ioc_.run();
+      return std::nullopt;
+    }
+    if (*done) return std::nullopt;
+    binary_ = ws_.got_binary();
+    return beast::buffers_to_string(buf.data());
+  }
+  // Reads until the frames seen so far contain `want` (or the socket ends); returns them.
+  std::string read_until(const std::string& want) {
+    std::string all;
+    while (all.find(want) == std::string::npos) {
+      auto m = read();
+      if (!m) break;
+      all += *m;
+    }
+    return all;
+  }
+  void write(const std::string& data, bool binary) {
+    ws_.binary(binary);
+    beast::error_code ec;
+    ws_.write(asio::buffer(data), ec);
+    EXPECT_FALSE(ec) << ec.message();
+  }
+  void close() {
+    beast::error_code ec;
+    ws_.close(websocket::close_code::normal, ec);
+  }
+  bool last_binary() const { return binary_; }
+  websocket::close_reason reason() const { return ws_.reason(); }
+
+ private:
+  asio::io_context ioc_;
+  websocket::stream<tcp::socket> ws_{ioc_};
+  websocket::response_type res_;
+  bool binary_ = false;
+};
+
+std::string reason_of(const Ws& ws) {
+  auto r = ws.reason().reason;
+  return std::string(r.data(), r.size());
+}
 
 class ProcessesApi : public ::testing::Test {
  protected:
@@ -225,6 +304,86 @@ TEST_F(ProcessesApi, BadInputIsRefusedNamingWhatWasWrong) {
   // Nothing was started by the refused ones.
   EXPECT_EQ(api_.get(base("p6")).body["processes"].size(), 1u);
   EXPECT_EQ(start("p6", {{"command", "true"}, {"restart", "never"}}).status, 201);
+}
+
+TEST_F(ProcessesApi, AttachInLineModeSpeaksJsonRpcWithOneAttacher) {
+  auto r = start("w1", {{"command", "while read l; do echo \"$l\"; done; exit 4"},
+                        {"tag", "mcp"},
+                        {"stdin", true}});
+  ASSERT_EQ(r.status, 201) << r;
+  Ws ws;
+  ASSERT_FALSE(ws.open(daemon_.host_port(), base("w1") + "/mcp/attach"));
+  const std::string call = R"({"jsonrpc":"2.0","id":1,"method":"ping"})";
+  ws.write(call, false);
+  auto reply = ws.read();
+  ASSERT_TRUE(reply.has_value());
+  EXPECT_EQ(*reply, call);  // one line, one text frame, without its newline
+  EXPECT_FALSE(ws.last_binary());
+
+  // A second attacher is refused before the upgrade.
+  Ws second;
+  EXPECT_EQ(second.open(daemon_.host_port(), base("w1") + "/mcp/attach"),
+            websocket::error::upgrade_declined);
+  EXPECT_EQ(second.status(), 409);
+  Ws unknown;
+  EXPECT_EQ(unknown.open(daemon_.host_port(), base("w1") + "/nosuch/attach"),
+            websocket::error::upgrade_declined);
+  EXPECT_EQ(unknown.status(), 404);
+
+  // The process ends: the socket closes with 1000 "exit 4".
+  ASSERT_EQ(api_.call("POST", base("w1") + "/mcp/stdin?close=true", "", "application/octet-stream")
+                .status,
+            200);
+  EXPECT_FALSE(ws.read().has_value());
+  EXPECT_EQ(ws.reason().code, websocket::close_code::normal);
+  EXPECT_EQ(reason_of(ws), "exit 4");
+}
+
+TEST_F(ProcessesApi, AttachToAPtyCarriesTerminalBytesAndResizes) {
+  auto r = start("w2", {{"command", "sh"}, {"tag", "term"}, {"pty", {{"cols", 80}, {"rows", 24}}}});
+  ASSERT_EQ(r.status, 201) << r;
+  Ws ws;
+  ASSERT_FALSE(ws.open(daemon_.host_port(), base("w2") + "/term/attach"));
+  ws.write(R"({"type":"resize","cols":101,"rows":41})", false);
+  ws.write("stty size\n", true);
+  std::string seen = ws.read_until("41 101");
+  EXPECT_NE(seen.find("41 101"), std::string::npos) << seen;
+  EXPECT_TRUE(ws.last_binary());
+  // Detaching leaves the process running; it is killed by DELETE, which closes a new attacher.
+  ws.close();
+  EXPECT_EQ(api_.get(base("w2") + "/term").body["state"], "running");
+  Ws again;
+  ASSERT_FALSE(again.open(daemon_.host_port(), base("w2") + "/term/attach"));
+  ASSERT_EQ(api_.del(base("w2") + "/term").status, 200);
+  while (again.read()) {
+  }
+  EXPECT_EQ(again.reason().code, websocket::close_code::normal);
+  EXPECT_EQ(reason_of(again), "signal 9");
+}
+
+TEST_F(ProcessesApi, PtyRouteStartsAShellThatEndsWithItsSocket) {
+  Ws ws;
+  ASSERT_FALSE(ws.open(daemon_.host_port(), "/v1/sessions/w3/pty?cols=90&rows=30&command=sh"));
+  ws.write("stty size; exit 7\n", true);
+  std::string seen = ws.read_until("\x01never");
+  EXPECT_NE(seen.find("30 90"), std::string::npos) << seen;
+  EXPECT_EQ(ws.reason().code, websocket::close_code::normal);
+  EXPECT_EQ(reason_of(ws), "exit 7");
+
+  // Closing the socket ends the process.
+  Ws other;
+  ASSERT_FALSE(other.open(daemon_.host_port(), "/v1/sessions/w3/pty?command=sleep%2060"));
+  auto l = api_.get(base("w3"));
+  ASSERT_EQ(l.body["processes"].size(), 2u) << l;
+  EXPECT_EQ(l.body["processes"][1]["state"], "running");
+  other.close();
+  EXPECT_TRUE(eventually([&] {
+    return api_.get(base("w3")).body["processes"][1]["state"] == "killed";
+  }));
+  Ws bad;
+  EXPECT_EQ(bad.open(daemon_.host_port(), "/v1/sessions/w3/pty?cols=0"),
+            websocket::error::upgrade_declined);
+  EXPECT_EQ(bad.status(), 400);
 }
 
 }  // namespace
