@@ -8,6 +8,7 @@
 #include <algorithm>
 #include <boost/asio/as_tuple.hpp>
 #include <boost/asio/co_spawn.hpp>
+#include <boost/asio/post.hpp>
 #include <boost/asio/posix/stream_descriptor.hpp>
 #include <boost/asio/steady_timer.hpp>
 #include <boost/asio/this_coro.hpp>
@@ -584,8 +585,12 @@ Status ProcessTable::write_stdin(std::string_view ref, std::string_view data, bo
   }
   if (!e->writer_running) {
     e->writer_running = true;
-    co_spawn(e->ex, write_stdin_loop(e),
-             [](std::exception_ptr p) { log_exception(p, "stdin writer"); });
+    // Posted, not spawned here: co_spawn dispatches, so called on the table's executor (the
+    // daemon's network thread) the writer would run inline and take e->mu, held above.
+    asio::post(e->ex, [e] {
+      co_spawn(e->ex, write_stdin_loop(e),
+               [](std::exception_ptr p) { log_exception(p, "stdin writer"); });
+    });
   }
   return {};
 }

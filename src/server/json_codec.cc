@@ -2,6 +2,7 @@
 
 #include <time.h>
 
+#include <cctype>
 #include <cmath>
 #include <limits>
 #include <map>
@@ -615,6 +616,131 @@ std::size_t utf8_incomplete_tail(std::string_view s) {
     return need > back ? back : 0;
   }
   return 0;
+}
+
+}  // namespace agentbox::server
+
+// Processes and terminals.
+namespace agentbox::server {
+
+Result<sandbox::PtySize> decode_pty_size(const json& body, std::string_view prefix) {
+  sandbox::PtySize size;
+  for (auto [key, out] : {std::pair<std::string_view, std::uint16_t*>{"cols", &size.cols},
+                          std::pair<std::string_view, std::uint16_t*>{"rows", &size.rows}}) {
+    AB_ASSIGN_OR_RETURN(auto v, opt_uint(body, key, 1000, prefix));
+    if (!v) return missing(name_of(prefix, key));
+    if (*v == 0) return bad_field(name_of(prefix, key), "must be at least 1");
+    *out = static_cast<std::uint16_t>(*v);
+  }
+  return size;
+}
+
+Result<sandbox::ProcessSpec> decode_process_start(const json& body) {
+  sandbox::ProcessSpec spec;
+  AB_ASSIGN_OR_RETURN(auto command, opt_string(body, "command"));
+  AB_ASSIGN_OR_RETURN(auto argv, opt_string_array(body, "argv"));
+  if (command && argv) return fail(Code::kInvalid, "give either 'command' or 'argv', not both");
+  if (!command && !argv) return fail(Code::kInvalid, "field 'command' (or 'argv') is required");
+  if (command) {
+    if (command->empty()) return bad_field("command", "must not be empty");
+    if (has_nul(*command)) return bad_field("command", "must not contain NUL");
+    spec.command = std::move(*command);
+  } else {
+    if (argv->empty()) return bad_field("argv", "must not be empty");
+    for (std::size_t i = 0; i < argv->size(); ++i) {
+      if (has_nul((*argv)[i])) {
+        return bad_field("argv[" + std::to_string(i) + "]", "must not contain NUL");
+      }
+    }
+    if ((*argv)[0].empty()) return bad_field("argv[0]", "must not be empty");
+    spec.argv = std::move(*argv);
+  }
+  AB_ASSIGN_OR_RETURN(auto cwd, opt_string(body, "cwd"));
+  if (cwd) {
+    if (has_nul(*cwd)) return bad_field("cwd", "must not contain NUL");
+    spec.cwd = std::move(*cwd);
+  }
+  AB_ASSIGN_OR_RETURN(auto env, opt_string_map(body, "env"));
+  if (env) {
+    if (auto st = validate::env(*env, "env"); !st) return std::unexpected(st.error());
+    spec.env = std::move(*env);
+  }
+  AB_ASSIGN_OR_RETURN(auto tag, opt_string(body, "tag"));
+  if (tag) {
+    bool digits = !tag->empty();
+    bool ok = !tag->empty() && tag->size() <= 64;
+    for (char c : *tag) {
+      if (c < '0' || c > '9') digits = false;
+      if (!(std::isalnum(static_cast<unsigned char>(c)) || c == '.' || c == '_' || c == '-')) {
+        ok = false;
+      }
+    }
+    if (!ok || digits) {
+      return bad_field("tag", "must be 1 to 64 of [A-Za-z0-9._-] and not all digits");
+    }
+    spec.tag = std::move(*tag);
+  }
+  if (const json* s = lookup(body, "stdin")) {
+    if (!s->is_boolean()) return bad_field("stdin", "must be true or false");
+    spec.stdin_open = s->get<bool>();
+  }
+  if (const json* p = lookup(body, "pty")) {
+    if (!p->is_object()) return bad_field("pty", "must be an object {cols, rows}");
+    AB_ASSIGN_OR_RETURN(auto size, decode_pty_size(*p, "pty"));
+    spec.pty = size;
+    spec.stdin_open = true;  // a terminal is typed into
+  }
+  AB_ASSIGN_OR_RETURN(auto restart, opt_string(body, "restart"));
+  if (restart && *restart != "never") {
+    if (*restart == "on-failure" || *restart == "always") {
+      return not_supported("restart", "'" + *restart + "' (managed processes)");
+    }
+    return bad_field("restart", "must be one of never, on-failure, always");
+  }
+  return spec;
+}
+
+Result<int> decode_signal(const json& body) {
+  const json* v = lookup(body, "signal");
+  if (!v) return missing("signal");
+  std::optional<int> signo;
+  if (v->is_string()) {
+    signo = sandbox::parse_signal(v->get_ref<const std::string&>());
+  } else if (v->is_number_integer()) {
+    signo = sandbox::parse_signal(std::to_string(v->get<std::int64_t>()));
+  } else {
+    return bad_field("signal", "must be a signal name or number");
+  }
+  if (!signo) {
+    return bad_field("signal", "must be one of SIGINT, SIGTERM, SIGKILL, SIGHUP, SIGUSR1, SIGUSR2");
+  }
+  return *signo;
+}
+
+json encode_process(const sandbox::ProcessInfo& p) {
+  json j = json::object();
+  j["pid"] = p.pid;
+  j["tag"] = p.tag.empty() ? json(nullptr) : json(p.tag);
+  if (!p.argv.empty()) {
+    j["argv"] = p.argv;
+  } else {
+    j["command"] = p.command;
+  }
+  j["cwd"] = p.cwd;
+  j["state"] = std::string(sandbox::state_name(p.state));
+  j["exit_code"] = p.exit_code ? json(*p.exit_code) : json(nullptr);
+  j["signal"] = p.signal ? json(*p.signal) : json(nullptr);
+  j["started_at"] = rfc3339(p.started_at);
+  j["ended_at"] = p.ended_at ? json(rfc3339(*p.ended_at)) : json(nullptr);
+  j["restarts"] = p.restarts;
+  j["managed"] = p.managed;
+  if (p.pty) {
+    j["pty"] = {{"cols", p.pty->cols}, {"rows", p.pty->rows}};
+  } else {
+    j["pty"] = nullptr;
+  }
+  j["stdin"] = p.stdin_open;
+  return j;
 }
 
 }  // namespace agentbox::server

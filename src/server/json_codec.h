@@ -14,6 +14,7 @@
 #include <vector>
 
 #include "common/error.h"
+#include "sandbox/process_table.h"
 #include "sandbox/sandbox.h"
 #include "session/session_manager.h"
 
@@ -104,6 +105,15 @@ struct RenameRequest {
 };
 Result<RenameRequest> decode_rename(const json& body);
 
+// POST /v1/sessions/{id}/processes: "command" or "argv" (exactly one), cwd, env, tag, stdin
+// (bool), pty {cols, rows} (1..1000 each), restart ("never"; "on-failure"/"always" are ENOTSUP:
+// managed processes are not built yet).
+Result<sandbox::ProcessSpec> decode_process_start(const json& body);
+// POST .../processes/{ref}/signal {"signal": "SIGTERM" | "TERM" | 15}: the signal number.
+Result<int> decode_signal(const json& body);
+// POST .../processes/{ref}/resize {"cols", "rows"} (and the pty route's query), 1..1000 each.
+Result<sandbox::PtySize> decode_pty_size(const json& body, std::string_view prefix = {});
+
 // Encoders.
 std::string rfc3339(std::chrono::system_clock::time_point t);
 std::string rfc3339_ns(std::int64_t ns_since_epoch);
@@ -114,6 +124,8 @@ json encode_seed_exec_result(const sandbox::ExecResult& r);
 json encode_artifacts(const std::vector<sandbox::Artifact>& artifacts);
 json encode_file_info(const sandbox::FileInfo& f);
 json encode_dir(const std::vector<sandbox::DirEntry>& entries);
+// The process object of API.md "Processes and terminals".
+json encode_process(const sandbox::ProcessInfo& p);
 
 // The number of trailing bytes of `s` that are an incomplete (so far valid) UTF-8 sequence:
 // streamed output holds them back until the next chunk, so a character split across two reads

@@ -22,17 +22,7 @@ std::vector<RouteSpec> not_built_routes() {
   constexpr RouteKind K = RouteKind::kNotBuilt;
   constexpr BodyKind B = BodyKind::kNone;
   std::vector<RouteSpec> out = {
-      // Processes and terminals
-      {N, "POST", "/v1/sessions/{id}/processes", B, true, not_built, K},
-      {N, "GET", "/v1/sessions/{id}/processes", B, true, not_built, K},
-      {N, "GET", "/v1/sessions/{id}/processes/{ref}", B, true, not_built, K},
-      {N, "DELETE", "/v1/sessions/{id}/processes/{ref}", B, true, not_built, K},
-      {N, "GET", "/v1/sessions/{id}/processes/{ref}/attach", B, true, not_built, K},
-      {N, "GET", "/v1/sessions/{id}/processes/{ref}/output", B, true, not_built, K},
-      {N, "POST", "/v1/sessions/{id}/processes/{ref}/stdin", B, true, not_built, K},
-      {N, "POST", "/v1/sessions/{id}/processes/{ref}/signal", B, true, not_built, K},
-      {N, "POST", "/v1/sessions/{id}/processes/{ref}/resize", B, true, not_built, K},
-      {N, "GET", "/v1/sessions/{id}/pty", B, true, not_built, K},
+      // Processes and terminals: processes.cc; LangBot's relay
       {N, "GET", "/v1/sessions/{id}/managed-process/{process_id}/ws", B, true, not_built, K},
       // Sessions: mounts, packages
       {N, "POST", "/v1/sessions/{id}/mounts", B, true, not_built, K},

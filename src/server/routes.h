@@ -48,6 +48,17 @@ enum class RouteId {
   kHealthz,
   kReadyz,
   kMetrics,
+  // Processes and terminals
+  kProcessStart,
+  kProcessList,
+  kProcessGet,
+  kProcessDelete,
+  kProcessOutput,
+  kProcessStdin,
+  kProcessSignal,
+  kProcessResize,
+  kProcessAttach,
+  kPty,
   // WebSocket
   kEvents,
   // Routes of API.md not built yet: each answers 501 ENOTSUP naming itself.

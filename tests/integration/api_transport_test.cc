@@ -331,9 +331,6 @@ TEST_F(TransportApi, RoutesNotBuiltYetAre501NamingTheRoute) {
   };
   for (const Case& c : std::vector<Case>{
            {"GET", "/v1/templates", "/v1/templates"},
-           {"POST", "/v1/sessions/nb/processes", "/v1/sessions/{id}/processes"},
-           {"GET", "/v1/sessions/nb/processes/p1/attach", "/attach"},
-           {"GET", "/v1/sessions/nb/pty?cols=80&rows=24", "/pty"},
            {"POST", "/v1/sessions/nb/mounts", "/mounts"},
            {"POST", "/v1/sessions/nb/packages", "/packages"},
            {"GET", "/v1/runners", "/v1/runners"},

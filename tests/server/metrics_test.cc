@@ -60,7 +60,7 @@ TEST(Metrics, FeaturesSayWhatIsBuilt) {
   nlohmann::json f = features_json();
   EXPECT_EQ(f["network_modes"], nlohmann::json::array({"none", "allowlist"}));
   EXPECT_EQ(f["templates"], false);
-  EXPECT_EQ(f["processes"], false);
+  EXPECT_EQ(f["processes"], true);
   EXPECT_EQ(f["exec"], true);
   EXPECT_EQ(f.size(), std::size(kFeatures) + 1);
 }

@@ -13,6 +13,7 @@ std::vector<RouteSpec> exec_routes();       // exec.cc: /v1/sessions/{id}/exec[/
 std::vector<RouteSpec> file_routes();       // files.cc: files, stat, dir, mkdir, rename
 std::vector<RouteSpec> seed001_routes();    // seed001.cc: /exec, /exec-stream, /workspace/*
 std::vector<RouteSpec> ops_routes();        // ops.cc: /healthz, /readyz, /metrics
+std::vector<RouteSpec> process_routes();   // processes.cc: /v1/sessions/{id}/processes..., /pty
 std::vector<RouteSpec> event_routes();      // events.cc: GET /v1/events (WebSocket)
 std::vector<RouteSpec> not_built_routes();  // not_built.cc: API.md routes not built yet (501)
 

@@ -1,0 +1,390 @@
+// Processes and terminals (API.md) against the real daemon over loopback: start (argv, command,
+// tag, stdin, pty), list, get by tag and pid, output as NDJSON with offsets (resume with since,
+// follow to the exit record), stdin in and out, signals, resize, kill of the whole tree, and the
+// errors: unknown ref 404, a taken tag 409, resize on a non-pty 400, stdin to an ended process
+// 409, an unknown signal 400, restart other than never 501.
+
+#include <boost/asio/connect.hpp>
+#include <boost/asio/io_context.hpp>
+#include <boost/asio/ip/tcp.hpp>
+#include <boost/beast/core.hpp>
+#include <boost/beast/websocket.hpp>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "integration/api_test_util.h"
+
+namespace agentbox::testing {
+namespace {
+
+namespace asio = boost::asio;
+namespace beast = boost::beast;
+namespace websocket = beast::websocket;
+using tcp = asio::ip::tcp;
+
+// A Beast WebSocket client; reads wait at most a timeout.
+class Ws {
+ public:
+  beast::error_code open(const std::string& host_port, const std::string& target) {
+    auto colon = host_port.rfind(':');
+    tcp::resolver resolver(ioc_);
+    beast::error_code ec;
+    auto eps = resolver.resolve(host_port.substr(0, colon), host_port.substr(colon + 1), ec);
+    if (ec) return ec;
+    asio::connect(ws_.next_layer(), eps, ec);
+    if (ec) return ec;
+    ws_.handshake(res_, host_port, target, ec);
+    return ec;
+  }
+  int status() const { return res_.result_int(); }
+  // The next message, or nullopt when the socket closed or nothing came within `timeout`.
+  std::optional<std::string> read(std::chrono::milliseconds timeout = std::chrono::seconds(20)) {
+    beast::flat_buffer buf;
+    std::optional<beast::error_code> done;
+    ws_.async_read(buf, [&](beast::error_code ec, std::size_t) { done = ec; });
+    ioc_.restart();
+    ioc_.run_for(timeout);
+    if (!done) {
+      beast::error_code ec;
+      ws_.next_layer().close(ec);
+      ioc_.restart();
+      ioc_.run();
+      return std::nullopt;
+    }
+    if (*done) return std::nullopt;
+    binary_ = ws_.got_binary();
+    return beast::buffers_to_string(buf.data());
+  }
+  // Reads until the frames seen so far contain `want` (or the socket ends); returns them.
+  std::string read_until(const std::string& want) {
+    std::string all;
+    while (all.find(want) == std::string::npos) {
+      auto m = read();
+      if (!m) break;
+      all += *m;
+    }
+    return all;
+  }
+  void write(const std::string& data, bool binary) {
+    ws_.binary(binary);
+    beast::error_code ec;
+    ws_.write(asio::buffer(data), ec);
+    EXPECT_FALSE(ec) << ec.message();
+  }
+  void close() {
+    beast::error_code ec;
+    ws_.close(websocket::close_code::normal, ec);
+  }
+  bool last_binary() const { return binary_; }
+  websocket::close_reason reason() const { return ws_.reason(); }
+
+ private:
+  asio::io_context ioc_;
+  websocket::stream<tcp::socket> ws_{ioc_};
+  websocket::response_type res_;
+  bool binary_ = false;
+};
+
+std::string reason_of(const Ws& ws) {
+  auto r = ws.reason().reason;
+  return std::string(r.data(), r.size());
+}
+
+class ProcessesApi : public ::testing::Test {
+ protected:
+  ProcessesApi() : daemon_(backend_args()), api_(daemon_) {}
+
+  static std::vector<std::string> backend_args() {
+    if (test_backend() == "ns") return {"--backend", "ns"};
+    return {};
+  }
+
+  std::string base(const std::string& id) { return "/v1/sessions/" + id + "/processes"; }
+
+  ApiReply start(const std::string& id, const json& body) { return api_.post(base(id), body); }
+
+  // The NDJSON lines of an output reply.
+  static std::vector<json> lines(const std::string& raw) {
+    std::vector<json> out;
+    std::size_t pos = 0;
+    while (pos < raw.size()) {
+      auto nl = raw.find('\n', pos);
+      if (nl == std::string::npos) nl = raw.size();
+      if (nl > pos) out.push_back(json::parse(raw.substr(pos, nl - pos), nullptr, false));
+      pos = nl + 1;
+    }
+    return out;
+  }
+
+  // All stdout data of an output reply, concatenated.
+  static std::string stdout_of(const std::vector<json>& recs, const char* type = "stdout") {
+    std::string s;
+    for (const auto& r : recs) {
+      if (r.value("type", "") == type) s += r.value("data", "");
+    }
+    return s;
+  }
+
+  bool ended(const std::string& id, const std::string& ref) {
+    auto r = api_.get(base(id) + "/" + ref);
+    return r.status == 200 && r.body.value("state", "") != "running";
+  }
+
+  Daemon daemon_;
+  Api api_;
+};
+
+TEST_F(ProcessesApi, StartListGetAndFollowToTheExitCode) {
+  auto r = start("p1", {{"command", "echo hello; echo oops >&2; exit 3"}, {"tag", "job"}});
+  ASSERT_EQ(r.status, 201) << r;  // the session was created for it
+  EXPECT_EQ(r.body["tag"], "job");
+  EXPECT_EQ(r.body["command"], "echo hello; echo oops >&2; exit 3");
+  EXPECT_GT(r.body["pid"].get<int>(), 0);
+  EXPECT_TRUE(is_rfc3339_utc(r.body["started_at"].get<std::string>())) << r;
+  EXPECT_EQ(r.body["managed"], false);
+  const std::string pid = std::to_string(r.body["pid"].get<int>());
+
+  // follow=true ends at the exit record.
+  auto out = api_.get(base("p1") + "/job/output?follow=true");
+  ASSERT_EQ(out.status, 200) << out;
+  EXPECT_EQ(out.headers["content-type"], "application/x-ndjson");
+  auto recs = lines(out.raw);
+  ASSERT_FALSE(recs.empty());
+  EXPECT_EQ(stdout_of(recs), "hello\n");
+  EXPECT_EQ(stdout_of(recs, "stderr"), "oops\n");
+  EXPECT_EQ(recs.back()["type"], "exit") << out.raw;
+  EXPECT_EQ(recs.back()["exit_code"], 3);
+  EXPECT_TRUE(recs.back()["signal"].is_null());
+
+  // The ended process stays listed with its exit code, by tag and by pid.
+  auto g = api_.get(base("p1") + "/job");
+  ASSERT_EQ(g.status, 200) << g;
+  EXPECT_EQ(g.body["state"], "exited");
+  EXPECT_EQ(g.body["exit_code"], 3);
+  EXPECT_TRUE(is_rfc3339_utc(g.body["ended_at"].get<std::string>())) << g;
+  EXPECT_EQ(api_.get(base("p1") + "/" + pid).body["tag"], "job");
+  auto l = api_.get(base("p1"));
+  ASSERT_EQ(l.status, 200) << l;
+  ASSERT_EQ(l.body["processes"].size(), 1u) << l;
+  EXPECT_EQ(l.body["processes"][0]["exit_code"], 3);
+}
+
+TEST_F(ProcessesApi, OutputOffsetsResumeWithoutLossOrRepeat) {
+  auto r = start("p2", {{"argv", {"sh", "-c", "printf abc; printf def; exec sleep 30"}},
+                        {"tag", "w"}});
+  ASSERT_EQ(r.status, 201) << r;
+  EXPECT_EQ(r.body["argv"][0], "sh");
+  std::string all;
+  ASSERT_TRUE(eventually([&] {
+    all = stdout_of(lines(api_.get(base("p2") + "/w/output").raw));
+    return all == "abcdef";
+  })) << all;
+  // Without follow the reply ends after what is kept; since=N starts at byte N.
+  auto part = lines(api_.get(base("p2") + "/w/output?since=2").raw);
+  ASSERT_FALSE(part.empty());
+  EXPECT_EQ(part.front()["offset"], 2);
+  EXPECT_EQ(stdout_of(part), "cdef");
+  EXPECT_TRUE(lines(api_.get(base("p2") + "/w/output?since=6").raw).empty());
+  EXPECT_EQ(api_.get(base("p2") + "/w/output?since=x").status, 400);
+  EXPECT_EQ(api_.get(base("p2") + "/w").body["state"], "running");
+}
+
+TEST_F(ProcessesApi, StdinLinesComeBackAndCloseEndsTheReader) {
+  auto r = start("p3", {{"command", "while read l; do echo \"got $l\"; done; echo bye"},
+                        {"tag", "echo"},
+                        {"stdin", true}});
+  ASSERT_EQ(r.status, 201) << r;
+  auto w = api_.call("POST", base("p3") + "/echo/stdin", "one\ntwo\n",
+                     "application/octet-stream");
+  ASSERT_EQ(w.status, 200) << w;
+  std::string got;
+  ASSERT_TRUE(eventually([&] {
+    got = stdout_of(lines(api_.get(base("p3") + "/echo/output").raw));
+    return got == "got one\ngot two\n";
+  })) << got;
+  auto c = api_.call("POST", base("p3") + "/echo/stdin?close=true", "three\n",
+                     "application/octet-stream");
+  ASSERT_EQ(c.status, 200) << c;
+  auto out = api_.get(base("p3") + "/echo/output?follow=true");
+  EXPECT_EQ(stdout_of(lines(out.raw)), "got one\ngot two\ngot three\nbye\n");
+  EXPECT_EQ(lines(out.raw).back()["exit_code"], 0);
+  // Ended: stdin is 409.
+  auto late = api_.call("POST", base("p3") + "/echo/stdin", "x\n", "application/octet-stream");
+  EXPECT_EQ(late.status, 409) << late;
+  EXPECT_EQ(late.code(), "EEXIST");
+}
+
+TEST_F(ProcessesApi, SignalsAndKillEndTheProcess) {
+  ASSERT_EQ(start("p4", {{"command", "exec sleep 60"}, {"tag", "s"}}).status, 201);
+  auto bad = api_.post(base("p4") + "/s/signal", {{"signal", "SIGSTOP"}});
+  EXPECT_EQ(bad.status, 400) << bad;
+  EXPECT_NE(bad.message().find("signal"), std::string::npos) << bad;
+  auto s = api_.post(base("p4") + "/s/signal", {{"signal", "TERM"}});
+  ASSERT_EQ(s.status, 200) << s;
+  ASSERT_TRUE(eventually([&] { return ended("p4", "s"); }));
+  auto g = api_.get(base("p4") + "/s");
+  EXPECT_EQ(g.body["state"], "killed") << g;
+  EXPECT_EQ(g.body["signal"], 15);
+  EXPECT_EQ(g.body["exit_code"], 143);
+
+  // DELETE kills the whole tree: a grandchild that outlives its parent goes too.
+  ASSERT_EQ(start("p4", {{"command", "sleep 60 & sleep 60 & wait"}, {"tag", "tree"}}).status,
+            201);
+  auto d = api_.del(base("p4") + "/tree");
+  ASSERT_EQ(d.status, 200) << d;
+  EXPECT_EQ(d.body["state"], "killed") << d;
+  EXPECT_EQ(d.body["signal"], 9);
+  // Nothing of the tree is left in the box.
+  auto ps = api_.sh("p4", "ps -eo args | grep -c '^sleep 60' || true");
+  ASSERT_EQ(ps.status, 200) << ps;
+  EXPECT_EQ(ps.body["stdout"], "0\n") << ps;
+  // The tag is free again.
+  EXPECT_EQ(start("p4", {{"command", "true"}, {"tag", "tree"}}).status, 201);
+}
+
+TEST_F(ProcessesApi, PtyProcessesResizeAndOthersDoNot) {
+  auto r = start("p5", {{"command", "sleep 0.5; stty size; sleep 30"},
+                        {"tag", "term"},
+                        {"pty", {{"cols", 80}, {"rows", 24}}}});
+  ASSERT_EQ(r.status, 201) << r;
+  EXPECT_EQ(r.body["pty"]["cols"], 80);
+  auto z = api_.post(base("p5") + "/term/resize", {{"cols", 100}, {"rows", 40}});
+  ASSERT_EQ(z.status, 200) << z;
+  EXPECT_EQ(z.body["pty"]["cols"], 100);
+  std::string got;
+  EXPECT_TRUE(eventually([&] {
+    got = stdout_of(lines(api_.get(base("p5") + "/term/output").raw), "pty");
+    return got.find("40 100") != std::string::npos;
+  })) << got;
+  ASSERT_EQ(start("p5", {{"command", "sleep 30"}, {"tag", "plain"}}).status, 201);
+  auto nz = api_.post(base("p5") + "/plain/resize", {{"cols", 100}, {"rows", 40}});
+  EXPECT_EQ(nz.status, 400) << nz;
+  EXPECT_EQ(nz.code(), "EINVAL");
+  EXPECT_EQ(api_.post(base("p5") + "/term/resize", {{"cols", 0}, {"rows", 40}}).status, 400);
+}
+
+TEST_F(ProcessesApi, BadInputIsRefusedNamingWhatWasWrong) {
+  api_.create("p6");
+  auto unknown = api_.get(base("p6") + "/nosuch");
+  EXPECT_EQ(unknown.status, 404) << unknown;
+  EXPECT_EQ(unknown.code(), "ENOENT");
+  EXPECT_EQ(api_.del(base("p6") + "/nosuch").status, 404);
+  EXPECT_EQ(api_.get(base("p6") + "/nosuch/output").status, 404);
+  EXPECT_EQ(api_.call("POST", base("p6") + "/nosuch/stdin", "x", "application/octet-stream").status,
+            404);
+  EXPECT_EQ(api_.get(base("nosession")).status, 404);
+
+  ASSERT_EQ(start("p6", {{"command", "sleep 30"}, {"tag", "web"}}).status, 201);
+  auto dup = start("p6", {{"command", "sleep 30"}, {"tag", "web"}});
+  EXPECT_EQ(dup.status, 409) << dup;
+  EXPECT_EQ(dup.code(), "EEXIST");
+
+  struct Case {
+    json body;
+    int status;
+    std::string names;
+  };
+  for (const Case& c : std::vector<Case>{
+           {json::object(), 400, "command"},
+           {{{"command", "x"}, {"argv", {"x"}}}, 400, "argv"},
+           {{{"command", "x"}, {"tag", "123"}}, 400, "tag"},
+           {{{"command", "x"}, {"tag", "a/b"}}, 400, "tag"},
+           {{{"command", "x"}, {"stdin", "yes"}}, 400, "stdin"},
+           {{{"command", "x"}, {"pty", {{"cols", 80}}}}, 400, "pty.rows"},
+           {{{"command", "x"}, {"pty", {{"cols", 80}, {"rows", 5000}}}}, 400, "pty.rows"},
+           {{{"command", "x"}, {"restart", "sometimes"}}, 400, "restart"},
+           {{{"command", "x"}, {"restart", "on-failure"}}, 501, "restart"},
+           {{{"command", "x"}, {"restart", "always"}}, 501, "restart"},
+       }) {
+    auto r = start("p6", c.body);
+    EXPECT_EQ(r.status, c.status) << c.body.dump() << ": " << r;
+    EXPECT_NE(r.message().find(c.names), std::string::npos) << c.body.dump() << ": " << r;
+  }
+  // Nothing was started by the refused ones.
+  EXPECT_EQ(api_.get(base("p6")).body["processes"].size(), 1u);
+  EXPECT_EQ(start("p6", {{"command", "true"}, {"restart", "never"}}).status, 201);
+}
+
+TEST_F(ProcessesApi, AttachInLineModeSpeaksJsonRpcWithOneAttacher) {
+  auto r = start("w1", {{"command", "while read l; do echo \"$l\"; done; exit 4"},
+                        {"tag", "mcp"},
+                        {"stdin", true}});
+  ASSERT_EQ(r.status, 201) << r;
+  Ws ws;
+  ASSERT_FALSE(ws.open(daemon_.host_port(), base("w1") + "/mcp/attach"));
+  const std::string call = R"({"jsonrpc":"2.0","id":1,"method":"ping"})";
+  ws.write(call, false);
+  auto reply = ws.read();
+  ASSERT_TRUE(reply.has_value());
+  EXPECT_EQ(*reply, call);  // one line, one text frame, without its newline
+  EXPECT_FALSE(ws.last_binary());
+
+  // A second attacher is refused before the upgrade.
+  Ws second;
+  EXPECT_EQ(second.open(daemon_.host_port(), base("w1") + "/mcp/attach"),
+            websocket::error::upgrade_declined);
+  EXPECT_EQ(second.status(), 409);
+  Ws unknown;
+  EXPECT_EQ(unknown.open(daemon_.host_port(), base("w1") + "/nosuch/attach"),
+            websocket::error::upgrade_declined);
+  EXPECT_EQ(unknown.status(), 404);
+
+  // The process ends: the socket closes with 1000 "exit 4".
+  ASSERT_EQ(api_.call("POST", base("w1") + "/mcp/stdin?close=true", "", "application/octet-stream")
+                .status,
+            200);
+  EXPECT_FALSE(ws.read().has_value());
+  EXPECT_EQ(ws.reason().code, websocket::close_code::normal);
+  EXPECT_EQ(reason_of(ws), "exit 4");
+}
+
+TEST_F(ProcessesApi, AttachToAPtyCarriesTerminalBytesAndResizes) {
+  auto r = start("w2", {{"command", "sh"}, {"tag", "term"}, {"pty", {{"cols", 80}, {"rows", 24}}}});
+  ASSERT_EQ(r.status, 201) << r;
+  Ws ws;
+  ASSERT_FALSE(ws.open(daemon_.host_port(), base("w2") + "/term/attach"));
+  ws.write(R"({"type":"resize","cols":101,"rows":41})", false);
+  ws.write("stty size\n", true);
+  std::string seen = ws.read_until("41 101");
+  EXPECT_NE(seen.find("41 101"), std::string::npos) << seen;
+  EXPECT_TRUE(ws.last_binary());
+  // Detaching leaves the process running; it is killed by DELETE, which closes a new attacher.
+  ws.close();
+  EXPECT_EQ(api_.get(base("w2") + "/term").body["state"], "running");
+  Ws again;
+  ASSERT_FALSE(again.open(daemon_.host_port(), base("w2") + "/term/attach"));
+  ASSERT_EQ(api_.del(base("w2") + "/term").status, 200);
+  while (again.read()) {
+  }
+  EXPECT_EQ(again.reason().code, websocket::close_code::normal);
+  EXPECT_EQ(reason_of(again), "signal 9");
+}
+
+TEST_F(ProcessesApi, PtyRouteStartsAShellThatEndsWithItsSocket) {
+  Ws ws;
+  ASSERT_FALSE(ws.open(daemon_.host_port(), "/v1/sessions/w3/pty?cols=90&rows=30&command=sh"));
+  ws.write("stty size; exit 7\n", true);
+  std::string seen = ws.read_until("\x01never");
+  EXPECT_NE(seen.find("30 90"), std::string::npos) << seen;
+  EXPECT_EQ(ws.reason().code, websocket::close_code::normal);
+  EXPECT_EQ(reason_of(ws), "exit 7");
+
+  // Closing the socket ends the process.
+  Ws other;
+  ASSERT_FALSE(other.open(daemon_.host_port(), "/v1/sessions/w3/pty?command=sleep%2060"));
+  auto l = api_.get(base("w3"));
+  ASSERT_EQ(l.body["processes"].size(), 2u) << l;
+  EXPECT_EQ(l.body["processes"][1]["state"], "running");
+  other.close();
+  EXPECT_TRUE(eventually([&] {
+    return api_.get(base("w3")).body["processes"][1]["state"] == "killed";
+  }));
+  Ws bad;
+  EXPECT_EQ(bad.open(daemon_.host_port(), "/v1/sessions/w3/pty?cols=0"),
+            websocket::error::upgrade_declined);
+  EXPECT_EQ(bad.status(), 400);
+}
+
+}  // namespace
+}  // namespace agentbox::testing
