@@ -105,6 +105,7 @@ struct HttpServer::Impl {
   }
 
   Context ctx;
+  std::shared_ptr<void> events_sub;  // SessionManager::subscribe handle (metrics)
   tcp::acceptor acceptor;
   std::list<Conn*> conns;
   std::uint64_t next_conn = 1;
@@ -356,7 +357,14 @@ HttpServer::HttpServer(asio::io_context& ioc, asio::thread_pool& pool,
                        session::SessionManager& sessions,
                        std::shared_ptr<sandbox::Backend> default_backend, ServerOptions opts)
     : impl_(std::make_shared<Impl>(ioc, pool, sessions, std::move(default_backend),
-                                   std::move(opts))) {}
+                                   std::move(opts))) {
+  // /metrics counts the manager's lifecycle events; the weak pointer keeps a late event (from
+  // the reaper, during shutdown) off a server that is gone.
+  impl_->events_sub = sessions.subscribe([w = std::weak_ptr<Impl>(impl_)](
+                                             const session::SessionEvent& ev) {
+    if (auto impl = w.lock()) impl->ctx.metrics.record_event(ev.kind, ev.cause);
+  });
+}
 
 HttpServer::~HttpServer() {
   beast::error_code ec;

@@ -35,6 +35,11 @@ void Metrics::record_exec(std::chrono::milliseconds duration, bool failed, bool 
   }
 }
 
+void Metrics::record_event(session::EventKind kind, session::EventCause cause) {
+  auto k = static_cast<std::size_t>(kind), c = static_cast<std::size_t>(cause);
+  if (k < kKinds && c < kCauses) events_[k * kCauses + c].fetch_add(1, std::memory_order_relaxed);
+}
+
 std::string Metrics::render(const std::map<std::string, std::size_t>& sessions_by_state,
                             const std::map<std::string, net::ProxyCounters>& egress) const {
   std::string out;
@@ -44,6 +49,17 @@ std::string Metrics::render(const std::map<std::string, std::size_t>& sessions_b
   for (const auto& [k, v] : sessions_by_state) states[k] = v;
   for (const auto& [state, n] : states) {
     add(fmt::format("agentbox_sessions{{state=\"{}\"}} {}\n", state, n));
+  }
+  add("# HELP agentbox_session_events_total Session lifecycle events, by event and cause.\n"
+      "# TYPE agentbox_session_events_total counter\n");
+  for (std::size_t k = 0; k < kKinds; ++k) {
+    for (std::size_t c = 0; c < kCauses; ++c) {
+      std::uint64_t n = events_[k * kCauses + c].load(std::memory_order_relaxed);
+      if (n == 0) continue;
+      add(fmt::format("agentbox_session_events_total{{event=\"{}\",cause=\"{}\"}} {}\n",
+                      session::event_kind_name(static_cast<session::EventKind>(k)),
+                      session::event_cause_name(static_cast<session::EventCause>(c)), n));
+    }
   }
   auto counter = [&](std::string_view name, std::string_view help, std::uint64_t v) {
     add(fmt::format("# HELP {0} {1}\n# TYPE {0} counter\n{0} {2}\n", name, help, v));

@@ -13,6 +13,7 @@
 #include <vector>
 
 #include "net/proxy.h"
+#include "session/events.h"
 
 namespace agentbox::server {
 
@@ -49,6 +50,8 @@ class Metrics {
   void record_exec(std::chrono::milliseconds duration, bool failed, bool timed_out);
   void add_bytes_in(std::uint64_t n) { bytes_in_.fetch_add(n, std::memory_order_relaxed); }
   void add_bytes_out(std::uint64_t n) { bytes_out_.fetch_add(n, std::memory_order_relaxed); }
+  // One session lifecycle event (the server subscribes this to the SessionManager).
+  void record_event(session::EventKind kind, session::EventCause cause);
 
   // The exposition text; `sessions_by_state` and `egress` (the egress proxy counters of the
   // running allowlist sessions, by session id) come from the SessionManager.
@@ -63,6 +66,8 @@ class Metrics {
   std::atomic<std::uint64_t> duration_ms_sum_{0};
   std::atomic<std::uint64_t> bytes_in_{0};
   std::atomic<std::uint64_t> bytes_out_{0};
+  static constexpr std::size_t kKinds = 4, kCauses = 5;  // events.h
+  std::array<std::atomic<std::uint64_t>, kKinds * kCauses> events_{};
 };
 
 }  // namespace agentbox::server

@@ -269,10 +269,10 @@ TEST_F(SessionsApi, LifecycleRoutes) {
   EXPECT_EQ(fresh.code(), "EACCES");
   EXPECT_EQ(api_.get("/v1/sessions/fresh").status, 404);
 
-  // Not built yet (API.md "Processes and terminals"): 501 ENOTSUP naming the route.
+  // The pty route is a WebSocket (api_processes_test drives it): a plain GET is told so.
   auto pty = api_.get("/v1/sessions/life/pty?cols=80&rows=24&command=bash");
-  EXPECT_EQ(pty.status, 501) << pty;
-  EXPECT_EQ(pty.code(), "ENOTSUP") << pty;
+  EXPECT_EQ(pty.status, 426) << pty;
+  EXPECT_EQ(pty.code(), "EINVAL") << pty;
 }
 
 }  // namespace

@@ -67,3 +67,25 @@ TEST(Metrics, FeaturesSayWhatIsBuilt) {
 
 }  // namespace
 }  // namespace agentbox::server
+
+namespace agentbox::server {
+namespace {
+
+TEST(Metrics, SessionEventsAreCountedByEventAndCause) {
+  Metrics m;
+  m.record_event(session::EventKind::kCreated, session::EventCause::kApi);
+  m.record_event(session::EventKind::kCreated, session::EventCause::kApi);
+  m.record_event(session::EventKind::kSuspended, session::EventCause::kReaper);
+  std::string text = m.render({});
+  EXPECT_NE(text.find("agentbox_session_events_total{event=\"created\",cause=\"api\"} 2\n"),
+            std::string::npos)
+      << text;
+  EXPECT_NE(
+      text.find("agentbox_session_events_total{event=\"suspended\",cause=\"reaper\"} 1\n"),
+      std::string::npos)
+      << text;
+  EXPECT_EQ(text.find("event=\"destroyed\""), std::string::npos) << text;
+}
+
+}  // namespace
+}  // namespace agentbox::server
