@@ -11,34 +11,7 @@ namespace agentbox::session {
 namespace {
 
 constexpr std::size_t kMaxIdBytes = validate::kMaxIdBytes;
-// Longest id or template quoted back in an error message; the rest is elided so a hostile
-// megabyte-long id does not come back in every error body and log line.
-constexpr std::size_t kMaxQuotedBytes = 160;
-
-// The id as it can be shown in a message: printable ASCII kept, anything else as \xNN.
-std::string quote(std::string_view s) {
-  static constexpr char kHex[] = "0123456789abcdef";
-  std::string out = "\"";
-  for (std::size_t i = 0; i < s.size(); ++i) {
-    if (out.size() >= kMaxQuotedBytes) {
-      out += "...";
-      break;
-    }
-    auto c = static_cast<unsigned char>(s[i]);
-    if (c == '"' || c == '\\') {
-      out += '\\';
-      out += static_cast<char>(c);
-    } else if (c >= 0x20 && c < 0x7f) {
-      out += static_cast<char>(c);
-    } else {
-      out += "\\x";
-      out += kHex[c >> 4];
-      out += kHex[c & 0xf];
-    }
-  }
-  out += '"';
-  return out;
-}
+using validate::quote;
 
 }  // namespace
 
