@@ -301,13 +301,15 @@ int main(int argc, char** argv) {
     spdlog::info("listening on {} (backend {}, data dir {}, auth {}, {} tenant(s))", host_port,
                  cfg.backend, data_dir, opts.tenants.empty() ? "off" : "on", opts.tenants.size());
     http.start();
+    // The hint is printed (and flushed) before the ready file appears: whoever waits for the file
+    // may read the whole startup message at once.
+    print_usage_hint("http://" + host_port, !opts.tenants.empty());
     if (!cfg.ready_file.empty()) {
       if (auto st = write_ready_file(cfg.ready_file, host_port); !st) {
         spdlog::error("ready file: {}", st.error().message);
         return 1;
       }
     }
-    print_usage_hint("http://" + host_port, !opts.tenants.empty());
 
     // SIGTERM/SIGINT: stop accepting, kill running commands (their requests then finish with
     // the killed result), wait for connections to drain, exit 0. A second signal exits at once.
