@@ -12,6 +12,7 @@
 #include <optional>
 #include <string>
 #include <vector>
+#include <unistd.h>
 
 #include "integration/api_test_util.h"
 
@@ -229,14 +230,16 @@ TEST_F(ProcessesApi, SignalsAndKillEndTheProcess) {
   EXPECT_EQ(g.body["exit_code"], 143);
 
   // DELETE kills the whole tree: a grandchild that outlives its parent goes too.
-  ASSERT_EQ(start("p4", {{"command", "sleep 60 & sleep 60 & wait"}, {"tag", "tree"}}).status,
-            201);
+  // The duration is unique to this test process: on the host backend `ps` sees every process of
+  // the machine, including those of tests running in parallel.
+  const std::string nap = "sleep 6" + std::to_string(::getpid());
+  ASSERT_EQ(start("p4", {{"command", nap + " & " + nap + " & wait"}, {"tag", "tree"}}).status, 201);
   auto d = api_.del(base("p4") + "/tree");
   ASSERT_EQ(d.status, 200) << d;
   EXPECT_EQ(d.body["state"], "killed") << d;
   EXPECT_EQ(d.body["signal"], 9);
   // Nothing of the tree is left in the box.
-  auto ps = api_.sh("p4", "ps -eo args | grep -c '^sleep 60' || true");
+  auto ps = api_.sh("p4", "ps -eo args | grep -c '^" + nap + "$' || true");
   ASSERT_EQ(ps.status, 200) << ps;
   EXPECT_EQ(ps.body["stdout"], "0\n") << ps;
   // The tag is free again.
