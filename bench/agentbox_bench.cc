@@ -36,14 +36,14 @@
 #include <unistd.h>
 
 #include <CLI/CLI.hpp>
+#include <algorithm>
+#include <atomic>
 #include <boost/asio/connect.hpp>
 #include <boost/asio/io_context.hpp>
 #include <boost/asio/ip/tcp.hpp>
 #include <boost/beast/core/buffers_to_string.hpp>
 #include <boost/beast/core/flat_buffer.hpp>
 #include <boost/beast/websocket.hpp>
-#include <algorithm>
-#include <atomic>
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
@@ -612,21 +612,21 @@ void section_rate(const Daemon& d, int sessions, double seconds) {
   // Alternating 1 s slices of each (medians): the machine's noise hits both alike.
   std::vector<double> bares, apis;
   for (int slice = 0; slice < std::max(1, static_cast<int>(seconds)); ++slice) {
-    bares.push_back(rate_for(threads, 1.0, [](unsigned, std::atomic<long>& done,
-                                              std::atomic<bool>& stop) {
-      while (!stop) {
-        if (spawn_wait({"/bin/true"}) == 0) ++done;
-      }
-    }));
-    apis.push_back(rate_for(threads, 1.0, [&](unsigned t, std::atomic<long>& done,
-                                              std::atomic<bool>& stop) {
-      Client c = make_client(d);
-      for (unsigned i = t; !stop; i += threads) {
-        if (exec_true(c, "bench-rate-" + std::to_string(i % static_cast<unsigned>(sessions)))) {
-          ++done;
-        }
-      }
-    }));
+    bares.push_back(
+        rate_for(threads, 1.0, [](unsigned, std::atomic<long>& done, std::atomic<bool>& stop) {
+          while (!stop) {
+            if (spawn_wait({"/bin/true"}) == 0) ++done;
+          }
+        }));
+    apis.push_back(
+        rate_for(threads, 1.0, [&](unsigned t, std::atomic<long>& done, std::atomic<bool>& stop) {
+          Client c = make_client(d);
+          for (unsigned i = t; !stop; i += threads) {
+            if (exec_true(c, "bench-rate-" + std::to_string(i % static_cast<unsigned>(sessions)))) {
+              ++done;
+            }
+          }
+        }));
   }
   const double bare = median(bares), api = median(apis);
   row("bare posix_spawn /bin/true (median of 1 s slices)", bare, "/s");
@@ -762,8 +762,9 @@ class BenchWs {
     boost::beast::websocket::response_type res;
     boost::system::error_code ec;
     ws_.handshake(res, host_, target, ec);
-    if (ec) die("WebSocket " + target + ": " + ec.message() + " (HTTP " +
-                std::to_string(res.result_int()) + ")");
+    if (ec)
+      die("WebSocket " + target + ": " + ec.message() + " (HTTP " +
+          std::to_string(res.result_int()) + ")");
   }
   // The next message's bytes; false once the socket is closed (or failed).
   bool read(std::string* out) {
@@ -921,8 +922,10 @@ void row_p(const char* what, const std::vector<double>& v, const std::string& no
 // (a) process start -> first output byte: the pty route (start + attach in one upgrade) in a
 // warm ns session vs `script -qc` and a local pty running the same command, interleaved.
 void section_attach(const Daemon& d, int n) {
-  std::printf("\n[attach] process start -> first output byte of `echo hi` on a pty, %d runs, "
-              "p50 (p99)\n", n);
+  std::printf(
+      "\n[attach] process start -> first output byte of `echo hi` on a pty, %d runs, "
+      "p50 (p99)\n",
+      n);
   Client c = make_client(d);
   create_session(c, "bench-attach");
   for (int i = 0; i < 5; ++i) exec_true(c, "bench-attach");
@@ -960,8 +963,10 @@ void section_attach(const Daemon& d, int n) {
 // interleaved key by key. A key is 'a' (echo "a"), each followed by an untimed DEL (echo "\b \b")
 // so the line stays empty.
 void section_keys(const Daemon& d, int n) {
-  std::printf("\n[keys] keystroke -> echo round trip on a pty running /bin/sh, %d keys, p50 "
-              "(p99)\n", n);
+  std::printf(
+      "\n[keys] keystroke -> echo round trip on a pty running /bin/sh, %d keys, p50 "
+      "(p99)\n",
+      n);
   Client c = make_client(d);
   create_session(c, "bench-keys");
   exec_true(c, "bench-keys");
@@ -1030,7 +1035,8 @@ double idle_cpu_ms(pid_t pid, double seconds) {
   CpuSample a = cpu_of(pid);
   std::this_thread::sleep_for(std::chrono::duration<double>(seconds));
   CpuSample b = cpu_of(pid);
-  return static_cast<double>(b.ticks - a.ticks) * 1000.0 / static_cast<double>(::sysconf(_SC_CLK_TCK));
+  return static_cast<double>(b.ticks - a.ticks) * 1000.0 /
+         static_cast<double>(::sysconf(_SC_CLK_TCK));
 }
 
 // (c) 1,000 idle background processes (`sleep 3600`) across 100 sessions: the daemon's RSS, its
@@ -1126,9 +1132,10 @@ void section_procs(const Daemon& d, int sessions, int total, double idle_seconds
 void section_ab(const Daemon& b, const std::string& a_bin, const std::string& backend, int n,
                 int sessions, double seconds) {
   Daemon a(a_bin, backend, {});
-  std::printf("\n[ab] A = %s, B = %s: exec round trip (%d each, interleaved) and execs/s "
-              "across %d sessions (1 s slices, alternating)\n",
-              a_bin.c_str(), b.bin().c_str(), n, sessions);
+  std::printf(
+      "\n[ab] A = %s, B = %s: exec round trip (%d each, interleaved) and execs/s "
+      "across %d sessions (1 s slices, alternating)\n",
+      a_bin.c_str(), b.bin().c_str(), n, sessions);
   Client ca = make_client(a), cb = make_client(b);
   create_session(ca, "bench-ab");
   create_session(cb, "bench-ab");
@@ -1153,8 +1160,8 @@ void section_ab(const Daemon& b, const std::string& a_bin, const std::string& ba
   row_p("bare posix_spawn /bin/true", bare);
   row_p("A: exec via HTTP keep-alive", ta, ratio_note(median(ta) / median(bare), "A / bare"));
   row_p("B: exec via HTTP keep-alive", tb,
-        ratio_note(median(tb) / median(bare), "B / bare") +
-            ", B/A " + std::to_string(median(tb) / median(ta)).substr(0, 4));
+        ratio_note(median(tb) / median(bare), "B / bare") + ", B/A " +
+            std::to_string(median(tb) / median(ta)).substr(0, 4));
 
   for (int i = 0; i < sessions; ++i) {
     create_session(ca, "bench-abr-" + std::to_string(i));
@@ -1214,7 +1221,9 @@ int main(int argc, char** argv) {
   std::string ab_daemon;
   app.add_option("--daemon", daemon, "agentboxd binary");
   app.add_option("--backend", backend, "backend to measure");
-  app.add_option("--section", sections, "exec files sessions idle rate lifecycle attach keys procs ab")->delimiter(',');
+  app.add_option("--section", sections,
+                 "exec files sessions idle rate lifecycle attach keys procs ab")
+      ->delimiter(',');
   app.add_option("--iterations", iterations);
   app.add_option("--sessions", sessions);
   app.add_option("--idle", idle);
