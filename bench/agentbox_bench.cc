@@ -13,12 +13,22 @@
 //   rate      execs/s across 100 sessions vs the bare posix_spawn rate, on all cores
 //   lifecycle suspend + resume round trip; daemon restart with 1,000 sessions in the database
 //             (time to ready) vs an empty one; exec latency with persistence on vs off
+//   attach    process start -> first output byte through the pty route's WebSocket vs
+//             `script -qc` and a local pty running the same command, p50/p99
+//   keys      keystroke -> echo round trip on a pty (pty route running /bin/sh) vs a local pty of
+//             the same shell, p50/p99
+//   procs     1,000 idle background processes across 100 sessions: daemon RSS, daemon CPU over
+//             10 s idle and its thread count, vs the same sessions without processes
+//   ab        exec round trip and execs/s of --daemon vs --ab-daemon (e.g. the build before a
+//             change), interleaved (not in `make bench`)
 
 #include <arpa/inet.h>
 #include <fcntl.h>
 #include <netinet/in.h>
+#include <pty.h>
 #include <signal.h>
 #include <spawn.h>
+#include <sys/ioctl.h>
 #include <sys/sendfile.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
@@ -28,6 +38,12 @@
 #include <CLI/CLI.hpp>
 #include <algorithm>
 #include <atomic>
+#include <boost/asio/connect.hpp>
+#include <boost/asio/io_context.hpp>
+#include <boost/asio/ip/tcp.hpp>
+#include <boost/beast/core/buffers_to_string.hpp>
+#include <boost/beast/core/flat_buffer.hpp>
+#include <boost/beast/websocket.hpp>
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
@@ -49,6 +65,7 @@ using Clock = std::chrono::steady_clock;
 namespace fs = std::filesystem;
 using agentbox::client::Client;
 using agentbox::client::ClientOptions;
+using tcp = boost::asio::ip::tcp;
 
 double ms_since(Clock::time_point t0) {
   return std::chrono::duration<double, std::milli>(Clock::now() - t0).count();
@@ -119,7 +136,8 @@ class Daemon {
   // `dir` empty: a fresh one of this bench process. A given dir is reused as it is (its data
   // dir included: a restart) and kept when the daemon stops.
   Daemon(const std::string& bin, const std::string& backend, const std::vector<std::string>& extra,
-         fs::path dir = {}) {
+         fs::path dir = {})
+      : bin_(bin) {
     if (dir.empty()) {
       static int n = 0;
       dir_ = fs::temp_directory_path() /
@@ -176,8 +194,10 @@ class Daemon {
   double ready_ms() const { return ready_ms_; }
   pid_t pid() const { return pid_; }
   fs::path dir() const { return dir_; }
+  const std::string& bin() const { return bin_; }
 
  private:
+  std::string bin_;
   fs::path dir_;
   bool remove_dir_ = false;
   pid_t pid_ = -1;
@@ -223,17 +243,21 @@ void section_exec(const Daemon& d, const std::string& backend, int n) {
   Client c = make_client(d);
   create_session(c, "bench-exec");
   for (int i = 0; i < 20; ++i) exec_true(c, "bench-exec");  // warm: box up, connection open
-  std::vector<double> api;
+  // Interleaved, one exec then one bare spawn: the machine's noise hits both alike.
+  std::vector<double> api, bare;
   for (int i = 0; i < n; ++i) {
     auto t0 = Clock::now();
     if (!exec_true(c, "bench-exec")) die("exec /bin/true failed");
     api.push_back(ms_since(t0));
+    t0 = Clock::now();
+    if (spawn_wait({"/bin/true"}) != 0) die("/bin/true failed");
+    bare.push_back(ms_since(t0));
   }
-  auto bare = time_spawns({"/bin/true"}, n);
   double m_api = median(api), m_bare = median(bare);
   row("bare posix_spawn /bin/true", m_bare, "ms");
   row(("agentbox exec via HTTP keep-alive (" + backend + ")").c_str(), m_api, "ms",
       ratio_note(m_api / m_bare, backend == "host" ? "<= 1.3" : "<= 1.5"));
+  row("  p99 bare posix_spawn", percentile(bare, 0.99), "ms");
   row("  p99 agentbox exec", percentile(api, 0.99), "ms");
 
   if (backend != "ns") return;
@@ -246,13 +270,26 @@ void section_exec(const Daemon& d, const std::string& backend, int n) {
                                     "--proc",    "/proc",         "--dev",
                                     "/dev",      "--tmpfs",       "/tmp",
                                     "/bin/true"};
-  auto bw = time_spawns(bwrap, std::max(20, n / 5));
+  // Interleaved with execs again, and the ratio taken against those execs.
+  std::vector<double> bw, api_bw;
+  for (int i = 0; i < std::max(20, n / 5); ++i) {
+    auto one = time_spawns(bwrap, 1);
+    if (one.empty()) {
+      bw.clear();
+      break;
+    }
+    bw.push_back(one.front());
+    auto t0 = Clock::now();
+    if (!exec_true(c, "bench-exec")) die("exec /bin/true failed");
+    api_bw.push_back(ms_since(t0));
+  }
   if (bw.empty()) {
     row("bwrap --unshare-all ... /bin/true", 0, "ms", "FAILED to run");
   } else {
     double m_bw = median(bw);
     row("bwrap --unshare-all ... /bin/true", m_bw, "ms",
-        ratio_note(m_bw / m_api, ">= 3 (bwrap / agentbox)"));
+        ratio_note(m_bw / median(api_bw), ">= 5 (bwrap / agentbox)"));
+    row("  agentbox exec, interleaved with bwrap", median(api_bw), "ms");
   }
   // Seed 001's way: a mount+pid namespace and setpriv to the agent's uid, per command.
   std::vector<std::string> seed = {"unshare",       "--mount",        "--pid",
@@ -549,41 +586,52 @@ void section_idle(const Daemon& d, const std::string& backend, int n) {
   for (int i = 0; i < n; ++i) c.request("DELETE", "/v1/sessions/bench-idle-" + std::to_string(i));
 }
 
+// Execs/s of `body` run by `threads` threads for `seconds`.
+template <typename Body>
+double rate_for(unsigned threads, double seconds, Body body) {
+  std::atomic<long> done{0};
+  std::atomic<bool> stop{false};
+  std::vector<std::thread> ts;
+  for (unsigned t = 0; t < threads; ++t) {
+    ts.emplace_back([&, t] { body(t, done, stop); });
+  }
+  std::this_thread::sleep_for(std::chrono::duration<double>(seconds));
+  stop = true;
+  for (auto& th : ts) th.join();
+  return static_cast<double>(done) / seconds;
+}
+
 void section_rate(const Daemon& d, int sessions, double seconds) {
   const unsigned threads = std::max(2u, std::thread::hardware_concurrency()) * 2;
-  std::printf("\n[rate] execs/s across %d sessions, %u client threads, %.0f s each\n", sessions,
-              threads, seconds);
+  std::printf("\n[rate] execs/s across %d sessions, %u client threads, %.0f s each, alternating\n",
+              sessions, threads, seconds);
   {
     Client c = make_client(d);
     for (int i = 0; i < sessions; ++i) create_session(c, "bench-rate-" + std::to_string(i));
   }
-  auto run = [&](auto&& body) {
-    std::atomic<long> done{0};
-    std::atomic<bool> stop{false};
-    std::vector<std::thread> ts;
-    for (unsigned t = 0; t < threads; ++t) {
-      ts.emplace_back([&, t] { body(t, done, stop); });
-    }
-    std::this_thread::sleep_for(std::chrono::duration<double>(seconds));
-    stop = true;
-    for (auto& th : ts) th.join();
-    return static_cast<double>(done) / seconds;
-  };
-  double bare = run([](unsigned, std::atomic<long>& done, std::atomic<bool>& stop) {
-    while (!stop) {
-      if (spawn_wait({"/bin/true"}) == 0) ++done;
-    }
-  });
-  double api = run([&](unsigned t, std::atomic<long>& done, std::atomic<bool>& stop) {
-    Client c = make_client(d);
-    for (unsigned i = t; !stop; i += threads) {
-      if (exec_true(c, "bench-rate-" + std::to_string(i % static_cast<unsigned>(sessions)))) {
-        ++done;
-      }
-    }
-  });
-  row("bare posix_spawn /bin/true", bare, "/s");
-  row("agentbox exec across sessions", api, "/s", ratio_note(api / bare, ">= 0.7"));
+  // Alternating 1 s slices of each (medians): the machine's noise hits both alike.
+  std::vector<double> bares, apis;
+  for (int slice = 0; slice < std::max(1, static_cast<int>(seconds)); ++slice) {
+    bares.push_back(
+        rate_for(threads, 1.0, [](unsigned, std::atomic<long>& done, std::atomic<bool>& stop) {
+          while (!stop) {
+            if (spawn_wait({"/bin/true"}) == 0) ++done;
+          }
+        }));
+    apis.push_back(
+        rate_for(threads, 1.0, [&](unsigned t, std::atomic<long>& done, std::atomic<bool>& stop) {
+          Client c = make_client(d);
+          for (unsigned i = t; !stop; i += threads) {
+            if (exec_true(c, "bench-rate-" + std::to_string(i % static_cast<unsigned>(sessions)))) {
+              ++done;
+            }
+          }
+        }));
+  }
+  const double bare = median(bares), api = median(apis);
+  row("bare posix_spawn /bin/true (median of 1 s slices)", bare, "/s");
+  row("agentbox exec across sessions (median of 1 s slices)", api, "/s",
+      ratio_note(api / bare, ">= 0.7"));
   Client c = make_client(d);
   for (int i = 0; i < sessions; ++i)
     c.request("DELETE", "/v1/sessions/bench-rate-" + std::to_string(i));
@@ -692,6 +740,472 @@ void section_lifecycle(const std::string& bin, const std::string& backend, int n
   }
 }
 
+// ---- Processes and terminals (issue 11): attach, keystrokes, idle processes ---------------------
+
+// A synchronous WebSocket client for the attach and pty routes (Boost.Beast): connected when
+// made, so that a measurement can start at the upgrade request.
+class BenchWs {
+ public:
+  explicit BenchWs(const std::string& url) : ws_(io_) {
+    std::string hp = url.substr(url.find("://") + 3);
+    const std::size_t colon = hp.rfind(':');
+    host_ = hp;
+    tcp::resolver resolver(io_);
+    boost::system::error_code ec;
+    auto eps = resolver.resolve(hp.substr(0, colon), hp.substr(colon + 1), ec);
+    if (!ec) boost::asio::connect(ws_.next_layer(), eps, ec);
+    if (ec) die("WebSocket: connect to " + hp + ": " + ec.message());
+    ws_.next_layer().set_option(tcp::no_delay(true), ec);
+  }
+  // The upgrade (101) on `target`; dies on a refusal.
+  void handshake(const std::string& target) {
+    boost::beast::websocket::response_type res;
+    boost::system::error_code ec;
+    ws_.handshake(res, host_, target, ec);
+    if (ec)
+      die("WebSocket " + target + ": " + ec.message() + " (HTTP " +
+          std::to_string(res.result_int()) + ")");
+  }
+  // The next message's bytes; false once the socket is closed (or failed).
+  bool read(std::string* out) {
+    boost::beast::flat_buffer buf;
+    boost::system::error_code ec;
+    ws_.read(buf, ec);
+    if (ec) return false;
+    *out = boost::beast::buffers_to_string(buf.data());
+    return true;
+  }
+  void write_binary(std::string_view data) {
+    ws_.binary(true);
+    boost::system::error_code ec;
+    ws_.write(boost::asio::buffer(data.data(), data.size()), ec);
+    if (ec) die("WebSocket write: " + ec.message());
+  }
+  // Reads until `want` has come (in any framing), dropping what came before it and it.
+  void read_until(std::string& pending, std::string_view want) {
+    for (;;) {
+      std::size_t at = pending.find(want);
+      if (at != std::string::npos) {
+        pending.erase(0, at + want.size());
+        return;
+      }
+      std::string more;
+      if (!read(&more)) die("WebSocket closed while waiting for terminal output");
+      pending += more;
+    }
+  }
+  // Reads until the server closes (the process ended).
+  void drain() {
+    std::string ignored;
+    while (read(&ignored)) {
+    }
+  }
+
+ private:
+  boost::asio::io_context io_;
+  boost::beast::websocket::stream<tcp::socket> ws_;
+  std::string host_;
+};
+
+// A local pty running argv as its controlling terminal, started the cheapest way (posix_spawn:
+// a vfork-style clone, as the box's init does): a new session, then the slave opened as stdin,
+// which makes it the controlling terminal.
+struct LocalPty {
+  int master = -1;
+  pid_t pid = -1;
+
+  explicit LocalPty(const std::vector<std::string>& args) {
+    int slave = -1;
+    char name[128];
+    if (::openpty(&master, &slave, name, nullptr, nullptr) != 0) die("openpty failed");
+    ::fcntl(master, F_SETFD, FD_CLOEXEC);
+    ::close(slave);
+    std::vector<char*> argv;
+    for (const auto& a : args) argv.push_back(const_cast<char*>(a.c_str()));
+    argv.push_back(nullptr);
+    posix_spawnattr_t attr;
+    posix_spawnattr_init(&attr);
+    posix_spawnattr_setflags(&attr, POSIX_SPAWN_SETSID);
+    posix_spawn_file_actions_t fa;
+    posix_spawn_file_actions_init(&fa);
+    posix_spawn_file_actions_addopen(&fa, 0, name, O_RDWR, 0);
+    posix_spawn_file_actions_adddup2(&fa, 0, 1);
+    posix_spawn_file_actions_adddup2(&fa, 0, 2);
+    int rc = posix_spawn(&pid, argv[0], &fa, &attr, argv.data(), environ);
+    posix_spawn_file_actions_destroy(&fa);
+    posix_spawnattr_destroy(&attr);
+    if (rc != 0) die("cannot start " + args[0] + " on a pty");
+  }
+  ~LocalPty() {
+    if (pid > 0) {
+      ::kill(pid, SIGKILL);
+      ::waitpid(pid, nullptr, 0);
+    }
+    ::close(master);
+  }
+  // Some bytes (blocking); empty at the end (EIO once no slave is left).
+  std::string read_some() {
+    char buf[4096];
+    for (;;) {
+      ssize_t n = ::read(master, buf, sizeof buf);
+      if (n < 0 && errno == EINTR) continue;
+      return n > 0 ? std::string(buf, static_cast<std::size_t>(n)) : std::string();
+    }
+  }
+  void write_all(std::string_view s) {
+    if (::write(master, s.data(), s.size()) != static_cast<ssize_t>(s.size())) die("pty write");
+  }
+  void read_until(std::string& pending, std::string_view want) {
+    for (;;) {
+      std::size_t at = pending.find(want);
+      if (at != std::string::npos) {
+        pending.erase(0, at + want.size());
+        return;
+      }
+      std::string more = read_some();
+      if (more.empty()) die("local pty closed while waiting for output");
+      pending += more;
+    }
+  }
+  // Until the end, then reaps the child.
+  void drain_and_wait() {
+    while (!read_some().empty()) {
+    }
+    ::waitpid(pid, nullptr, 0);
+    pid = -1;
+  }
+};
+
+// From spawning argv (stdout a pipe, stdin /dev/null) to its first output byte, in ms; the rest
+// is then read and the child reaped.
+double first_byte_ms(const std::vector<std::string>& args) {
+  int p[2];
+  if (::pipe2(p, O_CLOEXEC) != 0) die("pipe failed");
+  std::vector<char*> argv;
+  for (const auto& a : args) argv.push_back(const_cast<char*>(a.c_str()));
+  argv.push_back(nullptr);
+  posix_spawn_file_actions_t fa;
+  posix_spawn_file_actions_init(&fa);
+  posix_spawn_file_actions_addopen(&fa, 0, "/dev/null", O_RDONLY, 0);
+  posix_spawn_file_actions_adddup2(&fa, p[1], 1);
+  posix_spawn_file_actions_addopen(&fa, 2, "/dev/null", O_WRONLY, 0);
+  // `script` runs $SHELL: the same /bin/sh as the box's pty route and the local pty.
+  std::vector<std::string> env_s = {"SHELL=/bin/sh", "PATH=/usr/bin:/bin", "TERM=xterm-256color"};
+  std::vector<char*> envp;
+  for (auto& e : env_s) envp.push_back(e.data());
+  envp.push_back(nullptr);
+  pid_t pid;
+  auto t0 = Clock::now();
+  int rc = posix_spawnp(&pid, argv[0], &fa, nullptr, argv.data(), envp.data());
+  posix_spawn_file_actions_destroy(&fa);
+  ::close(p[1]);
+  if (rc != 0) die("cannot run " + args[0]);
+  char buf[4096];
+  ssize_t n;
+  while ((n = ::read(p[0], buf, sizeof buf)) < 0 && errno == EINTR) {
+  }
+  double ms = ms_since(t0);
+  if (n <= 0) die(args[0] + " printed nothing");
+  while (::read(p[0], buf, sizeof buf) > 0) {
+  }
+  ::close(p[0]);
+  ::waitpid(pid, nullptr, 0);
+  return ms;
+}
+
+void row_p(const char* what, const std::vector<double>& v, const std::string& note = "") {
+  char buf[96];
+  std::snprintf(buf, sizeof buf, "p99 %8.3f ms  ", percentile(v, 0.99));
+  row(what, median(v), "ms", buf + note);
+}
+
+// (a) process start -> first output byte: the pty route (start + attach in one upgrade) in a
+// warm ns session vs `script -qc` and a local pty running the same command, interleaved.
+void section_attach(const Daemon& d, int n) {
+  std::printf(
+      "\n[attach] process start -> first output byte of `echo hi` on a pty, %d runs, "
+      "p50 (p99)\n",
+      n);
+  Client c = make_client(d);
+  create_session(c, "bench-attach");
+  for (int i = 0; i < 5; ++i) exec_true(c, "bench-attach");
+  const std::string target = "/v1/sessions/bench-attach/pty?command=echo%20hi";
+  std::vector<double> api, scr, local;
+  for (int i = 0; i < n + 3; ++i) {
+    BenchWs ws(d.url());  // the TCP connection is not part of the figure
+    auto t0 = Clock::now();
+    ws.handshake(target);
+    std::string first;
+    if (!ws.read(&first) || first.empty()) die("pty route: no output from `echo hi`");
+    double a = ms_since(t0);
+    ws.drain();
+    double s = first_byte_ms({"script", "-qc", "echo hi", "/dev/null"});
+    double l;
+    {
+      auto t1 = Clock::now();
+      LocalPty pty({"/bin/sh", "-c", "echo hi"});
+      if (pty.read_some().empty()) die("local pty: no output");
+      l = ms_since(t1);
+      pty.drain_and_wait();
+    }
+    if (i < 3) continue;  // warm-up
+    api.push_back(a), scr.push_back(s), local.push_back(l);
+  }
+  row_p("script -qc 'echo hi' (host)", scr);
+  row_p("local pty: openpty + posix_spawn /bin/sh -c 'echo hi'", local);
+  char note[96];
+  std::snprintf(note, sizeof note, "ratio %.2f to script, %.2f to the local pty",
+                median(api) / median(scr), median(api) / median(local));
+  row_p("agentbox pty route (upgrade -> first frame, ns)", api, note);
+}
+
+// (b) keystroke -> echo on a pty: the pty route running /bin/sh vs a local pty of the same shell,
+// interleaved key by key. A key is 'a' (echo "a"), each followed by an untimed DEL (echo "\b \b")
+// so the line stays empty.
+void section_keys(const Daemon& d, int n) {
+  std::printf(
+      "\n[keys] keystroke -> echo round trip on a pty running /bin/sh, %d keys, p50 "
+      "(p99)\n",
+      n);
+  Client c = make_client(d);
+  create_session(c, "bench-keys");
+  exec_true(c, "bench-keys");
+  BenchWs ws(d.url());
+  ws.handshake("/v1/sessions/bench-keys/pty?command=exec%20/bin/sh");
+  LocalPty local({"/bin/sh"});
+  std::string ws_pending, local_pending;
+  std::vector<double> api, loc;
+  for (int i = 0; i < n + 10; ++i) {
+    auto t0 = Clock::now();
+    ws.write_binary("a");
+    ws.read_until(ws_pending, "a");
+    double a = ms_since(t0);
+    ws.write_binary("\x7f");
+    ws.read_until(ws_pending, "\b \b");
+    t0 = Clock::now();
+    local.write_all("a");
+    local.read_until(local_pending, "a");
+    double l = ms_since(t0);
+    local.write_all("\x7f");
+    local.read_until(local_pending, "\b \b");
+    if (i < 10) continue;  // warm-up (and the prompts)
+    api.push_back(a), loc.push_back(l);
+  }
+  // Both shells exit; the pty route's socket then closes (1000, "exit 0").
+  ws.write_binary("exit\n");
+  ws.drain();
+  local.write_all("exit\n");
+  local.drain_and_wait();
+  row_p("local pty of /bin/sh: write a key, read its echo", loc);
+  row_p("agentbox pty route (ns): binary frame -> echo frame", api,
+        ratio_note(median(api) / median(loc), "(agentbox / local pty)"));
+}
+
+struct CpuSample {
+  long ticks = 0;  // utime + stime
+  Clock::time_point at;
+};
+CpuSample cpu_of(pid_t pid) {
+  std::ifstream f("/proc/" + std::to_string(pid) + "/stat");
+  std::string stat;
+  std::getline(f, stat);
+  CpuSample s;
+  s.at = Clock::now();
+  auto rp = stat.rfind(')');
+  if (rp == std::string::npos) return s;
+  std::istringstream rest(stat.substr(rp + 2));
+  std::string field;
+  // Fields 3.. of stat(5): utime and stime are the 14th and 15th.
+  for (int i = 3; i <= 15 && rest >> field; ++i) {
+    if (i == 14 || i == 15) s.ticks += std::stol(field);
+  }
+  return s;
+}
+int threads_of(pid_t pid) {
+  int n = 0;
+  std::error_code ec;
+  for (auto it = fs::directory_iterator("/proc/" + std::to_string(pid) + "/task", ec);
+       !ec && it != fs::directory_iterator(); ++it) {
+    ++n;
+  }
+  return n;
+}
+// The daemon's CPU time (ms) over `seconds` of doing nothing asked by a client.
+double idle_cpu_ms(pid_t pid, double seconds) {
+  CpuSample a = cpu_of(pid);
+  std::this_thread::sleep_for(std::chrono::duration<double>(seconds));
+  CpuSample b = cpu_of(pid);
+  return static_cast<double>(b.ticks - a.ticks) * 1000.0 /
+         static_cast<double>(::sysconf(_SC_CLK_TCK));
+}
+
+// (c) 1,000 idle background processes (`sleep 3600`) across 100 sessions: the daemon's RSS, its
+// CPU while they idle, and its thread count, each next to the same daemon with the same
+// sessions (boxes up) and no process.
+void section_procs(const Daemon& d, int sessions, int total, double idle_seconds) {
+  const int per = std::max(1, total / sessions);
+  std::printf("\n[procs] %d idle background processes (sleep 3600) across %d sessions\n",
+              per * sessions, sessions);
+  auto id_of = [](int i) { return "bench-procs-" + std::to_string(i); };
+  {
+    Client c = make_client(d);
+    for (int i = 0; i < sessions; ++i) {
+      create_session(c, id_of(i));
+      if (!exec_true(c, id_of(i))) die("exec failed in " + id_of(i));
+    }
+  }
+  std::this_thread::sleep_for(std::chrono::seconds(1));
+  const long rss0 = rss_kib(d.pid());
+  const int threads0 = threads_of(d.pid());
+  const double cpu0 = idle_cpu_ms(d.pid(), idle_seconds);
+
+  auto t0 = Clock::now();
+  std::atomic<int> failed{0};
+  std::vector<std::thread> ts;
+  const int nthreads = 4;
+  for (int t = 0; t < nthreads; ++t) {
+    ts.emplace_back([&, t] {
+      Client c = make_client(d);
+      static const std::string body = R"({"argv":["sleep","3600"]})";
+      for (int i = t; i < sessions; i += nthreads) {
+        for (int k = 0; k < per; ++k) {
+          auto r = c.request("POST", "/v1/sessions/" + id_of(i) + "/processes", body);
+          if (!r || r->status != 201) {
+            if (failed++ == 0) {
+              std::fprintf(stderr, "start failed: %s\n",
+                           r ? r->body.c_str() : r.error().message.c_str());
+            }
+          }
+        }
+      }
+    });
+  }
+  for (auto& th : ts) th.join();
+  const double start_s = ms_since(t0) / 1000.0;
+  if (failed > 0) die(std::to_string(failed.load()) + " process starts failed");
+  // Every one of them is running (listed as such by its session).
+  int running = 0;
+  {
+    Client c = make_client(d);
+    for (int i = 0; i < sessions; ++i) {
+      auto r = c.request("GET", "/v1/sessions/" + id_of(i) + "/processes");
+      if (!r || r->status != 200) die("list processes of " + id_of(i));
+      auto j = nlohmann::json::parse(r->body, nullptr, false);
+      for (const auto& p : j.value("processes", nlohmann::json::array())) {
+        if (p.value("state", "") == "running") ++running;
+      }
+    }
+  }
+  if (running != per * sessions) {
+    die(std::to_string(running) + " processes running, want " + std::to_string(per * sessions));
+  }
+  std::this_thread::sleep_for(std::chrono::seconds(1));
+  const long rss1 = rss_kib(d.pid());
+  const int threads1 = threads_of(d.pid());
+  const double cpu1 = idle_cpu_ms(d.pid(), idle_seconds);
+
+  row("processes started and listed running", running, "",
+      "in " + std::to_string(start_s).substr(0, 5) + " s");
+  row("daemon RSS, the sessions without processes", static_cast<double>(rss0) / 1024.0, "MiB");
+  char note[128];
+  std::snprintf(note, sizeof note, "+%.1f MiB, %.1f KiB per process",
+                static_cast<double>(rss1 - rss0) / 1024.0,
+                static_cast<double>(rss1 - rss0) / running);
+  row("daemon RSS with the processes", static_cast<double>(rss1) / 1024.0, "MiB", note);
+  std::snprintf(note, sizeof note, "over %.0f s: %.2f%% of a core", idle_seconds,
+                cpu0 / (idle_seconds * 10.0));
+  row("daemon CPU idle, the sessions without processes", cpu0, "ms", note);
+  std::snprintf(note, sizeof note, "over %.0f s: %.2f%% of a core", idle_seconds,
+                cpu1 / (idle_seconds * 10.0));
+  row("daemon CPU idle with the processes", cpu1, "ms", note);
+  row("daemon threads, the sessions without processes", threads0, "");
+  row("daemon threads with the processes", threads1, "",
+      threads1 <= threads0 ? "no thread per process" : "MORE THREADS: a thread per process?");
+  Client c = make_client(d);
+  for (int i = 0; i < sessions; ++i) c.request("DELETE", "/v1/sessions/" + id_of(i));
+  if (threads1 > threads0 + 2) die("the daemon grew threads with its processes");
+}
+
+// [ab] The same exec figures for two daemon binaries (A: --ab-daemon, e.g. the build before a
+// change; B: --daemon), interleaved exec by exec and slice by slice so that a noisy machine hits
+// both alike: the way to tell whether a change to the exec path regressed.
+void section_ab(const Daemon& b, const std::string& a_bin, const std::string& backend, int n,
+                int sessions, double seconds) {
+  Daemon a(a_bin, backend, {});
+  std::printf(
+      "\n[ab] A = %s, B = %s: exec round trip (%d each, interleaved) and execs/s "
+      "across %d sessions (1 s slices, alternating)\n",
+      a_bin.c_str(), b.bin().c_str(), n, sessions);
+  Client ca = make_client(a), cb = make_client(b);
+  create_session(ca, "bench-ab");
+  create_session(cb, "bench-ab");
+  for (int i = 0; i < 20; ++i) exec_true(ca, "bench-ab"), exec_true(cb, "bench-ab");
+  std::vector<double> ta, tb, bare;
+  auto timed_exec = [](Client& c, std::vector<double>& out) {
+    auto t0 = Clock::now();
+    if (!exec_true(c, "bench-ab")) die("exec failed");
+    out.push_back(ms_since(t0));
+  };
+  for (int i = 0; i < n; ++i) {
+    // Which goes first alternates: neither is always the one right after the bare spawn.
+    if (i % 2 == 0) {
+      timed_exec(ca, ta), timed_exec(cb, tb);
+    } else {
+      timed_exec(cb, tb), timed_exec(ca, ta);
+    }
+    auto t0 = Clock::now();
+    if (spawn_wait({"/bin/true"}) != 0) die("/bin/true failed");
+    bare.push_back(ms_since(t0));
+  }
+  row_p("bare posix_spawn /bin/true", bare);
+  row_p("A: exec via HTTP keep-alive", ta, ratio_note(median(ta) / median(bare), "A / bare"));
+  row_p("B: exec via HTTP keep-alive", tb,
+        ratio_note(median(tb) / median(bare), "B / bare") + ", B/A " +
+            std::to_string(median(tb) / median(ta)).substr(0, 4));
+
+  for (int i = 0; i < sessions; ++i) {
+    create_session(ca, "bench-abr-" + std::to_string(i));
+    create_session(cb, "bench-abr-" + std::to_string(i));
+  }
+  const unsigned threads = std::max(2u, std::thread::hardware_concurrency()) * 2;
+  auto api = [&](const Daemon& d) {
+    return [&d, sessions, threads](unsigned t, std::atomic<long>& done, std::atomic<bool>& stop) {
+      Client c = make_client(d);
+      for (unsigned i = t; !stop; i += threads) {
+        if (exec_true(c, "bench-abr-" + std::to_string(i % static_cast<unsigned>(sessions)))) {
+          ++done;
+        }
+      }
+    };
+  };
+  auto spawn = [](unsigned, std::atomic<long>& done, std::atomic<bool>& stop) {
+    while (!stop) {
+      if (spawn_wait({"/bin/true"}) == 0) ++done;
+    }
+  };
+  std::vector<double> ra, rb, rbare;
+  for (int s = 0; s < std::max(1, static_cast<int>(seconds)); ++s) {
+    if (s % 2 == 0) {
+      ra.push_back(rate_for(threads, 1.0, api(a)));
+      rb.push_back(rate_for(threads, 1.0, api(b)));
+    } else {
+      rb.push_back(rate_for(threads, 1.0, api(b)));
+      ra.push_back(rate_for(threads, 1.0, api(a)));
+    }
+    rbare.push_back(rate_for(threads, 1.0, spawn));
+  }
+  row("bare posix_spawn /bin/true, median of 1 s slices", median(rbare), "/s");
+  row("A: execs/s across sessions", median(ra), "/s",
+      ratio_note(median(ra) / median(rbare), ">= 0.7"));
+  row("B: execs/s across sessions", median(rb), "/s",
+      ratio_note(median(rb) / median(rbare), ">= 0.7") + ", B/A " +
+          std::to_string(median(rb) / median(ra)).substr(0, 4));
+  for (int i = 0; i < sessions; ++i) {
+    ca.request("DELETE", "/v1/sessions/bench-abr-" + std::to_string(i));
+    cb.request("DELETE", "/v1/sessions/bench-abr-" + std::to_string(i));
+  }
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -702,15 +1216,25 @@ int main(int argc, char** argv) {
   std::uint64_t file_mb = 256;
   int file_rounds = 5;
   double rate_seconds = 5;
+  int procs = 1000, keys = 300, attaches = 100;
+  double idle_seconds = 10;
+  std::string ab_daemon;
   app.add_option("--daemon", daemon, "agentboxd binary");
   app.add_option("--backend", backend, "backend to measure");
-  app.add_option("--section", sections, "exec files sessions idle rate lifecycle")->delimiter(',');
+  app.add_option("--section", sections,
+                 "exec files sessions idle rate lifecycle attach keys procs ab")
+      ->delimiter(',');
   app.add_option("--iterations", iterations);
   app.add_option("--sessions", sessions);
   app.add_option("--idle", idle);
   app.add_option("--file-mb", file_mb);
   app.add_option("--file-rounds", file_rounds, "rounds of the files section (medians)");
   app.add_option("--rate-seconds", rate_seconds);
+  app.add_option("--procs", procs, "idle background processes of the procs section");
+  app.add_option("--idle-seconds", idle_seconds, "how long the procs section measures idle CPU");
+  app.add_option("--keys", keys, "keystrokes of the keys section");
+  app.add_option("--attaches", attaches, "runs of the attach section");
+  app.add_option("--ab-daemon", ab_daemon, "section ab: the agentboxd to compare --daemon with");
   CLI11_PARSE(app, argc, argv);
   signal(SIGPIPE, SIG_IGN);
 
@@ -729,6 +1253,16 @@ int main(int argc, char** argv) {
       section_rate(d, sessions, rate_seconds);
     else if (s == "lifecycle")
       section_lifecycle(daemon, backend, idle, 30);
+    else if (s == "attach")
+      section_attach(d, attaches);
+    else if (s == "keys")
+      section_keys(d, keys);
+    else if (s == "procs")
+      section_procs(d, sessions, procs, idle_seconds);
+    else if (s == "ab" && !ab_daemon.empty())
+      section_ab(d, ab_daemon, backend, iterations, sessions, rate_seconds);
+    else if (s == "ab")
+      die("section ab needs --ab-daemon");
     else
       die("unknown section " + s);
     std::fflush(stdout);

@@ -1,7 +1,8 @@
 // agentboxd: parse the configuration, wire backends -> SessionManager -> HttpServer, run.
 //
-// Threads: the io_context runs on this thread (all network I/O and exec supervision); a pool of
-// max(4, 2 x cores) threads takes the blocking file-system, session and artifact-scan work.
+// Threads: the io_context runs on this thread (all network I/O, exec supervision and the boxes'
+// control sockets); a pool of max(4, 2 x cores) threads takes the blocking file-system, session
+// and artifact-scan work.
 //
 // Exit codes: 0 after SIGTERM/SIGINT, 2 for a bad configuration, 1 when startup fails.
 
@@ -44,10 +45,12 @@ using namespace agentbox;
 // check_usable() says what is missing, and creating a box on it fails with that message.
 // `blocking`: the worker pool the backends run the blocking steps of an exec on (empty: none).
 // `path_prefix`: --toolchain-path, first in every box's PATH. `network`: the config's network
-// settings for the ns backend's egress proxies (null: defaults).
+// settings for the ns backend's egress proxies (null: defaults). `control`: the network
+// executor, where the ns backend reads box control sockets (empty: its own thread).
 Result<std::map<std::string, std::shared_ptr<sandbox::Backend>>> make_backends(
     const std::string& runtime_dir, asio::any_io_executor blocking = {},
-    const std::string& path_prefix = "", std::shared_ptr<const net::NetworkConfig> network = {}) {
+    const std::string& path_prefix = "", std::shared_ptr<const net::NetworkConfig> network = {},
+    asio::any_io_executor control = {}) {
   std::map<std::string, std::shared_ptr<sandbox::Backend>> backends;
   backends["host"] = std::make_shared<sandbox::HostBackend>(blocking, path_prefix);
   sandbox::NsBackendOptions ns_opts;
@@ -55,6 +58,7 @@ Result<std::map<std::string, std::shared_ptr<sandbox::Backend>>> make_backends(
   ns_opts.blocking = blocking;
   ns_opts.path_prefix = path_prefix;
   ns_opts.network = std::move(network);
+  ns_opts.control = std::move(control);
   auto ns = sandbox::make_ns_backend(std::move(ns_opts));
   if (!ns) return std::unexpected(ns.error());
   backends["ns"] = std::move(*ns);
@@ -188,8 +192,13 @@ int main(int argc, char** argv) {
   // SECURITY: a `network.hosts` entry never leads a box to the daemon's own port.
   auto network = std::make_shared<net::NetworkConfig>(cfg.network);
   if (listen->second != 0) network->daemon_ports.insert(listen->second);
+  // The network io_context, made before the backends: the ns backend reads the boxes' control
+  // sockets on it (no thread hop between a command's exit report and its exec). Destroyed where
+  // it always was, after the server and before the sessions.
+  auto ioc_owner = std::make_unique<asio::io_context>(1);
+  asio::io_context& ioc = *ioc_owner;
   auto made = make_backends(data_dir + "/run", pool.get_executor(), cfg.seed.toolchain_path,
-                            network);
+                            network, ioc.get_executor());
   if (!made) {
     spdlog::error("backends: {}", made.error().message);
     return 1;
@@ -285,7 +294,6 @@ int main(int argc, char** argv) {
   opts.seed_workspace_root = cfg.seed.workdir.empty() ? data_dir + "/workspaces" : cfg.seed.workdir;
 
   {
-    asio::io_context ioc(1);
     server::HttpServer http(ioc, pool, **manager, default_backend, opts);
     auto ep = http.listen();
     if (!ep) {
@@ -350,6 +358,7 @@ int main(int argc, char** argv) {
     (*manager)->shutdown_all();
     pool.join();
   }
+  ioc_owner.reset();
   spdlog::info("stopped");
   return 0;
 }

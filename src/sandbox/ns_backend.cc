@@ -236,6 +236,16 @@ struct Core {
     }
   }
 
+  // Where box control sockets are read (NsBackendOptions::control, else the io thread).
+  asio::any_io_executor control_executor() {
+    return opts.control ? opts.control : asio::any_io_executor(io.get_executor());
+  }
+  // Where a ChildReady without self-join is handled: off the network thread when the control
+  // sockets are read there (Conn::admit_on); empty = inline.
+  asio::any_io_executor admit_executor() const {
+    return opts.control ? opts.blocking : asio::any_io_executor();
+  }
+
   void run_io() {
     for (;;) {
       try {
@@ -274,15 +284,22 @@ struct Pending {
   }
 };
 
-// The daemon's side of one box's control socket.
+// The daemon's side of one box's control socket. Holds no Asio object: the reader's descriptor
+// lives in read_loop()'s frame on the control executor, so a Conn may outlive that executor's
+// io_context (the daemon's network context goes before its sessions; see NsBackendOptions).
 struct Conn {
-  Conn(asio::io_context& io, UniqueFd fd, UniqueFd send)
-      : sd(io, fd.release()), send_fd(std::move(send)) {}
+  Conn(UniqueFd recv, UniqueFd send, asio::any_io_executor admit)
+      : recv_fd(std::move(recv)), send_fd(std::move(send)), admit_on(std::move(admit)) {}
 
-  asio::posix::stream_descriptor sd;  // io thread only (a dup of the box's control fd)
-  // Another dup, for Signal requests from any thread; open as long as the Conn lives (sd is
-  // closed at shutdown, and its number may be reused while a process still holds the Conn).
+  // A dup of the box's control fd for the reader; read_loop() takes it.
+  UniqueFd recv_fd;
+  // Another dup, for Signal requests from any thread; open as long as the Conn lives (its
+  // number is not reused while a process still holds the Conn).
   const UniqueFd send_fd;
+  // Where a ChildReady that needs the daemon to move the child into its cgroup (no self-join:
+  // a cgroup migration, which can wait for an RCU grace period) is handled: the blocking pool
+  // when the reader runs on the network thread. Empty: inline, on the reader's thread.
+  const asio::any_io_executor admit_on;
 
   std::mutex mu;
   std::unordered_map<std::uint64_t, std::shared_ptr<Pending>> pending;  // guarded by mu
@@ -320,51 +337,67 @@ struct Conn {
       (void)p->exit.try_send(boost::system::error_code{}, kKilledWithBox);
     }
   }
+  // Any thread: the reader sees EOF and ends (shutdown(2) on the shared socket, no post to its
+  // executor, which may not run any more).
+  void stop_reading() { (void)::shutdown(send_fd.get(), SHUT_RD); }
 };
+
+// No self-join: the daemon moves the child into its cgroup, then lets it go (see Conn::admit_on).
+void admit_child(Pending& p, const lx::BoxMessage& m) {
+  std::lock_guard lock(p.mu);
+  if (!p.go) return;  // ended or cancelled meanwhile
+  // SECURITY: the sender must be the freshly forked child, still root and not yet the command
+  // (only the init and its pre-exec children hold the control socket).
+  if (m.sender_pid <= 0 || m.sender_uid != 0) {
+    p.start_error = "bad start report from the box (pid " + std::to_string(m.sender_pid) +
+                    ", uid " + std::to_string(m.sender_uid) + ")";
+    p.go.reset();
+    return;
+  }
+  if (p.killed) {
+    p.go.reset();
+    return;
+  }
+  // SECURITY: into the exec's cgroup before it may exec, so nothing it starts escapes kill_tree.
+  if (auto s = p.cgroup->add_process(m.sender_pid); !s) {
+    p.start_error = "could not put the command into its cgroup: " + s.error().message;
+    p.go.reset();
+    return;
+  }
+  p.host_pid = m.sender_pid;
+  p.started = true;
+  p.report_start(true, m.box_pid);
+  const char go = 'g';
+  (void)!::write(p.go.get(), &go, 1);
+  p.go.reset();
+}
 
 void on_child_ready(Conn& conn, const lx::BoxMessage& m) {
   auto p = conn.find(m.id, false);
   if (!p) return;  // unknown or already finished: the child reads EOF on its go pipe... if any
-  std::lock_guard lock(p->mu);
-  if (p->self_join) {
-    // The child is in its cgroup already and on its way to exec.
-    p->host_pid = m.sender_pid;
-    p->started = true;
-    p->report_start(true, m.box_pid);
-    // SECURITY: a kill_tree() that ran before the child joined found an empty cgroup; the child
-    // joined before sending this, so killing again now reaches it and all it started.
-    if (p->killed) {
-      if (auto s = p->cgroup->kill_all(); !s) {
-        spdlog::warn("ns backend: kill after a racing start: {}", s.error().message);
+  {
+    std::lock_guard lock(p->mu);
+    if (p->self_join) {
+      // The child is in its cgroup already and on its way to exec.
+      p->host_pid = m.sender_pid;
+      p->started = true;
+      p->report_start(true, m.box_pid);
+      // SECURITY: a kill_tree() that ran before the child joined found an empty cgroup; the
+      // child joined before sending this, so killing again now reaches it and all it started.
+      if (p->killed) {
+        if (auto s = p->cgroup->kill_all(); !s) {
+          spdlog::warn("ns backend: kill after a racing start: {}", s.error().message);
+        }
       }
+      return;
     }
+    if (!p->go) return;
+  }
+  if (!conn.admit_on) {
+    admit_child(*p, m);
     return;
   }
-  if (!p->go) return;
-  // SECURITY: the sender must be the freshly forked child, still root and not yet the command
-  // (only the init and its pre-exec children hold the control socket).
-  if (m.sender_pid <= 0 || m.sender_uid != 0) {
-    p->start_error = "bad start report from the box (pid " + std::to_string(m.sender_pid) +
-                     ", uid " + std::to_string(m.sender_uid) + ")";
-    p->go.reset();
-    return;
-  }
-  if (p->killed) {
-    p->go.reset();
-    return;
-  }
-  // SECURITY: into the exec's cgroup before it may exec, so nothing it starts escapes kill_tree.
-  if (auto s = p->cgroup->add_process(m.sender_pid); !s) {
-    p->start_error = "could not put the command into its cgroup: " + s.error().message;
-    p->go.reset();
-    return;
-  }
-  p->host_pid = m.sender_pid;
-  p->started = true;
-  p->report_start(true, m.box_pid);
-  const char go = 'g';
-  (void)!::write(p->go.get(), &go, 1);
-  p->go.reset();
+  asio::post(conn.admit_on, [p, m] { admit_child(*p, m); });
 }
 
 void on_exited(Conn& conn, const lx::BoxMessage& m) {
@@ -378,17 +411,23 @@ void on_exited(Conn& conn, const lx::BoxMessage& m) {
   (void)p->exit.try_send(boost::system::error_code{}, exit_status_of(m.status));
 }
 
-// Reads the box's control socket until it closes (the init is gone) or is closed (shutdown).
+// Reads the box's control socket until it closes (the init is gone) or is shut down
+// (Conn::stop_reading). Runs on the control executor: the daemon's network thread, where the
+// execs and processes that wait for these reports run, so a report reaches them with no thread
+// hop. The descriptor is this frame's: destroyed here, or with the frame when its io_context goes.
 asio::awaitable<void> read_loop(std::shared_ptr<Conn> conn) {
+  auto ex = co_await asio::this_coro::executor;
+  asio::posix::stream_descriptor sd(ex, conn->recv_fd.release());
   for (;;) {
-    auto [ec] = co_await conn->sd.async_wait(asio::posix::stream_descriptor::wait_read,
-                                             asio::as_tuple(asio::use_awaitable));
+    auto [ec] = co_await sd.async_wait(asio::posix::stream_descriptor::wait_read,
+                                       asio::as_tuple(asio::use_awaitable));
     if (ec) break;
     bool eof = false;
-    // Bounded per wakeup, so one busy box cannot starve the others on this thread.
+    // Bounded per wakeup, so one busy box cannot starve the others (or the network) on this
+    // thread.
     for (int i = 0; i < 64; ++i) {
       lx::BoxMessage m;
-      int n = lx::recv_box_message(conn->sd.native_handle(), true, &m);
+      int n = lx::recv_box_message(sd.native_handle(), true, &m);
       if (n < 0 && errno == EAGAIN) break;
       if (n < 0 && errno == EBADMSG) {
         spdlog::warn("ns backend: dropped a malformed message from a box");
@@ -513,9 +552,10 @@ class NsSandbox final : public Sandbox, private ProcessLauncher {
         cgroup_(std::move(cgroup)),
         box_(std::move(box)),
         fs_(std::move(root), RootMode::kInRoot, Owner{uid, gid}),
-        conn_(std::make_shared<Conn>(core_->io, std::move(control_dup),
-                                     UniqueFd(::fcntl(box_->control_fd(), F_DUPFD_CLOEXEC, 3)))) {
-    asio::co_spawn(core_->io, read_loop(conn_), asio::detached);
+        conn_(std::make_shared<Conn>(std::move(control_dup),
+                                     UniqueFd(::fcntl(box_->control_fd(), F_DUPFD_CLOEXEC, 3)),
+                                     core_->admit_executor())) {
+    asio::co_spawn(core_->control_executor(), read_loop(conn_), asio::detached);
   }
 
   ~NsSandbox() override { shutdown(); }
@@ -652,11 +692,8 @@ class NsSandbox final : public Sandbox, private ProcessLauncher {
     }
     box_->kill_and_reap();
     conn_->fail_all();
-    // The reader's descriptor belongs to the io thread.
-    asio::post(core_->io, [conn = conn_] {
-      boost::system::error_code ec;
-      conn->sd.close(ec);
-    });
+    // The reader ends on its own thread (the init's death closed the socket's other end too).
+    conn_->stop_reading();
   }
 
  private:

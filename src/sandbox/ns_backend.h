@@ -7,8 +7,11 @@
 // Daemon side, per backend:
 //   - a "spawner" thread that clones every box: PR_SET_PDEATHSIG fires when the THREAD that
 //     created a box exits, so boxes are made on a thread that lives as long as the backend;
-//   - an "io" thread running an io_context that reads every box's control socket (start and exit
-//     reports of commands). No thread per box or per exec.
+//   - an "io" thread running an io_context for the boxes' egress proxies (and, when no control
+//     executor is given, the control sockets). No thread per box or per exec.
+// Every box's control socket (start and exit reports of commands) is read on the control
+// executor (NsBackendOptions::control): in the daemon its network thread, where the execs and
+// processes waiting for those reports run, so a report costs no thread hop.
 // Per exec: stdio pipes made by the daemon and passed to the init (SCM_RIGHTS); a per-exec child
 // cgroup the command joins before it execs (so kill_tree() reaches everything it started, also
 // setsid()/double-forked/SIGTERM-ignoring children); the shared exec runner (exec_runner.h) does
@@ -66,6 +69,15 @@ struct NsBackendOptions {
   // Where sandboxes run the blocking steps of an exec (artifact scans, releasing the exec
   // cgroup): the daemon's worker pool. Empty: on the exec's own executor (tests).
   boost::asio::any_io_executor blocking;
+  // Where box control sockets are read: the executor execs and processes run on (the daemon's
+  // network thread; one thread), so a command's start and exit reports reach them without a
+  // hop between threads. Its io_context may be destroyed before the sandboxes (their readers'
+  // descriptors go with it), but must not be destroyed while it still runs. With a control
+  // executor, the rare start report that makes the daemon move the child into its cgroup (no
+  // cgroup self-join, e.g. cgroup v2) is handled on `blocking`, never on the network thread.
+  // Empty: the backend's own io thread (tests that run their io_context only until their
+  // exec is done).
+  boost::asio::any_io_executor control;
   // Dirs put first in every box's PATH ("a:b"; seed 001's --toolchain-path). "" = none.
   std::string path_prefix;
   // Daemon-wide network settings for boxes with an egress proxy (config `network`; its

@@ -4,6 +4,7 @@
 
 #include <dirent.h>
 #include <fcntl.h>
+#include <gtest/gtest.h>
 #include <signal.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
@@ -11,14 +12,17 @@
 
 #include <boost/asio/co_spawn.hpp>
 #include <boost/asio/io_context.hpp>
+#include <boost/asio/thread_pool.hpp>
 #include <chrono>
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
-#include <gtest/gtest.h>
+#include <functional>
 #include <optional>
 #include <sstream>
 #include <thread>
+
+#include "sandbox/process_table.h"
 
 namespace agentbox::sandbox {
 namespace {
@@ -450,6 +454,103 @@ TEST_F(NsBackendTest, ConcurrentExecsAcrossSessions) {
       EXPECT_EQ((*r)->stdout_data, std::to_string(42020 + b) + " " + std::to_string(i) + "\n");
     }
   }
+}
+
+// As in the daemon: the boxes' control sockets are read on the io_context the execs and
+// processes run on (NsBackendOptions::control), with the blocking steps on a pool. Commands
+// start, report their exits and are killed at their timeout as on the backend's own io thread,
+// and a shut-down box leaves nothing on that io_context (run() returns: its reader ended).
+TEST_F(NsBackendTest, ControlSocketsReadOnTheCallersIoContext) {
+  asio::io_context io;
+  asio::thread_pool pool(2);
+  NsBackendOptions o;
+  o.runtime_dir = dir_ + "/run-ctl";
+  o.init_path = bin_dir() + "/agentbox-init";
+  o.cgroup_parent = "agentbox-nstest-ctl-" + std::to_string(::getpid());
+  o.control = io.get_executor();
+  o.blocking = pool.get_executor();
+  auto b = make_ns_backend(o);
+  ASSERT_TRUE(b) << b.error().message;
+  const uid_t uid = 42040;
+  std::string ws = dir_ + "/ws-ctl";
+  fs::create_directories(ws);
+  ASSERT_EQ(::chown(ws.c_str(), uid, uid), 0);
+  BoxConfig c;
+  c.key = "ctl";
+  c.workspace_dir = ws;
+  c.uid = uid;
+  auto made = (*b)->create(c);
+  ASSERT_TRUE(made) << made.error().message;
+  std::unique_ptr<Sandbox> s = std::move(*made);
+
+  // Runs `io` until `done` holds (10 s: a safety net against a hang, not a timing).
+  auto run_until = [&io](const std::function<bool()>& done) {
+    const auto limit = std::chrono::steady_clock::now() + 10s;
+    while (!done() && std::chrono::steady_clock::now() < limit) io.run_one_for(100ms);
+    return done();
+  };
+  constexpr int kExecs = 8;
+  std::vector<std::optional<Result<ExecResult>>> results(kExecs + 1);
+  for (int i = 0; i < kExecs; ++i) {
+    ExecSpec spec;
+    spec.command = "echo " + std::to_string(i) + "; exit " + std::to_string(i);
+    asio::co_spawn(io, s->exec(spec, nullptr),
+                   [&slot = results[i]](std::exception_ptr e, Result<ExecResult> r) {
+                     if (e) std::rethrow_exception(e);
+                     slot = std::move(r);
+                   });
+  }
+  ExecSpec slow;
+  slow.command = "sleep 30";
+  slow.timeout = 300ms;
+  asio::co_spawn(io, s->exec(slow, nullptr),
+                 [&slot = results[kExecs]](std::exception_ptr e, Result<ExecResult> r) {
+                   if (e) std::rethrow_exception(e);
+                   slot = std::move(r);
+                 });
+  // A process: started (its ChildReady), then its end (Exited) read on the same context.
+  std::optional<Result<ProcessInfo>> started;
+  ProcessSpec ps;
+  ps.command = "echo hi";
+  asio::co_spawn(io, s->processes()->start(ps),
+                 [&started](std::exception_ptr e, Result<ProcessInfo> r) {
+                   if (e) std::rethrow_exception(e);
+                   started = std::move(r);
+                 });
+  ASSERT_TRUE(run_until([&] {
+    for (const auto& r : results) {
+      if (!r) return false;
+    }
+    return started.has_value();
+  }));
+  for (int i = 0; i < kExecs; ++i) {
+    ASSERT_TRUE(*results[i]) << results[i]->error().message;
+    EXPECT_EQ((*results[i])->stdout_data, std::to_string(i) + "\n");
+    EXPECT_EQ((*results[i])->exit_code, i);
+  }
+  ASSERT_TRUE(*results[kExecs]) << results[kExecs]->error().message;
+  EXPECT_TRUE((*results[kExecs])->timed_out);
+  EXPECT_EQ((*results[kExecs])->signal, SIGKILL);
+  ASSERT_TRUE(*started) << started->error().message;
+  const std::string pid = std::to_string((*started)->pid);
+  ASSERT_TRUE(run_until([&] {
+    auto info = s->processes()->get(pid);
+    return info && info->state != ProcessState::kRunning;
+  }));
+  auto info = s->processes()->get(pid);
+  ASSERT_TRUE(info);
+  EXPECT_EQ(info->state, ProcessState::kExited);
+  EXPECT_EQ(info->exit_code, 0);
+
+  s->shutdown();
+  EXPECT_TRUE(wait_no_pids_of_uid(uid, 3s));
+  // Nothing of the box is left on the io_context: run() returns once what is queued is done.
+  io.restart();
+  io.run_for(10s);
+  EXPECT_TRUE(io.stopped()) << "the box's control reader is still waiting on the io_context";
+  s.reset();
+  b->reset();
+  pool.join();
 }
 
 TEST_F(NsBackendTest, BoxesDieWithTheDaemon) {
