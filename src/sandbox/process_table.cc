@@ -75,12 +75,12 @@ struct Managed : std::enable_shared_from_this<Managed> {
   ProcessTable::ExitCallback on_exit;  // immutable
   std::shared_ptr<void> keepalive;     // held while supervised
   ProcessTable* table = nullptr;
-  bool stopped = false;                // supervision over: no restart
+  bool stopped = false;  // supervision over: no restart
   bool stopped_by_shutdown = false;
-  bool waiting = false;                // a backoff runs (no incarnation lives)
+  bool waiting = false;  // a backoff runs (no incarnation lives)
   std::chrono::seconds backoff = ProcessTable::kFirstBackoff;
-  ProcessInfo last;                    // the last incarnation's final info
-  asio::steady_timer timer;            // the backoff; executor-only (cancel is posted)
+  ProcessInfo last;          // the last incarnation's final info
+  asio::steady_timer timer;  // the backoff; executor-only (cancel is posted)
 
   // Ends the supervision; returns the keepalive for the caller to drop outside its locks. mu held.
   std::shared_ptr<void> stop_locked(bool by_shutdown) {
@@ -304,8 +304,7 @@ asio::awaitable<void> ProcessTable::supervise(EntryPtr e) {
   co_await e->proc->release();
   if (backoff) {
     spdlog::info("process {}: {} (exit code {}); restarting it in {} s", name_of(final_info),
-                 state_name(final_info.state), final_info.exit_code.value_or(-1),
-                 backoff->count());
+                 state_name(final_info.state), final_info.exit_code.value_or(-1), backoff->count());
     co_spawn(e->ex, restart_after(e->managed, *backoff),
              [](std::exception_ptr p) { log_exception(p, "restart"); });
   }
@@ -381,8 +380,6 @@ asio::awaitable<void> ProcessTable::restart_after(ManagedPtr m, std::chrono::mil
     m->waiting = true;
   }
 }
-
-
 
 std::string_view state_name(ProcessState s) {
   switch (s) {
@@ -543,7 +540,8 @@ Status ProcessTable::check_tag(std::string_view tag) {
   for (const EntryPtr& o : entries_) {
     std::lock_guard olock(o->mu);
     if (!o->ended && o->info.tag == tag) {
-      return fail(Code::kExists, "process: tag '" + std::string(tag) + "' is taken by a live process");
+      return fail(Code::kExists,
+                  "process: tag '" + std::string(tag) + "' is taken by a live process");
     }
   }
   for (const ManagedPtr& o : managed_) {

@@ -92,8 +92,8 @@ void audit_start(Context* ctx, const Request& req, const std::string& session,
 // its policy does not restart), its spec leaves the session's state. Not when the box went down:
 // the spec brings it back in the next box.
 ProcessTable::ExitCallback managed_hook(Context* ctx, std::string session, std::string key) {
-  return [sm = ctx->sessions, pool = ctx->pool, session = std::move(session),
-          key = std::move(key)](const sandbox::ProcessInfo&, const sandbox::ProcessEnd& end) {
+  return [sm = ctx->sessions, pool = ctx->pool, session = std::move(session), key = std::move(key)](
+             const sandbox::ProcessInfo&, const sandbox::ProcessEnd& end) {
     if (end.restarting || end.shutdown) return;
     asio::post(*pool, [sm, session, key] { (void)sm->forget_managed(session, key); });
   };

@@ -900,8 +900,8 @@ std::size_t SessionManager::resume_managed() {
   }
   std::size_t n = 0;
   for (const std::string& id : ids) {
-    auto box = acquire_impl(id, /*create_if_missing=*/false, Caller::daemon(),
-                            EventCause::kStartup);
+    auto box =
+        acquire_impl(id, /*create_if_missing=*/false, Caller::daemon(), EventCause::kStartup);
     if (!box) {
       spdlog::error("session {}: resuming it for its managed processes: {}", id,
                     box.error().message);

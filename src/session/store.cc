@@ -200,7 +200,9 @@ Result<sandbox::ProcessSpec> decode_process_spec(std::string_view text) {
   spec.cwd = str("cwd");
   if (auto it = j.find("env"); it != j.end()) spec.env = decode_map(*it);
   spec.tag = str("tag");
-  if (auto it = j.find("stdin"); it != j.end() && it->is_boolean()) spec.stdin_open = it->get<bool>();
+  if (auto it = j.find("stdin"); it != j.end() && it->is_boolean()) {
+    spec.stdin_open = it->get<bool>();
+  }
   if (auto it = j.find("pty"); it != j.end() && it->is_object()) {
     sandbox::PtySize p;
     p.cols = it->value("cols", std::uint16_t{80});
@@ -335,14 +337,12 @@ Result<std::vector<StoredSession>> Store::load() {
     const std::string id = text_column(pq.s, 0);
     auto spec = decode_process_spec(text_column(pq.s, 2));
     if (!spec) {
-      return fail(Code::kInternal, "state database " + path_ + ": session " + id +
-                                       ": process " + text_column(pq.s, 1) + ": " +
-                                       spec.error().message);
+      return fail(Code::kInternal, "state database " + path_ + ": session " + id + ": process " +
+                                       text_column(pq.s, 1) + ": " + spec.error().message);
     }
-    auto it = std::lower_bound(out.begin(), out.end(), id, [](const StoredSession& s,
-                                                              const std::string& v) {
-      return s.info.id < v;
-    });
+    auto it = std::lower_bound(
+        out.begin(), out.end(), id,
+        [](const StoredSession& s, const std::string& v) { return s.info.id < v; });
     if (it != out.end() && it->info.id == id) it->managed.push_back(std::move(*spec));
   }
   if (rc != SQLITE_DONE) return std::unexpected(sql_error_locked("load processes"));

@@ -17,8 +17,8 @@
 #include <fstream>
 #include <optional>
 #include <sstream>
-#include <thread>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "integration/api_test_util.h"
@@ -393,7 +393,6 @@ TEST_F(ProcessesApi, PtyRouteStartsAShellThatEndsWithItsSocket) {
   EXPECT_EQ(bad.status(), 400);
 }
 
-
 // ---- Managed processes ---------------------------------------------------------------------
 
 // Host processes whose command line contains `marker` (the box's processes are host processes
@@ -557,10 +556,12 @@ TEST_F(ProcessesApi, ManagedEchoServerSurvivesSuspendResumeAndADaemonKill) {
   ASSERT_EQ(api_.post("/v1/sessions/mcp1/suspend", json::object()).status, 200);
   EXPECT_EQ(api_.get("/v1/sessions/mcp1").body["state"], "suspended");
   ASSERT_EQ(api_.post("/v1/sessions/mcp1/resume", json::object()).status, 200);
-  ASSERT_TRUE(eventually([&] {
-    auto p = api_.get(base("mcp1") + "/echo");
-    return p.status == 200 && p.body.value("state", "") == "running";
-  }, 15));
+  ASSERT_TRUE(eventually(
+      [&] {
+        auto p = api_.get(base("mcp1") + "/echo");
+        return p.status == 200 && p.body.value("state", "") == "running";
+      },
+      15));
   EXPECT_EQ(ask(daemon_.host_port(), attach, 2), pong(2));
 
   if (test_backend() != "ns") {
@@ -578,10 +579,13 @@ TEST_F(ProcessesApi, ManagedEchoServerSurvivesSuspendResumeAndADaemonKill) {
   Daemon again({"--backend", "ns", "--data-dir", daemon_.data_dir()});
   Api api(again);
   // Not touched by any client (GET /v1/sessions/{id} does not resume): up again by itself.
-  EXPECT_TRUE(eventually([&] {
-    return api.get("/v1/sessions/mcp1").body.value("state", "") == "running" &&
-           host_processes_with(marker) == 1;
-  }, 30)) << api.get("/v1/sessions/mcp1");
+  EXPECT_TRUE(eventually(
+      [&] {
+        return api.get("/v1/sessions/mcp1").body.value("state", "") == "running" &&
+               host_processes_with(marker) == 1;
+      },
+      30))
+      << api.get("/v1/sessions/mcp1");
   auto p = api.get(base("mcp1") + "/echo");
   EXPECT_EQ(p.body["state"], "running") << p;
   EXPECT_EQ(p.body["managed"], true) << p;
