@@ -39,6 +39,7 @@ struct ProcEntry {
   bool starting = true;   // launch in progress: the tag is reserved, the entry not listed
   bool ended = false;     // the exit record is in (info final)
   bool requested_end = false;  // kill() or shutdown() ended it
+  bool shutdown_end = false;   // shutdown() ended it
   bool attached = false;
   ExitStatus exit;
 
@@ -56,6 +57,7 @@ struct ProcEntry {
   bool stdin_close = false;                  // close once the queue is written; under mu
   bool writer_running = false;               // under mu
   ProcessTable::ExitCallback on_exit;
+  std::shared_ptr<Managed> managed;  // set for a managed process; immutable
 
   void notify_locked() {
     for (asio::steady_timer* t : waiters) t->cancel();
@@ -63,10 +65,41 @@ struct ProcEntry {
   }
 };
 
+// The supervision of one managed process, across its incarnations. Outlives the table when a
+// restart coroutine holds it; `table` is used only while `keepalive` is held (it owns the table).
+struct Managed : std::enable_shared_from_this<Managed> {
+  explicit Managed(asio::any_io_executor ex) : timer(ex) {}
+
+  std::mutex mu;                       // guards what follows, up to `timer`
+  ProcessSpec spec;                    // restarts: of the last incarnation started
+  ProcessTable::ExitCallback on_exit;  // immutable
+  std::shared_ptr<void> keepalive;     // held while supervised
+  ProcessTable* table = nullptr;
+  bool stopped = false;  // supervision over: no restart
+  bool stopped_by_shutdown = false;
+  bool waiting = false;  // a backoff runs (no incarnation lives)
+  std::chrono::seconds backoff = ProcessTable::kFirstBackoff;
+  ProcessInfo last;          // the last incarnation's final info
+  asio::steady_timer timer;  // the backoff; executor-only (cancel is posted)
+
+  // Ends the supervision; returns the keepalive for the caller to drop outside its locks. mu held.
+  std::shared_ptr<void> stop_locked(bool by_shutdown) {
+    if (!stopped) {
+      stopped = true;
+      stopped_by_shutdown = by_shutdown;
+    }
+    if (waiting) {
+      asio::post(timer.get_executor(), [self = shared_from_this()] { self->timer.cancel(); });
+    }
+    return std::move(keepalive);
+  }
+};
+
 }  // namespace detail
 
 namespace {
 
+using detail::Managed;
 using detail::ProcEntry;
 using EntryPtr = std::shared_ptr<ProcEntry>;
 
@@ -203,8 +236,19 @@ asio::awaitable<void> write_stdin_loop(EntryPtr e) {
   }
 }
 
+OutputRecord::Type record_type(OutputStream s) {
+  switch (s) {
+    case OutputStream::kStdout: return OutputRecord::Type::kStdout;
+    case OutputStream::kStderr: return OutputRecord::Type::kStderr;
+    case OutputStream::kPty: return OutputRecord::Type::kPty;
+  }
+  return OutputRecord::Type::kStdout;
+}
+
+}  // namespace
+
 // Waits for the leader, ends the tree, lets the readers drain, then records the exit.
-asio::awaitable<void> supervise(EntryPtr e) {
+asio::awaitable<void> ProcessTable::supervise(EntryPtr e) {
   ExitStatus st = co_await e->proc->wait();
   // SECURITY: a process is its tree: nothing it started outlives it (kill reaches every
   // descendant in its cgroup on ns, its process group on host).
@@ -220,7 +264,7 @@ asio::awaitable<void> supervise(EntryPtr e) {
   e->in_sd.close(ignored);
   e->pty_fd = -1;
   ProcessInfo final_info;
-  bool requested;
+  ProcessEnd end;
   {
     std::lock_guard lock(e->mu);
     e->ended = true;
@@ -234,28 +278,108 @@ asio::awaitable<void> supervise(EntryPtr e) {
     e->stdin_bytes = 0;
     e->notify_locked();
     final_info = e->info;
-    requested = e->requested_end;
+    end.requested = e->requested_end;
+    end.shutdown = e->shutdown_end;
+  }
+  std::optional<std::chrono::seconds> backoff;
+  std::shared_ptr<void> drop;  // a supervision's keepalive, let go last
+  if (Managed* m = e->managed.get()) {
+    std::lock_guard lock(m->mu);
+    m->last = final_info;
+    if (!m->stopped && !end.requested) backoff = next_backoff_locked(*m, final_info);
+    if (backoff) {
+      m->waiting = true;
+    } else {
+      drop = m->stop_locked(end.shutdown);
+    }
+    end.restarting = backoff.has_value();
   }
   if (e->on_exit) {
     try {
-      e->on_exit(final_info, requested);
+      e->on_exit(final_info, end);
     } catch (const std::exception& ex) {
       spdlog::error("process {}: exit callback: {}", name_of(final_info), ex.what());
     }
   }
   co_await e->proc->release();
-}
-
-OutputRecord::Type record_type(OutputStream s) {
-  switch (s) {
-    case OutputStream::kStdout: return OutputRecord::Type::kStdout;
-    case OutputStream::kStderr: return OutputRecord::Type::kStderr;
-    case OutputStream::kPty: return OutputRecord::Type::kPty;
+  if (backoff) {
+    spdlog::info("process {}: {} (exit code {}); restarting it in {} s", name_of(final_info),
+                 state_name(final_info.state), final_info.exit_code.value_or(-1), backoff->count());
+    co_spawn(e->ex, restart_after(e->managed, *backoff),
+             [](std::exception_ptr p) { log_exception(p, "restart"); });
   }
-  return OutputRecord::Type::kStdout;
 }
 
-}  // namespace
+std::optional<std::chrono::seconds> ProcessTable::next_backoff_locked(Managed& m,
+                                                                      const ProcessInfo& ended) {
+  const bool failed = ended.signal.has_value() || ended.exit_code.value_or(0) != 0;
+  if (m.spec.restart == ProcessSpec::Restart::kNever ||
+      (m.spec.restart == ProcessSpec::Restart::kOnFailure && !failed)) {
+    return std::nullopt;
+  }
+  if (ended.ended_at && *ended.ended_at - ended.started_at >= kGoodRun) m.backoff = kFirstBackoff;
+  const std::chrono::seconds delay = m.backoff;
+  m.backoff = std::min(m.backoff * 2, kMaxBackoff);
+  return delay;
+}
+
+asio::awaitable<void> ProcessTable::restart_after(ManagedPtr m, std::chrono::milliseconds delay) {
+  for (;;) {
+    bool stopped;
+    {
+      std::lock_guard lock(m->mu);
+      stopped = m->stopped;
+    }
+    // Checked and armed without a suspension between: a cancel posted by kill() or shutdown()
+    // runs either before the check or after the wait started.
+    if (!stopped) {
+      m->timer.expires_after(delay);
+      auto [ec] = co_await m->timer.async_wait(asio::as_tuple(asio::use_awaitable));
+      (void)ec;
+    }
+    std::shared_ptr<void> keep;
+    ProcessTable* table = nullptr;
+    ProcessSpec spec;
+    ProcessInfo last;
+    bool by_shutdown = false;
+    {
+      std::lock_guard lock(m->mu);
+      m->waiting = false;
+      if (m->stopped) {
+        last = m->last;
+        by_shutdown = m->stopped_by_shutdown;
+      } else {
+        keep = m->keepalive;  // the table lives while this is held
+        table = m->table;
+        ++m->spec.restarts;
+        spec = m->spec;
+      }
+    }
+    if (!keep) {
+      // Killed during the backoff: the hook learns that the supervision is over.
+      if (!by_shutdown && m->on_exit) {
+        ProcessEnd end;
+        end.requested = true;
+        try {
+          m->on_exit(last, end);
+        } catch (const std::exception& ex) {
+          spdlog::error("process {}: exit callback: {}", name_of(last), ex.what());
+        }
+      }
+      co_return;
+    }
+    auto started = co_await table->start_entry(spec, m->on_exit, m);
+    if (started) co_return;  // its supervise() takes over
+    // Not started (the box is going down, its cwd is gone, ...): try again after the next backoff,
+    // unless the supervision ended meanwhile.
+    spdlog::warn("process {}: restart failed: {}", name_of(m->last), started.error().message);
+    std::lock_guard lock(m->mu);
+    if (m->stopped) co_return;
+    delay = m->backoff;
+    m->backoff = std::min(m->backoff * 2, kMaxBackoff);
+    m->waiting = true;
+  }
+}
 
 std::string_view state_name(ProcessState s) {
   switch (s) {
@@ -264,6 +388,15 @@ std::string_view state_name(ProcessState s) {
     case ProcessState::kKilled: return "killed";
   }
   return "running";
+}
+
+std::string_view restart_name(ProcessSpec::Restart r) {
+  switch (r) {
+    case ProcessSpec::Restart::kNever: return "never";
+    case ProcessSpec::Restart::kOnFailure: return "on-failure";
+    case ProcessSpec::Restart::kAlways: return "always";
+  }
+  return "never";
 }
 
 std::string_view record_type_name(OutputRecord::Type t) {
@@ -315,6 +448,10 @@ void AttachLease::release() {
 ProcessTable::~ProcessTable() { shutdown(); }
 
 void ProcessTable::prune_locked() {
+  std::erase_if(managed_, [](const ManagedPtr& m) {
+    std::lock_guard lock(m->mu);
+    return m->stopped;
+  });
   const auto now = std::chrono::system_clock::now();
   std::size_t ended = 0;
   for (auto it = entries_.rbegin(); it != entries_.rend(); ++it) {
@@ -356,7 +493,8 @@ Result<ProcessTable::EntryPtr> ProcessTable::find_locked(std::string_view ref) {
   return fail(Code::kNotFound, "no process '" + std::string(ref) + "'");
 }
 
-asio::awaitable<Result<ProcessInfo>> ProcessTable::start(ProcessSpec spec, ExitCallback on_exit) {
+asio::awaitable<Result<ProcessInfo>> ProcessTable::start(ProcessSpec spec, ExitCallback on_exit,
+                                                         std::shared_ptr<void> keepalive) {
   if (spec.argv.empty() && spec.command.empty()) {
     co_return fail(Code::kInvalid, "process: give argv or command");
   }
@@ -370,6 +508,54 @@ asio::awaitable<Result<ProcessInfo>> ProcessTable::start(ProcessSpec spec, ExitC
   if (spec.pty) {
     if (auto s = check_pty_size(*spec.pty); !s) co_return std::unexpected(s.error());
   }
+  ManagedPtr m;
+  if (spec.restart != ProcessSpec::Restart::kNever) {
+    if (!keepalive) co_return fail(Code::kInvalid, "process: a managed process needs its owner");
+    if (spec.key.empty()) spec.key = spec.tag;
+    m = std::make_shared<Managed>(co_await asio::this_coro::executor);
+    m->spec = spec;
+    m->on_exit = on_exit;
+    m->keepalive = std::move(keepalive);
+    m->table = this;
+  }
+  auto r = co_await start_entry(std::move(spec), std::move(on_exit), m);
+  if (!r && m) {
+    std::shared_ptr<void> drop;
+    std::lock_guard lock(m->mu);
+    drop = m->stop_locked(/*by_shutdown=*/false);
+  }
+  co_return r;
+}
+
+bool ProcessTable::supervising() {
+  std::lock_guard lock(mu_);
+  prune_locked();
+  return !managed_.empty();
+}
+
+Status ProcessTable::check_tag(std::string_view tag) {
+  if (tag.empty()) return {};
+  std::lock_guard lock(mu_);
+  prune_locked();
+  for (const EntryPtr& o : entries_) {
+    std::lock_guard olock(o->mu);
+    if (!o->ended && o->info.tag == tag) {
+      return fail(Code::kExists,
+                  "process: tag '" + std::string(tag) + "' is taken by a live process");
+    }
+  }
+  for (const ManagedPtr& o : managed_) {
+    std::lock_guard olock(o->mu);
+    if (!o->stopped && o->spec.tag == tag) {
+      return fail(Code::kExists,
+                  "process: tag '" + std::string(tag) + "' is taken by a managed process");
+    }
+  }
+  return {};
+}
+
+asio::awaitable<Result<ProcessInfo>> ProcessTable::start_entry(ProcessSpec spec,
+                                                               ExitCallback on_exit, ManagedPtr m) {
   asio::any_io_executor ex = co_await asio::this_coro::executor;
   auto e = std::make_shared<ProcEntry>(ex);
   e->info.tag = spec.tag;
@@ -377,10 +563,11 @@ asio::awaitable<Result<ProcessInfo>> ProcessTable::start(ProcessSpec spec, ExitC
   e->info.command = spec.argv.empty() ? spec.command : std::string();
   e->info.cwd = spec.cwd;
   e->info.pty = spec.pty;
-  e->info.managed = spec.managed;
+  e->info.managed = m != nullptr;
   e->info.restarts = spec.restarts;
   e->info.stdin_open = spec.stdin_open || spec.pty.has_value();
   e->on_exit = std::move(on_exit);
+  e->managed = m;
   {
     std::lock_guard lock(mu_);
     if (shut_down_) co_return fail(Code::kUnavailable, "process: the box is shut down");
@@ -394,11 +581,30 @@ asio::awaitable<Result<ProcessInfo>> ProcessTable::start(ProcessSpec spec, ExitC
         co_return fail(Code::kExists, "process: tag '" + spec.tag + "' is taken by a live process");
       }
     }
+    // A supervised process keeps its tag (and key) through its backoffs.
+    bool registered = false;
+    for (const ManagedPtr& o : managed_) {
+      if (o == m) {
+        registered = true;
+        continue;
+      }
+      std::lock_guard olock(o->mu);
+      if (o->stopped) continue;
+      if (!spec.tag.empty() && o->spec.tag == spec.tag) {
+        co_return fail(Code::kExists,
+                       "process: tag '" + spec.tag + "' is taken by a managed process");
+      }
+      if (m && !spec.key.empty() && o->spec.key == spec.key) {
+        co_return fail(Code::kExists,
+                       "process: managed process '" + spec.key + "' is supervised already");
+      }
+    }
     if (live >= kMaxLive) {
       co_return fail(Code::kTooBig,
                      "process: " + std::to_string(kMaxLive) + " live processes already");
     }
     entries_.push_back(e);  // reserves the tag while the backend starts it
+    if (m && !registered) managed_.push_back(m);
   }
   auto drop = [this, &e] {
     std::lock_guard lock(mu_);
@@ -444,8 +650,14 @@ asio::awaitable<Result<ProcessInfo>> ProcessTable::start(ProcessSpec spec, ExitC
     e->info.started_at = std::chrono::system_clock::now();
     e->starting = false;
     // shutdown() ran while the backend was starting it (and skipped it): it must not outlive
-    // the box either.
-    if (shut_down) {
+    // the box either; nor a restart whose supervision was killed meanwhile.
+    bool stopped = false;
+    if (m) {
+      std::lock_guard mlock(m->mu);
+      stopped = m->stopped;
+    }
+    e->shutdown_end = shut_down;
+    if (shut_down || stopped) {
       e->requested_end = true;
       e->proc->kill_tree();
     }
@@ -632,13 +844,27 @@ Status ProcessTable::resize(std::string_view ref, PtySize size) {
 }
 
 Status ProcessTable::kill(std::string_view ref) {
+  std::shared_ptr<void> drop;  // the supervision's keepalive, let go after the locks
   std::lock_guard lock(mu_);
   auto found = find_locked(ref);
   if (!found) return std::unexpected(found.error());
-  std::lock_guard elock((*found)->mu);
-  if ((*found)->ended) return {};
-  (*found)->requested_end = true;
-  (*found)->proc->kill_tree();
+  std::vector<EntryPtr> targets{*found};
+  if (const ManagedPtr& m = (*found)->managed) {
+    {
+      std::lock_guard mlock(m->mu);
+      drop = m->stop_locked(/*by_shutdown=*/false);
+    }
+    // Named by an older incarnation's pid: the live one goes too.
+    for (const EntryPtr& o : entries_) {
+      if (o != *found && o->managed == m) targets.push_back(o);
+    }
+  }
+  for (const EntryPtr& e : targets) {
+    std::lock_guard elock(e->mu);
+    if (e->ended || e->starting || !e->proc) continue;
+    e->requested_end = true;
+    e->proc->kill_tree();
+  }
   return {};
 }
 
@@ -656,14 +882,21 @@ Result<AttachLease> ProcessTable::attach(std::string_view ref) {
 }
 
 void ProcessTable::shutdown() {
+  std::vector<std::shared_ptr<void>> drop;  // keepalives, let go after the locks
   std::lock_guard lock(mu_);
   shut_down_ = true;
   for (const EntryPtr& e : entries_) {
     std::lock_guard elock(e->mu);
     if (e->ended || e->starting || !e->proc) continue;
     e->requested_end = true;
+    e->shutdown_end = true;
     e->proc->kill_tree();
   }
+  for (const ManagedPtr& m : managed_) {
+    std::lock_guard mlock(m->mu);
+    drop.push_back(m->stop_locked(/*by_shutdown=*/true));
+  }
+  managed_.clear();
 }
 
 }  // namespace agentbox::sandbox

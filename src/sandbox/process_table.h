@@ -20,9 +20,21 @@
 // match [A-Za-z0-9._-]{1,64} and are not all digits, so the two never collide; a tag is unique
 // among live processes. A pid names the live process with that pid, else the newest ended one.
 //
-// Supervision hook: ExitCallback runs once per process, after its exit record, with the final
-// info and whether the end was asked for (kill(), shutdown()): a supervisor restarts with backoff
-// on the unrequested ones (managed processes, issue 11 part 3).
+// Managed processes (ProcessSpec::restart other than kNever; API.md, issue 11 part 3): the table
+// supervises them. An end the policy wants restarted (on-failure: exit code other than 0 or a
+// signal; always: any end) is followed, after a backoff on a timer of the table's executor (1 s,
+// doubling to 60 s, back to 1 s after an incarnation that ran a good minute), by a new
+// incarnation: a new pid, the same tag, `restarts` one more. No thread and no busy loop per
+// process: a crash-looping one costs one launch per backoff. kill() ends the supervision (also
+// while it waits out a backoff); shutdown() ends it for this box (the caller keeps the spec to
+// start it again in the next box). While supervised, a managed process holds `keepalive` (given
+// to start(): the table's owner, so that a restart never outlives the box, and for the session
+// layer a lease that keeps the session from being reaped as idle); it is let go when the
+// supervision ends.
+//
+// Exit hook: ExitCallback runs once per incarnation, after its exit record, with the final info
+// and how it ended (ProcessEnd); for a managed process killed during a backoff, once more with
+// the last incarnation's info, requested and not restarting.
 
 #include <sys/types.h>
 
@@ -61,9 +73,16 @@ struct ProcessSpec {
   // A terminal: stdin, stdout and stderr are its slave (the command's controlling terminal);
   // the output is one "pty" stream and write_stdin types into it. Implies stdin.
   std::optional<PtySize> pty;
-  bool managed = false;      // informational (ProcessInfo::managed); supervision is the caller's
-  std::uint32_t restarts = 0;  // informational: how often a supervisor restarted this one
+  // Managed when not kNever (see the header comment).
+  enum class Restart { kNever, kOnFailure, kAlways };
+  Restart restart = Restart::kNever;
+  // Managed: the name its supervision goes by (the caller's storage key; the tag when it has
+  // one). A second managed process with the same key is EEXIST while the first is supervised.
+  std::string key;
+  std::uint32_t restarts = 0;  // the first incarnation's count (ProcessInfo::restarts)
 };
+// "never", "on-failure", "always".
+std::string_view restart_name(ProcessSpec::Restart r);
 
 enum class ProcessState { kRunning, kExited, kKilled };
 std::string_view state_name(ProcessState s);  // "running", "exited", "killed"
@@ -123,7 +142,15 @@ std::optional<int> parse_signal(std::string_view name);
 
 namespace detail {
 struct ProcEntry;
+struct Managed;
 }
+
+// How an incarnation ended, for the exit hook.
+struct ProcessEnd {
+  bool requested = false;   // kill() or shutdown() ended it
+  bool shutdown = false;    // the box went down (shutdown())
+  bool restarting = false;  // managed: a new incarnation follows after the backoff
+};
 
 // Holds the one attachment a process allows (attach()); released when destroyed.
 class AttachLease {
@@ -141,13 +168,16 @@ class AttachLease {
 
 class ProcessTable {
  public:
-  using ExitCallback = std::function<void(const ProcessInfo& info, bool requested)>;
+  using ExitCallback = std::function<void(const ProcessInfo& info, const ProcessEnd& end)>;
 
   static constexpr std::size_t kMaxLive = 256;
   static constexpr std::size_t kMaxEnded = 32;
   static constexpr std::chrono::minutes kKeepEnded{10};
   static constexpr std::size_t kMaxStdinQueued = 1 << 20;  // bytes written but not yet taken
   static constexpr std::size_t kDefaultBatchBytes = 256 * 1024;
+  static constexpr std::chrono::seconds kFirstBackoff{1};
+  static constexpr std::chrono::seconds kMaxBackoff{60};
+  static constexpr std::chrono::seconds kGoodRun{60};  // uptime that resets the backoff
 
   explicit ProcessTable(ProcessLauncher& launcher) : launcher_(launcher) {}
   ~ProcessTable();  // shutdown()
@@ -157,8 +187,15 @@ class ProcessTable {
   // Starts a process. EINVAL: no argv/command, a bad tag, a pty size of 0 or over 1000;
   // EEXIST: the tag names a live process; ETOOBIG: kMaxLive live processes; EUNAVAILABLE after
   // shutdown(); what the launcher says (ENOENT cwd, ...). A command that does not exist still
-  // starts (exit 127 and a message on stderr), as in exec.
-  boost::asio::awaitable<Result<ProcessInfo>> start(ProcessSpec spec, ExitCallback on_exit = {});
+  // starts (exit 127 and a message on stderr), as in exec. A managed spec needs `keepalive`
+  // (EINVAL without); EEXIST when its key is supervised already.
+  boost::asio::awaitable<Result<ProcessInfo>> start(ProcessSpec spec, ExitCallback on_exit = {},
+                                                    std::shared_ptr<void> keepalive = {});
+  // Whether a managed process is supervised (running or waiting out a backoff).
+  bool supervising();
+  // EEXIST when `tag` is held by a live process or a supervised one (which keeps its tag through
+  // its backoffs); "" is free.
+  Status check_tag(std::string_view tag);
 
   // Live ones and those that ended in the last kKeepEnded, oldest first.
   std::vector<ProcessInfo> list();
@@ -185,24 +222,40 @@ class ProcessTable {
   Status signal(std::string_view ref, int signo);
   // Terminal size of a pty process; EINVAL for a process without a pty or a size of 0 / > 1000.
   Status resize(std::string_view ref, PtySize size);
-  // SIGKILL to the process and everything it started. A no-op on an ended process.
+  // SIGKILL to the process and everything it started, and the end of its supervision when
+  // managed. A no-op on an ended process that is not supervised.
   Status kill(std::string_view ref);
   // The one attacher a process may have: EEXIST when another holds it. The lease does not keep
   // the process alive; let it go when the attacher leaves.
   Result<AttachLease> attach(std::string_view ref);
 
-  // Kills every live process (their ends are reported as requested); later start()s fail with
-  // EUNAVAILABLE. Idempotent.
+  // Kills every live process (their ends are reported as requested and shutdown) and ends
+  // every supervision; later start()s fail with EUNAVAILABLE. Idempotent; any thread.
   void shutdown();
 
  private:
   using EntryPtr = std::shared_ptr<detail::ProcEntry>;
+  using ManagedPtr = std::shared_ptr<detail::Managed>;
   Result<EntryPtr> find_locked(std::string_view ref);
   void prune_locked();
+  // start() after the checks of the spec's shape; `m` set for a managed process (first start
+  // and restarts alike).
+  boost::asio::awaitable<Result<ProcessInfo>> start_entry(ProcessSpec spec, ExitCallback on_exit,
+                                                          ManagedPtr m);
+  // A managed process's next incarnation, after `delay`; runs on the table's executor and may
+  // outlive the table (it touches the table only while holding the supervision's keepalive).
+  static boost::asio::awaitable<void> restart_after(ManagedPtr m, std::chrono::milliseconds delay);
+  // Waits for a process's leader, ends its tree, records the exit, then (managed) decides on a
+  // restart.
+  static boost::asio::awaitable<void> supervise(EntryPtr e);
+  // The backoff before the next incarnation, or nullopt when the policy wants none. m->mu held.
+  static std::optional<std::chrono::seconds> next_backoff_locked(detail::Managed& m,
+                                                                 const ProcessInfo& ended);
 
   ProcessLauncher& launcher_;
   std::mutex mu_;
   std::vector<EntryPtr> entries_;  // start order; guarded by mu_
+  std::vector<ManagedPtr> managed_;  // supervisions (stopped ones pruned); guarded by mu_
   bool shut_down_ = false;         // guarded by mu_
 };
 

@@ -27,6 +27,7 @@
 #include "common/log.h"
 #include "server/http_error.h"
 #include "server/internal/blocking.h"
+#include "server/internal/surfaces.h"
 #include "server/internal/transport.h"
 
 namespace agentbox::server {
@@ -362,7 +363,10 @@ HttpServer::HttpServer(asio::io_context& ioc, asio::thread_pool& pool,
   // the reaper, during shutdown) off a server that is gone.
   impl_->events_sub = sessions.subscribe([w = std::weak_ptr<Impl>(impl_)](
                                              const session::SessionEvent& ev) {
-    if (auto impl = w.lock()) impl->ctx.metrics.record_event(ev.kind, ev.cause);
+    if (auto impl = w.lock()) {
+      impl->ctx.metrics.record_event(ev.kind, ev.cause);
+      detail::on_session_event_for_processes(&impl->ctx, ev);
+    }
   });
 }
 
@@ -408,6 +412,8 @@ Result<tcp::endpoint> HttpServer::listen() {
 void HttpServer::start() {
   asio::co_spawn(impl_->acceptor.get_executor(), accept_loop(impl_),
                  [](std::exception_ptr e) { log_exception("accept loop", 0, e); });
+  // Sessions with managed processes come up without a client (API.md).
+  detail::resume_managed_sessions(&impl_->ctx);
 }
 
 void HttpServer::shutdown(std::function<void()> done) {

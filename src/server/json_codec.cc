@@ -691,11 +691,14 @@ Result<sandbox::ProcessSpec> decode_process_start(const json& body) {
     spec.stdin_open = true;  // a terminal is typed into
   }
   AB_ASSIGN_OR_RETURN(auto restart, opt_string(body, "restart"));
-  if (restart && *restart != "never") {
-    if (*restart == "on-failure" || *restart == "always") {
-      return not_supported("restart", "'" + *restart + "' (managed processes)");
+  if (restart) {
+    if (*restart == "on-failure") {
+      spec.restart = sandbox::ProcessSpec::Restart::kOnFailure;
+    } else if (*restart == "always") {
+      spec.restart = sandbox::ProcessSpec::Restart::kAlways;
+    } else if (*restart != "never") {
+      return bad_field("restart", "must be one of never, on-failure, always");
     }
-    return bad_field("restart", "must be one of never, on-failure, always");
   }
   return spec;
 }

@@ -106,8 +106,7 @@ struct RenameRequest {
 Result<RenameRequest> decode_rename(const json& body);
 
 // POST /v1/sessions/{id}/processes: "command" or "argv" (exactly one), cwd, env, tag, stdin
-// (bool), pty {cols, rows} (1..1000 each), restart ("never"; "on-failure"/"always" are ENOTSUP:
-// managed processes are not built yet).
+// (bool), pty {cols, rows} (1..1000 each), restart ("never", "on-failure", "always": managed).
 Result<sandbox::ProcessSpec> decode_process_start(const json& body);
 // POST .../processes/{ref}/signal {"signal": "SIGTERM" | "TERM" | 15}: the signal number.
 Result<int> decode_signal(const json& body);

@@ -32,7 +32,7 @@ inline constexpr Feature kFeatures[] = {
     {"live_mounts", false},      {"packages", false},      {"runners", false},
     {"events", true},            {"langbot_rpc", false},   {"e2b", false},
     {"mcp", false},              {"repair", false},        {"limits_cpu_time_sec", false},
-    {"limits_tmp_mb", false},
+    {"limits_tmp_mb", false},    {"managed_processes", true},
 };
 inline constexpr std::string_view kNetworkModes[] = {"none", "allowlist", "open"};
 

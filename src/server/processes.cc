@@ -12,11 +12,14 @@
 #include <boost/asio/write.hpp>
 #include <boost/beast/websocket/rfc6455.hpp>
 #include <cctype>
+#include <cstdio>
 #include <limits>
+#include <random>
 #include <tuple>
 
 #include "common/log.h"
 #include "sandbox/process_table.h"
+#include "server/internal/blocking.h"
 #include "server/internal/surfaces.h"
 #include "server/internal/transport.h"
 #include "server/websocket.h"
@@ -85,6 +88,26 @@ void audit_start(Context* ctx, const Request& req, const std::string& session,
   audit(ctx, "process.start", req.caller, session, f);
 }
 
+// A managed process's exit hook: once its supervision ends for good (killed, or ended in a way
+// its policy does not restart), its spec leaves the session's state. Not when the box went down:
+// the spec brings it back in the next box.
+ProcessTable::ExitCallback managed_hook(Context* ctx, std::string session, std::string key) {
+  return [sm = ctx->sessions, pool = ctx->pool, session = std::move(session), key = std::move(key)](
+             const sandbox::ProcessInfo&, const sandbox::ProcessEnd& end) {
+    if (end.restarting || end.shutdown) return;
+    asio::post(*pool, [sm, session, key] { (void)sm->forget_managed(session, key); });
+  };
+}
+
+// A key for a managed process without a tag: 16 hex digits, never all digits (so never a pid).
+std::string new_process_key() {
+  std::random_device rd;
+  std::uint64_t v = (std::uint64_t{rd()} << 32) | rd();
+  char buf[20];
+  std::snprintf(buf, sizeof buf, "m%016llx", static_cast<unsigned long long>(v));
+  return buf;
+}
+
 // POST /v1/sessions/{id}/processes
 asio::awaitable<Reply> start_process(Context* ctx, Request* req) {
   auto body = body_object(req);
@@ -93,10 +116,69 @@ asio::awaitable<Reply> start_process(Context* ctx, Request* req) {
   if (!spec) co_return error_reply(spec.error());
   auto procs = co_await procs_of(ctx, req, /*create=*/true);
   if (!procs) co_return error_reply(procs.error());
-  auto info = co_await procs->table->start(std::move(*spec));
-  if (!info) co_return error_reply(info.error());
+  if (spec->restart == sandbox::ProcessSpec::Restart::kNever) {
+    auto info = co_await procs->table->start(std::move(*spec));
+    if (!info) co_return error_reply(info.error());
+    audit_start(ctx, *req, procs->session, *info);
+    co_return json_reply(201, encode_process(*info));
+  }
+  // Managed: the spec is in the session's state before the process runs (a crash between the
+  // two brings it back rather than losing it), and leaves it again if the start fails.
+  spec->key = spec->tag.empty() ? new_process_key() : spec->tag;
+  session::SessionManager* sm = ctx->sessions;
+  const std::string session = procs->session;
+  const sandbox::ProcessSpec saved = *spec;
+  // A tag in use (by a live or a supervised process) must not replace that one's stored spec.
+  if (auto st = procs->table->check_tag(spec->tag); !st) co_return error_reply(st.error());
+  // (Jobs made apart from their co_await: g++ 12 and capturing lambdas, STYLE.md.)
+  auto save_job =
+      run_blocking(ctx->pool, [sm, session, saved] { return sm->save_managed(session, saved); });
+  auto saved_st = co_await std::move(save_job);
+  if (!saved_st) co_return error_reply(saved_st.error());
+  auto info = co_await procs->table->start(std::move(*spec), managed_hook(ctx, session, saved.key),
+                                           procs->box);
+  if (!info) {
+    if (info.error().code != Code::kExists) {
+      auto forget_job = run_blocking(
+          ctx->pool, [sm, session, key = saved.key] { return sm->forget_managed(session, key); });
+      (void)co_await std::move(forget_job);
+    }
+    co_return error_reply(info.error());
+  }
   audit_start(ctx, *req, procs->session, *info);
   co_return json_reply(201, encode_process(*info));
+}
+
+// Starts the managed processes of a session that just came up (a resume by a client, by the
+// reaper's counterpart, or at daemon start), in its new box. On the network thread.
+asio::awaitable<void> start_managed(Context* ctx, std::string session) {
+  session::SessionManager* sm = ctx->sessions;
+  using Found = std::pair<std::vector<sandbox::ProcessSpec>, std::shared_ptr<sandbox::Sandbox>>;
+  auto job = run_blocking(ctx->pool, [sm, session]() -> Result<Found> {
+    auto specs = sm->managed_specs(session);
+    std::shared_ptr<sandbox::Sandbox> box;
+    if (!specs.empty()) box = sm->acquire_running(session, session::Caller::daemon());
+    return Found{std::move(specs), std::move(box)};
+  });
+  auto found = co_await std::move(job);
+  if (!found) co_return;
+  std::vector<sandbox::ProcessSpec> specs = std::move(found->first);
+  std::shared_ptr<sandbox::Sandbox> box = std::move(found->second);
+  if (specs.empty() || !box || box->processes() == nullptr) co_return;
+  for (sandbox::ProcessSpec& spec : specs) {
+    const std::string key = spec.key;
+    auto info =
+        co_await box->processes()->start(std::move(spec), managed_hook(ctx, session, key), box);
+    if (!info) {
+      // EEXIST: already running in this box (a second resume event).
+      if (info.error().code != Code::kExists) {
+        spdlog::error("session {}: starting managed process {}: {}", session, key,
+                      info.error().message);
+      }
+      continue;
+    }
+    spdlog::info("session {}: managed process {} runs again (pid {})", session, key, info->pid);
+  }
 }
 
 // GET /v1/sessions/{id}/processes
@@ -515,6 +597,27 @@ asio::awaitable<bool> pty_session(Call* call) {
 }
 
 }  // namespace
+
+void on_session_event_for_processes(Context* ctx, const session::SessionEvent& ev) {
+  if (ev.kind != session::EventKind::kResumed) return;
+  asio::co_spawn(*ctx->ioc, start_managed(ctx, ev.session.id), [](std::exception_ptr p) {
+    if (!p) return;
+    try {
+      std::rethrow_exception(p);
+    } catch (const std::exception& e) {
+      spdlog::error("starting managed processes: {}", e.what());
+    }
+  });
+}
+
+void resume_managed_sessions(Context* ctx) {
+  session::SessionManager* sm = ctx->sessions;
+  asio::post(*ctx->pool, [sm] {
+    if (std::size_t n = sm->resume_managed()) {
+      spdlog::info("resumed {} session(s) with managed processes", n);
+    }
+  });
+}
 
 std::vector<RouteSpec> process_routes() {
   using B = BodyKind;

@@ -167,6 +167,7 @@ struct SessionManager::Entry {
   std::string box_workspace;              // workspace() of the last box; kept while suspended
   std::optional<uid_t> box_uid;
   std::int64_t stored_used_ms = 0;  // last_used_ms as the database has it
+  std::map<std::string, sandbox::ProcessSpec> managed;  // by key; as the database has it
 };
 
 // What acquire() hands out, aliased as the Sandbox: while one is alive the session is in use
@@ -267,6 +268,7 @@ Status SessionManager::load_locked() {
     e->phase = Phase::kReady;
     e->box_workspace = i.workspace;
     e->box_uid = i.uid;
+    for (sandbox::ProcessSpec& p : r.managed) e->managed[p.key] = std::move(p);
     if (i.state == State::kRunning) ++was_running;
     if (config_.backends.find(e->backend) == config_.backends.end()) {
       spdlog::warn(
@@ -777,6 +779,13 @@ std::shared_ptr<sandbox::Sandbox> SessionManager::lease_locked(const std::shared
 Result<std::shared_ptr<sandbox::Sandbox>> SessionManager::acquire(const std::string& id,
                                                                   bool create_if_missing,
                                                                   const Caller& caller) {
+  return acquire_impl(id, create_if_missing, caller, EventCause::kApi);
+}
+
+Result<std::shared_ptr<sandbox::Sandbox>> SessionManager::acquire_impl(const std::string& id,
+                                                                       bool create_if_missing,
+                                                                       const Caller& caller,
+                                                                       EventCause cause) {
   if (auto st = validate_id(id); !st) return std::unexpected(st.error());
   std::unique_lock lk(mu_);
   for (;;) {
@@ -815,8 +824,8 @@ Result<std::shared_ptr<sandbox::Sandbox>> SessionManager::acquire(const std::str
     lk.lock();
     auto done = finish_start_locked(e, std::move(started), is_new);
     if (!done) return std::unexpected(done.error());
-    publish_locked(lk, **done, is_new ? EventKind::kCreated : EventKind::kResumed, EventCause::kApi,
-                   caller.tenant);
+    publish_locked(lk, **done, is_new ? EventKind::kCreated : EventKind::kResumed, cause,
+                   cause == EventCause::kApi ? std::string_view(caller.tenant) : "");
     // Loop: the entry is ready and running now (or was destroyed meanwhile, then re-checked).
   }
 }
@@ -832,6 +841,76 @@ std::shared_ptr<sandbox::Sandbox> SessionManager::try_acquire_running(const std:
     return nullptr;
   }
   return lease_locked(e);
+}
+
+std::shared_ptr<sandbox::Sandbox> SessionManager::acquire_running(const std::string& id,
+                                                                  const Caller& caller) {
+  std::unique_lock lk(mu_);
+  auto e = find_settled_locked(lk, id);
+  if (!e || e->state != State::kRunning || !visible(*e, caller)) return nullptr;
+  return lease_locked(e);
+}
+
+Status SessionManager::save_managed(const std::string& id, const sandbox::ProcessSpec& spec) {
+  std::unique_lock lk(mu_);
+  auto e = find_settled_locked(lk, id);
+  if (!e) return fail(Code::kNotFound, "no such session: " + id);
+  if (store_) {
+    if (auto st = store_->put_process(id, spec); !st) {
+      spdlog::error("session {}: saving managed process {}: {}", id, spec.key, st.error().message);
+      return st;
+    }
+  }
+  e->managed[spec.key] = spec;
+  return {};
+}
+
+Status SessionManager::forget_managed(const std::string& id, const std::string& key) {
+  std::unique_lock lk(mu_);
+  auto e = find_settled_locked(lk, id);
+  if (!e) return {};  // destroyed: its specs went with it
+  if (store_) {
+    if (auto st = store_->erase_process(id, key); !st) {
+      spdlog::error("session {}: forgetting managed process {}: {}", id, key, st.error().message);
+      return st;
+    }
+  }
+  e->managed.erase(key);
+  return {};
+}
+
+std::vector<sandbox::ProcessSpec> SessionManager::managed_specs(const std::string& id) {
+  std::unique_lock lk(mu_);
+  auto e = find_settled_locked(lk, id);
+  std::vector<sandbox::ProcessSpec> out;
+  if (!e) return out;
+  for (const auto& [key, spec] : e->managed) out.push_back(spec);
+  return out;
+}
+
+std::size_t SessionManager::resume_managed() {
+  std::vector<std::string> ids;
+  {
+    std::lock_guard lk(mu_);
+    for (const auto& [id, e] : sessions_) {
+      if (e->phase == Phase::kReady && e->state == State::kSuspended && !e->managed.empty()) {
+        ids.push_back(id);
+      }
+    }
+  }
+  std::size_t n = 0;
+  for (const std::string& id : ids) {
+    auto box =
+        acquire_impl(id, /*create_if_missing=*/false, Caller::daemon(), EventCause::kStartup);
+    if (!box) {
+      spdlog::error("session {}: resuming it for its managed processes: {}", id,
+                    box.error().message);
+      continue;
+    }
+    spdlog::info("session {}: resumed at start for its managed processes", id);
+    ++n;
+  }
+  return n;
 }
 
 Result<SessionInfo> SessionManager::resume(const std::string& id, const Caller& caller) {

@@ -22,6 +22,7 @@
 #include "common/error.h"
 #include "common/unique_fd.h"
 #include "net/proxy.h"
+#include "sandbox/process_table.h"
 #include "sandbox/sandbox.h"
 #include "session/events.h"
 #include "workspace/workspaces.h"
@@ -178,8 +179,22 @@ class SessionManager {
   // or the manager's lock is busy); then call acquire() from a thread that may block.
   std::shared_ptr<sandbox::Sandbox> try_acquire_running(const std::string& id,
                                                         const Caller& caller);
+  // acquire() of a session that is running, else nullptr (never resumes it); may block.
+  std::shared_ptr<sandbox::Sandbox> acquire_running(const std::string& id, const Caller& caller);
   // suspended -> running (a running session is returned as it is).
   Result<SessionInfo> resume(const std::string& id, const Caller& caller);
+
+  // Managed processes (API.md "Processes and terminals"): their specs are part of the session's
+  // state (in the database with it), so that they run again in every box the session gets: the
+  // server starts them when the session resumes (a kResumed event), and resume_managed() resumes
+  // the sessions that have some when the daemon starts. Keyed by ProcessSpec::key; a session's
+  // go with it. ENOENT for an unknown session. Blocking (a durable write).
+  Status save_managed(const std::string& id, const sandbox::ProcessSpec& spec);
+  Status forget_managed(const std::string& id, const std::string& key);
+  std::vector<sandbox::ProcessSpec> managed_specs(const std::string& id);
+  // Resumes every suspended session that has managed processes (events kResumed, cause
+  // kStartup); returns how many came up. Called once, when the daemon starts serving.
+  std::size_t resume_managed();
   // Marks the session used now, extending its TTL, without resuming it.
   Result<SessionInfo> keepalive(const std::string& id, const Caller& caller);
 
@@ -215,6 +230,9 @@ class SessionManager {
   struct Entry;
   struct BoxStart;
   struct Lease;
+  Result<std::shared_ptr<sandbox::Sandbox>> acquire_impl(const std::string& id,
+                                                         bool create_if_missing,
+                                                         const Caller& caller, EventCause cause);
   // Loads the database into sessions_ (all suspended) and reports what does not match the disk.
   Status load_locked();
   // Removes temp files of writes a crash interrupted (older than this daemon) from workspaces.

@@ -5,6 +5,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <nlohmann/json.hpp>
 
 #include "common/unique_fd.h"
@@ -15,7 +16,9 @@ namespace {
 using json = nlohmann::json;
 
 // Bumped when the table layout changes; open() refuses a database from a newer daemon.
-constexpr int kSchemaVersion = 1;
+// 1: sessions. 2: + processes (managed process specs); a version 1 database gains the table at
+// open (CREATE TABLE IF NOT EXISTS), nothing else changes.
+constexpr int kSchemaVersion = 2;
 
 constexpr char kSchema[] = R"sql(
 CREATE TABLE IF NOT EXISTS sessions (
@@ -29,6 +32,12 @@ CREATE TABLE IF NOT EXISTS sessions (
   box_uid       INTEGER,
   created_at    INTEGER NOT NULL,
   last_used_at  INTEGER NOT NULL
+) WITHOUT ROWID;
+CREATE TABLE IF NOT EXISTS processes (
+  session_id    TEXT NOT NULL REFERENCES sessions(id) ON DELETE CASCADE,
+  key           TEXT NOT NULL,
+  spec          TEXT NOT NULL,
+  PRIMARY KEY (session_id, key)
 ) WITHOUT ROWID;
 )sql";
 
@@ -154,6 +163,66 @@ Result<SessionSpec> decode_spec(std::string_view text) {
   return spec;
 }
 
+std::string encode_process_spec(const sandbox::ProcessSpec& spec) {
+  json j;
+  j["key"] = spec.key;
+  if (!spec.argv.empty()) {
+    j["argv"] = spec.argv;
+  } else {
+    j["command"] = spec.command;
+  }
+  j["cwd"] = spec.cwd;
+  j["env"] = encode_map(spec.env);
+  j["tag"] = spec.tag;
+  j["stdin"] = spec.stdin_open;
+  if (spec.pty) j["pty"] = {{"cols", spec.pty->cols}, {"rows", spec.pty->rows}};
+  j["restart"] = std::string(sandbox::restart_name(spec.restart));
+  return j.dump(-1, ' ', false, json::error_handler_t::replace);
+}
+
+Result<sandbox::ProcessSpec> decode_process_spec(std::string_view text) {
+  json j = json::parse(text, nullptr, /*allow_exceptions=*/false);
+  if (j.is_discarded() || !j.is_object()) {
+    return fail(Code::kInternal, "process spec is not a JSON object");
+  }
+  sandbox::ProcessSpec spec;
+  auto str = [&](const char* key) {
+    auto it = j.find(key);
+    return it != j.end() && it->is_string() ? it->get<std::string>() : std::string();
+  };
+  spec.key = str("key");
+  spec.command = str("command");
+  if (auto it = j.find("argv"); it != j.end() && it->is_array()) {
+    for (const json& a : *it) {
+      if (a.is_string()) spec.argv.push_back(a.get<std::string>());
+    }
+  }
+  spec.cwd = str("cwd");
+  if (auto it = j.find("env"); it != j.end()) spec.env = decode_map(*it);
+  spec.tag = str("tag");
+  if (auto it = j.find("stdin"); it != j.end() && it->is_boolean()) {
+    spec.stdin_open = it->get<bool>();
+  }
+  if (auto it = j.find("pty"); it != j.end() && it->is_object()) {
+    sandbox::PtySize p;
+    p.cols = it->value("cols", std::uint16_t{80});
+    p.rows = it->value("rows", std::uint16_t{24});
+    spec.pty = p;
+  }
+  const std::string restart = str("restart");
+  if (restart == "on-failure") {
+    spec.restart = sandbox::ProcessSpec::Restart::kOnFailure;
+  } else if (restart == "always") {
+    spec.restart = sandbox::ProcessSpec::Restart::kAlways;
+  } else {
+    return fail(Code::kInternal, "process spec: restart '" + restart + "' is not managed");
+  }
+  if (spec.key.empty() || (spec.argv.empty() && spec.command.empty())) {
+    return fail(Code::kInternal, "process spec: no key or no command");
+  }
+  return spec;
+}
+
 Store::Store(sqlite3* db, std::string path) : db_(db), path_(std::move(path)) {}
 
 Store::~Store() {
@@ -260,7 +329,56 @@ Result<std::vector<StoredSession>> Store::load() {
     out.push_back(std::move(s));
   }
   if (rc != SQLITE_DONE) return std::unexpected(sql_error_locked("load sessions"));
+  Stmt pq;
+  auto pp = prepare_locked("SELECT session_id, key, spec FROM processes ORDER BY session_id, key;");
+  if (!pp) return std::unexpected(pp.error());
+  pq.s = *pp;
+  while ((rc = sqlite3_step(pq.s)) == SQLITE_ROW) {
+    const std::string id = text_column(pq.s, 0);
+    auto spec = decode_process_spec(text_column(pq.s, 2));
+    if (!spec) {
+      return fail(Code::kInternal, "state database " + path_ + ": session " + id + ": process " +
+                                       text_column(pq.s, 1) + ": " + spec.error().message);
+    }
+    auto it = std::lower_bound(
+        out.begin(), out.end(), id,
+        [](const StoredSession& s, const std::string& v) { return s.info.id < v; });
+    if (it != out.end() && it->info.id == id) it->managed.push_back(std::move(*spec));
+  }
+  if (rc != SQLITE_DONE) return std::unexpected(sql_error_locked("load processes"));
   return out;
+}
+
+Status Store::put_process(const std::string& id, const sandbox::ProcessSpec& spec) {
+  const std::string text = encode_process_spec(spec);
+  std::lock_guard lk(mu_);
+  Stmt q;
+  auto p = prepare_locked(
+      "INSERT INTO processes (session_id, key, spec) VALUES (?1, ?2, ?3) "
+      "ON CONFLICT(session_id, key) DO UPDATE SET spec = excluded.spec;");
+  if (!p) return std::unexpected(p.error());
+  q.s = *p;
+  bind_text(q.s, 1, id);
+  bind_text(q.s, 2, spec.key);
+  bind_text(q.s, 3, text);
+  if (sqlite3_step(q.s) != SQLITE_DONE) {
+    return std::unexpected(sql_error_locked("store process " + spec.key + " of session " + id));
+  }
+  return {};
+}
+
+Status Store::erase_process(const std::string& id, const std::string& key) {
+  std::lock_guard lk(mu_);
+  Stmt q;
+  auto p = prepare_locked("DELETE FROM processes WHERE session_id = ?1 AND key = ?2;");
+  if (!p) return std::unexpected(p.error());
+  q.s = *p;
+  bind_text(q.s, 1, id);
+  bind_text(q.s, 2, key);
+  if (sqlite3_step(q.s) != SQLITE_DONE) {
+    return std::unexpected(sql_error_locked("delete process " + key + " of session " + id));
+  }
+  return {};
 }
 
 Status Store::put(const StoredSession& s) {

@@ -1,6 +1,7 @@
 #pragma once
 // Durable session state (shared/DESIGN.md "Sessions": "State lives in SQLite under the data
-// dir"): one row a session in data_dir/state.db (WAL, synchronous=FULL), holding its spec,
+// dir"): one row a session in data_dir/state.db (and one a managed process of it, whose spec
+// brings it back after a suspend or a restart) (WAL, synchronous=FULL), holding its spec,
 // state, tenant, uid (the uid allocation: UNIQUE, so two sessions can never share one) and
 // times. Every put/erase is one transaction that is on disk when it returns; last-used times
 // come in batches (touch) so an exec never waits for a disk write.
@@ -31,6 +32,8 @@ namespace agentbox::session {
 struct StoredSession {
   SessionInfo info;
   uid_t uid = 0;
+  // Its managed processes (API.md "Processes and terminals"), by ProcessSpec::key.
+  std::vector<sandbox::ProcessSpec> managed;
 };
 
 // The database's time unit: milliseconds since the Unix epoch.
@@ -51,6 +54,11 @@ class Store {
   Status put(const StoredSession& s);
   // Deletes the row of `id` (absent is fine), durably.
   Status erase(const std::string& id);
+  // Stores (inserts or replaces) the spec of a managed process of session `id` under spec.key,
+  // durably; the session's row must exist. Rows go with their session's (erase).
+  Status put_process(const std::string& id, const sandbox::ProcessSpec& spec);
+  // Deletes one (absent is fine), durably.
+  Status erase_process(const std::string& id, const std::string& key);
   // Updates last_used_at of existing rows, all in one transaction.
   Status touch(const std::vector<std::pair<std::string, std::int64_t>>& used);
 
@@ -70,5 +78,7 @@ class Store {
 // The stored form of a spec (exposed for tests).
 std::string encode_spec(const SessionSpec& spec);
 Result<SessionSpec> decode_spec(std::string_view text);
+std::string encode_process_spec(const sandbox::ProcessSpec& spec);
+Result<sandbox::ProcessSpec> decode_process_spec(std::string_view text);
 
 }  // namespace agentbox::session

@@ -136,6 +136,81 @@ TEST_F(StoreTest, ADatabaseFromANewerDaemonIsRefusedNamingTheVersion) {
   EXPECT_NE(st.error().message.find("99"), std::string::npos) << st.error().message;
 }
 
+sandbox::ProcessSpec managed_spec(std::string key) {
+  sandbox::ProcessSpec p;
+  p.key = std::move(key);
+  p.tag = "mcp";
+  p.argv = {"node", "server.js"};
+  p.cwd = "/workspace/app";
+  p.env = {{"TOKEN", "t\xff"}};
+  p.stdin_open = true;
+  p.pty = sandbox::PtySize{100, 30};
+  p.restart = sandbox::ProcessSpec::Restart::kOnFailure;
+  return p;
+}
+
+TEST_F(StoreTest, ManagedProcessSpecsComeBackAndGoWithTheirSession) {
+  {
+    auto st = Store::open(db());
+    ASSERT_TRUE(st) << st.error().message;
+    ASSERT_TRUE((*st)->put(sample("a", 20000)));
+    ASSERT_TRUE((*st)->put(sample("b", 20001)));
+    ASSERT_TRUE((*st)->put_process("a", managed_spec("mcp")));
+    ASSERT_TRUE((*st)->put_process("a", managed_spec("m2")));
+    ASSERT_TRUE((*st)->put_process("b", managed_spec("mcp")));
+    ASSERT_TRUE((*st)->erase_process("a", "m2"));
+    EXPECT_FALSE((*st)->put_process("nosuch", managed_spec("x")));  // the session must exist
+  }
+  auto st = Store::open(db());
+  ASSERT_TRUE(st);
+  auto rows = (*st)->load();
+  ASSERT_TRUE(rows) << rows.error().message;
+  ASSERT_EQ(rows->size(), 2u);
+  ASSERT_EQ((*rows)[0].managed.size(), 1u);
+  const sandbox::ProcessSpec& p = (*rows)[0].managed[0];
+  EXPECT_EQ(p.key, "mcp");
+  EXPECT_EQ(p.tag, "mcp");
+  EXPECT_EQ(p.argv, (std::vector<std::string>{"node", "server.js"}));
+  EXPECT_EQ(p.cwd, "/workspace/app");
+  EXPECT_EQ(p.env.at("TOKEN").substr(0, 1), "t");
+  EXPECT_TRUE(p.stdin_open);
+  ASSERT_TRUE(p.pty.has_value());
+  EXPECT_EQ(p.pty->cols, 100);
+  EXPECT_EQ(p.restart, sandbox::ProcessSpec::Restart::kOnFailure);
+  // Deleting a session deletes its processes.
+  ASSERT_TRUE((*st)->erase("b"));
+  ASSERT_TRUE((*st)->put(sample("b", 20001)));
+  rows = (*st)->load();
+  ASSERT_TRUE(rows);
+  EXPECT_TRUE((*rows)[1].managed.empty());
+}
+
+TEST_F(StoreTest, ASchemaOneDatabaseGainsTheProcessesTable) {
+  // What a daemon before managed processes wrote: the sessions table, user_version 1.
+  {
+    sqlite3* raw = nullptr;
+    ASSERT_EQ(sqlite3_open(db().c_str(), &raw), SQLITE_OK);
+    const char* v1 =
+        "CREATE TABLE sessions (id TEXT PRIMARY KEY, tenant TEXT NOT NULL, backend TEXT NOT NULL,"
+        " uid INTEGER NOT NULL UNIQUE, spec TEXT NOT NULL, state TEXT NOT NULL,"
+        " workspace TEXT NOT NULL, box_uid INTEGER, created_at INTEGER NOT NULL,"
+        " last_used_at INTEGER NOT NULL) WITHOUT ROWID;"
+        "INSERT INTO sessions VALUES ('old', 'default', 'ns', 20000, '{}', 'suspended',"
+        " '/workspace', NULL, 1, 2);"
+        "PRAGMA user_version=1;";
+    ASSERT_EQ(sqlite3_exec(raw, v1, nullptr, nullptr, nullptr), SQLITE_OK);
+    sqlite3_close(raw);
+  }
+  auto st = Store::open(db());
+  ASSERT_TRUE(st) << st.error().message;
+  ASSERT_TRUE((*st)->put_process("old", managed_spec("mcp")));
+  auto rows = (*st)->load();
+  ASSERT_TRUE(rows) << rows.error().message;
+  ASSERT_EQ(rows->size(), 1u);
+  EXPECT_EQ((*rows)[0].info.id, "old");
+  EXPECT_EQ((*rows)[0].managed.size(), 1u);
+}
+
 TEST_F(StoreTest, AnUnopenableDatabaseNamesThePath) {
   auto st = Store::open(dir_ + "/no/such/dir/state.db");
   ASSERT_FALSE(st);

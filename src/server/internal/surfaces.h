@@ -5,8 +5,11 @@
 #include <vector>
 
 #include "server/routes.h"
+#include "session/events.h"
 
 namespace agentbox::server::detail {
+
+struct Context;
 
 std::vector<RouteSpec> session_routes();    // v1_sessions.cc: /v1/sessions...
 std::vector<RouteSpec> exec_routes();       // exec.cc: /v1/sessions/{id}/exec[/stream]
@@ -16,5 +19,11 @@ std::vector<RouteSpec> ops_routes();        // ops.cc: /healthz, /readyz, /metri
 std::vector<RouteSpec> process_routes();   // processes.cc: /v1/sessions/{id}/processes..., /pty
 std::vector<RouteSpec> event_routes();      // events.cc: GET /v1/events (WebSocket)
 std::vector<RouteSpec> not_built_routes();  // not_built.cc: API.md routes not built yet (501)
+
+// processes.cc: managed processes come back with their session. A kResumed event starts the
+// session's stored managed processes in its new box; resume_managed_sessions() (once, when the
+// server starts) resumes the sessions that have some. Any thread.
+void on_session_event_for_processes(Context* ctx, const session::SessionEvent& ev);
+void resume_managed_sessions(Context* ctx);
 
 }  // namespace agentbox::server::detail
