@@ -17,6 +17,8 @@
 #include <set>
 #include <thread>
 
+#include "sandbox/default_limits.h"
+
 namespace agentbox::session {
 namespace {
 
@@ -396,6 +398,7 @@ TEST_F(SessionManagerTest, AnExistingWorkspacesOwnerUidIsAdoptedWhenFree) {
 }
 
 TEST_F(SessionManagerTest, EffectiveLimitsDeriveTmpAndRefuseATmpOverHalfTheMemory) {
+  tweak_ = [](ManagerConfig& c) { c.default_limits = sandbox::builtin_default_limits(); };
   auto a = mgr().create_or_get("lim", {}, kDaemon);
   ASSERT_TRUE(a);
   EXPECT_EQ(a->first.spec.limits.tmp_mb, 128u);  // min(512 / 4, 512)
