@@ -3,8 +3,8 @@
 #include <fcntl.h>
 #include <linux/capability.h>
 #include <linux/openat2.h>
-#include <sys/mount.h>
 #include <sys/ioctl.h>
+#include <sys/mount.h>
 #include <sys/prctl.h>
 #include <sys/stat.h>
 #include <sys/syscall.h>
@@ -1027,8 +1027,8 @@ KilledBy NsSandbox::killed_by(Pending& p, const ExecResult& r) {
   // or a shell leader that reports its command's SIGXCPU death as 128+SIGXCPU.
   if (cpu_time_sec_ != 0) {
     const bool xcpu = r.signal == SIGXCPU || (!r.signal && r.exit_code == 128 + SIGXCPU);
-    const bool hard = r.signal == SIGKILL &&
-                      cpu_usec >= static_cast<std::uint64_t>(cpu_time_sec_) * 1000000u;
+    const bool hard =
+        r.signal == SIGKILL && cpu_usec >= static_cast<std::uint64_t>(cpu_time_sec_) * 1000000u;
     if (xcpu || hard) return KilledBy::kCpuTime;
   }
   if (!p.have_events) return KilledBy::kNone;
@@ -1244,8 +1244,7 @@ Result<std::unique_ptr<Sandbox>> NsBackend::create(BoxConfig config) {
   fs_spec.workspace_dir = config.workspace_dir;
   fs_spec.uid = uid;
   fs_spec.gid = gid;
-  fs_spec.tmp_bytes =
-      config.limits.tmp_mb ? *config.limits.tmp_mb << 20 : core_->opts.tmp_bytes;
+  fs_spec.tmp_bytes = config.limits.tmp_mb ? *config.limits.tmp_mb << 20 : core_->opts.tmp_bytes;
   fs_spec.tmp_inodes = core_->opts.tmp_inodes;
   for (const auto& m : config.mounts) {
     fs_spec.binds.push_back({m.host_path, m.box_path, m.read_only});
@@ -1300,11 +1299,9 @@ Result<std::unique_ptr<Sandbox>> NsBackend::create(BoxConfig config) {
     // The proxy is the box's only way out; its variables win over the session's env.
     for (auto& [k, v] : net::BoxEgress::box_env()) config.env[k] = std::move(v);
   }
-  auto sb = std::make_unique<NsSandbox>(core_, config.key, uid, gid,
-                                        config.limits.cpu_time_sec.value_or(0),
-                                        std::move(config.env),
-                                        std::move(*cgroup), std::move(*box), std::move(root),
-                                        std::move(control_dup));
+  auto sb = std::make_unique<NsSandbox>(
+      core_, config.key, uid, gid, config.limits.cpu_time_sec.value_or(0), std::move(config.env),
+      std::move(*cgroup), std::move(*box), std::move(root), std::move(control_dup));
   if (config.egress_policy) {
     // After the init exists: the listener is opened in its network namespace.
     if (auto st = sb->start_egress(std::move(config.egress_policy),

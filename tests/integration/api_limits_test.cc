@@ -41,12 +41,13 @@ TEST_F(LimitsApi, CpuTimeKillsABusyLoopAndSaysSo) {
   EXPECT_EQ(r.body["killed_by"], "cpu_time") << r;
   EXPECT_EQ(r.body["timed_out"], false) << r;
   EXPECT_NE(r.body["exit_code"], 0) << r;
-  EXPECT_LT(r.body["duration_ms"].get<long>(), 30000) << "killed by its CPU budget, not the timeout";
+  EXPECT_LT(r.body["duration_ms"].get<long>(), 30000)
+      << "killed by its CPU budget, not the timeout";
 
   // A program that runs the loop as a child of the shell (no exec of the last command): the
   // shell reports the child's SIGXCPU death, and the cause is still named.
-  auto nested = api_.exec("cpu", {{"command", "sh -c 'while :; do :; done'; exit $?"},
-                                  {"timeout_sec", 60}});
+  auto nested =
+      api_.exec("cpu", {{"command", "sh -c 'while :; do :; done'; exit $?"}, {"timeout_sec", 60}});
   ASSERT_EQ(nested.status, 200) << nested;
   EXPECT_EQ(nested.body["killed_by"], "cpu_time") << nested;
 
@@ -98,8 +99,8 @@ TEST_F(LimitsApi, TimeoutSaysTimeout) {
 TEST_F(LimitsApi, OomKillSaysMemoryAndTheSessionGoesOn) {
   create("oom", {{"memory_mb", 64}});
   // tail keeps its whole input when there is no newline: it grows until the OOM killer ends it.
-  auto r = api_.exec("oom", {{"command", "head -c 1000m /dev/zero | tail > /dev/null"},
-                             {"timeout_sec", 60}});
+  auto r = api_.exec(
+      "oom", {{"command", "head -c 1000m /dev/zero | tail > /dev/null"}, {"timeout_sec", 60}});
   ASSERT_EQ(r.status, 200) << r;
   EXPECT_EQ(r.body["killed_by"], "memory") << r;
   EXPECT_NE(r.body["exit_code"], 0) << r;
@@ -114,8 +115,9 @@ TEST_F(LimitsApi, OomKillSaysMemoryAndTheSessionGoesOn) {
 TEST_F(LimitsApi, ForkRefusedAtMaxPidsSaysPids) {
   create("pids", {{"max_pids", 16}});
   // dash gives up at the first fork the pids limit refuses.
-  auto r = api_.exec("pids", {{"command", "i=0; while [ $i -lt 100 ]; do sleep 1000 & "
-                                          "i=$((i+1)); done; wait"},
+  auto r = api_.exec("pids", {{"command",
+                               "i=0; while [ $i -lt 100 ]; do sleep 1000 & "
+                               "i=$((i+1)); done; wait"},
                               {"timeout_sec", 60}});
   ASSERT_EQ(r.status, 200) << r;
   EXPECT_EQ(r.body["killed_by"], "pids") << r;
@@ -132,8 +134,8 @@ TEST_F(LimitsApi, FullTmpGivesEnospcAndTheSessionStaysUsable) {
   ASSERT_EQ(df.status, 200) << df;
   EXPECT_EQ(df.body["stdout"], std::to_string(32 * 1024) + "\n") << df;
 
-  auto fill = api_.exec("tmp", {{"command", "dd if=/dev/zero of=/tmp/fill bs=1M count=100000"},
-                                {"timeout_sec", 60}});
+  auto fill = api_.exec(
+      "tmp", {{"command", "dd if=/dev/zero of=/tmp/fill bs=1M count=100000"}, {"timeout_sec", 60}});
   ASSERT_EQ(fill.status, 200) << fill;
   EXPECT_NE(fill.body["exit_code"], 0) << fill;
   EXPECT_NE(fill.body["stderr"].get<std::string>().find("No space left"), std::string::npos)
@@ -193,8 +195,9 @@ class LimitsConfig : public ::testing::Test {
 
 TEST_F(LimitsConfig, DefaultsApplyAndTheSessionShowsThem) {
   Daemon d({"--backend", "ns", "--config",
-            write_config(dir_, "default_limits:\n  memory_mb: 256\n  cpu_time_sec: 1\n"
-                               "  tmp_mb: 24\n  disk_mb: 0\n")});
+            write_config(dir_,
+                         "default_limits:\n  memory_mb: 256\n  cpu_time_sec: 1\n"
+                         "  tmp_mb: 24\n  disk_mb: 0\n")});
   Api api(d);
   auto s = api.post("/v1/sessions", {{"id", "d"}});
   ASSERT_EQ(s.status, 201) << s;
@@ -232,15 +235,13 @@ TEST_F(LimitsConfig, DefaultDiskCapsNewWorkspaces) {
 }
 
 TEST_F(LimitsConfig, BadDefaultsStopTheDaemonNamingThem) {
-  for (const std::string& bad :
-       {std::string("default_limits:\n  cpu_time_sec: 1000000000\n"),
-        std::string("default_limits:\n  memory_mb: 64\n  tmp_mb: 40\n"),
-        std::string("default_limits:\n  tmp_mb: 0\n")}) {
+  for (const std::string& bad : {std::string("default_limits:\n  cpu_time_sec: 1000000000\n"),
+                                 std::string("default_limits:\n  memory_mb: 64\n  tmp_mb: 40\n"),
+                                 std::string("default_limits:\n  tmp_mb: 0\n")}) {
     std::string out;
-    int rc = Daemon::run_to_exit(
-        {"--listen", "127.0.0.1:0", "--data-dir", dir_ / "data", "--config",
-         write_config(dir_, bad)},
-        &out);
+    int rc = Daemon::run_to_exit({"--listen", "127.0.0.1:0", "--data-dir", dir_ / "data",
+                                  "--config", write_config(dir_, bad)},
+                                 &out);
     EXPECT_NE(rc, 0) << bad;
     EXPECT_NE(out.find("default_limits."), std::string::npos) << bad << out;
   }
@@ -255,16 +256,17 @@ TEST(SeedUid, AnExistingWorkspaceKeepsItsOwnersUid) {
   const uid_t old_uid = 23456;  // in [10000, 70000), and not this agent's first probe
   fs::create_directories(workdir + "/" + agent + "/notes");
   ASSERT_TRUE(spit(workdir + "/" + agent + "/notes/todo.txt", "old\n"));
-  for (const std::string& p : {std::string(""), std::string("/notes"),
-                               std::string("/notes/todo.txt")}) {
+  for (const std::string& p :
+       {std::string(""), std::string("/notes"), std::string("/notes/todo.txt")}) {
     ASSERT_EQ(::chown((workdir + "/" + agent + p).c_str(), old_uid, old_uid), 0) << p;
   }
   ::chmod((workdir + "/" + agent + "/notes/todo.txt").c_str(), 0644);
 
   Daemon d({"--workdir", workdir, "--multi-agent"});
   Api api(d);
-  auto r = api.post("/exec", {{"command", "echo new >> notes/todo.txt && id -u && cat notes/todo.txt"},
-                              {"env", {{"AGENT_ID", agent}}}});
+  auto r =
+      api.post("/exec", {{"command", "echo new >> notes/todo.txt && id -u && cat notes/todo.txt"},
+                         {"env", {{"AGENT_ID", agent}}}});
   ASSERT_EQ(r.status, 200) << r;
   EXPECT_EQ(r.body["exit_code"], 0) << r;
   EXPECT_EQ(r.body["stdout"], std::to_string(old_uid) + "\nold\nnew\n") << r;

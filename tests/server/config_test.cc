@@ -258,8 +258,9 @@ TEST(ConfigDefaultLimits, BuiltInUnlessTheFileSetsThem) {
 }
 
 TEST(ConfigDefaultLimits, ZeroDiskAndCpuTimeMeanNone) {
-  std::string path = temp_yaml("default_limits:\n  disk_mb: 0\n  cpu_time_sec: 0\n"
-                               "  tmp_mb: 100\n");
+  std::string path = temp_yaml(
+      "default_limits:\n  disk_mb: 0\n  cpu_time_sec: 0\n"
+      "  tmp_mb: 100\n");
   auto r = parse({"--config", path});
   unlink(path.c_str());
   ASSERT_TRUE(r.config);

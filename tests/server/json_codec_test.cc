@@ -181,8 +181,7 @@ TEST(JsonCodec, CreateRefusesWhatIsNotBuilt) {
     EXPECT_NE(m.find("'network.mode'"), std::string::npos) << m;
     EXPECT_NE(m.find(mode), std::string::npos) << m;
   }
-  EXPECT_NE(unsup(R"({"id":"a","template":"python-data"})").find("'template'"),
-            std::string::npos);
+  EXPECT_NE(unsup(R"({"id":"a","template":"python-data"})").find("'template'"), std::string::npos);
   // Seed 002's primary host_path in place of the workspace itself.
   EXPECT_NE(unsup(R"({"id":"a","host_path":"/srv/p"})").find("'host_path'"), std::string::npos);
   EXPECT_NE(unsup(R"({"id":"a","host_path":"/srv/p","mount_path":"/workspace/"})")
