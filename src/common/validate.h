@@ -53,12 +53,16 @@ inline constexpr LimitBounds kCpuPercent{"cpu_percent", 1, 0xffffffffu};
 inline constexpr LimitBounds kMaxPids{"max_pids", 8, 0xffffffffu};
 inline constexpr LimitBounds kDiskMb{"disk_mb", 16, kMaxMiB};
 inline constexpr LimitBounds kMaxOpenFiles{"max_open_files", 16, 1u << 20};  // fs.nr_open default
+// CPU seconds per command: up to a week (seed 004's max_cpu_time; RLIMIT_CPU counts seconds).
+inline constexpr LimitBounds kCpuTimeSec{"cpu_time_sec", 1, 7 * 24 * 3600};
+inline constexpr LimitBounds kTmpMb{"tmp_mb", 1, kMaxMiB};
 
 // "field '<prefix>.<name>' must be between <min> and <max>" when `value` is out of bounds.
 Status limit(const LimitBounds& b, std::uint64_t value, std::string_view prefix);
 
 // Every set field of a sandbox::Limits-shaped struct (optional memory_mb, cpu_percent, max_pids,
-// disk_mb, max_open_files); a template so that this low module need not know sandbox/.
+// disk_mb, max_open_files, cpu_time_sec, tmp_mb); a template so that this low module need not
+// know sandbox/.
 template <typename L>
 Status limits(const L& l, std::string_view prefix) {
   auto one = [&](const LimitBounds& b, const auto& v) -> Status {
@@ -70,6 +74,8 @@ Status limits(const L& l, std::string_view prefix) {
   AB_TRY(one(kMaxPids, l.max_pids));
   AB_TRY(one(kDiskMb, l.disk_mb));
   AB_TRY(one(kMaxOpenFiles, l.max_open_files));
+  AB_TRY(one(kCpuTimeSec, l.cpu_time_sec));
+  AB_TRY(one(kTmpMb, l.tmp_mb));
   return {};
 }
 

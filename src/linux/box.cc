@@ -479,6 +479,7 @@ Result<std::string> encode_exec_request(const ExecCommand& cmd, bool has_stdin) 
     req.join_fds = cmd.self_join_fds;
   }
   req.id = cmd.id;
+  req.cpu_time_sec = cmd.cpu_time_sec;
   req.uid = cmd.uid;
   req.gid = cmd.gid;
   req.oom_score_adj = cmd.oom_score_adj;
@@ -578,6 +579,7 @@ int recv_box_message(int control_fd, bool dont_wait, BoxMessage* out) noexcept {
     std::memcpy(&m, buf, sizeof m);
     out->id = m.id;
     out->status = m.status;
+    out->cpu_usec = m.cpu_usec;
     return 1;
   }
   if (type == proto::MsgType::kHello && static_cast<std::size_t>(n) == sizeof(proto::Hello)) {

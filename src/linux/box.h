@@ -123,6 +123,7 @@ struct ExecCommand {
   // stdin/stdout/stderr are one pty slave (sent three times) that becomes the controlling
   // terminal (initproto kExecPty); implies has_stdin.
   bool pty = false;
+  std::uint32_t cpu_time_sec = 0;  // RLIMIT_CPU for the command (initproto); 0 = none
 };
 
 // The ExecRequest message for `cmd`. kTooBig past initproto::kMaxPayloadBytes; kInvalid for an
@@ -142,6 +143,7 @@ struct BoxMessage {
   initproto::MsgType type{};
   std::uint64_t id = 0;      // kChildReady, kExited
   int status = 0;            // kExited: wait status
+  std::uint64_t cpu_usec = 0;  // kExited: CPU time of the leader (initproto Exited)
   pid_t box_pid = 0;         // kChildReady: the command's pid inside the box
   pid_t sender_pid = 0;      // the sender as the daemon sees it (SO_PASSCRED); 0 if unknown
   uid_t sender_uid = 0;

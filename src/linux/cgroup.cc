@@ -103,6 +103,29 @@ Result<std::uint64_t> read_u64(const std::string& path) {
   return v;
 }
 
+Result<std::uint64_t> read_keyed_u64(const std::string& path, std::string_view key) {
+  auto text = read_file(path);
+  if (!text) {
+    if (text.error().sys_errno == ENOENT) return fail(Code::kNotFound, "no file " + path);
+    return std::unexpected(std::move(text.error()));
+  }
+  std::string_view rest = *text;
+  while (!rest.empty()) {
+    const std::size_t nl = rest.find('\n');
+    std::string_view line = rest.substr(0, nl);
+    rest = nl == std::string_view::npos ? std::string_view() : rest.substr(nl + 1);
+    if (line.size() <= key.size() || !line.starts_with(key) || line[key.size()] != ' ') continue;
+    std::string_view num = line.substr(key.size() + 1);
+    std::uint64_t v = 0;
+    auto [p, ec] = std::from_chars(num.data(), num.data() + num.size(), v);
+    if (ec != std::errc{} || p != num.data() + num.size()) {
+      return fail(Code::kInternal, "parse(" + path + "): " + std::string(line));
+    }
+    return v;
+  }
+  return fail(Code::kNotFound, "no '" + std::string(key) + "' in " + path);
+}
+
 bool exists(const std::string& path) {
   struct stat st;
   return ::stat(path.c_str(), &st) == 0;

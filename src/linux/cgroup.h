@@ -50,6 +50,20 @@ struct CgroupLimits {
   std::uint32_t max_pids = 256;  // tasks (threads count) in the whole box. 0 = unlimited
 };
 
+// Kernel counters of why processes in a cgroup were stopped (API.md "Exec": killed_by). The
+// daemon reads them before and after a command; an increase names the cause.
+struct CgroupEvents {
+  // OOM kills of processes in this cgroup. v2: memory.events `oom_kill` (this cgroup and its
+  // descendants); v1: memory.oom_control `oom_kill` (Linux 4.13+; this cgroup only), or, on an
+  // older kernel without that field, memory.failcnt (times the limit was hit: an approximation
+  // the caller pairs with a SIGKILLed command).
+  std::uint64_t oom_kills = 0;
+  // Forks refused by a pids.max. pids.events `max`: on v1, and on v2 before Linux 6.12, counted
+  // in the forking process's cgroup; on v2 since 6.12, in the cgroup whose limit was hit and its
+  // ancestors. Read it on the exec's cgroup and on the box's to cover both.
+  std::uint64_t pids_max = 0;
+};
+
 class Cgroup {
  public:
   virtual ~Cgroup() = default;
@@ -89,6 +103,10 @@ class Cgroup {
 
   // Bytes charged to it and below (v2 memory.current, v1 memory.usage_in_bytes).
   [[nodiscard]] virtual Result<std::uint64_t> memory_usage() = 0;
+
+  // The OOM-kill and fork-refusal counters (see CgroupEvents). A controller file that is missing
+  // (a child of a child on v2 has no memory files) counts as 0.
+  [[nodiscard]] virtual Result<CgroupEvents> events() = 0;
 
   // kill_all, then rmdir children (deepest first) and itself; idempotent (a second call, or a
   // call on an already-removed directory, succeeds).

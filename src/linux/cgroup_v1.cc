@@ -138,6 +138,27 @@ class V1Cgroup final : public Cgroup {
     return detail::read_u64(join(dirs_[kMemory], "memory.usage_in_bytes"));
   }
 
+  Result<CgroupEvents> events() override {
+    CgroupEvents ev;
+    auto oom = detail::read_keyed_u64(join(dirs_[kMemory], "memory.oom_control"), "oom_kill");
+    if (oom) {
+      ev.oom_kills = *oom;
+    } else if (oom.error().code == Code::kNotFound) {
+      // Before Linux 4.13 memory.oom_control has no oom_kill: how often the limit was hit.
+      auto failcnt = detail::read_u64(join(dirs_[kMemory], "memory.failcnt"));
+      if (failcnt) ev.oom_kills = *failcnt;
+    } else {
+      return std::unexpected(std::move(oom.error()));
+    }
+    auto max = detail::read_keyed_u64(join(dirs_[kPids], "pids.events"), "max");
+    if (max) {
+      ev.pids_max = *max;
+    } else if (max.error().code != Code::kNotFound) {
+      return std::unexpected(std::move(max.error()));
+    }
+    return ev;
+  }
+
   Status destroy() override {
     bool any = false;
     for (const auto& d : dirs_) any = any || detail::exists(d);

@@ -137,6 +137,23 @@ class V2Cgroup final : public Cgroup {
     return detail::read_u64(join(dir_, "memory.current"));
   }
 
+  Result<CgroupEvents> events() override {
+    CgroupEvents ev;
+    auto oom = detail::read_keyed_u64(join(dir_, "memory.events"), "oom_kill");
+    if (oom) {
+      ev.oom_kills = *oom;
+    } else if (oom.error().code != Code::kNotFound) {
+      return std::unexpected(std::move(oom.error()));
+    }
+    auto max = detail::read_keyed_u64(join(dir_, "pids.events"), "max");
+    if (max) {
+      ev.pids_max = *max;
+    } else if (max.error().code != Code::kNotFound) {
+      return std::unexpected(std::move(max.error()));
+    }
+    return ev;
+  }
+
   Status destroy() override {
     if (!detail::exists(dir_)) return {};
     if (auto st = kill_all(); !st) return st;

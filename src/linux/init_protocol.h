@@ -49,7 +49,7 @@
 
 namespace agentbox::linux::initproto {
 
-inline constexpr std::uint32_t kVersion = 3;
+inline constexpr std::uint32_t kVersion = 4;
 
 // The init's end of the control socket. The init's exec'd argv[0] is kInitName.
 inline constexpr int kControlFd = 3;
@@ -105,6 +105,9 @@ struct ExecRequest {
   std::uint32_t envc = 0;
   std::uint32_t payload_bytes = 0;
   std::uint32_t join_fds = 0;  // with kExecSelfJoin: how many `tasks` fds follow stdio
+  // RLIMIT_CPU of the command (API.md limits.cpu_time_sec): SIGXCPU at this many CPU seconds,
+  // SIGKILL one second later (linux/rlimits.h apply_cpu_time_limit). 0 = no limit.
+  std::uint32_t cpu_time_sec = 0;
   // Followed by payload_bytes: argc argv strings, envc "K=V" strings, then the cwd, each
   // NUL-terminated.
 };
@@ -119,6 +122,9 @@ struct Exited {
   MsgType type = MsgType::kExited;
   std::int32_t status = 0;  // wait(2) status
   std::uint64_t id = 0;
+  // User + system CPU time of the leader (and of the children it waited for), from wait4(2):
+  // tells a SIGKILL at the RLIMIT_CPU hard limit from any other SIGKILL.
+  std::uint64_t cpu_usec = 0;
 };
 
 struct Signal {

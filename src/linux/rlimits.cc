@@ -29,4 +29,12 @@ int apply_rlimits(const BoxRlimits& limits) noexcept {
   return 0;
 }
 
+int apply_cpu_time_limit(std::uint64_t seconds) noexcept {
+  if (seconds == 0) return 0;
+  struct rlimit lim;
+  lim.rlim_cur = seconds;
+  lim.rlim_max = seconds + 1;
+  return ::syscall(SYS_prlimit64, 0, RLIMIT_CPU, &lim, nullptr) == 0 ? 0 : errno;
+}
+
 }  // namespace agentbox::linux

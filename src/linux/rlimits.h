@@ -17,4 +17,10 @@ struct BoxRlimits {
 // async-signal-safe: may be called in a clone child.
 int apply_rlimits(const BoxRlimits& limits) noexcept;
 
+// RLIMIT_CPU for one command (API.md limits.cpu_time_sec): soft `seconds` (SIGXCPU, which ends
+// a process that does not handle it) and hard `seconds` + 1 (SIGKILL, for one that does). Each
+// process the command starts inherits the limit and counts its own CPU time. 0 leaves the
+// limit as it is. Returns 0 or errno. async-signal-safe: called in the box init's forked child.
+int apply_cpu_time_limit(std::uint64_t seconds) noexcept;
+
 }  // namespace agentbox::linux

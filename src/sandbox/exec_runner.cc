@@ -361,6 +361,7 @@ asio::awaitable<ExecResult> supervise(std::shared_ptr<RunState> st, Clock::time_
   r.stderr_truncated = st->err.truncated;
   if (st->timed_out) {
     r.timed_out = true;
+    r.killed_by = KilledBy::kTimeout;
     r.exit_code = -1;
     r.signal = SIGKILL;
   } else {

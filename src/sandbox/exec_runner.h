@@ -14,7 +14,8 @@
 //   3. When the leader exits, what is already buffered in the pipes is drained (bounded) and the
 //      run finishes WITHOUT waiting for EOF: a background child (`sleep 30 &`) that inherited the
 //      pipes must not hold the reply. The pipes are then closed.
-//   4. On timeout the whole tree is killed (Process::kill_tree): timed_out, exit_code -1, signal 9.
+//   4. On timeout the whole tree is killed (Process::kill_tree): timed_out, exit_code -1, signal 9,
+//      killed_by kTimeout (the backend names the other causes: it knows its limits).
 //   5. A sink returning false (consumer gone) kills the tree too; the run then finishes as in 3.
 //   6. So does cancelling the awaiting coroutine (any cancellation type reaching its
 //      cancellation slot, e.g. the losing side of `a || b`: the client went away while the

@@ -3,8 +3,8 @@
 #include <fcntl.h>
 #include <linux/capability.h>
 #include <linux/openat2.h>
-#include <sys/mount.h>
 #include <sys/ioctl.h>
+#include <sys/mount.h>
 #include <sys/prctl.h>
 #include <sys/stat.h>
 #include <sys/syscall.h>
@@ -38,6 +38,7 @@
 #include <utility>
 #include <vector>
 
+#include "common/fnv.h"
 #include "common/log.h"
 #include "common/validate.h"
 #include "linux/box.h"
@@ -70,15 +71,6 @@ using StartChannel = asio::experimental::concurrent_channel<void(boost::system::
 constexpr std::string_view kWorkspace = lx::kBoxWorkspacePath;
 // How long an exec request may wait for room in a busy init's queue.
 constexpr std::chrono::seconds kSendTimeout{10};
-
-std::uint32_t fnv1a32(std::string_view s) {
-  std::uint32_t h = 2166136261u;
-  for (unsigned char c : s) {
-    h ^= c;
-    h *= 16777619u;
-  }
-  return h;
-}
 
 Error with_context(Error e, std::string_view context) {
   e.message = std::string(context) + ": " + e.message;
@@ -270,6 +262,12 @@ struct Pending {
   bool started = false;
   pid_t host_pid = 0;
   std::string start_error;  // why the daemon refused to let it start, if it did
+  std::uint64_t cpu_usec = 0;  // the leader's CPU time, from its Exited report
+  // The kill-cause counters of the exec's cgroup and of the box's before the command started
+  // (execs only), for killed_by. Set before the request is sent; read after the exit.
+  lx::CgroupEvents exec_events;
+  lx::CgroupEvents box_events;
+  bool have_events = false;
   ExitChannel exit;
   std::uint64_t id = 0;
   // Processes only (not execs): told the box pid at ChildReady, or an error if it never came.
@@ -407,6 +405,7 @@ void on_exited(Conn& conn, const lx::BoxMessage& m) {
     std::lock_guard lock(p->mu);
     p->go.reset();
     if (!p->started) p->report_start(false, 0);
+    p->cpu_usec = m.cpu_usec;
   }
   (void)p->exit.try_send(boost::system::error_code{}, exit_status_of(m.status));
 }
@@ -542,12 +541,14 @@ class ScopedFsIdentity {
 class NsSandbox final : public Sandbox, private ProcessLauncher {
  public:
   NsSandbox(std::shared_ptr<Core> core, std::string key, uid_t uid, gid_t gid,
-            std::map<std::string, std::string> env, std::unique_ptr<lx::Cgroup> cgroup,
-            std::unique_ptr<lx::Box> box, UniqueFd root, UniqueFd control_dup)
+            std::uint32_t cpu_time_sec, std::map<std::string, std::string> env,
+            std::unique_ptr<lx::Cgroup> cgroup, std::unique_ptr<lx::Box> box, UniqueFd root,
+            UniqueFd control_dup)
       : core_(std::move(core)),
         key_(std::move(key)),
         uid_(uid),
         gid_(gid),
+        cpu_time_sec_(cpu_time_sec),
         env_(std::move(env)),
         cgroup_(std::move(cgroup)),
         box_(std::move(box)),
@@ -755,6 +756,12 @@ class NsSandbox final : public Sandbox, private ProcessLauncher {
   void finish_exec(Prepared& prep, ExecResult& result);
   // exec() with the caller's throw-on-cancellation switched off.
   asio::awaitable<Result<ExecResult>> exec_uncancellable(ExecSpec spec, OutputSink* sink);
+  // The kill-cause counters before an exec (Pending::exec_events/box_events). Best effort: a
+  // failed read leaves have_events false, and the exec then names no limit as its cause.
+  void record_events_before(Pending& p);
+  // Why a finished exec was stopped, from its exit and the counters (API.md killed_by). Before
+  // its cgroup is released.
+  KilledBy killed_by(Pending& p, const ExecResult& r);
 
   // A FileWriter whose calls run with the session's fs identity (see ScopedFsIdentity).
   class AsUserWriter final : public FileWriter {
@@ -890,6 +897,7 @@ class NsSandbox final : public Sandbox, private ProcessLauncher {
   const std::string key_;
   const uid_t uid_;
   const gid_t gid_;
+  const std::uint32_t cpu_time_sec_;  // RLIMIT_CPU of every command (limits.cpu_time_sec); 0 none
   const std::map<std::string, std::string> env_;
   std::mutex cgroup_mu_;  // serialises use of cgroup_ (thread-compatible)
   std::unique_ptr<lx::Cgroup> cgroup_;
@@ -946,6 +954,7 @@ Result<NsSandbox::Prepared> NsSandbox::prepare_exec(ExecSpec& spec, const asio::
   cmd.uid = uid_;
   cmd.gid = gid_;
   cmd.oom_score_adj = core_->opts.command_oom_score_adj;
+  cmd.cpu_time_sec = cpu_time_sec_;
   if (!spec.argv.empty()) {
     if (spec.argv.front().empty()) return fail(Code::kInvalid, "exec: argv[0] is empty");
     cmd.argv = std::move(spec.argv);
@@ -1024,6 +1033,60 @@ Result<NsSandbox::Prepared> NsSandbox::prepare_exec(ExecSpec& spec, const asio::
   return prep;
 }
 
+void NsSandbox::record_events_before(Pending& p) {
+  auto exec_ev = p.cgroup->events();
+  Result<lx::CgroupEvents> box_ev = fail(Code::kUnavailable, "shut down");
+  {
+    std::lock_guard lock(cgroup_mu_);
+    if (!shut_down_cgroups_) box_ev = cgroup_->events();
+  }
+  if (!exec_ev || !box_ev) {
+    spdlog::debug("ns box {}: reading cgroup events: {}", key_,
+                  (!exec_ev ? exec_ev.error() : box_ev.error()).message);
+    return;
+  }
+  p.exec_events = *exec_ev;
+  p.box_events = *box_ev;
+  p.have_events = true;
+}
+
+KilledBy NsSandbox::killed_by(Pending& p, const ExecResult& r) {
+  if (r.timed_out) return KilledBy::kTimeout;
+  // Ended on its own with success, or stopped by the daemon (client gone): no limit to name.
+  if (!r.signal && r.exit_code == 0) return KilledBy::kNone;
+  std::uint64_t cpu_usec = 0;
+  {
+    std::lock_guard lock(p.mu);
+    if (p.killed) return KilledBy::kNone;
+    cpu_usec = p.cpu_usec;
+  }
+  // RLIMIT_CPU: SIGXCPU at the soft limit; SIGKILL at the hard one (the leader handled SIGXCPU);
+  // or a shell leader that reports its command's SIGXCPU death as 128+SIGXCPU.
+  if (cpu_time_sec_ != 0) {
+    const bool xcpu = r.signal == SIGXCPU || (!r.signal && r.exit_code == 128 + SIGXCPU);
+    const bool hard =
+        r.signal == SIGKILL && cpu_usec >= static_cast<std::uint64_t>(cpu_time_sec_) * 1000000u;
+    if (xcpu || hard) return KilledBy::kCpuTime;
+  }
+  if (!p.have_events) return KilledBy::kNone;
+  auto exec_ev = p.cgroup->events();
+  Result<lx::CgroupEvents> box_ev = fail(Code::kUnavailable, "shut down");
+  {
+    std::lock_guard lock(cgroup_mu_);
+    if (!shut_down_cgroups_) box_ev = cgroup_->events();
+  }
+  // The OOM killer took a process of this exec (v1 counts it in the exec's memcg, v2 there and
+  // above).
+  if (exec_ev && exec_ev->oom_kills > p.exec_events.oom_kills) return KilledBy::kMemory;
+  // A fork refused at the box's pids.max while it ran (counted in the exec's cgroup or the
+  // box's, by kernel version: linux/cgroup.h CgroupEvents).
+  if ((exec_ev && exec_ev->pids_max > p.exec_events.pids_max) ||
+      (box_ev && box_ev->pids_max > p.box_events.pids_max)) {
+    return KilledBy::kPids;
+  }
+  return KilledBy::kNone;
+}
+
 void NsSandbox::finish_exec(Prepared& prep, ExecResult& result) {
   release_exec_cgroup(*prep.pending);
   {
@@ -1080,6 +1143,7 @@ asio::awaitable<Result<ExecResult>> NsSandbox::exec_uncancellable(ExecSpec spec,
   if (!prep) co_return std::unexpected(prep.error());
   prep->artifact_dir = std::move(artifact_dir);
   prep->before = std::move(before);
+  record_events_before(*prep->pending);
 
   Status sent = co_await send_request(std::move(prep->msg), prep->box_fds());
   if (!sent) {
@@ -1107,6 +1171,7 @@ asio::awaitable<Result<ExecResult>> NsSandbox::exec_uncancellable(ExecSpec spec,
   } catch (const std::exception& e) {
     failure = e.what();
   }
+  if (failure.empty()) result.killed_by = killed_by(*prep->pending, result);
   if (!finish_exec_fast(*prep)) {
     NsSandbox* self = this;
     Prepared* p = &*prep;  // both live in this frame until the job has completed
@@ -1216,7 +1281,7 @@ Result<std::unique_ptr<Sandbox>> NsBackend::create(BoxConfig config) {
   fs_spec.workspace_dir = config.workspace_dir;
   fs_spec.uid = uid;
   fs_spec.gid = gid;
-  fs_spec.tmp_bytes = core_->opts.tmp_bytes;
+  fs_spec.tmp_bytes = config.limits.tmp_mb ? *config.limits.tmp_mb << 20 : core_->opts.tmp_bytes;
   fs_spec.tmp_inodes = core_->opts.tmp_inodes;
   for (const auto& m : config.mounts) {
     fs_spec.binds.push_back({m.host_path, m.box_path, m.read_only});
@@ -1271,9 +1336,9 @@ Result<std::unique_ptr<Sandbox>> NsBackend::create(BoxConfig config) {
     // The proxy is the box's only way out; its variables win over the session's env.
     for (auto& [k, v] : net::BoxEgress::box_env()) config.env[k] = std::move(v);
   }
-  auto sb = std::make_unique<NsSandbox>(core_, config.key, uid, gid, std::move(config.env),
-                                        std::move(*cgroup), std::move(*box), std::move(root),
-                                        std::move(control_dup));
+  auto sb = std::make_unique<NsSandbox>(
+      core_, config.key, uid, gid, config.limits.cpu_time_sec.value_or(0), std::move(config.env),
+      std::move(*cgroup), std::move(*box), std::move(root), std::move(control_dup));
   if (config.egress_policy) {
     // After the init exists: the listener is opened in its network namespace.
     if (auto st = sb->start_egress(std::move(config.egress_policy),
@@ -1289,7 +1354,7 @@ Result<std::unique_ptr<Sandbox>> NsBackend::create(BoxConfig config) {
 }  // namespace
 
 uid_t default_box_uid(std::string_view key) {
-  return static_cast<uid_t>(fnv1a32(key) % 60000 + 10000);
+  return static_cast<uid_t>(fnv1_32(key) % 60000 + 10000);  // seed 001's FNV32 (FNV-1)
 }
 
 Result<std::unique_ptr<Backend>> make_ns_backend(NsBackendOptions opts) {
@@ -1305,7 +1370,7 @@ Result<std::unique_ptr<Backend>> make_ns_backend(NsBackendOptions opts) {
   }
   if (opts.cgroup_parent.empty()) {
     char hex[16];
-    std::snprintf(hex, sizeof hex, "%08x", fnv1a32(opts.runtime_dir));
+    std::snprintf(hex, sizeof hex, "%08x", fnv1a_32(opts.runtime_dir));
     opts.cgroup_parent = std::string("agentbox-") + hex;
   }
   core->opts = opts;

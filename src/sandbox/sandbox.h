@@ -49,6 +49,21 @@ struct Artifact {
   std::string mime_type;
 };
 
+// Why a command was stopped (API.md "Exec": killed_by); kNone when it ended on its own.
+enum class KilledBy { kNone, kTimeout, kCpuTime, kMemory, kPids };
+
+// The wire name ("timeout", "cpu_time", "memory", "pids"); "" for kNone.
+inline std::string_view killed_by_name(KilledBy k) {
+  switch (k) {
+    case KilledBy::kNone: return "";
+    case KilledBy::kTimeout: return "timeout";
+    case KilledBy::kCpuTime: return "cpu_time";
+    case KilledBy::kMemory: return "memory";
+    case KilledBy::kPids: return "pids";
+  }
+  return "";
+}
+
 struct ExecResult {
   std::string stdout_data;  // raw bytes; the wire layer replaces invalid UTF-8
   std::string stderr_data;
@@ -57,6 +72,9 @@ struct ExecResult {
   int exit_code = 0;
   std::optional<int> signal;
   bool timed_out = false;
+  // What stopped it: the timeout, its CPU-time limit, an OOM kill or a refused fork in its box
+  // (backends without such limits report only kTimeout).
+  KilledBy killed_by = KilledBy::kNone;
   bool stdout_truncated = false;
   bool stderr_truncated = false;
   std::chrono::milliseconds duration{0};
@@ -179,6 +197,10 @@ struct Limits {
   std::optional<std::uint32_t> max_pids;
   std::optional<std::uint64_t> disk_mb;
   std::optional<std::uint32_t> max_open_files;
+  // CPU seconds per command (RLIMIT_CPU of each process it starts); unset: no limit.
+  std::optional<std::uint32_t> cpu_time_sec;
+  // Size of the box's /tmp (a tmpfs: in memory, charged to memory_mb).
+  std::optional<std::uint64_t> tmp_mb;
 };
 
 struct BindMount {

@@ -26,8 +26,8 @@ void split_append(std::string_view s, char sep, std::vector<std::string>* out) {
 }
 
 // `default_limits:` — the keys of a request's `limits`, checked by the same decoder (floors,
-// ceilings, ENOTSUP for the limits not built); an unknown key is an error here (a typo in a
-// config file must not pass as "no limit").
+// ceilings; disk_mb and cpu_time_sec 0 = none) and tmp_mb against memory_mb; an unknown key is
+// an error here (a typo in a config file must not pass as "no limit").
 // `network:` — hosts (name: address, validated by net::parse_hosts) and allow_private.
 Status load_network(const YAML::Node& nw, const std::string& file, DaemonConfig* c) {
   const std::string where = "config " + file + ": network";
@@ -69,6 +69,9 @@ Status load_default_limits(const YAML::Node& dl, const std::string& file, Daemon
     const YAML::Node& v = kv.second;
     std::int64_t n = 0;
     if (v.IsScalar() && YAML::convert<std::int64_t>::decode(v, n)) {
+      // 0 = none for the limits that have no built-in default: no workspace disk cap, no CPU
+      // time limit (the others take their floors: 0 would lift a cgroup cap).
+      if (n == 0 && (key == "disk_mb" || key == "cpu_time_sec")) continue;
       limits[key] = n;
     } else {
       limits[key] = v.IsScalar() ? nlohmann::json(v.as<std::string>()) : nlohmann::json::object();
@@ -81,7 +84,10 @@ Status load_default_limits(const YAML::Node& dl, const std::string& file, Daemon
     e.message = "config " + file + ": " + e.message;
     return std::unexpected(std::move(e));
   }
-  sandbox::fill_unset_limits(&*decoded, c->default_limits);
+  sandbox::merge_unset_limits(&*decoded, c->default_limits);
+  if (auto st = sandbox::check_limits_together(*decoded, "default_limits"); !st) {
+    return fail(Code::kInvalid, "config " + file + ": " + st.error().message);
+  }
   c->default_limits = *decoded;
   return {};
 }

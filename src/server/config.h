@@ -92,9 +92,10 @@ struct DaemonConfig {
   // Host dirs under which sessions may ask for extra mounts and skills (none: refused).
   std::vector<std::string> allowed_mount_roots;
   std::uint64_t max_file_mb = 500;
-  // YAML `default_limits: {memory_mb, cpu_percent, max_pids, disk_mb, max_open_files}`: what a
-  // session's unset limits become (validated like a request's `limits`); the keys not given keep
-  // sandbox's built-in defaults.
+  // YAML `default_limits: {memory_mb, cpu_percent, max_pids, disk_mb, max_open_files,
+  // cpu_time_sec, tmp_mb}`: what a session's unset limits become (validated like a request's
+  // `limits`; disk_mb and cpu_time_sec 0 = none); the keys not given keep sandbox's built-in
+  // defaults. tmp_mb unset: derived per session from its memory_mb (default_tmp_mb).
   sandbox::Limits default_limits = sandbox::builtin_default_limits();
   // YAML `network: {hosts: {name: address}, allow_private: bool}` (API.md "Network"): names the
   // allowlist proxy resolves before DNS (validated with net::parse_hosts) and whether allowed

@@ -392,6 +392,7 @@ asio::awaitable<bool> exec_stream(Call* call, bool seed) {
             {"exit_code", r->exit_code},
             {"signal", r->signal ? json(*r->signal) : json(nullptr)},
             {"timed_out", r->timed_out},
+            {"killed_by", encode_killed_by(r->killed_by)},
             {"duration_ms", r->duration.count()},
             {"stdout_truncated", r->stdout_truncated},
             {"stderr_truncated", r->stderr_truncated},

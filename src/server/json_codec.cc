@@ -135,10 +135,6 @@ Result<sandbox::Limits> decode_limits(const json& obj, std::string_view key) {
   const json* v = lookup(obj, key);
   if (!v) return l;
   if (!v->is_object()) return bad_field(key, "must be an object");
-  // API.md lists these; no backend enforces them yet.
-  for (const char* unbuilt : {"cpu_time_sec", "tmp_mb"}) {
-    if (lookup(*v, unbuilt)) return not_supported(name_of(key, unbuilt), "(a limit)");
-  }
   constexpr std::uint64_t k32 = std::numeric_limits<std::uint32_t>::max();
   constexpr std::uint64_t kBig = validate::kMaxMiB;
   AB_ASSIGN_OR_RETURN(l.memory_mb, opt_uint(*v, "memory_mb", kBig, key));
@@ -146,6 +142,9 @@ Result<sandbox::Limits> decode_limits(const json& obj, std::string_view key) {
   AB_ASSIGN_OR_RETURN(auto pids, opt_uint(*v, "max_pids", k32, key));
   AB_ASSIGN_OR_RETURN(l.disk_mb, opt_uint(*v, "disk_mb", kBig, key));
   AB_ASSIGN_OR_RETURN(auto files, opt_uint(*v, "max_open_files", k32, key));
+  AB_ASSIGN_OR_RETURN(auto cpu_time, opt_uint(*v, "cpu_time_sec", k32, key));
+  AB_ASSIGN_OR_RETURN(l.tmp_mb, opt_uint(*v, "tmp_mb", kBig, key));
+  if (cpu_time) l.cpu_time_sec = static_cast<std::uint32_t>(*cpu_time);
   if (cpu) l.cpu_percent = static_cast<std::uint32_t>(*cpu);
   if (pids) l.max_pids = static_cast<std::uint32_t>(*pids);
   if (files) l.max_open_files = static_cast<std::uint32_t>(*files);
@@ -472,6 +471,10 @@ Status check_limits_unchanged(const sandbox::Limits& want, const sandbox::Limits
   if (auto st = differs("cpu_percent", u(want.cpu_percent), u(have.cpu_percent)); !st) return st;
   if (auto st = differs("max_pids", u(want.max_pids), u(have.max_pids)); !st) return st;
   if (auto st = differs("disk_mb", want.disk_mb, have.disk_mb); !st) return st;
+  if (auto st = differs("cpu_time_sec", u(want.cpu_time_sec), u(have.cpu_time_sec)); !st) {
+    return st;
+  }
+  if (auto st = differs("tmp_mb", want.tmp_mb, have.tmp_mb); !st) return st;
   return differs("max_open_files", u(want.max_open_files), u(have.max_open_files));
 }
 
@@ -529,6 +532,8 @@ json encode_session(const session::SessionInfo& s) {
   if (l.max_pids) limits["max_pids"] = *l.max_pids;
   if (l.disk_mb) limits["disk_mb"] = *l.disk_mb;
   if (l.max_open_files) limits["max_open_files"] = *l.max_open_files;
+  if (l.cpu_time_sec) limits["cpu_time_sec"] = *l.cpu_time_sec;
+  if (l.tmp_mb) limits["tmp_mb"] = *l.tmp_mb;
   json j = {
       {"id", s.id},
       {"state", session::state_name(s.state)},
@@ -562,11 +567,17 @@ json encode_exec_result(const sandbox::ExecResult& r) {
       {"exit_code", r.exit_code},
       {"signal", r.signal ? json(*r.signal) : json(nullptr)},
       {"timed_out", r.timed_out},
+      {"killed_by", encode_killed_by(r.killed_by)},
       {"stdout_truncated", r.stdout_truncated},
       {"stderr_truncated", r.stderr_truncated},
       {"duration_ms", r.duration.count()},
       {"artifacts", encode_artifacts(r.artifacts)},
   };
+}
+
+json encode_killed_by(sandbox::KilledBy k) {
+  if (k == sandbox::KilledBy::kNone) return nullptr;
+  return std::string(sandbox::killed_by_name(k));
 }
 
 json encode_seed_exec_result(const sandbox::ExecResult& r) {

@@ -44,9 +44,10 @@ bool network_mode_built(std::string_view mode);
 inline constexpr std::string_view kWorkspacePath = "/workspace";
 
 // `limits` (or seed 001's `cgroup`) at obj[key]: memory_mb, cpu_percent, max_pids, disk_mb,
-// max_open_files, each within its floor and ceiling (EINVAL naming "<key>.<name>"); API.md's
-// cpu_time_sec and tmp_mb are ENOTSUP. Absent: all unset. Also validates the config's
-// default_limits.
+// max_open_files, cpu_time_sec, tmp_mb, each within its floor and ceiling (EINVAL naming
+// "<key>.<name>"; common/validate.h). Absent: all unset. Also validates the config's
+// default_limits. The rule between fields (tmp_mb at most half of memory_mb) is checked on
+// the effective limits: sandbox::check_limits_together.
 Result<sandbox::Limits> decode_limits(const json& obj, std::string_view key);
 
 // `network`: mode none|allowlist|open (only kNetworkModesBuilt work, others ENOTSUP), allow
@@ -118,6 +119,8 @@ std::string rfc3339(std::chrono::system_clock::time_point t);
 std::string rfc3339_ns(std::int64_t ns_since_epoch);
 json encode_session(const session::SessionInfo& s);
 json encode_exec_result(const sandbox::ExecResult& r);
+// API.md "Exec" killed_by: null, or "timeout" | "cpu_time" | "memory" | "pids".
+json encode_killed_by(sandbox::KilledBy k);
 // Seed 001's reply: stdout, stderr, exit_code, duration_ms, artifacts.
 json encode_seed_exec_result(const sandbox::ExecResult& r);
 json encode_artifacts(const std::vector<sandbox::Artifact>& artifacts);

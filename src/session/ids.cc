@@ -4,6 +4,7 @@
 #include <string>
 #include <string_view>
 
+#include "common/fnv.h"
 #include "common/validate.h"
 #include "session/session_manager.h"
 
@@ -67,12 +68,9 @@ Result<std::string> render_scope(std::string_view tmpl,
 }
 
 uid_t first_uid_probe(std::string_view id) {
-  std::uint32_t h = 2166136261u;
-  for (char c : id) {
-    h ^= static_cast<unsigned char>(c);
-    h *= 16777619u;
-  }
-  return static_cast<uid_t>(h % 60000u + 10000u);
+  // FNV-1, as Go's hash/fnv.New32 that seed 001's toolbox-server names "FNV32": the same agent
+  // gets the same first uid here as there.
+  return static_cast<uid_t>(fnv1_32(id) % 60000u + 10000u);
 }
 
 }  // namespace agentbox::session

@@ -1,6 +1,7 @@
 #include "session/session_manager.h"
 
 #include <limits.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <cerrno>
@@ -136,6 +137,8 @@ Status check_same_spec(const std::string& id, const SessionSpec& have, const Ses
   if (wl.max_open_files && wl.max_open_files != hl.max_open_files) {
     return differs("limits.max_open_files");
   }
+  if (wl.cpu_time_sec && wl.cpu_time_sec != hl.cpu_time_sec) return differs("limits.cpu_time_sec");
+  if (wl.tmp_mb && wl.tmp_mb != hl.tmp_mb) return differs("limits.tmp_mb");
   const bool network_given = want.network.mode != "none" || !want.network.allow.empty();
   if (network_given &&
       (want.network.mode != have.network.mode || want.network.allow != have.network.allow)) {
@@ -406,6 +409,18 @@ std::shared_ptr<SessionManager::Entry> SessionManager::find_settled_locked(
 }
 
 uid_t SessionManager::allocate_uid_locked(const std::string& id) {
+  // Seed 001: a workspace dir that exists already (the toolbox-server made it under --workdir)
+  // belongs to the uid its formula and collision order gave the agent; adopting that uid, when
+  // it is in the range and free, keeps the agent's old files writable by it. lstat: a link
+  // there is not a workspace.
+  struct stat st;
+  const std::string dir = workspaces_.path(id);
+  if (::lstat(dir.c_str(), &st) == 0 && S_ISDIR(st.st_mode) && st.st_uid >= kFirstUid &&
+      st.st_uid < kFirstUid + kUidRange && uids_.emplace(st.st_uid, id).second) {
+    spdlog::info("session {}: adopting uid {}, the owner of its existing workspace {}", id,
+                 st.st_uid, dir);
+    return st.st_uid;
+  }
   // Seed 001: FNV32(id) % 60000 + 10000, and on a collision the next free uid, wrapping within
   // the range. The caller has checked that a uid is free.
   uid_t first = first_uid_probe(id) - kFirstUid;
@@ -462,12 +477,17 @@ Result<std::shared_ptr<SessionManager::Entry>> SessionManager::create_locked(
     }
   }
   if (auto st = check_running_quota_locked(id); !st) return std::unexpected(st.error());
+  sandbox::Limits limits = spec.limits;
+  sandbox::fill_unset_limits(&limits, config_.default_limits);
+  if (auto st = sandbox::check_limits_together(limits, "limits"); !st) {
+    return std::unexpected(st.error());
+  }
   auto e = std::make_shared<Entry>();
   e->id = id;
   e->tenant = caller.tenant;
   e->spec = spec;
   e->spec.backend = backend;
-  sandbox::fill_unset_limits(&e->spec.limits, config_.default_limits);
+  e->spec.limits = std::move(limits);
   e->backend = backend;
   e->uid = allocate_uid_locked(id);
   e->workspace_dir = workspaces_.path(id);

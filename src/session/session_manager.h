@@ -94,7 +94,7 @@ Status validate_id(std::string_view id);
 // must be a valid id (EINVAL naming the template otherwise).
 Result<std::string> render_scope(std::string_view tmpl,
                                  const std::map<std::string, std::string>& vars);
-// FNV-1a 32-bit of the id, the first uid probe (seed 001): FNV32(id) % 60000 + 10000.
+// The first uid probe (seed 001): FNV32(id) % 60000 + 10000, with FNV-1 (Go's fnv.New32).
 uid_t first_uid_probe(std::string_view id);
 
 struct ManagerConfig {

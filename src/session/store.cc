@@ -112,6 +112,8 @@ std::string encode_spec(const SessionSpec& spec) {
   put_opt(limits, "max_pids", spec.limits.max_pids);
   put_opt(limits, "disk_mb", spec.limits.disk_mb);
   put_opt(limits, "max_open_files", spec.limits.max_open_files);
+  put_opt(limits, "cpu_time_sec", spec.limits.cpu_time_sec);
+  put_opt(limits, "tmp_mb", spec.limits.tmp_mb);
   j["limits"] = std::move(limits);
   j["network"] = {{"mode", spec.network.mode}, {"allow", spec.network.allow}};
   if (spec.ttl_sec) j["ttl_sec"] = *spec.ttl_sec;
@@ -148,6 +150,8 @@ Result<SessionSpec> decode_spec(std::string_view text) {
     get_opt(*it, "max_pids", spec.limits.max_pids);
     get_opt(*it, "disk_mb", spec.limits.disk_mb);
     get_opt(*it, "max_open_files", spec.limits.max_open_files);
+    get_opt(*it, "cpu_time_sec", spec.limits.cpu_time_sec);
+    get_opt(*it, "tmp_mb", spec.limits.tmp_mb);
   }
   if (auto it = j.find("network"); it != j.end() && it->is_object()) {
     spec.network.mode = it->value("mode", "none");

@@ -340,6 +340,27 @@ class V1Fake : public ::testing::Test {
   std::unique_ptr<CgroupDriver> driver_;
 };
 
+TEST_F(V2Fake, EventsReadTheOomKillAndPidsMaxCounters) {
+  init();
+  auto box = driver_->create("s1", kLimits);
+  ASSERT_TRUE(box);
+  auto exec = (*box)->make_child("x1");
+  ASSERT_TRUE(exec);
+  // A child of a child has no memory or pids files: nothing counted, not an error.
+  auto fresh = (*exec)->events();
+  ASSERT_TRUE(fresh) << fresh.error().message;
+  EXPECT_EQ(fresh->oom_kills, 0u);
+  EXPECT_EQ(fresh->pids_max, 0u);
+  put(at("agentbox/s1/x1/memory.events"), "low 0\nhigh 0\nmax 7\noom 3\noom_kill 2\n");
+  put(at("agentbox/s1/x1/pids.events"), "max 5\n");
+  auto ev = (*exec)->events();
+  ASSERT_TRUE(ev) << ev.error().message;
+  EXPECT_EQ(ev->oom_kills, 2u);  // oom_kill, not max or oom
+  EXPECT_EQ(ev->pids_max, 5u);
+  put(at("agentbox/s1/x1/pids.events"), "max x\n");
+  EXPECT_FALSE((*exec)->events());  // a garbled counter is an error, not a silent 0
+}
+
 TEST_F(V1Fake, CreateWritesLimitsInEveryHierarchy) {
   init();
   EXPECT_EQ(driver_->version(), "v1");
@@ -416,6 +437,27 @@ TEST_F(V1Fake, KillAllThawsAfterwards) {
 
 // ---------------------------------------------------------------------------------------------
 // Detection (reads files only, so fake layouts work).
+
+TEST_F(V1Fake, EventsReadOomControlOrFallBackToFailcnt) {
+  init();
+  auto box = driver_->create("s1", kLimits);
+  ASSERT_TRUE(box);
+  auto exec = (*box)->make_child("x1");
+  ASSERT_TRUE(exec);
+  put(at("memory/agentbox/s1/x1/memory.oom_control"),
+      "oom_kill_disable 0\nunder_oom 0\noom_kill 3\n");
+  put(at("memory/agentbox/s1/x1/memory.failcnt"), "40\n");
+  put(at("pids/agentbox/s1/x1/pids.events"), "max 1\n");
+  auto ev = (*exec)->events();
+  ASSERT_TRUE(ev) << ev.error().message;
+  EXPECT_EQ(ev->oom_kills, 3u);
+  EXPECT_EQ(ev->pids_max, 1u);
+  // A kernel before 4.13 has no oom_kill line: how often the limit was hit stands in.
+  put(at("memory/agentbox/s1/x1/memory.oom_control"), "oom_kill_disable 0\nunder_oom 0\n");
+  ev = (*exec)->events();
+  ASSERT_TRUE(ev) << ev.error().message;
+  EXPECT_EQ(ev->oom_kills, 40u);
+}
 
 TEST(CgroupDetect, PureV2AtTheRoot) {
   TempDir t;
@@ -867,6 +909,69 @@ void real_add_dead_process_is_not_found(RealCgroup& t) {
   EXPECT_EQ(st.error().sys_errno, ESRCH) << st.error().message;
 }
 
+// The counters the daemon reads to say why a command died (killed_by): an OOM kill inside one
+// exec's child cgroup, and a fork refused by the box's pids.max, each move a counter that the
+// exec's cgroup or the box's shows.
+void real_events_count_oom_kills_in_the_exec(RealCgroup& t) {
+  constexpr std::uint64_t kLimit = 32ull << 20;
+  auto box = t.driver().create("oomev", CgroupLimits{kLimit, 100, 32});
+  ASSERT_TRUE(box) << box.error().message;
+  auto exec = (*box)->make_child("x1");
+  ASSERT_TRUE(exec) << exec.error().message;
+  auto before = (*exec)->events();
+  ASSERT_TRUE(before) << before.error().message;
+  Held hog([] {
+    constexpr std::size_t kChunk = 1 << 20;
+    for (std::size_t i = 0; i < 10 * (kLimit / kChunk); ++i) {
+      void* m = ::mmap(nullptr, kChunk, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+      if (m == MAP_FAILED) return 2;
+      std::memset(m, 0xab, kChunk);
+    }
+    return 0;
+  });
+  ASSERT_TRUE((*exec)->add_process(hog.pid()));
+  hog.release();
+  int status = hog.wait();
+  ASSERT_TRUE(WIFSIGNALED(status) && WTERMSIG(status) == SIGKILL) << status;
+  auto after = (*exec)->events();
+  ASSERT_TRUE(after) << after.error().message;
+  EXPECT_GT(after->oom_kills, before->oom_kills);
+  EXPECT_EQ(after->pids_max, before->pids_max);
+}
+
+void real_events_count_refused_forks(RealCgroup& t) {
+  auto box = t.driver().create("pidsev", CgroupLimits{64ull << 20, 100, 8});
+  ASSERT_TRUE(box) << box.error().message;
+  auto exec = (*box)->make_child("x1");
+  ASSERT_TRUE(exec) << exec.error().message;
+  auto box_before = (*box)->events();
+  auto exec_before = (*exec)->events();
+  ASSERT_TRUE(box_before && exec_before);
+  Held bomb([] {
+    for (int i = 0; i < 50; ++i) {
+      pid_t c = ::fork();
+      if (c == 0) {
+        for (;;) ::pause();
+      }
+      if (c < 0) return errno == EAGAIN ? 0 : 200;
+    }
+    return 100;
+  });
+  ASSERT_TRUE((*exec)->add_process(bomb.pid()));
+  bomb.release();
+  int status = bomb.wait();
+  ASSERT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 0) << status;
+  auto box_after = (*box)->events();
+  auto exec_after = (*exec)->events();
+  ASSERT_TRUE(box_after && exec_after);
+  // Which of the two counts depends on the kernel (CgroupEvents); one of them must.
+  EXPECT_TRUE(box_after->pids_max > box_before->pids_max ||
+              exec_after->pids_max > exec_before->pids_max)
+      << "box " << box_after->pids_max << ", exec " << exec_after->pids_max;
+  EXPECT_EQ(exec_after->oom_kills, exec_before->oom_kills);
+  ASSERT_TRUE((*box)->destroy());
+}
+
 struct RealCase {
   const char* name;
   void (*fn)(RealCgroup&);
@@ -883,6 +988,8 @@ constexpr RealCase kRealCases[] = {
     {"MemoryUsageCountsTheBox", real_memory_usage_counts_the_box},
     {"PidsLimitCapsForks", real_pids_limit_caps_forks},
     {"AddDeadProcessFails", real_add_dead_process_is_not_found},
+    {"EventsCountOomKillsInTheExec", real_events_count_oom_kills_in_the_exec},
+    {"EventsCountRefusedForks", real_events_count_refused_forks},
 };
 
 // Registers CgroupRealV1.* / CgroupRealV2.* for the hierarchies this host really has.

@@ -89,5 +89,39 @@ TEST(Rlimits, NprocZeroLeavesItAlone) {
             0);
 }
 
+[[noreturn]] void spin_forever() {
+  volatile unsigned long n = 0;
+  for (;;) n = n + 1U;
+}
+
+TEST(Rlimits, CpuTimeLimitEndsABusyLoopWithSigxcpu) {
+  // A process that spins past its CPU seconds dies of SIGXCPU (the soft limit); the hard limit
+  // is one second later, for a process that handles SIGXCPU.
+  EXPECT_EQ(in_child([]() -> int {
+              if (apply_cpu_time_limit(1) != 0) return 1;
+              struct rlimit r;
+              ::getrlimit(RLIMIT_CPU, &r);
+              if (r.rlim_cur != 1 || r.rlim_max != 2) return 2;
+              spin_forever();
+            }),
+            100 + SIGXCPU);
+  EXPECT_EQ(in_child([]() -> int {
+              ::signal(SIGXCPU, SIG_IGN);
+              if (apply_cpu_time_limit(1) != 0) return 1;
+              spin_forever();
+            }),
+            100 + SIGKILL);
+  // 0: the limit is left as it was.
+  EXPECT_EQ(in_child([]() -> int {
+              struct rlimit before;
+              ::getrlimit(RLIMIT_CPU, &before);
+              if (apply_cpu_time_limit(0) != 0) return 1;
+              struct rlimit after;
+              ::getrlimit(RLIMIT_CPU, &after);
+              return after.rlim_cur == before.rlim_cur && after.rlim_max == before.rlim_max ? 0 : 2;
+            }),
+            0);
+}
+
 }  // namespace
 }  // namespace agentbox::linux

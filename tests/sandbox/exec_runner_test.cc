@@ -120,6 +120,7 @@ TEST(ExecRunner, ReportsExitCodeAndBothStreams) {
   EXPECT_EQ(r.exit_code, 3);
   EXPECT_FALSE(r.signal.has_value());
   EXPECT_FALSE(r.timed_out);
+  EXPECT_EQ(r.killed_by, KilledBy::kNone);  // ended on its own
   EXPECT_FALSE(r.stdout_truncated);
   EXPECT_FALSE(r.stderr_truncated);
 }
@@ -129,6 +130,7 @@ TEST(ExecRunner, KilledBySignalReports128PlusN) {
   EXPECT_EQ(r.exit_code, 128 + SIGTERM);
   EXPECT_EQ(r.signal, SIGTERM);
   EXPECT_FALSE(r.timed_out);
+  EXPECT_EQ(r.killed_by, KilledBy::kNone);  // a signal it sent itself: no limit stopped it
 }
 
 TEST(ExecRunner, MissingBinaryIs127WithMessage) {
@@ -246,6 +248,7 @@ TEST(ExecRunner, TimeoutKillsTheWholeProcessGroup) {
       spec_for({"/bin/sh", "-c", "echo $$ > pid1; sleep 30 & echo $! > pid2; wait"}, dir.path()),
       RunOptions{.timeout = 500ms});
   EXPECT_TRUE(r.timed_out);
+  EXPECT_EQ(r.killed_by, KilledBy::kTimeout);
   EXPECT_EQ(r.exit_code, -1);
   EXPECT_EQ(r.signal, SIGKILL);
   EXPECT_LT(Clock::now() - start, 10s);

@@ -252,6 +252,28 @@ TEST(ConfigDefaultLimits, BuiltInUnlessTheFileSetsThem) {
   // The keys not given keep the built-in defaults.
   EXPECT_EQ(r.config->default_limits.cpu_percent, sandbox::kDefaultCpuPercent);
   EXPECT_EQ(r.config->default_limits.max_open_files, sandbox::kDefaultOpenFiles);
+  // tmp_mb is not fixed by the defaults: each session derives it from its own memory_mb.
+  EXPECT_FALSE(r.config->default_limits.tmp_mb.has_value());
+  EXPECT_FALSE(r.config->default_limits.cpu_time_sec.has_value());
+}
+
+TEST(ConfigDefaultLimits, ZeroDiskAndCpuTimeMeanNone) {
+  std::string path = temp_yaml(
+      "default_limits:\n  disk_mb: 0\n  cpu_time_sec: 0\n"
+      "  tmp_mb: 100\n");
+  auto r = parse({"--config", path});
+  unlink(path.c_str());
+  ASSERT_TRUE(r.config);
+  EXPECT_FALSE(r.config->default_limits.disk_mb.has_value());
+  EXPECT_FALSE(r.config->default_limits.cpu_time_sec.has_value());
+  EXPECT_EQ(r.config->default_limits.tmp_mb, 100u);
+
+  std::string set = temp_yaml("default_limits:\n  disk_mb: 64\n  cpu_time_sec: 30\n");
+  auto s = parse({"--config", set});
+  unlink(set.c_str());
+  ASSERT_TRUE(s.config);
+  EXPECT_EQ(s.config->default_limits.disk_mb, 64u);
+  EXPECT_EQ(s.config->default_limits.cpu_time_sec, 30u);
 }
 
 TEST(ConfigDefaultLimits, BadValuesNameTheKey) {
@@ -265,7 +287,11 @@ TEST(ConfigDefaultLimits, BadValuesNameTheKey) {
            Case{"default_limits:\n  cpu_percent: lots\n", "'default_limits.cpu_percent'"},
            Case{"default_limits:\n  memory_mb: -5\n", "'default_limits.memory_mb'"},
            Case{"default_limits:\n  memroy_mb: 512\n", "unknown key 'memroy_mb'"},
-           Case{"default_limits:\n  tmp_mb: 64\n", "'default_limits.tmp_mb'"},
+           Case{"default_limits:\n  tmp_mb: 0\n", "'default_limits.tmp_mb'"},
+           Case{"default_limits:\n  cpu_time_sec: 1000000000\n", "'default_limits.cpu_time_sec'"},
+           // /tmp may take at most half of the memory it lives in.
+           Case{"default_limits:\n  memory_mb: 64\n  tmp_mb: 40\n", "'default_limits.tmp_mb'"},
+           Case{"default_limits:\n  tmp_mb: 300\n", "'default_limits.tmp_mb'"},
            Case{"default_limits: 512\n", "default_limits must be a mapping"},
        }) {
     std::string path = temp_yaml(c.yaml);

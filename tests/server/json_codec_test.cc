@@ -117,6 +117,44 @@ TEST(JsonCodec, CreateSession) {
   EXPECT_NE(err(R"({"scope":"{a}","variables":{"a":[1]}})").find("'variables.a'"),
             std::string::npos);
   EXPECT_NE(err(R"({"id":"a","ttl_sec":-1})").find("'ttl_sec'"), std::string::npos);
+  // cpu_time_sec: 1 s to a week; tmp_mb: at least 1.
+  for (const char* bad : {"0", "1000000000", "604801", "-1", "\"10\"", "1.5"}) {
+    EXPECT_NE(err(std::string(R"({"id":"a","limits":{"cpu_time_sec":)") + bad + "}}")
+                  .find("'limits.cpu_time_sec'"),
+              std::string::npos)
+        << bad;
+  }
+  EXPECT_NE(err(R"({"id":"a","limits":{"tmp_mb":0}})").find("'limits.tmp_mb'"), std::string::npos);
+}
+
+TEST(JsonCodec, CpuTimeAndTmpLimitsDecodeAndShow) {
+  auto r = decode_create_session(
+      *parse_object(R"({"id":"a","limits":{"cpu_time_sec":604800,"tmp_mb":64}})"));
+  ASSERT_TRUE(r) << r.error().message;
+  EXPECT_EQ(r->spec.limits.cpu_time_sec, 604800u);
+  EXPECT_EQ(r->spec.limits.tmp_mb, 64u);
+  session::SessionInfo info;
+  info.id = "a";
+  info.spec.limits = r->spec.limits;
+  json j = encode_session(info);
+  EXPECT_EQ(j["limits"]["cpu_time_sec"], 604800);
+  EXPECT_EQ(j["limits"]["tmp_mb"], 64);
+}
+
+TEST(JsonCodec, KilledByIsNullOrTheCause) {
+  sandbox::ExecResult r;
+  EXPECT_TRUE(encode_exec_result(r)["killed_by"].is_null());
+  const std::pair<sandbox::KilledBy, const char*> causes[] = {
+      {sandbox::KilledBy::kTimeout, "timeout"},
+      {sandbox::KilledBy::kCpuTime, "cpu_time"},
+      {sandbox::KilledBy::kMemory, "memory"},
+      {sandbox::KilledBy::kPids, "pids"}};
+  for (const auto& [k, name] : causes) {
+    r.killed_by = k;
+    EXPECT_EQ(encode_exec_result(r)["killed_by"], name);
+  }
+  // Seed 001's reply keeps exactly its own fields.
+  EXPECT_FALSE(encode_seed_exec_result(r).contains("killed_by"));
 }
 
 // The ENOTSUP message for `body` (the decode must fail with kNotSupported), or "" if it
@@ -143,12 +181,7 @@ TEST(JsonCodec, CreateRefusesWhatIsNotBuilt) {
     EXPECT_NE(m.find("'network.mode'"), std::string::npos) << m;
     EXPECT_NE(m.find(mode), std::string::npos) << m;
   }
-  EXPECT_NE(unsup(R"({"id":"a","template":"python-data"})").find("'template'"),
-            std::string::npos);
-  EXPECT_NE(unsup(R"({"id":"a","limits":{"cpu_time_sec":10}})").find("'limits.cpu_time_sec'"),
-            std::string::npos);
-  EXPECT_NE(unsup(R"({"id":"a","limits":{"tmp_mb":10}})").find("'limits.tmp_mb'"),
-            std::string::npos);
+  EXPECT_NE(unsup(R"({"id":"a","template":"python-data"})").find("'template'"), std::string::npos);
   // Seed 002's primary host_path in place of the workspace itself.
   EXPECT_NE(unsup(R"({"id":"a","host_path":"/srv/p"})").find("'host_path'"), std::string::npos);
   EXPECT_NE(unsup(R"({"id":"a","host_path":"/srv/p","mount_path":"/workspace/"})")
@@ -281,11 +314,12 @@ TEST(JsonCodec, SeedCgroupMustMatchALiveBox) {
   auto disk = check_limits_unchanged(want, have, "cgroup");
   ASSERT_FALSE(disk);
   EXPECT_NE(disk.error().message.find("'cgroup.disk_mb'"), std::string::npos);
-  // The seed decoder refuses the limits nothing enforces, like the v1 one.
-  EXPECT_NE(unsupported_of(decode_seed_exec,
-                           R"({"command":"ls","agent_id":"a","cgroup":{"tmp_mb":5}})")
-                .find("'cgroup.tmp_mb'"),
-            std::string::npos);
+  // The CPU-time and /tmp limits are compared too.
+  want.disk_mb.reset();
+  want.cpu_time_sec = 5;
+  auto cpu = check_limits_unchanged(want, have, "cgroup");
+  ASSERT_FALSE(cpu);
+  EXPECT_NE(cpu.error().message.find("'cgroup.cpu_time_sec'"), std::string::npos);
 }
 
 TEST(JsonCodec, SeedRequests) {

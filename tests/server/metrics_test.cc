@@ -62,6 +62,9 @@ TEST(Metrics, FeaturesSayWhatIsBuilt) {
   EXPECT_EQ(f["templates"], false);
   EXPECT_EQ(f["processes"], true);
   EXPECT_EQ(f["exec"], true);
+  EXPECT_EQ(f["limits_cpu_time_sec"], true);
+  EXPECT_EQ(f["limits_tmp_mb"], true);
+  EXPECT_EQ(f["killed_by"], true);
   EXPECT_EQ(f.size(), std::size(kFeatures) + 1);
 }
 

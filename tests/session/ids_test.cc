@@ -3,6 +3,7 @@
 #include <map>
 #include <string>
 
+#include "common/fnv.h"
 #include "session/session_manager.h"
 
 namespace agentbox::session {
@@ -72,12 +73,16 @@ TEST(RenderScopeTest, RenderedIdMustBeValid) {
   EXPECT_FALSE(render_scope("{a} {b}", {{"a", "x"}, {"b", "y"}}));
 }
 
-TEST(FirstUidProbeTest, IsFnv1a32ModRangePlusBase) {
-  // FNV-1a 32 test vectors: "" = 0x811c9dc5, "a" = 0xe40c292c, "foobar" = 0xbf9cf968.
+TEST(FirstUidProbeTest, IsSeed001sFnv1_32ModRangePlusBase) {
+  // The published FNV-1 32 test vectors (Go's hash/fnv.New32, seed 001's "FNV32"): "" =
+  // 0x811c9dc5, "a" = 0x050c5d7e, "foobar" = 0x31f0b262. (FNV-1a would give 0xe40c292c and
+  // 0xbf9cf968: a different uid for the same agent than the toolbox-server gave it.)
+  static_assert(fnv1_32("a") == 0x050c5d7eu && fnv1_32("foobar") == 0x31f0b262u);
+  static_assert(fnv1a_32("a") == 0xe40c292cu && fnv1a_32("foobar") == 0xbf9cf968u);
   EXPECT_EQ(first_uid_probe(""), 0x811c9dc5u % 60000 + 10000);
-  EXPECT_EQ(first_uid_probe("a"), 0xe40c292cu % 60000 + 10000);
-  EXPECT_EQ(first_uid_probe("foobar"), 0xbf9cf968u % 60000 + 10000);
-  EXPECT_EQ(first_uid_probe("group_123"), 32599u);
+  EXPECT_EQ(first_uid_probe("a"), 0x050c5d7eu % 60000 + 10000);
+  EXPECT_EQ(first_uid_probe("foobar"), 0x31f0b262u % 60000 + 10000);
+  EXPECT_EQ(first_uid_probe("group_123"), 40135u);
   for (int i = 0; i < 1000; ++i) {
     uid_t u = first_uid_probe("s" + std::to_string(i));
     EXPECT_GE(u, 10000u);

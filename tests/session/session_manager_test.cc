@@ -17,6 +17,8 @@
 #include <set>
 #include <thread>
 
+#include "sandbox/default_limits.h"
+
 namespace agentbox::session {
 namespace {
 
@@ -363,6 +365,66 @@ TEST_F(SessionManagerTest, UidCollisionsProbeOnwardAndWrap) {
   auto again = mgr().create_or_get(ids[0], {}, kDaemon);
   ASSERT_TRUE(again);
   EXPECT_EQ(*again->first.uid, 69999u);
+}
+
+// Seed 001: a workspace the toolbox-server made is owned by the uid it gave the agent; the new
+// session takes that uid when it is in the range and free, else the usual probe.
+TEST_F(SessionManagerTest, AnExistingWorkspacesOwnerUidIsAdoptedWhenFree) {
+  ASSERT_TRUE(mgr().list(kDaemon).empty());  // makes data_dir/workspaces
+  fs::create_directories(workspace("old"));
+  ASSERT_EQ(::chown(workspace("old").c_str(), 23456, 23456), 0);
+  auto a = mgr().create_or_get("old", {}, kDaemon);
+  ASSERT_TRUE(a) << a.error().message;
+  EXPECT_EQ(*a->first.uid, 23456u);
+
+  // Taken by "old" now: a second such workspace gets its own probe, never a shared uid.
+  fs::create_directories(workspace("twin"));
+  ASSERT_EQ(::chown(workspace("twin").c_str(), 23456, 23456), 0);
+  auto b = mgr().create_or_get("twin", {}, kDaemon);
+  ASSERT_TRUE(b);
+  EXPECT_EQ(*b->first.uid, first_uid_probe("twin"));
+
+  // Out of the range (root, a system uid): the probe.
+  fs::create_directories(workspace("rootowned"));
+  auto c = mgr().create_or_get("rootowned", {}, kDaemon);
+  ASSERT_TRUE(c);
+  EXPECT_EQ(*c->first.uid, first_uid_probe("rootowned"));
+
+  // Kept across a restart like any uid.
+  restart();
+  auto again = mgr().get("old", kDaemon);
+  ASSERT_TRUE(again);
+  EXPECT_EQ(*again->uid, 23456u);
+}
+
+TEST_F(SessionManagerTest, EffectiveLimitsDeriveTmpAndRefuseATmpOverHalfTheMemory) {
+  tweak_ = [](ManagerConfig& c) { c.default_limits = sandbox::builtin_default_limits(); };
+  auto a = mgr().create_or_get("lim", {}, kDaemon);
+  ASSERT_TRUE(a);
+  EXPECT_EQ(a->first.spec.limits.tmp_mb, 128u);  // min(512 / 4, 512)
+  EXPECT_FALSE(a->first.spec.limits.cpu_time_sec.has_value());
+  {
+    std::lock_guard lk(ns_->mu_);
+    ASSERT_FALSE(ns_->configs_.empty());
+    EXPECT_EQ(ns_->configs_.back().limits.tmp_mb, 128u);  // what the box is made with
+  }
+
+  SessionSpec big;
+  big.limits.memory_mb = 8192;
+  auto b = mgr().create_or_get("big", big, kDaemon);
+  ASSERT_TRUE(b);
+  EXPECT_EQ(b->first.spec.limits.tmp_mb, 512u);  // capped
+
+  SessionSpec over;
+  over.limits.memory_mb = 100;
+  over.limits.tmp_mb = 51;
+  auto o = mgr().create_or_get("over", over, kDaemon);
+  ASSERT_FALSE(o);
+  EXPECT_EQ(o.error().code, Code::kInvalid);
+  EXPECT_NE(o.error().message.find("'limits.tmp_mb'"), std::string::npos) << o.error().message;
+  EXPECT_FALSE(mgr().get("over", kDaemon));
+  over.limits.tmp_mb = 50;
+  EXPECT_TRUE(mgr().create_or_get("over", over, kDaemon));
 }
 
 TEST_F(SessionManagerTest, NoTwoSessionsShareAUid) {

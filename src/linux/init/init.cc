@@ -23,6 +23,7 @@
 #include <string.h>
 #include <sys/prctl.h>
 #include <sys/ioctl.h>
+#include <sys/resource.h>
 #include <sys/signalfd.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
@@ -32,6 +33,7 @@
 
 #include "linux/caps.h"
 #include "linux/init_protocol.h"
+#include "linux/rlimits.h"
 
 namespace proto = agentbox::linux::initproto;
 
@@ -97,10 +99,11 @@ bool send_msg(const void* msg, std::size_t len) {
   }
 }
 
-void send_exited(std::uint64_t id, int status) {
+void send_exited(std::uint64_t id, int status, std::uint64_t cpu_usec = 0) {
   proto::Exited e;
   e.id = id;
   e.status = status;
+  e.cpu_usec = cpu_usec;
   // A failed send means the daemon is gone; the next recv sees EOF and we exit.
   (void)send_msg(&e, sizeof e);
 }
@@ -120,11 +123,16 @@ bool track(pid_t pid, std::uint64_t id) {
 void reap_all() {
   for (;;) {
     int status = 0;
-    pid_t pid = ::waitpid(-1, &status, WNOHANG);
+    struct rusage ru {};
+    pid_t pid = ::wait4(-1, &status, WNOHANG, &ru);
     if (pid <= 0) return;  // 0: none exited yet; -1/ECHILD: no children at all
     for (std::size_t i = 0; i < g_running_len; ++i) {
       if (g_running[i].pid != pid) continue;
-      send_exited(g_running[i].id, status);
+      const auto usec = [](const timeval& tv) {
+        return static_cast<std::uint64_t>(tv.tv_sec) * 1000000u +
+               static_cast<std::uint64_t>(tv.tv_usec);
+      };
+      send_exited(g_running[i].id, status, usec(ru.ru_utime) + usec(ru.ru_stime));
       g_running[i] = g_running[--g_running_len];
       break;
     }
@@ -199,6 +207,12 @@ void reap_all() {
       (void)!::write(fd, buf, static_cast<std::size_t>(len));
       ::close(fd);
     }
+  }
+
+  // The command's CPU-time budget (limits.cpu_time_sec); every process it starts inherits it.
+  if (int err = agentbox::linux::apply_cpu_time_limit(req.cpu_time_sec); err != 0) {
+    report(err_fd, "set the CPU time limit", nullptr, err);
+    _exit(127);
   }
 
   int null_fd = -1;

@@ -28,6 +28,9 @@ std::shared_ptr<CgroupFs> real_cgroup_fs();
 // A decimal number, optionally followed by whitespace ("max" is not a number).
 [[nodiscard]] Result<std::uint64_t> read_u64(const std::string& path);
 bool exists(const std::string& path);
+// The value of `key` in a flat keyed file ("key value" lines: memory.events, pids.events,
+// memory.oom_control). kNotFound when the file or the key is missing.
+[[nodiscard]] Result<std::uint64_t> read_keyed_u64(const std::string& path, std::string_view key);
 
 // Pids listed in <dir>/cgroup.procs and in every descendant's, appended to out.
 [[nodiscard]] Status collect_pids(const std::string& dir, std::vector<pid_t>& out);
