@@ -189,43 +189,56 @@ void record_exec(Context* ctx, const Result<sandbox::ExecResult>& r) {
   ctx->metrics.record_exec(r->duration, r->exit_code != 0, r->timed_out);
 }
 
-// POST /v1/sessions/{id}/exec and POST /exec.
-asio::awaitable<bool> exec_once(Call* call, bool seed) {
+}  // namespace
+
+asio::awaitable<std::optional<Result<sandbox::ExecResult>>> run_collected(
+    Call* call, std::shared_ptr<sandbox::Sandbox> box, std::string session_id,
+    sandbox::ExecSpec spec) {
   Context* ctx = call->ctx;
   Conn* conn = call->conn;
-  Exchange* ex = &call->ex;
-  auto prepared = co_await prepare_exec(ctx, &ex->req, seed);
-  if (!prepared) co_return co_await send_error(call, prepared.error());
-
   // The command may run for a long time; the exec has its own timeout.
   conn->stream.expires_never();
   bool gone = false;
   CollectingSink sink(&gone);
-  sandbox::ExecSpec audited = prepared->spec;  // what ran, for the audit line
+  sandbox::ExecSpec audited = spec;  // what ran, for the audit line
   audited.stdin_data.clear();
   audited.env.clear();
-  auto op = run_exec(prepared->box, std::move(prepared->spec), &sink) ||
+  auto op = run_exec(std::move(box), std::move(spec), &sink) ||
             watch_disconnect(&conn->stream.socket(), &gone);
   auto outcome = co_await std::move(op);
   if (outcome.index() == 1 || gone) {
     spdlog::info("conn={} req={} client went away; command in session {} killed", conn->id,
-                 ex->req.id, prepared->session_id);
+                 call->ex.req.id, session_id);
     if (outcome.index() == 0) {
       record_exec(ctx, std::get<0>(outcome));
-      audit_exec(ctx, ex->req, prepared->session_id, audited, std::get<0>(outcome), true);
+      audit_exec(ctx, call->ex.req, session_id, audited, std::get<0>(outcome), true);
     }
-    co_return false;
+    co_return std::nullopt;
   }
   auto r = std::get<0>(std::move(outcome));
   record_exec(ctx, r);
-  audit_exec(ctx, ex->req, prepared->session_id, audited, r, false);
+  audit_exec(ctx, call->ex.req, session_id, audited, r, false);
   if (!r) {
-    spdlog::warn("conn={} req={} exec in session {}: {}", conn->id, ex->req.id,
-                 prepared->session_id, r.error().message);
-    co_return co_await send_error(call, r.error());
+    spdlog::warn("conn={} req={} exec in session {}: {}", conn->id, call->ex.req.id, session_id,
+                 r.error().message);
+    co_return r;
   }
   r->stdout_data = std::move(sink.stdout_);
   r->stderr_data = std::move(sink.stderr_);
+  co_return r;
+}
+
+namespace {
+
+// POST /v1/sessions/{id}/exec and POST /exec.
+asio::awaitable<bool> exec_once(Call* call, bool seed) {
+  auto prepared = co_await prepare_exec(call->ctx, &call->ex.req, seed);
+  if (!prepared) co_return co_await send_error(call, prepared.error());
+  auto ran = co_await run_collected(call, prepared->box, prepared->session_id,
+                                    std::move(prepared->spec));
+  if (!ran) co_return false;  // the client is gone
+  auto r = std::move(*ran);
+  if (!r) co_return co_await send_error(call, r.error());
   if (seed) {
     unmap_seed_artifacts(prepared->box->workspace(), prepared->artifact_host_prefix,
                          &r->artifacts);

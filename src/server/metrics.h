@@ -31,7 +31,7 @@ inline constexpr Feature kFeatures[] = {
     {"templates", false},        {"processes", true},      {"pty", true},
     {"live_mounts", false},      {"packages", false},      {"runners", false},
     {"events", true},            {"langbot_rpc", false},   {"e2b", false},
-    {"mcp", false},              {"repair", false},        {"limits_cpu_time_sec", true},
+    {"mcp", true},               {"repair", false},        {"limits_cpu_time_sec", true},
     {"limits_tmp_mb", true},     {"managed_processes", true}, {"killed_by", true},
 };
 inline constexpr std::string_view kNetworkModes[] = {"none", "allowlist", "open"};

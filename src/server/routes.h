@@ -61,6 +61,9 @@ enum class RouteId {
   kPty,
   // WebSocket
   kEvents,
+  // Dialects
+  kMcpPost,
+  kMcpDelete,
   // Routes of API.md not built yet: each answers 501 ENOTSUP naming itself.
   kNotBuilt,
 };

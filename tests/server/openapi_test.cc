@@ -112,8 +112,7 @@ TEST_F(OpenApiTest, NotBuiltRoutesAreMarkedAndAnswer501) {
                               RouteKey{"GET", "/rpc/ws"},
                               RouteKey{"GET", "/v1/sessions/{id}/managed-process/"
                                               "{process_id}/ws"},
-                              RouteKey{"POST", "/e2b/{path}"},
-                              RouteKey{"POST", "/v1/sessions/{id}/mcp"}}) {
+                              RouteKey{"POST", "/e2b/{path}"}}) {
     EXPECT_TRUE(unbuilt.count({method, path})) << method << " " << path << " not marked not-built";
   }
   for (const auto& [method, path] : unbuilt) {

@@ -31,6 +31,8 @@ struct SharedFs {
   std::unique_ptr<sandbox::RootedFs> fs;  // RootMode::kBeneath on the shared dir
 };
 
+class McpSessions;  // mcp.cc: the MCP surface's Mcp-Session-Ids
+
 struct Context {
   asio::io_context* ioc = nullptr;
   asio::thread_pool* pool = nullptr;
@@ -40,6 +42,7 @@ struct Context {
   Metrics metrics;
   std::vector<SharedFs> shared;  // longest prefix first
   bool stopping = false;         // shutdown() ran: replies say "Connection: close"
+  std::shared_ptr<McpSessions> mcp;  // made by the MCP surface on first use
 };
 
 // Appends an audit line if the server has an audit log (thread-safe).

@@ -1,5 +1,9 @@
 #pragma once
-// The exec runner (exec.cc), shared by the v1 exec surface and seed 001's /exec, /exec-stream.
+// The exec runner (exec.cc), shared by the v1 exec surface, seed 001's /exec, /exec-stream and
+// the MCP surface.
+
+#include <memory>
+#include <optional>
 
 #include "server/internal/transport.h"
 
@@ -7,5 +11,12 @@ namespace agentbox::server::detail {
 
 asio::awaitable<bool> seed_exec(Call* call);
 asio::awaitable<bool> seed_exec_stream(Call* call);
+
+// Runs `spec` in `box` to its end, collecting its output (the runner's caps apply), while
+// watching the client: a client gone kills the command's tree and gives nullopt. Records the
+// exec's metrics and audit line. Shared by /exec and the MCP surface's exec tool.
+asio::awaitable<std::optional<Result<sandbox::ExecResult>>> run_collected(
+    Call* call, std::shared_ptr<sandbox::Sandbox> box, std::string session_id,
+    sandbox::ExecSpec spec);
 
 }  // namespace agentbox::server::detail
