@@ -9,6 +9,7 @@
 #include <termios.h>
 #include <unistd.h>
 
+#include <chrono>
 #include <csignal>
 #include <iostream>
 #include <nlohmann/json.hpp>
@@ -24,8 +25,13 @@ using json = nlohmann::json;
 // Ctrl-] leaves an attached terminal without ending its process (as telnet's escape).
 constexpr char kDetachKey = '\x1d';
 // ^D: what a terminal sends for "end of input". A shell whose input is not a terminal gets it
-// when that input ends, so `echo 'make test' | agentbox shell S` ends like `| sh` would.
+// when that input ends, so `echo 'make test' | agentbox shell S` ends like `| sh` would. A ^D
+// that arrives while the shell runs a command (the terminal then in canonical mode) can be lost
+// to the line editor, so it is sent again each time the terminal has been quiet for a second,
+// until the process ends (a bounded number of times).
 constexpr char kEndOfInput = '\x04';
+constexpr auto kEndOfInputQuiet = std::chrono::seconds(1);
+constexpr int kEndOfInputTries = 60;
 
 // Raw mode on `fd` while alive, if it is a terminal: bytes as typed, no echo, no signals from
 // keys. The destructor (and restore()) put back what was there.
@@ -112,8 +118,12 @@ int run_terminal(client::WebSocket& ws, bool own, bool detach_key, bool send_siz
     if (auto s = tty_size()) ws.send(resize_message(*s), false);
   }
   Outcome o;
+  using Clock = std::chrono::steady_clock;
+  Clock::time_point last_output = Clock::now();
+  int eof_tries = 0;  // ^Ds sent since our stdin ended (0: it has not)
   client::WebSocket::Handlers h;
   h.on_message = [&](client::WsMessage m) {
+    last_output = Clock::now();
     if (o.output_gone) return;
     if (!write_all(STDOUT_FILENO, m.data)) {
       o.output_gone = true;
@@ -123,7 +133,10 @@ int run_terminal(client::WebSocket& ws, bool own, bool detach_key, bool send_siz
   h.input_fd = STDIN_FILENO;
   h.on_input = [&](std::string_view in) {
     if (in.empty()) {
-      if (own && !tty) ws.send(std::string(1, kEndOfInput), true);
+      if (own && !tty) {
+        ws.send(std::string(1, kEndOfInput), true);
+        eof_tries = 1;
+      }
       return;
     }
     if (detach_key && tty) {
@@ -136,6 +149,16 @@ int run_terminal(client::WebSocket& ws, bool own, bool detach_key, bool send_siz
     }
     ws.send(std::string(in), true);
   };
+  if (own && !tty) {
+    h.tick_interval = std::chrono::milliseconds(250);
+    h.on_tick = [&] {
+      if (eof_tries == 0 || eof_tries >= kEndOfInputTries) return;
+      if (Clock::now() - last_output < kEndOfInputQuiet) return;
+      ws.send(std::string(1, kEndOfInput), true);
+      last_output = Clock::now();  // wait for another quiet second before the next
+      ++eof_tries;
+    };
+  }
   h.signals = kEndSignals;
   h.signals.push_back(SIGWINCH);
   h.on_signal = [&](int signo) {

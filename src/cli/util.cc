@@ -45,7 +45,8 @@ const char kExitCodesHelp[] =
     "  9   not supported by this server (ENOTSUP / 501, 422, a route it does not have)\n"
     "  10  server error (EINTERNAL, other 5xx)\n"
     "  11  health/repair: the session is unhealthy\n"
-    "  exec: the command's own exit code; 128+N when killed by signal N; 124 on --timeout\n";
+    "  exec, shell, attach: the command's own exit code; 128+N when killed by signal N;\n"
+    "      exec: 124 on --timeout; attach: 0 when detached (Ctrl-])\n";
 
 int exit_code_for(Code code) {
   switch (code) {

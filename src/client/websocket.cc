@@ -7,6 +7,7 @@
 #include <boost/asio/ip/tcp.hpp>
 #include <boost/asio/post.hpp>
 #include <boost/asio/signal_set.hpp>
+#include <boost/asio/steady_timer.hpp>
 #include <boost/beast/core.hpp>
 #include <boost/beast/websocket.hpp>
 #include <cctype>
@@ -79,6 +80,7 @@ struct WebSocket::Impl {
   WsEnd end;
   std::optional<asio::executor_work_guard<asio::io_context::executor_type>> guard;
   std::optional<asio::signal_set> sigs;
+  std::optional<asio::steady_timer> ticker;
   std::shared_ptr<InputShared> input;
   bool input_waiting = false;  // the reader waits for room in the queue
 
@@ -154,6 +156,7 @@ struct WebSocket::Impl {
       error_code ignored;
       sigs->cancel(ignored);
     }
+    if (ticker) ticker->cancel();
     guard.reset();
     // What is left (a write to a socket the server closed, Beast's timers) has no reader.
     ioc.stop();
@@ -249,6 +252,15 @@ struct WebSocket::Impl {
     });
   }
 
+  void wait_tick() {
+    ticker->expires_after(h.tick_interval);
+    ticker->async_wait([this](error_code ec) {
+      if (ec || done) return;
+      if (h.on_tick) h.on_tick();
+      if (!done) wait_tick();
+    });
+  }
+
   void deliver_input(const std::string& chunk) {
     if (done) return;
     if (h.on_input) h.on_input(chunk);
@@ -306,10 +318,15 @@ struct WebSocket::Impl {
     }
     if (!queue.empty() && !writing) write_next();
     if (close_wanted && !closing && !writing) do_close();
+    if (h.tick_interval.count() > 0) {
+      ticker.emplace(ioc);
+      wait_tick();
+    }
     if (h.input_fd >= 0) start_input(h.input_fd);
     ioc.run();
     stop_input();
     sigs.reset();
+    ticker.reset();
     return end;
   }
 };

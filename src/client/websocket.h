@@ -7,6 +7,7 @@
 // Not thread-safe: one WebSocket per thread. send() and close() are called before run() or from
 // run()'s callbacks. Messages are written in order through one bounded queue.
 
+#include <chrono>
 #include <functional>
 #include <memory>
 #include <optional>
@@ -58,6 +59,9 @@ class WebSocket {
     // Signals handled inside the loop (e.g. SIGWINCH), while run() runs.
     std::vector<int> signals;
     std::function<void(int)> on_signal;
+    // Called every tick_interval (0: never) while the socket is open.
+    std::chrono::milliseconds tick_interval{0};
+    std::function<void()> on_tick;
   };
   // Runs until the socket ends: the server's close, the answer to close(), or an error.
   WsEnd run(Handlers handlers);
