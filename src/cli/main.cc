@@ -25,13 +25,14 @@ int main(int argc, char** argv) {
   CLI::App app{"agentbox: sessions, commands and files of an agentboxd server", "agentbox"};
   app.require_subcommand(1);
   app.fallthrough();  // global flags may come after the subcommand too
-  app.footer(std::string("Processes: agentbox start|ps|logs|kill|attach|shell (REF = tag or pid)\n\n"
-                         "Environment (a flag given on the command line wins):\n"
-                         "  AGENTBOX_URL    the server, as --server\n"
-                         "  AGENTBOX_TOKEN  the bearer token, as --token\n"
-                         "  WAIT_FOR_SIDECAR, WAIT_FOR_SIDECAR_TIMEOUT  `agentbox wait`'s URL "
-                         "and seconds (seed 001)\n\n") +
-             kExitCodesHelp);
+  app.footer(
+      std::string("Processes: agentbox start|ps|logs|kill|attach|shell (REF = tag or pid)\n\n"
+                  "Environment (a flag given on the command line wins):\n"
+                  "  AGENTBOX_URL    the server, as --server\n"
+                  "  AGENTBOX_TOKEN  the bearer token, as --token\n"
+                  "  WAIT_FOR_SIDECAR, WAIT_FOR_SIDECAR_TIMEOUT  `agentbox wait`'s URL "
+                  "and seconds (seed 001)\n\n") +
+      kExitCodesHelp);
 
   Globals g;
   app.add_option("--server", g.server, "agentboxd URL, http://host:port")
@@ -226,27 +227,25 @@ int main(int argc, char** argv) {
 
   std::string logs_session, logs_ref;
   bool logs_follow = false;
-  CLI::App* logs = app.add_subcommand(
-      "logs", "print a process's output (stdout to stdout, stderr to stderr)");
+  CLI::App* logs =
+      app.add_subcommand("logs", "print a process's output (stdout to stdout, stderr to stderr)");
   logs->add_option("session", logs_session, "session id")->required();
   logs->add_option("ref", logs_ref, "the process: its tag or pid")->required();
   logs->add_flag("-f,--follow", logs_follow,
                  "keep printing until the process ends; a dropped connection is resumed where "
                  "it stopped, nothing lost or repeated");
-  logs->callback([&] {
-    run = [&] { return agentbox::cli::logs(g, logs_session, logs_ref, logs_follow); };
-  });
+  logs->callback(
+      [&] { run = [&] { return agentbox::cli::logs(g, logs_session, logs_ref, logs_follow); }; });
 
   std::string kill_session, kill_ref, kill_signal;
-  CLI::App* killc = app.add_subcommand(
-      "kill", "end a process and everything it started (or send it a signal)");
+  CLI::App* killc =
+      app.add_subcommand("kill", "end a process and everything it started (or send it a signal)");
   killc->add_option("session", kill_session, "session id")->required();
   killc->add_option("ref", kill_ref, "the process: its tag or pid")->required();
   killc->add_option("-s,--signal", kill_signal,
                     "send this signal instead (INT, TERM, KILL, HUP, USR1, USR2, or a number)");
-  killc->callback([&] {
-    run = [&] { return agentbox::cli::kill(g, kill_session, kill_ref, kill_signal); };
-  });
+  killc->callback(
+      [&] { run = [&] { return agentbox::cli::kill(g, kill_session, kill_ref, kill_signal); }; });
 
   std::string attach_session, attach_ref;
   CLI::App* attachc = app.add_subcommand(
@@ -258,9 +257,8 @@ int main(int argc, char** argv) {
       "Exits with the process's exit code when it ends (128+N when killed by signal N).");
   attachc->add_option("session", attach_session, "session id")->required();
   attachc->add_option("ref", attach_ref, "the process: its tag or pid")->required();
-  attachc->callback([&] {
-    run = [&] { return agentbox::cli::attach(g, attach_session, attach_ref); };
-  });
+  attachc->callback(
+      [&] { run = [&] { return agentbox::cli::attach(g, attach_session, attach_ref); }; });
 
   std::string shell_session;
   std::vector<std::string> shell_argv;

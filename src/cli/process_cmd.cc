@@ -25,8 +25,8 @@ bool ok(const client::Response& r) {
 std::optional<json> parse_reply(const client::Response& r) {
   json j = json::parse(r.body, nullptr, /*allow_exceptions=*/false);
   if (j.is_discarded() || !j.is_object()) {
-    report(Error::make(Code::kInternal,
-                       "server reply is not a JSON object (HTTP " + std::to_string(r.status) + ")"));
+    report(Error::make(Code::kInternal, "server reply is not a JSON object (HTTP " +
+                                            std::to_string(r.status) + ")"));
     return std::nullopt;
   }
   return j;
@@ -173,8 +173,8 @@ int logs(const Globals& g, const std::string& session, const std::string& ref, b
     std::string target = process_target(session, ref) + "/output";
     std::string query;
     if (follow) query += "follow=true";
-    if (records.next()) query += (query.empty() ? "" : "&") + std::string("since=") +
-                                 std::to_string(*records.next());
+    if (records.next())
+      query += (query.empty() ? "" : "&") + std::string("since=") + std::to_string(*records.next());
     if (!query.empty()) target += "?" + query;
     bool answered = false;
     auto r = c.request_stream(
@@ -203,8 +203,8 @@ int logs(const Globals& g, const std::string& session, const std::string& ref, b
     } else if (!answered_once && !r) {
       return report(r.error());  // never reached the server: a wrong URL, nothing listening
     } else if (std::chrono::steady_clock::now() - failing_since > kRetryFor) {
-      return report(r ? Error::make(Code::kUnavailable, "output stream of " + ref +
-                                                            " keeps ending without its exit")
+      return report(r ? Error::make(Code::kUnavailable,
+                                    "output stream of " + ref + " keeps ending without its exit")
                       : r.error());
     }
     std::this_thread::sleep_for(delay);

@@ -156,8 +156,9 @@ std::string shell_join(const std::vector<std::string>& argv) {
   std::string out;
   for (const std::string& a : argv) {
     if (!out.empty()) out += ' ';
-    bool plain = !a.empty() && a.find_first_not_of("ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrs"
-                                                   "tuvwxyz0123456789_-./=:,@%+") == std::string::npos;
+    bool plain = !a.empty() && a.find_first_not_of(
+                                   "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrs"
+                                   "tuvwxyz0123456789_-./=:,@%+") == std::string::npos;
     if (plain) {
       out += a;
       continue;
@@ -231,8 +232,7 @@ bool OutputRecords::line(std::string_view l) {
     return true;
   }
   auto data = j.find("data");
-  if (data == j.end() || !data->is_string() || offset == j.end() ||
-      !offset->is_number_unsigned()) {
+  if (data == j.end() || !data->is_string() || offset == j.end() || !offset->is_number_unsigned()) {
     bad_line_ = std::string(l.substr(0, 200));
     return true;
   }

@@ -31,8 +31,8 @@ TEST(CliExitCodeOfClose, ExitAndSignalReasons) {
   EXPECT_EQ(exit_code_of_close("exit 255"), 255);
   EXPECT_EQ(exit_code_of_close("signal 9"), 137);
   EXPECT_EQ(exit_code_of_close("signal 15"), 143);
-  for (const char* other : {"", "shutting down", "exit", "exit x", "exit -1", "exit 1000",
-                            "signal 200", "detach"}) {
+  for (const char* other :
+       {"", "shutting down", "exit", "exit x", "exit -1", "exit 1000", "signal 200", "detach"}) {
     EXPECT_FALSE(exit_code_of_close(other)) << other;
   }
 }
@@ -52,11 +52,14 @@ TEST(CliOutputRecords, SplitsLinesAcrossChunksAndTracksTheOffset) {
   Seen s;
   OutputRecords r = recorder(&s);
   EXPECT_FALSE(r.next());
-  std::string wire =
-      R"({"type":"stdout","data":"abc","offset":0})" "\n"
-      R"({"type":"stderr","data":"oops\n","offset":3})" "\n"
-      R"({"type":"stdout","data":"def","offset":8})" "\n"
-      R"({"type":"exit","exit_code":3,"signal":null,"offset":11})" "\n";
+  std::string wire = R"({"type":"stdout","data":"abc","offset":0})"
+                     "\n"
+                     R"({"type":"stderr","data":"oops\n","offset":3})"
+                     "\n"
+                     R"({"type":"stdout","data":"def","offset":8})"
+                     "\n"
+                     R"({"type":"exit","exit_code":3,"signal":null,"offset":11})"
+                     "\n";
   for (char c : wire) ASSERT_TRUE(r.feed(std::string_view(&c, 1)));  // byte by byte
   EXPECT_EQ(s.out, "abcdef");
   EXPECT_EQ(s.err, "oops\n");
@@ -71,15 +74,19 @@ TEST(CliOutputRecords, AReconnectThatOverlapsRepeatsNothing) {
   Seen s;
   OutputRecords r = recorder(&s);
   // The first connection drops in the middle of the second record's line.
-  ASSERT_TRUE(r.feed(R"({"type":"stdout","data":"hello ","offset":0})" "\n"
+  ASSERT_TRUE(r.feed(R"({"type":"stdout","data":"hello ","offset":0})"
+                     "\n"
                      R"({"type":"stdout","data":"wor)"));
   r.connection_ended();
   EXPECT_EQ(s.out, "hello ");
   ASSERT_EQ(r.next(), 6u);
   // A server that answers from an earlier offset (a coarser record): only the new bytes pass.
-  ASSERT_TRUE(r.feed(R"({"type":"stdout","data":"lo world","offset":3})" "\n"
-                     R"({"type":"stdout","data":"world","offset":6})" "\n"
-                     R"({"type":"stdout","data":"!","offset":11})" "\n"));
+  ASSERT_TRUE(r.feed(R"({"type":"stdout","data":"lo world","offset":3})"
+                     "\n"
+                     R"({"type":"stdout","data":"world","offset":6})"
+                     "\n"
+                     R"({"type":"stdout","data":"!","offset":11})"
+                     "\n"));
   EXPECT_EQ(s.out, "hello world!");
   EXPECT_EQ(r.next(), 12u);
 }
@@ -90,8 +97,10 @@ TEST(CliOutputRecords, ASinkThatRefusesStopsAndBadLinesAreKept) {
     ++calls;
     return false;
   });
-  EXPECT_FALSE(r.feed(R"({"type":"stdout","data":"a","offset":0})" "\n"
-                      R"({"type":"stdout","data":"b","offset":1})" "\n"));
+  EXPECT_FALSE(r.feed(R"({"type":"stdout","data":"a","offset":0})"
+                      "\n"
+                      R"({"type":"stdout","data":"b","offset":1})"
+                      "\n"));
   EXPECT_EQ(calls, 1);
   Seen s;
   OutputRecords bad = recorder(&s);

@@ -14,16 +14,16 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <atomic>
 #include <cerrno>
 #include <chrono>
 #include <cstdlib>
 #include <cstring>
-#include <atomic>
 #include <filesystem>
-#include <functional>
-#include <mutex>
 #include <fstream>
+#include <functional>
 #include <memory>
+#include <mutex>
 #include <nlohmann/json.hpp>
 #include <random>
 #include <sstream>
@@ -984,8 +984,8 @@ std::string ps_row(const std::string& table, const std::string& tag) {
 }
 
 TEST_F(CliTest, ProcessesStartPsLogsAndKill) {
-  CliRun st = cli({"start", "cli-proc", "--tag", "job", "--", "sh", "-c",
-                   "echo out; echo err >&2; exit 3"});
+  CliRun st = cli(
+      {"start", "cli-proc", "--tag", "job", "--", "sh", "-c", "echo out; echo err >&2; exit 3"});
   ASSERT_EQ(st.code, 0) << st;
   json obj = json::parse(st.out, nullptr, false);
   ASSERT_TRUE(obj.is_object()) << st;
@@ -1038,8 +1038,8 @@ TEST_F(CliTest, ProcessesStartPsLogsAndKill) {
   EXPECT_NE(after.find("signal 15"), std::string::npos) << after;
 
   // Plain kill ends it (and everything it started), by pid as well as by tag.
-  CliRun tree = cli({"start", "-q", "cli-proc", "--tag", "tree", "-c",
-                     "sleep 600 & sleep 600 & wait"});
+  CliRun tree =
+      cli({"start", "-q", "cli-proc", "--tag", "tree", "-c", "sleep 600 & sleep 600 & wait"});
   ASSERT_EQ(tree.code, 0) << tree;
   CliRun k = cli({"kill", "cli-proc", tree.out.substr(0, tree.out.find('\n'))});
   EXPECT_EQ(k.code, 0) << k;
@@ -1279,8 +1279,8 @@ class Tmux {
 TEST_F(CliTest, ShellOnARealTerminalResizesAndPassesTheExitCode) {
   Tmux tmux(daemon_->temp_dir());
   // The pane runs the CLI, then prints its exit code and stays (for capture-pane).
-  std::string inner = cli_binary() + " --server " + daemon_->url() +
-                      " shell cli-tmux; echo rc=$?; exec sleep 600";
+  std::string inner =
+      cli_binary() + " --server " + daemon_->url() + " shell cli-tmux; echo rc=$?; exec sleep 600";
   tmux.run("new-session -d -s t -x 100 -y 30 '" + inner + "'");
   tmux.run("set-option -t t status off");
   // `stty size` in the box shows our terminal's size, and follows it when it changes.

@@ -23,8 +23,7 @@ using ::testing::Not;
 // browser's Origin, a token or none). Returns the raw response head (and body, if any).
 std::string upgrade(Daemon& d, const std::string& target, const std::vector<std::string>& headers) {
   RawConnection c(d.host_port());
-  std::string req = "GET " + target +
-                    " HTTP/1.1\r\nHost: " + d.host_port() +
+  std::string req = "GET " + target + " HTTP/1.1\r\nHost: " + d.host_port() +
                     "\r\nUpgrade: websocket\r\nConnection: Upgrade\r\n"
                     "Sec-WebSocket-Key: dGhlIHNhbXBsZSBub25jZQ==\r\nSec-WebSocket-Version: 13\r\n";
   for (const auto& h : headers) req += h + "\r\n";
@@ -33,7 +32,9 @@ std::string upgrade(Daemon& d, const std::string& target, const std::vector<std:
   return c.read_response(std::chrono::seconds(30));
 }
 
-std::string bearer(const std::string& token) { return "Authorization: Bearer " + token; }
+std::string bearer(const std::string& token) {
+  return "Authorization: Bearer " + token;
+}
 
 // The status of an upgrade that should be let in. A process takes one attacher at a time, and
 // the server notices the previous test socket's end a moment after it closed: 409 is retried.
@@ -69,8 +70,8 @@ json start_process(client::Client& c, const std::string& id, const json& body) {
 TEST(ProcessesSecurity, AttachAndPtyWebSocketsRequireAuth) {
   Daemon& d = shared_daemon();
   Box a(d, "t10-auth");
-  auto started = start_process(a.client(), a.id(),
-                               {{"command", "exec cat"}, {"tag", "srv"}, {"stdin", true}});
+  auto started =
+      start_process(a.client(), a.id(), {{"command", "exec cat"}, {"tag", "srv"}, {"stdin", true}});
   ASSERT_EQ(started.value("status", 0), 201) << started;
   const std::string attach = "/v1/sessions/t10-auth/processes/srv/attach";
   const std::string pty = "/v1/sessions/t10-auth/pty?cols=80&rows=24&command=sleep%20600";
@@ -116,11 +117,11 @@ TEST(ProcessesSecurity, AnotherTenantsProcessesAre404LikeAMissingSession) {
                                         "]}\n"));
   Daemon d({"--backend", "ns", "--config", config});
   Box a(d, "t10-tenant-a", json::object(), kTokenA);
-  auto started = start_process(
-      a.client(), a.id(),
-      {{"command", "echo secret-output; while read l; do echo \"a:$l\"; done"},
-       {"tag", "srv"},
-       {"stdin", true}});
+  auto started =
+      start_process(a.client(), a.id(),
+                    {{"command", "echo secret-output; while read l; do echo \"a:$l\"; done"},
+                     {"tag", "srv"},
+                     {"stdin", true}});
   ASSERT_EQ(started.value("status", 0), 201) << started;
   const std::string pid = std::to_string(started.value("pid", 0));
   client::Client b(d.options(kTokenB));
@@ -166,15 +167,15 @@ TEST(ProcessesSecurity, AnotherTenantsProcessesAre404LikeAMissingSession) {
         upgrade(d, "/v1/sessions/" + a.id() + "/processes/" + ref + "/attach", {bearer(kTokenB)});
     EXPECT_EQ(http_status_of(res), 404) << res;
     EXPECT_THAT(res, Not(HasSubstr("secret-output")));
-    std::string q = upgrade(
-        d, "/v1/sessions/" + a.id() + "/processes/" + ref + "/attach?token=" + kTokenB, {});
+    std::string q =
+        upgrade(d, "/v1/sessions/" + a.id() + "/processes/" + ref + "/attach?token=" + kTokenB, {});
     EXPECT_EQ(http_status_of(q), 404) << q;
   }
   // The creating routes cannot start anything in A's session either (its id is taken).
   auto start = start_process(b, a.id(), {{"command", "echo pwned > /workspace/pwned"}});
   EXPECT_NE(start.value("status", 0) / 100, 2) << start;
-  std::string pty = upgrade(d, "/v1/sessions/" + a.id() + "/pty?command=sleep%20600",
-                            {bearer(kTokenB)});
+  std::string pty =
+      upgrade(d, "/v1/sessions/" + a.id() + "/pty?command=sleep%20600", {bearer(kTokenB)});
   EXPECT_NE(http_status_of(pty), 101) << pty;
 
   // A's process is untouched: still running, alone, its stdin never got B's line, and it
@@ -186,8 +187,8 @@ TEST(ProcessesSecurity, AnotherTenantsProcessesAre404LikeAMissingSession) {
   auto w = a.client().request("POST", "/v1/sessions/" + a.id() + "/processes/srv/stdin?close=true",
                               "mine\n", "application/octet-stream");
   ASSERT_TRUE(w && w->status == 200) << (w ? w->body : w.error().message);
-  auto out = a.client().request("GET", "/v1/sessions/" + a.id() +
-                                           "/processes/srv/output?follow=true");
+  auto out =
+      a.client().request("GET", "/v1/sessions/" + a.id() + "/processes/srv/output?follow=true");
   ASSERT_TRUE(out && out->status == 200);
   EXPECT_THAT(out->body, HasSubstr("secret-output"));
   EXPECT_THAT(out->body, HasSubstr("a:mine"));
@@ -200,21 +201,20 @@ TEST(ProcessesSecurity, WebSocketFromABrowserOriginNotAllowedIsRefused) {
   // the right token (the page may have learnt it).
   Daemon& d = shared_daemon();
   Box a(d, "t10-origin");
-  auto started = start_process(a.client(), a.id(),
-                               {{"command", "exec cat"}, {"tag", "srv"}, {"stdin", true}});
+  auto started =
+      start_process(a.client(), a.id(), {{"command", "exec cat"}, {"tag", "srv"}, {"stdin", true}});
   ASSERT_EQ(started.value("status", 0), 201) << started;
   const std::string attach = "/v1/sessions/t10-origin/processes/srv/attach";
   const std::string pty = "/v1/sessions/t10-origin/pty?command=sleep%20600";
   for (const std::string& target : {attach, pty, std::string("/v1/events")}) {
     for (const char* origin : {"https://evil.example.org", "null", "http://127.0.0.1:9090"}) {
-      std::string res =
-          upgrade(d, target, {bearer(kSuiteToken), std::string("Origin: ") + origin});
+      std::string res = upgrade(d, target, {bearer(kSuiteToken), std::string("Origin: ") + origin});
       EXPECT_EQ(http_status_of(res), 403) << target << " " << origin << "\n" << res;
       EXPECT_THAT(res, HasSubstr("EACCES"));
       EXPECT_THAT(res, HasSubstr(origin)) << "the refusal names the origin";
-      std::string q = upgrade(d, target + (target.find('?') == std::string::npos ? "?" : "&") +
-                                     "token=" + kSuiteToken,
-                              {std::string("Origin: ") + origin});
+      std::string q = upgrade(
+          d, target + (target.find('?') == std::string::npos ? "?" : "&") + "token=" + kSuiteToken,
+          {std::string("Origin: ") + origin});
       EXPECT_EQ(http_status_of(q), 403) << target << " " << origin << "\n" << q;
     }
   }
@@ -237,8 +237,8 @@ TEST(ProcessesSecurity, WebSocketFromABrowserOriginNotAllowedIsRefused) {
     args.insert(args.end(), how.begin(), how.end());
     Daemon o(args);
     Box b(o, "t10-origin-ok", json::object(), kTokenA);
-    ASSERT_EQ(start_process(b.client(), b.id(), {{"command", "exec cat"}, {"tag", "srv"},
-                                                 {"stdin", true}})
+    ASSERT_EQ(start_process(b.client(), b.id(),
+                            {{"command", "exec cat"}, {"tag", "srv"}, {"stdin", true}})
                   .value("status", 0),
               201);
     const std::string t = "/v1/sessions/t10-origin-ok/processes/srv/attach";
@@ -255,11 +255,11 @@ TEST(ProcessesSecurity, WebSocketFromABrowserOriginNotAllowedIsRefused) {
   }
 
   // A malformed allowed origin is a configuration error: the daemon does not start.
-  for (const char* bad : {"https://app.example.org/", "app.example.org", "*", "https://*.example.org",
-                          "https://App.example.org"}) {
+  for (const char* bad : {"https://app.example.org/", "app.example.org", "*",
+                          "https://*.example.org", "https://App.example.org"}) {
     std::string out;
-    int rc = Daemon::run_to_exit({"--listen", "127.0.0.1:0", "--backend", "host",
-                                  "--data-dir", dir / "data", "--allow-origin", bad},
+    int rc = Daemon::run_to_exit({"--listen", "127.0.0.1:0", "--backend", "host", "--data-dir",
+                                  dir / "data", "--allow-origin", bad},
                                  &out);
     EXPECT_NE(rc, 0) << bad << ": " << out;
     EXPECT_THAT(out, HasSubstr("allowed origin")) << bad << ": " << out;
