@@ -4,10 +4,12 @@
 // stderr as "agentbox: CODE: message".
 
 #include <cstdint>
+#include <functional>
 #include <map>
 #include <optional>
 #include <string>
 #include <string_view>
+#include <utility>
 #include <vector>
 
 #include "client/client.h"
@@ -96,6 +98,52 @@ Result<WaitTarget> resolve_wait_target(const std::string& url_arg,
 
 // Writes all of `data` to fd; false on error (errno set).
 bool write_all(int fd, std::string_view data);
+
+// "/v1/sessions/<id>/processes/<ref>", both percent-encoded as path segments.
+std::string process_target(std::string_view session, std::string_view ref);
+
+// argv as one /bin/sh command line: words with nothing special kept as they are, the rest in
+// single quotes ("ls -l 'a b' 'it'\''s'").
+std::string shell_join(const std::vector<std::string>& argv);
+
+// The exit code a terminal's close reason carries: "exit N" -> N, "signal N" -> 128+N; nullopt
+// for any other reason.
+std::optional<int> exit_code_of_close(std::string_view reason);
+
+// The records of GET .../processes/{ref}/output (NDJSON {"type","data","offset"} and a last
+// {"type":"exit"}), fed as the bytes arrive, over as many connections as it takes: it tracks
+// the offset to resume at (`since`) and drops any byte it has already passed on, so a client
+// that reconnects neither loses nor repeats output.
+class OutputRecords {
+ public:
+  // Gets each record's data ("stdout", "stderr" or "pty"); false stops (our stdout is gone).
+  using Sink = std::function<bool(std::string_view type, std::string_view data)>;
+  explicit OutputRecords(Sink sink) : sink_(std::move(sink)) {}
+
+  // False once the sink refused.
+  bool feed(std::string_view chunk);
+  // A connection ended: a half-received line is dropped (the next request asks for it again).
+  void connection_ended() { pending_.clear(); }
+
+  // The offset to ask for next (since=N); nullopt before any record.
+  std::optional<std::uint64_t> next() const { return next_; }
+  // The exit record, once it came.
+  struct Exit {
+    int exit_code = 0;
+    std::optional<int> signal;
+  };
+  const std::optional<Exit>& exit() const { return exit_; }
+  // A line that was not a record (the server's or a proxy's fault), for the error message.
+  const std::string& bad_line() const { return bad_line_; }
+
+ private:
+  bool line(std::string_view l);
+  Sink sink_;
+  std::string pending_;
+  std::optional<std::uint64_t> next_;
+  std::optional<Exit> exit_;
+  std::string bad_line_;
+};
 
 // Human-readable byte count: "512 B", "1.5 KiB", "12.0 MiB".
 std::string human_bytes(std::uint64_t n);
@@ -195,5 +243,37 @@ int stat(const Globals& g, const std::string& target, bool json);
 // POST /rename. `to` is SESSION:PATH of the same session or a bare in-box path; into an
 // existing directory (or a path ending in '/') the name is kept, as mv(1) does.
 int mv(const Globals& g, const std::string& from, const std::string& to);
+
+// ---- processes (process_cmd.cc) and terminals (terminal_cmd.cc) ----
+
+struct StartArgs {
+  std::string session;
+  std::vector<std::string> argv;
+  std::string command;  // -c: a shell command line
+  std::string tag;
+  std::string restart;  // never | on-failure | always; empty: the server's default (never)
+  std::string cwd;
+  std::vector<std::string> env;
+  bool pty = false;
+  bool send_stdin = false;  // keep the process's stdin open (attach, POST .../stdin)
+  bool quiet = false;       // print only the pid
+};
+// POST /v1/sessions/{id}/processes; prints the process object (JSON), or only its pid.
+int start(const Globals& g, const StartArgs& a);
+// GET /v1/sessions/{id}/processes as a table: PID TAG STATUS EXIT COMMAND.
+int ps(const Globals& g, const std::string& session, bool json);
+// GET .../output: stdout and pty bytes to our stdout, stderr to our stderr. `follow`: until the
+// process ends, reconnecting (with since=) after a dropped connection.
+int logs(const Globals& g, const std::string& session, const std::string& ref, bool follow);
+// No signal: DELETE (the whole tree, waits for the end). A signal: POST .../signal.
+int kill(const Globals& g, const std::string& session, const std::string& ref,
+         const std::string& signal);
+// GET /v1/sessions/{id}/pty over WebSocket as an interactive terminal; exits with the shell's
+// exit code (128+N when killed by signal N).
+int shell(const Globals& g, const std::string& session, const std::vector<std::string>& argv);
+// GET .../processes/{ref}/attach: a pty process as a terminal, another in line mode (stdin
+// lines -> text frames, frames -> stdout lines). Exits with the process's exit code when it
+// ends, 0 when detached.
+int attach(const Globals& g, const std::string& session, const std::string& ref);
 
 }  // namespace agentbox::cli

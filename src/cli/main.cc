@@ -25,12 +25,14 @@ int main(int argc, char** argv) {
   CLI::App app{"agentbox: sessions, commands and files of an agentboxd server", "agentbox"};
   app.require_subcommand(1);
   app.fallthrough();  // global flags may come after the subcommand too
-  app.footer(std::string("Environment (a flag given on the command line wins):\n"
-                         "  AGENTBOX_URL    the server, as --server\n"
-                         "  AGENTBOX_TOKEN  the bearer token, as --token\n"
-                         "  WAIT_FOR_SIDECAR, WAIT_FOR_SIDECAR_TIMEOUT  `agentbox wait`'s URL "
-                         "and seconds (seed 001)\n\n") +
-             kExitCodesHelp);
+  app.footer(
+      std::string("Processes: agentbox start|ps|logs|kill|attach|shell (REF = tag or pid)\n\n"
+                  "Environment (a flag given on the command line wins):\n"
+                  "  AGENTBOX_URL    the server, as --server\n"
+                  "  AGENTBOX_TOKEN  the bearer token, as --token\n"
+                  "  WAIT_FOR_SIDECAR, WAIT_FOR_SIDECAR_TIMEOUT  `agentbox wait`'s URL "
+                  "and seconds (seed 001)\n\n") +
+      kExitCodesHelp);
 
   Globals g;
   app.add_option("--server", g.server, "agentboxd URL, http://host:port")
@@ -178,6 +180,104 @@ int main(int argc, char** argv) {
     run = [&] { return agentbox::cli::exec(g, ex); };
   });
 
+  // ---- processes and terminals ----
+  // start and shell take their command like exec: everything after "--" (cut off below).
+  StartArgs st;
+  CLI::App* start = app.add_subcommand(
+      "start", "start a background process in a session (created if missing); prints it");
+  start->footer(
+      "Usage: agentbox start [OPTIONS] SESSION -- CMD [ARGS...]\n"
+      "The process outlives this command: see it with `ps`, read it with `logs`, talk to it "
+      "with `attach`, end it with `kill`. REF elsewhere is its tag or its pid.");
+  start->prefix_command();
+  start->fallthrough(false);
+  start->add_option("session", st.session, "session id")->required();
+  start->add_option("-c,--command", st.command, "a shell command line, run by /bin/sh -c");
+  start->add_option("--tag", st.tag, "a name for it, unique among the session's live processes");
+  start->add_option("--restart", st.restart,
+                    "never|on-failure|always: restart it when it ends (managed; the server "
+                    "answers 501 where that is not built)");
+  start->add_flag("--pty", st.pty,
+                  "run it on a terminal of our terminal's size (80x24 if none): `attach` is "
+                  "then a terminal");
+  start->add_flag("-i,--stdin", st.send_stdin,
+                  "keep its stdin open, for `attach` in line mode and POST .../stdin");
+  start->add_option("--cwd", st.cwd, "working directory in the box (default: the workspace)");
+  start->add_option("-e,--env", st.env, "environment variable K=V (repeatable)")
+      ->allow_extra_args(false);
+  start->add_flag("-q,--quiet", st.quiet, "print only the pid");
+  start->callback([&] {
+    st.argv = start->remaining();
+    if (!st.argv.empty() && st.argv.front().size() > 1 && st.argv.front()[0] == '-') {
+      throw CLI::ValidationError(
+          "start", "unknown option " + st.argv.front() + " (put the command after --)");
+    }
+    if (has_dashes && !st.argv.empty()) st.argv.push_back("--");
+    st.argv.insert(st.argv.end(), after_dashes.begin(), after_dashes.end());
+    run = [&] { return agentbox::cli::start(g, st); };
+  });
+
+  std::string ps_session;
+  bool ps_json = false;
+  CLI::App* ps = app.add_subcommand(
+      "ps", "list a session's processes: running ones and those ended in the last 10 minutes");
+  ps->add_option("session", ps_session, "session id")->required();
+  ps->add_flag("--json", ps_json, "print the server's JSON");
+  ps->callback([&] { run = [&] { return agentbox::cli::ps(g, ps_session, ps_json); }; });
+
+  std::string logs_session, logs_ref;
+  bool logs_follow = false;
+  CLI::App* logs =
+      app.add_subcommand("logs", "print a process's output (stdout to stdout, stderr to stderr)");
+  logs->add_option("session", logs_session, "session id")->required();
+  logs->add_option("ref", logs_ref, "the process: its tag or pid")->required();
+  logs->add_flag("-f,--follow", logs_follow,
+                 "keep printing until the process ends; a dropped connection is resumed where "
+                 "it stopped, nothing lost or repeated");
+  logs->callback(
+      [&] { run = [&] { return agentbox::cli::logs(g, logs_session, logs_ref, logs_follow); }; });
+
+  std::string kill_session, kill_ref, kill_signal;
+  CLI::App* killc =
+      app.add_subcommand("kill", "end a process and everything it started (or send it a signal)");
+  killc->add_option("session", kill_session, "session id")->required();
+  killc->add_option("ref", kill_ref, "the process: its tag or pid")->required();
+  killc->add_option("-s,--signal", kill_signal,
+                    "send this signal instead (INT, TERM, KILL, HUP, USR1, USR2, or a number)");
+  killc->callback(
+      [&] { run = [&] { return agentbox::cli::kill(g, kill_session, kill_ref, kill_signal); }; });
+
+  std::string attach_session, attach_ref;
+  CLI::App* attachc = app.add_subcommand(
+      "attach", "attach to a process: its terminal (a --pty process), else its stdio by lines");
+  attachc->footer(
+      "A pty process: our terminal goes raw, keys go to the process, Ctrl-] detaches.\n"
+      "Otherwise each line of our stdin is sent to the process's stdin and each line it "
+      "prints comes back; at the end of our stdin it stays attached (Ctrl-C detaches).\n"
+      "Exits with the process's exit code when it ends (128+N when killed by signal N).");
+  attachc->add_option("session", attach_session, "session id")->required();
+  attachc->add_option("ref", attach_ref, "the process: its tag or pid")->required();
+  attachc->callback(
+      [&] { run = [&] { return agentbox::cli::attach(g, attach_session, attach_ref); }; });
+
+  std::string shell_session;
+  std::vector<std::string> shell_argv;
+  CLI::App* shellc = app.add_subcommand(
+      "shell", "an interactive terminal in a session (created if missing), like docker exec -it");
+  shellc->footer(
+      "Usage: agentbox shell SESSION [-- CMD [ARGS...]]   (default: bash, else sh)\n"
+      "Raw terminal, resized with ours; ends with the shell and exits with its exit code. "
+      "When stdin is not a terminal, its end is sent as ^D.");
+  shellc->prefix_command();
+  shellc->fallthrough(false);
+  shellc->add_option("session", shell_session, "session id")->required();
+  shellc->callback([&] {
+    shell_argv = shellc->remaining();
+    if (has_dashes && !shell_argv.empty()) shell_argv.push_back("--");
+    shell_argv.insert(shell_argv.end(), after_dashes.begin(), after_dashes.end());
+    run = [&] { return agentbox::cli::shell(g, shell_session, shell_argv); };
+  });
+
   // ---- files ----
   std::string cp_from, cp_to;
   bool cp_parents = false;
@@ -259,10 +359,17 @@ int main(int argc, char** argv) {
   wait->callback([&] { run = [&] { return agentbox::cli::wait(g, wait_url, wait_timeout); }; });
 
   // CLI11 hands what follows "--" to positionals and, with none left, to the parent app; for
-  // exec it is the command, so it is cut off here before parsing.
+  // exec, start and shell it is the command, so it is cut off here before parsing. The
+  // subcommand is the first word that is neither a global flag nor its value.
   std::vector<std::string> args(argv + 1, argv + argc);
-  if (auto e = std::find(args.begin(), args.end(), "exec"); e != args.end()) {
-    if (auto d = std::find(e, args.end(), "--"); d != args.end()) {
+  auto sub = args.begin();
+  while (sub != args.end() && sub->starts_with("-")) {
+    bool takes_value = (*sub == "--server" || *sub == "--token");
+    ++sub;
+    if (takes_value && sub != args.end()) ++sub;
+  }
+  if (sub != args.end() && (*sub == "exec" || *sub == "start" || *sub == "shell")) {
+    if (auto d = std::find(sub, args.end(), "--"); d != args.end()) {
       has_dashes = true;
       after_dashes.assign(d + 1, args.end());
       args.erase(d, args.end());

@@ -4,6 +4,7 @@
 #include <chrono>
 #include <cstdio>
 #include <iostream>
+#include <nlohmann/json.hpp>
 #include <utility>
 
 #include "cli/cli.h"
@@ -44,7 +45,8 @@ const char kExitCodesHelp[] =
     "  9   not supported by this server (ENOTSUP / 501, 422, a route it does not have)\n"
     "  10  server error (EINTERNAL, other 5xx)\n"
     "  11  health/repair: the session is unhealthy\n"
-    "  exec: the command's own exit code; 128+N when killed by signal N; 124 on --timeout\n";
+    "  exec, shell, attach: the command's own exit code; 128+N when killed by signal N;\n"
+    "      exec: 124 on --timeout; attach: 0 when detached (Ctrl-])\n";
 
 int exit_code_for(Code code) {
   switch (code) {
@@ -126,16 +128,125 @@ int usage(std::string_view message) {
   return kExitUsage;
 }
 
-std::string session_target(std::string_view id) {
+namespace {
+
+std::string path_segment(std::string_view s) {
   std::string seg;
-  for (char c : client::url_encode(id)) {
+  for (char c : client::url_encode(s)) {
     if (c == '/') {
       seg += "%2F";  // url_encode keeps '/', which is legal in a query but not in one segment
     } else {
       seg += c;
     }
   }
-  return "/v1/sessions/" + seg;
+  return seg;
+}
+
+}  // namespace
+
+std::string session_target(std::string_view id) {
+  return "/v1/sessions/" + path_segment(id);
+}
+
+std::string process_target(std::string_view session, std::string_view ref) {
+  return session_target(session) + "/processes/" + path_segment(ref);
+}
+
+std::string shell_join(const std::vector<std::string>& argv) {
+  std::string out;
+  for (const std::string& a : argv) {
+    if (!out.empty()) out += ' ';
+    bool plain = !a.empty() && a.find_first_not_of(
+                                   "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrs"
+                                   "tuvwxyz0123456789_-./=:,@%+") == std::string::npos;
+    if (plain) {
+      out += a;
+      continue;
+    }
+    out += '\'';
+    for (char c : a) {
+      if (c == '\'') {
+        out += "'\\''";
+      } else {
+        out += c;
+      }
+    }
+    out += '\'';
+  }
+  return out;
+}
+
+std::optional<int> exit_code_of_close(std::string_view reason) {
+  int base = 0;
+  if (reason.starts_with("exit ")) {
+    reason.remove_prefix(5);
+  } else if (reason.starts_with("signal ")) {
+    reason.remove_prefix(7);
+    base = 128;
+  } else {
+    return std::nullopt;
+  }
+  if (reason.empty() || reason.size() > 3 ||
+      reason.find_first_not_of("0123456789") != std::string_view::npos) {
+    return std::nullopt;
+  }
+  int n = std::stoi(std::string(reason));
+  if (base + n > 255) return std::nullopt;
+  return base + n;
+}
+
+bool OutputRecords::feed(std::string_view chunk) {
+  pending_.append(chunk);
+  std::size_t start = 0;
+  bool go_on = true;
+  for (;;) {
+    std::size_t nl = pending_.find('\n', start);
+    if (nl == std::string::npos) break;
+    go_on = line(std::string_view(pending_).substr(start, nl - start));
+    start = nl + 1;
+    if (!go_on) break;
+  }
+  pending_.erase(0, start);
+  return go_on;
+}
+
+bool OutputRecords::line(std::string_view l) {
+  if (l.empty()) return true;
+  auto j = nlohmann::json::parse(l, nullptr, /*allow_exceptions=*/false);
+  auto type = j.is_object() ? j.find("type") : j.end();
+  auto offset = j.is_object() ? j.find("offset") : j.end();
+  if (!j.is_object() || type == j.end() || !type->is_string()) {
+    bad_line_ = std::string(l.substr(0, 200));
+    return true;
+  }
+  const std::string& t = type->get_ref<const std::string&>();
+  if (t == "exit") {
+    Exit e;
+    if (auto c = j.find("exit_code"); c != j.end() && c->is_number_integer()) {
+      e.exit_code = c->get<int>();
+    }
+    if (auto sg = j.find("signal"); sg != j.end() && sg->is_number_integer()) {
+      e.signal = sg->get<int>();
+    }
+    exit_ = e;
+    return true;
+  }
+  auto data = j.find("data");
+  if (data == j.end() || !data->is_string() || offset == j.end() || !offset->is_number_unsigned()) {
+    bad_line_ = std::string(l.substr(0, 200));
+    return true;
+  }
+  std::string_view bytes = data->get_ref<const std::string&>();
+  std::uint64_t at = offset->get<std::uint64_t>();
+  const std::uint64_t end = at + bytes.size();
+  // Bytes before next_ were passed on already (a reconnect that asked for them again).
+  if (next_ && at < *next_) {
+    if (end <= *next_) return true;
+    bytes.remove_prefix(static_cast<std::size_t>(*next_ - at));
+  }
+  next_ = end;
+  if (bytes.empty()) return true;
+  return sink_(t, bytes);
 }
 
 Result<std::map<std::string, std::string>> parse_pairs(const std::vector<std::string>& args,

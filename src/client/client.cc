@@ -15,10 +15,14 @@
 #include <optional>
 #include <utility>
 
+#include "client/internal/endpoint.h"
 #include "common/no_sigpipe.h"
 
 namespace agentbox::client {
 namespace {
+
+using detail::Endpoint;
+using detail::parse_server;
 
 namespace asio = boost::asio;
 namespace beast = boost::beast;
@@ -35,56 +39,6 @@ constexpr std::uint32_t kMaxHeaderBytes = 64 * 1024;
 // two capped output streams. Anything bigger belongs to request_stream().
 constexpr std::uint64_t kMaxBufferedBody = 256ull << 20;
 constexpr char kUserAgent[] = "agentbox-client/1";
-
-struct Endpoint {
-  std::string host;  // without brackets
-  std::string port;
-  std::string host_header;
-};
-
-Result<Endpoint> parse_server(std::string_view url) {
-  constexpr std::string_view kScheme = "http://";
-  if (url.substr(0, kScheme.size()) != kScheme) {
-    if (url.substr(0, 8) == "https://") {
-      return fail(Code::kInvalid, "server URL " + std::string(url) + ": https is not supported");
-    }
-    return fail(Code::kInvalid, "server URL " + std::string(url) + ": expected http://host:port");
-  }
-  std::string_view rest = url.substr(kScheme.size());
-  while (!rest.empty() && rest.back() == '/') rest.remove_suffix(1);
-  if (rest.empty() || rest.find('/') != std::string_view::npos ||
-      rest.find('@') != std::string_view::npos) {
-    return fail(Code::kInvalid,
-                "server URL " + std::string(url) + ": expected http://host:port with no path");
-  }
-  Endpoint ep;
-  ep.host_header = std::string(rest);
-  std::string_view host = rest, port = "80";
-  if (rest.front() == '[') {  // [v6]:port
-    auto close = rest.find(']');
-    if (close == std::string_view::npos) {
-      return fail(Code::kInvalid, "server URL " + std::string(url) + ": unbalanced '['");
-    }
-    host = rest.substr(1, close - 1);
-    std::string_view after = rest.substr(close + 1);
-    if (!after.empty()) {
-      if (after.front() != ':') {
-        return fail(Code::kInvalid, "server URL " + std::string(url) + ": bad port");
-      }
-      port = after.substr(1);
-    }
-  } else if (auto colon = rest.rfind(':'); colon != std::string_view::npos) {
-    host = rest.substr(0, colon);
-    port = rest.substr(colon + 1);
-  }
-  if (host.empty() || port.empty() ||
-      port.find_first_not_of("0123456789") != std::string_view::npos || port.size() > 5) {
-    return fail(Code::kInvalid, "server URL " + std::string(url) + ": bad host or port");
-  }
-  ep.host = std::string(host);
-  ep.port = std::string(port);
-  return ep;
-}
 
 std::optional<http::verb> parse_verb(std::string_view method) {
   http::verb v = http::string_to_verb(method);
@@ -339,7 +293,8 @@ struct Client::Impl {
 
   Result<Response> exchange(std::string_view method, std::string_view target, std::string_view body,
                             std::string_view content_type,
-                            const std::function<bool(std::string_view)>* on_chunk) {
+                            const std::function<bool(std::string_view)>* on_chunk,
+                            const std::function<void(const Response&)>* on_header = nullptr) {
     auto verb = verb_of(method);
     if (!verb) return std::unexpected(verb.error());
     http::request<http::string_body> req;
@@ -364,6 +319,7 @@ struct Client::Impl {
       out.status = parser.get().result_int();
       copy_headers(parser.get().base(), out);
       const bool ok = out.status >= 200 && out.status < 300;
+      if (on_header != nullptr && *on_header) (*on_header)(out);
       std::uint64_t total = 0;
       bool too_big = false;
       auto collect = [&](std::string_view chunk) {
@@ -523,8 +479,9 @@ Result<Response> Client::request(std::string_view method, std::string_view targe
 
 Result<Response> Client::request_stream(std::string_view method, std::string_view target,
                                         std::string_view body,
-                                        const std::function<bool(std::string_view)>& on_chunk) {
-  return impl_->exchange(method, target, body, "application/json", &on_chunk);
+                                        const std::function<bool(std::string_view)>& on_chunk,
+                                        const std::function<void(const Response&)>& on_header) {
+  return impl_->exchange(method, target, body, "application/json", &on_chunk, &on_header);
 }
 
 Result<Response> Client::upload(std::string_view method, std::string_view target,

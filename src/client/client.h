@@ -61,10 +61,12 @@ class Client {
   // A request whose reply body is handed to on_chunk as it arrives (NDJSON exec stream, file
   // download). on_chunk returns false to abort (the connection is then closed). Returns the
   // status and headers; body is left empty unless the status is not 2xx (then it holds the
-  // error body).
+  // error body). `on_header` (optional) gets the status and headers as soon as they arrive, so
+  // a caller can tell a stream that was answered and then dropped from one that never was.
   Result<Response> request_stream(std::string_view method, std::string_view target,
                                   std::string_view body,
-                                  const std::function<bool(std::string_view)>& on_chunk);
+                                  const std::function<bool(std::string_view)>& on_chunk,
+                                  const std::function<void(const Response&)>& on_header = {});
 
   // A request whose body of `size` bytes is pulled from `read` (fills the buffer, returns the
   // count; 0 only at the end) — a file upload. `progress` gets the bytes sent so far.

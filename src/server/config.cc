@@ -1,5 +1,6 @@
 #include "server/config.h"
 
+#include "common/validate.h"
 #include "server/json_codec.h"
 
 #include <arpa/inet.h>
@@ -216,6 +217,14 @@ Status load_yaml(const std::string& file, DaemonConfig* c,
         c->allowed_mount_roots.push_back(r.as<std::string>());
       }
     }
+    if (const YAML::Node& ao = root["allowed_origins"]; ao && !given("allowed_origins")) {
+      c->allowed_origins.clear();
+      if (ao.IsSequence()) {
+        for (const auto& o : ao) c->allowed_origins.push_back(o.as<std::string>());
+      } else {
+        c->allowed_origins.push_back(ao.as<std::string>());
+      }
+    }
     if (root["shared_dirs"] && !given("shared_dirs")) {
       const YAML::Node& sd = root["shared_dirs"];
       c->shared_dirs.clear();
@@ -392,6 +401,10 @@ ParseOutcome parse_daemon_args(int argc, const char* const* argv, std::ostream& 
   auto* o_roots = app.add_option("--allow-mount-root", c.allowed_mount_roots,
                                  "Host dir under which sessions may request mounts and skills "
                                  "(repeatable; none: refused)");
+  auto* o_origins = app.add_option("--allow-origin", c.allowed_origins,
+                                   "Browser origin (scheme://host[:port]) whose pages may open "
+                                   "WebSocket routes (repeatable); none: every browser origin is "
+                                   "refused");
   auto* o_max = app.add_option("--max-file-mb", c.max_file_mb, "Largest file upload, MiB")
                     ->capture_default_str()
                     ->multi_option_policy(take_last);
@@ -448,6 +461,7 @@ ParseOutcome parse_daemon_args(int argc, const char* const* argv, std::ostream& 
   if (o_token->count()) given.push_back("tokens");
   if (o_shared->count()) given.push_back("shared_dirs");
   if (o_roots->count()) given.push_back("allowed_mount_roots");
+  if (o_origins->count()) given.push_back("allowed_origins");
   if (o_max->count()) given.push_back("max_file_mb");
   if (o_log->count()) given.push_back("log_level");
   if (o_boxes->count()) given.push_back("max_running_boxes");
@@ -563,6 +577,26 @@ bool is_loopback_address(std::string_view address) {
   return false;
 }
 
+Status check_origin(std::string_view origin) {
+  // What a browser sends in Origin: scheme "://" host [":" port], lower case, nothing after.
+  auto bad = [&](const char* why) {
+    return fail(Code::kInvalid, "allowed origin " + validate::quote(origin) + " " + why +
+                                    " (expected scheme://host[:port], e.g. https://app.example.org)");
+  };
+  auto sep = origin.find("://");
+  if (sep == std::string_view::npos || sep == 0) return bad("has no scheme");
+  std::string_view scheme = origin.substr(0, sep);
+  std::string_view host = origin.substr(sep + 3);
+  if (scheme.find_first_not_of("abcdefghijklmnopqrstuvwxyz0123456789+.-") != scheme.npos) {
+    return bad("has a scheme that is not lower-case letters");
+  }
+  if (host.empty()) return bad("has no host");
+  if (host.find_first_not_of("abcdefghijklmnopqrstuvwxyz0123456789.-:[]") != host.npos) {
+    return bad("must be lower case with no path, query or '*'");
+  }
+  return {};
+}
+
 std::vector<TenantConfig> effective_tenants(const DaemonConfig& c) {
   std::vector<TenantConfig> out = c.tenants;
   if (!c.tokens.empty()) out.push_back(TenantConfig{kDefaultTenant, c.tokens, false, 0});
@@ -632,6 +666,9 @@ Status validate_config(const DaemonConfig& c) {
     return fail(Code::kInvalid, "--max-file-mb must be between 1 and 1073741824");
   }
   if (c.data_dir.empty()) return fail(Code::kInvalid, "--data-dir must not be empty");
+  for (const auto& o : c.allowed_origins) {
+    if (auto st = check_origin(o); !st) return st;
+  }
   return {};
 }
 

@@ -1,7 +1,7 @@
 #pragma once
 // agentboxd's configuration: command-line flags (CLI11) over an optional YAML file (--config)
 // with the same keys (listen, data_dir, backend, tokens, shared_dirs, allowed_mount_roots,
-// max_file_mb, log_level, max_running_boxes, audit_max_mb) plus `tenants`, `default_limits` and
+// max_file_mb, log_level, max_running_boxes, audit_max_mb, allowed_origins) plus `tenants`, `default_limits` and
 // `readonly_dirs` and `network` (YAML only), and seed 001's toolbox-server flags (SeedFlags;
 // flags only).
 // Flags override the file.
@@ -91,6 +91,12 @@ struct DaemonConfig {
   std::vector<SharedDir> shared_dirs;
   // Host dirs under which sessions may ask for extra mounts and skills (none: refused).
   std::vector<std::string> allowed_mount_roots;
+  // Browser origins ("https://app.example.org", scheme://host[:port], lower case) whose pages
+  // may open the WebSocket routes (YAML `allowed_origins`, flag --allow-origin). SECURITY:
+  // empty by default, so a WebSocket upgrade carrying any Origin header is refused (403):
+  // a page the operator did not list cannot drive a terminal (CSWSH); non-browser clients send
+  // no Origin and are not affected.
+  std::vector<std::string> allowed_origins;
   std::uint64_t max_file_mb = 500;
   // YAML `default_limits: {memory_mb, cpu_percent, max_pids, disk_mb, max_open_files,
   // cpu_time_sec, tmp_mb}`: what a session's unset limits become (validated like a request's
@@ -138,9 +144,14 @@ Result<std::vector<SharedDir>> parse_shared_dirs(std::string_view spec);
 
 bool is_loopback_address(std::string_view address);
 
+// An allowed_origins entry: scheme://host[:port] in lower case, as browsers send Origin; EINVAL
+// naming it otherwise.
+Status check_origin(std::string_view origin);
+
 // Checks the combination: a non-loopback listen address needs at least one token, the backend
 // name is not empty, max_file_mb is at least 1, no token is empty, tenant names are valid and
-// unique, every tenant has a token, no token belongs to two tenants.
+// unique, every tenant has a token, no token belongs to two tenants, every allowed origin is
+// scheme://host[:port].
 Status validate_config(const DaemonConfig& c);
 
 // Every tenant that can authenticate: the YAML tenants plus, when --token tokens are given, the

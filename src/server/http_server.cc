@@ -25,6 +25,7 @@
 #include <list>
 
 #include "common/log.h"
+#include "common/validate.h"
 #include "server/http_error.h"
 #include "server/internal/blocking.h"
 #include "server/internal/surfaces.h"
@@ -90,6 +91,17 @@ std::optional<session::Caller> authenticate(const std::vector<TenantConfig>& ten
   }
   if (!found) return std::nullopt;
   return session::Caller{found->name, found->admin, found->max_sessions};
+}
+
+// SECURITY (CSWSH): a browser attaches the Origin of the page to every WebSocket upgrade, and a
+// page on any site can ask for ws://127.0.0.1:9090/... (with ?token= if it learned one, or with
+// nothing when auth is off). Only the origins the operator listed may open a socket; clients
+// that are not browsers send no Origin.
+bool origin_allowed(const std::vector<std::string>& allowed, std::string_view origin) {
+  for (const auto& a : allowed) {
+    if (beast::iequals(a, origin)) return true;
+  }
+  return false;
 }
 
 }  // namespace
@@ -233,6 +245,13 @@ asio::awaitable<bool> serve_one(Impl* impl, Conn* conn, beast::flat_buffer* buff
     Reply r = error_reply(Error::make(Code::kUnauthorized, "missing or invalid bearer token"));
     r.headers.emplace_back("WWW-Authenticate", "Bearer");
     co_return co_await send_reply(&call, std::move(r));
+  }
+  if (upgrade && h.find(http::field::origin) != h.end() &&
+      !origin_allowed(ctx->opts.allowed_origins, h[http::field::origin])) {
+    co_return co_await send_error(
+        &call, Error::make(Code::kAccess, "WebSocket upgrade from origin " +
+                                              validate::quote(h[http::field::origin]) +
+                                              " refused: not in the daemon's allowed_origins"));
   }
   if (!m.route) {
     if (m.allowed.empty()) {

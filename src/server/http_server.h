@@ -58,6 +58,9 @@ struct ServerOptions {
   std::size_t ws_max_message_bytes = 16u << 20;
   std::chrono::milliseconds ws_ping_interval{30000};
   std::size_t ws_max_queued_bytes = 16u << 20;
+  // Browser origins allowed to open WebSocket routes (config.h allowed_origins); an upgrade
+  // with any other Origin header is 403.
+  std::vector<std::string> allowed_origins;
   // How long shutdown waits for requests in flight.
   std::chrono::seconds shutdown_grace{10};
 };

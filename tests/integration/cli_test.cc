@@ -14,13 +14,16 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <atomic>
 #include <cerrno>
 #include <chrono>
 #include <cstdlib>
 #include <cstring>
 #include <filesystem>
 #include <fstream>
+#include <functional>
 #include <memory>
+#include <mutex>
 #include <nlohmann/json.hpp>
 #include <random>
 #include <sstream>
@@ -952,6 +955,362 @@ TEST(CliWaitTest, WaitsUntilTheDaemonComesUp) {
   Daemon d({"--listen", hp});
   ASSERT_EQ(d.host_port(), hp);
   EXPECT_EQ(waiter.wait(), 0) << waiter.err();
+}
+
+// ---- processes and terminals ----
+
+// Polls `pred` every 50 ms for up to `limit`.
+bool eventually(const std::function<bool()>& pred,
+                std::chrono::milliseconds limit = std::chrono::seconds(20)) {
+  auto deadline = Clock::now() + limit;
+  while (Clock::now() < deadline) {
+    if (pred()) return true;
+    std::this_thread::sleep_for(std::chrono::milliseconds(50));
+  }
+  return pred();
+}
+
+// `agentbox ps` rows as words: the line of the process tagged `tag` ("" if none).
+std::string ps_row(const std::string& table, const std::string& tag) {
+  std::istringstream in(table);
+  std::string line;
+  while (std::getline(in, line)) {
+    std::istringstream words(line);
+    std::string pid, t;
+    words >> pid >> t;
+    if (t == tag) return line;
+  }
+  return "";
+}
+
+TEST_F(CliTest, ProcessesStartPsLogsAndKill) {
+  CliRun st = cli(
+      {"start", "cli-proc", "--tag", "job", "--", "sh", "-c", "echo out; echo err >&2; exit 3"});
+  ASSERT_EQ(st.code, 0) << st;
+  json obj = json::parse(st.out, nullptr, false);
+  ASSERT_TRUE(obj.is_object()) << st;
+  EXPECT_EQ(obj["tag"], "job");
+  EXPECT_GT(obj["pid"].get<int>(), 0);
+
+  // logs -f ends with the process; stdout and stderr stay apart.
+  CliRun lf = cli({"logs", "-f", "cli-proc", "job"});
+  EXPECT_EQ(lf.code, 0) << lf;
+  EXPECT_EQ(lf.out, "out\n");
+  EXPECT_EQ(lf.err, "err\n");
+  // By pid too, and without -f it prints what is kept.
+  CliRun lp = cli({"logs", "cli-proc", std::to_string(obj["pid"].get<int>())});
+  EXPECT_EQ(lp.code, 0) << lp;
+  EXPECT_EQ(lp.out, "out\n");
+
+  CliRun q = cli({"start", "-q", "cli-proc", "--tag", "srv", "--", "sleep", "600"});
+  ASSERT_EQ(q.code, 0) << q;
+  const std::string srv_pid = q.out.substr(0, q.out.find('\n'));
+  EXPECT_EQ(q.out, srv_pid + "\n");
+  EXPECT_GT(std::stoi(srv_pid), 0);
+  // A tag is unique among live processes: conflict.
+  CliRun dup = cli({"start", "cli-proc", "--tag", "srv", "--", "true"});
+  EXPECT_EQ(dup.code, 7) << dup;
+  EXPECT_NE(dup.err.find("EEXIST"), std::string::npos) << dup;
+
+  CliRun ps = cli({"ps", "cli-proc"});
+  ASSERT_EQ(ps.code, 0) << ps;
+  EXPECT_EQ(ps.out.rfind("PID", 0), 0u) << ps;
+  for (const char* col : {"TAG", "STATUS", "EXIT", "COMMAND"}) {
+    EXPECT_NE(ps.out.substr(0, ps.out.find('\n')).find(col), std::string::npos) << ps;
+  }
+  std::string job = ps_row(ps.out, "job");
+  EXPECT_NE(job.find("exited"), std::string::npos) << ps.out;
+  EXPECT_NE(job.find("  3  "), std::string::npos) << ps.out;
+  EXPECT_NE(job.find("sh -c 'echo out; echo err >&2; exit 3'"), std::string::npos) << ps.out;
+  std::string row = ps_row(ps.out, "srv");
+  EXPECT_EQ(row.rfind(srv_pid + " ", 0), 0u) << ps.out;
+  EXPECT_NE(row.find("running"), std::string::npos) << ps.out;
+  EXPECT_NE(row.find("sleep 600"), std::string::npos) << ps.out;
+
+  // kill --signal sends that signal; the process ends by it.
+  CliRun term = cli({"kill", "--signal", "TERM", "cli-proc", "srv"});
+  EXPECT_EQ(term.code, 0) << term;
+  std::string after;
+  EXPECT_TRUE(eventually([&] {
+    after = ps_row(cli({"ps", "cli-proc"}).out, "srv");
+    return after.find("killed") != std::string::npos;
+  })) << after;
+  EXPECT_NE(after.find("signal 15"), std::string::npos) << after;
+
+  // Plain kill ends it (and everything it started), by pid as well as by tag.
+  CliRun tree =
+      cli({"start", "-q", "cli-proc", "--tag", "tree", "-c", "sleep 600 & sleep 600 & wait"});
+  ASSERT_EQ(tree.code, 0) << tree;
+  CliRun k = cli({"kill", "cli-proc", tree.out.substr(0, tree.out.find('\n'))});
+  EXPECT_EQ(k.code, 0) << k;
+  EXPECT_NE(ps_row(cli({"ps", "cli-proc"}).out, "tree").find("signal 9"), std::string::npos);
+
+  // cwd and env reach the process.
+  ASSERT_EQ(cli({"mkdir", "cli-proc:/workspace/sub"}).code, 0);
+  ASSERT_EQ(cli({"start", "cli-proc", "--tag", "env", "--cwd", "/workspace/sub", "-e",
+                 "GREETING=hi there", "-c", "echo \"$GREETING\"; basename \"$PWD\""})
+                .code,
+            0);
+  CliRun envout = cli({"logs", "-f", "cli-proc", "env"});
+  EXPECT_EQ(envout.out, "hi there\nsub\n") << envout;
+}
+
+TEST_F(CliTest, ProcessErrorsUseTheExitCodesOfTheirCause) {
+  ASSERT_EQ(cli({"session", "create", "cli-perr", "-q"}).code, 0);
+  for (const std::vector<std::string>& args :
+       {std::vector<std::string>{"logs", "cli-perr", "nosuch"},
+        {"logs", "-f", "cli-perr", "nosuch"},
+        {"kill", "cli-perr", "nosuch"},
+        {"kill", "--signal", "INT", "cli-perr", "4242"},
+        {"attach", "cli-perr", "nosuch"},
+        {"ps", "cli-no-such-session"}}) {
+    CliRun r = cli(args);
+    EXPECT_EQ(r.code, 3) << args[0] << " " << args.back() << ": " << r;
+    EXPECT_NE(r.err.find("ENOENT"), std::string::npos) << r;
+  }
+  // Managed processes: the server's answer (501 where they are not built) is passed through.
+  CliRun managed = cli({"start", "cli-perr", "--restart", "on-failure", "--", "true"});
+  if (managed.code != 0) {
+    EXPECT_EQ(managed.code, 9) << managed;
+    EXPECT_NE(managed.err.find("ENOTSUP"), std::string::npos) << managed;
+    EXPECT_NE(managed.err.find("restart"), std::string::npos) << managed;
+  }
+  CliRun sometimes = cli({"start", "cli-perr", "--restart", "sometimes", "--", "true"});
+  EXPECT_EQ(sometimes.code, 1) << sometimes;
+  EXPECT_NE(sometimes.err.find("restart"), std::string::npos) << sometimes;
+  ASSERT_EQ(cli({"start", "cli-perr", "--tag", "s", "--", "sleep", "600"}).code, 0);
+  CliRun stop = cli({"kill", "--signal", "STOP", "cli-perr", "s"});
+  EXPECT_EQ(stop.code, 1) << stop;
+  EXPECT_NE(stop.err.find("signal"), std::string::npos) << stop;
+  // Nothing sent: no command, an option where the command goes.
+  EXPECT_EQ(cli({"start", "cli-perr"}).code, 2);
+  EXPECT_EQ(cli({"start", "cli-perr", "--bogus", "--", "true"}).code, 2);
+  EXPECT_EQ(cli({"logs", "cli-perr"}).code, 2);
+  EXPECT_EQ(cli({"kill", "cli-perr", "s"}).code, 0);
+}
+
+// A TCP relay between the CLI and the daemon whose connections the test can cut, to drop a
+// `logs -f` stream in the middle.
+class Relay {
+ public:
+  explicit Relay(std::string target) : target_(std::move(target)) {
+    listen_ = UniqueFd(::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0));
+    sockaddr_in a{};
+    a.sin_family = AF_INET;
+    a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    socklen_t len = sizeof a;
+    if (::bind(listen_.get(), reinterpret_cast<sockaddr*>(&a), sizeof a) != 0 ||
+        ::listen(listen_.get(), 16) != 0 ||
+        ::getsockname(listen_.get(), reinterpret_cast<sockaddr*>(&a), &len) != 0) {
+      throw std::runtime_error("relay: bind/listen failed");
+    }
+    port_ = ntohs(a.sin_port);
+    acceptor_ = std::thread([this] { accept_loop(); });
+  }
+  ~Relay() {
+    stop_ = true;
+    acceptor_.join();
+    cut();
+    for (auto& t : pumps_) t.join();
+  }
+  std::string url() const { return "http://127.0.0.1:" + std::to_string(port_); }
+  int accepted() const { return accepted_; }
+  // Ends every connection open now, both ways.
+  void cut() {
+    std::lock_guard lock(mu_);
+    for (int fd : live_) ::shutdown(fd, SHUT_RDWR);
+  }
+
+ private:
+  void accept_loop() {
+    while (!stop_) {
+      pollfd p{listen_.get(), POLLIN, 0};
+      if (::poll(&p, 1, 50) <= 0) continue;
+      UniqueFd in(::accept4(listen_.get(), nullptr, nullptr, SOCK_CLOEXEC));
+      if (!in) continue;
+      auto colon = target_.rfind(':');
+      UniqueFd out(::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0));
+      sockaddr_in a{};
+      a.sin_family = AF_INET;
+      a.sin_port = htons(static_cast<std::uint16_t>(std::stoi(target_.substr(colon + 1))));
+      ::inet_pton(AF_INET, target_.substr(0, colon).c_str(), &a.sin_addr);
+      if (::connect(out.get(), reinterpret_cast<sockaddr*>(&a), sizeof a) != 0) continue;
+      ++accepted_;
+      std::lock_guard lock(mu_);
+      live_.push_back(in.get());
+      live_.push_back(out.get());
+      pumps_.emplace_back([this, a = std::move(in), b = std::move(out)]() mutable {
+        pump(a.get(), b.get());
+        std::lock_guard l(mu_);
+        std::erase(live_, a.get());
+        std::erase(live_, b.get());
+      });
+    }
+  }
+  // Copies both ways until either side ends.
+  void pump(int a, int b) {
+    char buf[65536];
+    for (;;) {
+      pollfd p[2] = {{a, POLLIN, 0}, {b, POLLIN, 0}};
+      if (::poll(p, 2, 200) < 0) return;
+      for (int i = 0; i < 2; ++i) {
+        if (!p[i].revents) continue;
+        ssize_t n = ::read(p[i].fd, buf, sizeof buf);
+        if (n <= 0) return;
+        if (!write_all_fd(i == 0 ? b : a, buf, static_cast<std::size_t>(n))) return;
+      }
+    }
+  }
+  static bool write_all_fd(int fd, const char* p, std::size_t n) {
+    while (n > 0) {
+      ssize_t w = ::send(fd, p, n, MSG_NOSIGNAL);
+      if (w <= 0) return false;
+      p += w;
+      n -= static_cast<std::size_t>(w);
+    }
+    return true;
+  }
+
+  std::string target_;
+  UniqueFd listen_;
+  int port_ = 0;
+  std::atomic<bool> stop_{false};
+  std::atomic<int> accepted_{0};
+  std::mutex mu_;
+  std::vector<int> live_;
+  std::vector<std::thread> pumps_;
+  std::thread acceptor_;
+};
+
+TEST_F(CliTest, LogsFollowResumesAfterDroppedConnectionsWithoutLossOrRepeat) {
+  // 60 numbered lines, one every 50 ms, then exit 0.
+  ASSERT_EQ(cli({"start", "cli-follow", "--tag", "count", "-c",
+                 "i=0; while [ $i -lt 60 ]; do echo line$i; i=$((i+1)); sleep 0.05; done"})
+                .code,
+            0);
+  Relay relay(daemon_->host_port());
+  CliProcess f({"--server", relay.url(), "logs", "-f", "cli-follow", "count"}, {}, "");
+  // Cut the stream three times while the lines come.
+  for (int cut = 0; cut < 3; ++cut) {
+    std::string want = "line" + std::to_string(10 + cut * 15) + "\n";
+    ASSERT_TRUE(f.wait_for_stdout(want, std::chrono::seconds(20))) << f.out() << f.err();
+    relay.cut();
+  }
+  EXPECT_EQ(f.wait(), 0) << f.err();
+  std::string want;
+  for (int i = 0; i < 60; ++i) want += "line" + std::to_string(i) + "\n";
+  EXPECT_EQ(f.out(), want);
+  EXPECT_EQ(f.err(), "");
+  EXPECT_GE(relay.accepted(), 4);  // it did reconnect after each cut
+}
+
+TEST_F(CliTest, AttachInLineModeSendsLinesAndEndsWithTheProcessExitCode) {
+  ASSERT_EQ(cli({"start", "cli-attach", "--tag", "echo", "-i", "-c",
+                 "while read l; do echo \"got $l\"; done; exit 4"})
+                .code,
+            0);
+  CliProcess a({"--server", daemon_->url(), "attach", "cli-attach", "echo"}, {},
+               "one\n{\"jsonrpc\":\"2.0\",\"id\":1}\nlast-without-newline");
+  ASSERT_TRUE(a.wait_for_stdout("got last-without-newline\n", std::chrono::seconds(20)))
+      << a.out() << a.err();
+  // One attacher at a time.
+  CliRun second = cli({"attach", "cli-attach", "echo"});
+  EXPECT_EQ(second.code, 7) << second;
+  EXPECT_TRUE(a.running()) << a.err();  // our stdin ended, still attached
+  // The process ends (its stdin closed through the API): attach exits with its code.
+  client::Client c(daemon_->options());
+  auto closed = c.request("POST", "/v1/sessions/cli-attach/processes/echo/stdin?close=true", "",
+                          "application/octet-stream");
+  ASSERT_TRUE(closed && closed->status == 200);
+  EXPECT_EQ(a.wait(), 4) << a.err();
+  EXPECT_EQ(a.out(), "got one\ngot {\"jsonrpc\":\"2.0\",\"id\":1}\ngot last-without-newline\n");
+}
+
+TEST_F(CliTest, AttachToAPtyProcessAndShellWithoutATerminal) {
+  // A pty process attached from a pipe: the bytes go to its terminal, its exit code comes back.
+  ASSERT_EQ(cli({"start", "cli-pty", "--tag", "term", "--pty", "--", "sh"}).code, 0);
+  CliRun at = cli({"attach", "cli-pty", "term"}, "echo at-$((40+2)); exit 6\n");
+  EXPECT_EQ(at.code, 6) << at;
+  EXPECT_NE(at.out.find("at-42"), std::string::npos) << at;
+
+  // shell from a pipe: the end of stdin is the end of input (^D) for the shell.
+  CliRun sh = cli({"shell", "cli-pty"}, "echo from-$((6*7))\n");
+  EXPECT_EQ(sh.code, 0) << sh;
+  EXPECT_NE(sh.out.find("from-42"), std::string::npos) << sh;
+  CliRun code = cli({"shell", "cli-pty", "--", "sh", "-c", "echo \"$1\"; exit 5", "sh", "a b"});
+  EXPECT_EQ(code.code, 5) << code;
+  EXPECT_NE(code.out.find("a b"), std::string::npos) << code;
+  CliRun killed = cli({"shell", "cli-pty", "--", "sh", "-c", "kill -TERM $$"});
+  EXPECT_EQ(killed.code, 128 + SIGTERM) << killed;
+  // The shell's processes ended with it.
+  CliRun left = cli({"ps", "cli-pty"});
+  EXPECT_EQ(left.out.find("running"), std::string::npos) << left;
+}
+
+// tmux on a socket of its own under the test's temp dir; the server is killed at the end.
+class Tmux {
+ public:
+  explicit Tmux(std::string dir) : sock_(std::move(dir) + "/tmux.sock") {}
+  ~Tmux() { (void)run("kill-server 2>/dev/null"); }
+  // Runs `tmux -S SOCK <args>` (a shell command line) and returns its stdout.
+  std::string run(const std::string& args) {
+    std::string cmd = "tmux -S " + sock_ + " -f /dev/null " + args;
+    std::string out;
+    if (FILE* p = ::popen(cmd.c_str(), "r")) {
+      char buf[4096];
+      std::size_t n;
+      while ((n = std::fread(buf, 1, sizeof buf, p)) > 0) out.append(buf, n);
+      ::pclose(p);
+    }
+    return out;
+  }
+  std::string screen() { return run("capture-pane -p -t t"); }
+  // The pane's "ROWS COLS", as `stty size` inside prints it.
+  std::string pane_size() {
+    std::string s = run("display-message -p -t t '#{pane_height} #{pane_width}'");
+    while (!s.empty() && s.back() == '\n') s.pop_back();
+    return s;
+  }
+
+ private:
+  std::string sock_;
+};
+
+TEST_F(CliTest, ShellOnARealTerminalResizesAndPassesTheExitCode) {
+  Tmux tmux(daemon_->temp_dir());
+  // The pane runs the CLI, then prints its exit code and stays (for capture-pane).
+  std::string inner =
+      cli_binary() + " --server " + daemon_->url() + " shell cli-tmux; echo rc=$?; exec sleep 600";
+  tmux.run("new-session -d -s t -x 100 -y 30 '" + inner + "'");
+  tmux.run("set-option -t t status off");
+  // `stty size` in the box shows our terminal's size, and follows it when it changes.
+  auto size_seen = [&](const std::string& want) {
+    return eventually(
+        [&] {
+          tmux.run("send-keys -t t 'stty size' Enter");
+          return eventually([&] { return tmux.screen().find(want) != std::string::npos; },
+                            std::chrono::seconds(2));
+        },
+        std::chrono::seconds(30));
+  };
+  std::string before = tmux.pane_size();
+  ASSERT_FALSE(before.empty());
+  EXPECT_TRUE(size_seen(before)) << before << "\n" << tmux.screen();
+  tmux.run("resize-window -t t -x 120 -y 40");
+  std::string after = tmux.pane_size();
+  ASSERT_NE(after, before);
+  EXPECT_NE(after.find(" 120"), std::string::npos) << after;
+  EXPECT_TRUE(size_seen(after)) << after << "\n" << tmux.screen();
+
+  // Typed keys run in the box; its exit code is the CLI's.
+  tmux.run("send-keys -t t 'echo h\"\"i; exit 3' Enter");
+  std::string screen;
+  ASSERT_TRUE(eventually([&] {
+    screen = tmux.screen();
+    return screen.find("rc=") != std::string::npos;
+  })) << screen;
+  EXPECT_NE(screen.find("\nhi\n"), std::string::npos) << screen;
+  EXPECT_NE(screen.find("rc=3"), std::string::npos) << screen;
 }
 
 }  // namespace
