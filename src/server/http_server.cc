@@ -246,10 +246,15 @@ asio::awaitable<bool> serve_one(Impl* impl, Conn* conn, beast::flat_buffer* buff
     r.headers.emplace_back("WWW-Authenticate", "Bearer");
     co_return co_await send_reply(&call, std::move(r));
   }
-  if (upgrade && h.find(http::field::origin) != h.end() &&
+  // WebSocket upgrades, and the MCP endpoint (the MCP specification requires the check against
+  // DNS rebinding).
+  const bool origin_checked =
+      upgrade || (m.route && (m.route->id == RouteId::kMcpPost || m.route->id == RouteId::kMcpDelete));
+  if (origin_checked && h.find(http::field::origin) != h.end() &&
       !origin_allowed(ctx->opts.allowed_origins, h[http::field::origin])) {
     co_return co_await send_error(
-        &call, Error::make(Code::kAccess, "WebSocket upgrade from origin " +
+        &call, Error::make(Code::kAccess, std::string(upgrade ? "WebSocket upgrade" : "request") +
+                                              " from origin " +
                                               validate::quote(h[http::field::origin]) +
                                               " refused: not in the daemon's allowed_origins"));
   }

@@ -6,7 +6,8 @@
 //
 // `initialize` issues an Mcp-Session-Id bound to the agentbox session of the URL and to the
 // caller's tenant; every later request must carry it (400 without, 404 for an unknown or foreign
-// one). The ids live in memory: after a daemon restart a client gets 404 and initializes again,
+// one). A request from a browser page (an Origin not in allowed_origins) is refused by the
+// transport, as WebSocket upgrades are. The ids live in memory: after a daemon restart a client gets 404 and initializes again,
 // as the MCP specification asks of it.
 //
 // The tools are the REST routes' operations on the session's sandbox (same paths, same rules,
@@ -694,14 +695,6 @@ McpSessions* mcp_sessions(Context* ctx) {
   return ctx->mcp.get();
 }
 
-// The MCP specification's defence against DNS rebinding: a request a browser page sent (it
-// carries an Origin) is refused unless the origin is allowed.
-Status check_origin(const Call* call) {
-  std::string origin = header(call, "Origin");
-  if (origin.empty()) return {};
-  return fail(Code::kAccess, "Origin " + origin + " is not allowed to use the MCP endpoint");
-}
-
 // Reads the whole body (Content-Length or chunked) up to the JSON cap.
 asio::awaitable<Result<std::string>> read_whole_body(Call* call) {
   Exchange* ex = &call->ex;
@@ -776,7 +769,6 @@ asio::awaitable<bool> mcp_post(Call* call) {
   Request& req = call->ex.req;
   auto session = session_param(req);
   if (!session) co_return co_await send_error(call, session.error());
-  if (auto st = check_origin(call); !st) co_return co_await send_error(call, st.error());
   const std::string mcp_id = header(call, "Mcp-Session-Id");
   const std::string version = header(call, "MCP-Protocol-Version");
   auto body = co_await read_whole_body(call);

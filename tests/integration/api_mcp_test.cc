@@ -147,7 +147,8 @@ TEST(McpApi, TheTransportRefusesWhatTheSpecificationRefuses) {
   TempDir cfg("agentbox-mcp");
   ASSERT_TRUE(spit(cfg.path() + "/config.yaml",
                    "tenants:\n  - {name: alice, tokens: [alice-token]}\n"
-                   "  - {name: bob, tokens: [bob-token]}\n"));
+                   "  - {name: bob, tokens: [bob-token]}\n"
+                   "allowed_origins: [http://app.test]\n"));
   Daemon d({"--config", cfg.path() + "/config.yaml"});
   const std::string alice = "-H 'Authorization: Bearer alice-token' ";
   const std::string bob = "-H 'Authorization: Bearer bob-token' ";
@@ -170,10 +171,11 @@ TEST(McpApi, TheTransportRefusesWhatTheSpecificationRefuses) {
   EXPECT_EQ(mcp_post(d, "other", kList, with_sid).status, 404);
   auto foreign = mcp_post(d, "m", kList, bob + "-H 'Mcp-Session-Id: " + sid + "' ");
   EXPECT_EQ(foreign.status, 404) << foreign.body;
-  // A browser page (it sends an Origin) is refused: DNS rebinding.
+  // A browser page (it sends an Origin) is refused unless its origin is allowed: DNS rebinding.
   auto browser = mcp_post(d, "m", kList, with_sid + "-H 'Origin: http://evil.test' ");
   EXPECT_EQ(browser.status, 403);
   EXPECT_NE(browser.body.dump().find("evil.test"), std::string::npos) << browser.body;
+  EXPECT_EQ(mcp_post(d, "m", kList, with_sid + "-H 'Origin: http://app.test' ").status, 200);
   // JSON-RPC errors.
   auto bad = mcp_post(d, "m", "{not json", with_sid);
   EXPECT_EQ(bad.status, 400);
