@@ -91,6 +91,11 @@ struct DaemonConfig {
   std::vector<SharedDir> shared_dirs;
   // Host dirs under which sessions may ask for extra mounts and skills (none: refused).
   std::vector<std::string> allowed_mount_roots;
+  // Seed 000 (xbot): every skill dir (holding a SKILL.md) under global_skills_dir appears
+  // read-only in every box at /workspace/.skills/<name> (a session's own skill of that name
+  // wins), and agents_dir read-only at /workspace/.agents. Absolute, existing dirs; "" = none.
+  std::string global_skills_dir;
+  std::string agents_dir;
   std::uint64_t max_file_mb = 500;
   // YAML `default_limits: {memory_mb, cpu_percent, max_pids, disk_mb, max_open_files}`: what a
   // session's unset limits become (validated like a request's `limits`); the keys not given keep
