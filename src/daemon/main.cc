@@ -250,6 +250,8 @@ int main(int argc, char** argv) {
     mc.shared_dirs.push_back(sandbox::BindMount{d, d, /*read_only=*/true});
   }
   mc.allowed_mount_roots = cfg.allowed_mount_roots;
+  mc.global_skills_dir = cfg.global_skills_dir;
+  mc.agents_dir = cfg.agents_dir;
   mc.max_running_boxes = cfg.max_running_boxes;
   mc.evict_idle = cfg.evict_idle;
   mc.persist = cfg.persist;

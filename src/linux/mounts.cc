@@ -17,6 +17,7 @@
 
 #include "common/unique_fd.h"
 #include "common/validate.h"
+#include "linux/host_binds.h"
 #include "linux/sys.h"
 
 namespace agentbox::linux {
@@ -131,6 +132,15 @@ void close_keep_errno(int fd) {
 }
 
 int do_bind(const MountOp& op, int root_fd) {
+  if (op.tree_fd >= 0) {
+    int target = open_in_root_nofollow(root_fd, op.target, false, false, 0);
+    if (target < 0) return errno;
+    int rc = ::move_mount(op.tree_fd, "", target, "",
+                          MOVE_MOUNT_F_EMPTY_PATH | MOVE_MOUNT_T_EMPTY_PATH);
+    int err = rc == 0 ? 0 : errno;
+    ::close(target);
+    return err;
+  }
   const bool host = op.source[0] == '/';
   unsigned tree_flags = OPEN_TREE_CLONE | OPEN_TREE_CLOEXEC | (op.recursive ? AT_RECURSIVE : 0);
   int tree = ::open_tree(host ? AT_FDCWD : root_fd, op.source, tree_flags);
@@ -345,6 +355,20 @@ void MountPlan::add_fs(std::string fstype, std::string target, std::string optio
   ops_.push_back(op);
 }
 
+void MountPlan::add_tree(UniqueFd tree, std::string source, std::string target,
+                         std::uint64_t attrs, bool idmapped) {
+  MountOp op;
+  op.kind = MountOp::Kind::kBind;
+  op.source = keep(std::move(source));
+  op.target = keep(std::move(target));
+  op.attrs = attrs;
+  op.recursive = true;
+  op.tree_fd = tree.get();
+  op.idmapped = idmapped;
+  trees_.push_back(std::move(tree));
+  ops_.push_back(op);
+}
+
 std::string MountPlan::describe(std::size_t index) const {
   if (index >= ops_.size()) return "mount step #" + std::to_string(index);
   const MountOp& op = ops_[index];
@@ -355,6 +379,7 @@ std::string MountPlan::describe(std::size_t index) const {
     if (op.attrs & kAttrNosuid) s += "nosuid,";
     if (op.attrs & kAttrNodev) s += "nodev,";
     if (op.attrs & kAttrNoexec) s += "noexec,";
+    if (op.idmapped) s += "idmapped,";
     if (!s.empty()) s.pop_back();
     return s.empty() ? std::string("rw") : s;
   };
@@ -477,23 +502,17 @@ Result<MountPlan> plan_box_fs(const BoxFsSpec& spec) {
   std::sort(binds.begin(), binds.end(),
             [](const BoxBind& a, const BoxBind& b) { return a.box_path < b.box_path; });
   for (const BoxBind& b : binds) {
-    // The API's one rule for mount targets (common/validate.h), checked again here for every
-    // bind however it got into the spec.
-    AB_TRY(validate::mount_target(b.box_path, "mount path"));
-    if (b.host_path.empty() || b.host_path[0] != '/') {
-      return fail(Code::kInvalid, "mount host path '" + b.host_path + "' must be absolute");
-    }
-    if (::stat(b.host_path.c_str(), &st) != 0) {
-      return fail_errno(errno, "stat(" + b.host_path + ")");
-    }
+    // Checked (target rules, host path) and prepared here, in the daemon: a rw bind is
+    // idmapped for the session user, or fails now naming itself (host_binds.h).
+    PreparedBind p = AB_TRY(prepare_bind(b, spec.uid, spec.gid));
     const std::string target = b.box_path.substr(1);
-    if (S_ISDIR(st.st_mode)) {
+    if (p.is_dir) {
       plan.add_dir(target, 0755);
     } else {
       plan.add_mountpoint(target);
     }
-    plan.add_bind(b.host_path, target,
-                  b.read_only ? kRo : (kAttrNosuid | kAttrNodev), true);
+    plan.add_tree(std::move(p.tree), b.host_path, target,
+                  b.read_only ? kRo : (kAttrNosuid | kAttrNodev), p.idmapped);
   }
   return plan;
 }

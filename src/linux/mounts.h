@@ -12,7 +12,9 @@
 //   /proc       a fresh procfs of the box's pid namespace; /proc/sys and friends read-only
 //   /dev        tmpfs with binds of null zero full random urandom tty, its own devpts (ptmx),
 //               /dev/shm tmpfs, fd/stdin/stdout/stderr links
-//   extra binds (shared dirs, skills, configured mounts), read-only unless asked otherwise
+//   extra binds (shared dirs, skills, configured mounts), read-only unless asked otherwise;
+//               prepared in the daemon (linux/host_binds.h), read-write ones idmapped so the
+//               session user writes as the host dir's owner
 // Nothing else of the host (no /home, /root, /var, /run, /sys, the daemon's data dir).
 //
 // Planning and applying are split. plan_box_fs() runs in the daemon: it inspects the host (which
@@ -35,6 +37,7 @@
 #include <vector>
 
 #include "common/error.h"
+#include "common/unique_fd.h"
 
 namespace agentbox::linux {
 
@@ -45,6 +48,7 @@ struct BoxBind {
   std::string host_path;  // absolute; must exist
   std::string box_path;   // absolute, normalised; not "/", not under /proc or /dev
   bool read_only = true;
+  std::string what;       // names it in errors ("mounts[0]", "skills.web"); "" = by box_path
 };
 
 struct BoxFsSpec {
@@ -84,6 +88,10 @@ struct MountOp {
   std::uint64_t attrs = 0;       // kBind, kFs: kAttr* flags of the new mount
   bool recursive = false;        // kBind: include submounts
   std::uint32_t mode = 0755;     // kDir, kFile
+  // kBind of a tree prepared in the daemon (host_binds.h): just move_mount it onto target
+  // (source, attrs and idmapped are for describe()). Owned by the plan; -1 otherwise.
+  int tree_fd = -1;
+  bool idmapped = false;
 };
 
 // A prepared plan. Move-only: the ops point into strings the plan owns (std::deque keeps their
@@ -106,16 +114,22 @@ class MountPlan {
   void add_symlink(std::string target, std::string link_text);
   void add_bind(std::string source, std::string target, std::uint64_t attrs, bool recursive);
   void add_fs(std::string fstype, std::string target, std::string options, std::uint64_t attrs);
+  // A detached mount prepared in the daemon (host_binds.h), attached on target as it is.
+  void add_tree(UniqueFd tree, std::string source, std::string target, std::uint64_t attrs,
+                bool idmapped);
 
  private:
   const char* keep(std::string s);
 
   std::deque<std::string> strings_;
   std::vector<MountOp> ops_;
+  std::vector<UniqueFd> trees_;  // the kBind ops' tree_fd
 };
 
 // Builds the plan for one box. Fails (kInvalid / kNotFound) on a bad bind: relative or
-// non-normalised paths, a box path of "/" or under /proc or /dev, a missing host path.
+// non-normalised paths, a box path of "/" or under /proc or /dev, a missing host path, a
+// read-write bind the kernel or its filesystem cannot idmap (host_binds.h). Extra binds are
+// prepared here, in the daemon: the plan holds their detached mounts until it is destroyed.
 [[nodiscard]] Result<MountPlan> plan_box_fs(const BoxFsSpec& spec);
 
 // Runs the plan with `root_fd` (the new root, not yet pivoted into) as the base of every target.

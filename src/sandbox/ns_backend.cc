@@ -44,6 +44,7 @@
 #include "linux/box.h"
 #include "linux/caps.h"
 #include "linux/cgroup.h"
+#include "linux/host_binds.h"
 #include "linux/mounts.h"
 #include "linux/rlimits.h"
 #include "linux/seccomp_policy.h"
@@ -543,7 +544,7 @@ class NsSandbox final : public Sandbox, private ProcessLauncher {
   NsSandbox(std::shared_ptr<Core> core, std::string key, uid_t uid, gid_t gid,
             std::uint32_t cpu_time_sec, std::map<std::string, std::string> env,
             std::unique_ptr<lx::Cgroup> cgroup, std::unique_ptr<lx::Box> box, UniqueFd root,
-            UniqueFd control_dup)
+            UniqueFd mntns, UniqueFd control_dup)
       : core_(std::move(core)),
         key_(std::move(key)),
         uid_(uid),
@@ -552,6 +553,7 @@ class NsSandbox final : public Sandbox, private ProcessLauncher {
         env_(std::move(env)),
         cgroup_(std::move(cgroup)),
         box_(std::move(box)),
+        mntns_(std::move(mntns)),
         fs_(std::move(root), RootMode::kInRoot, Owner{uid, gid}),
         conn_(std::make_shared<Conn>(std::move(control_dup),
                                      UniqueFd(::fcntl(box_->control_fd(), F_DUPFD_CLOEXEC, 3)),
@@ -589,6 +591,26 @@ class NsSandbox final : public Sandbox, private ProcessLauncher {
   std::optional<net::ProxyCounters> egress_counters() const override {
     if (!egress_) return std::nullopt;
     return egress_->counters();
+  }
+
+  // Mounts into the running box (linux/host_binds.h): prepared here as for a start (idmapped
+  // when rw), attached from a helper thread in the box's mount namespace. Not live (false) when
+  // a mountpoint cannot be made in the running box or the box is going down.
+  Result<bool> add_mounts(const std::vector<BindMount>& mounts) override {
+    std::vector<lx::PreparedBind> prepared;
+    for (const BindMount& m : mounts) {
+      prepared.push_back(
+          AB_TRY(lx::prepare_bind({m.host_path, m.box_path, m.read_only, m.what}, uid_, gid_)));
+    }
+    std::lock_guard live(live_mounts_mu_);
+    if (is_shut_down()) return false;
+    lx::AttachOutcome out = AB_TRY(lx::attach_binds(mntns_.get(), fs_.root_fd(), prepared));
+    if (!out.attached) {
+      spdlog::info("ns box {}: mounts left for the next start: {}", key_, out.not_now);
+      return false;
+    }
+    // Shut down meanwhile: the namespace they went into is gone; the next start has them.
+    return !is_shut_down();
   }
 
   Result<FileReader> open_file(const std::string& path) override {
@@ -792,6 +814,11 @@ class NsSandbox final : public Sandbox, private ProcessLauncher {
     return fail(Code::kInternal, "could not switch to the session's file identity");
   }
 
+  bool is_shut_down() const {
+    std::lock_guard lock(mu_);
+    return shut_down_;
+  }
+
   Result<std::string> map_path(std::string_view path) const {
     {
       std::lock_guard lock(mu_);
@@ -908,6 +935,10 @@ class NsSandbox final : public Sandbox, private ProcessLauncher {
   std::vector<std::unique_ptr<lx::Cgroup>> spare_cgroups_;
   bool shut_down_cgroups_ = false;
   std::unique_ptr<lx::Box> box_;
+  // The box's mount namespace (/proc/<init>/ns/mnt), for mounts added while it runs; opened
+  // while the init was surely ours (not yet reaped). live_mounts_mu_ serialises those adds.
+  const UniqueFd mntns_;
+  std::mutex live_mounts_mu_;
   const RootedFs fs_;
   std::shared_ptr<Conn> conn_;
   std::atomic<std::uint64_t> next_id_{0};
@@ -1266,6 +1297,13 @@ class NsBackend final : public Backend {
   std::string_view name() const override { return "ns"; }
   bool isolated() const override { return true; }
   Status check_usable() override { return core_->usable; }
+  // Prepares each bind as create() would (linux/host_binds.h) and drops it.
+  Status check_mounts(const std::vector<BindMount>& mounts, uid_t uid, gid_t gid) override {
+    for (const BindMount& m : mounts) {
+      AB_TRY(lx::prepare_bind({m.host_path, m.box_path, m.read_only, m.what}, uid, gid));
+    }
+    return {};
+  }
   Result<std::unique_ptr<Sandbox>> create(BoxConfig config) override;
 
  private:
@@ -1284,7 +1322,7 @@ Result<std::unique_ptr<Sandbox>> NsBackend::create(BoxConfig config) {
   fs_spec.tmp_bytes = config.limits.tmp_mb ? *config.limits.tmp_mb << 20 : core_->opts.tmp_bytes;
   fs_spec.tmp_inodes = core_->opts.tmp_inodes;
   for (const auto& m : config.mounts) {
-    fs_spec.binds.push_back({m.host_path, m.box_path, m.read_only});
+    fs_spec.binds.push_back({m.host_path, m.box_path, m.read_only, m.what});
   }
   auto plan = lx::plan_box_fs(fs_spec);
   if (!plan) return std::unexpected(with_context(plan.error(), "box " + config.key));
@@ -1325,6 +1363,9 @@ Result<std::unique_ptr<Sandbox>> NsBackend::create(BoxConfig config) {
   const std::string root_path = "/proc/" + std::to_string((*box)->init_pid()) + "/root";
   UniqueFd root(::open(root_path.c_str(), O_PATH | O_DIRECTORY | O_CLOEXEC));
   if (!root) return fail_box(Error::from_errno(errno, "open(" + root_path + ")"));
+  const std::string mntns_path = "/proc/" + std::to_string((*box)->init_pid()) + "/ns/mnt";
+  UniqueFd mntns(::open(mntns_path.c_str(), O_RDONLY | O_CLOEXEC));
+  if (!mntns) return fail_box(Error::from_errno(errno, "open(" + mntns_path + ")"));
   UniqueFd control_dup(::fcntl((*box)->control_fd(), F_DUPFD_CLOEXEC, 3));
   if (!control_dup) return fail_box(Error::from_errno(errno, "dup(box control socket)"));
 
@@ -1338,7 +1379,8 @@ Result<std::unique_ptr<Sandbox>> NsBackend::create(BoxConfig config) {
   }
   auto sb = std::make_unique<NsSandbox>(
       core_, config.key, uid, gid, config.limits.cpu_time_sec.value_or(0), std::move(config.env),
-      std::move(*cgroup), std::move(*box), std::move(root), std::move(control_dup));
+      std::move(*cgroup), std::move(*box), std::move(root), std::move(mntns),
+      std::move(control_dup));
   if (config.egress_policy) {
     // After the init exists: the listener is opened in its network namespace.
     if (auto st = sb->start_egress(std::move(config.egress_policy),

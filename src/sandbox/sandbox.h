@@ -134,6 +134,15 @@ class FileWriter {
   virtual Result<std::uint64_t> commit() = 0;  // returns the size written
 };
 
+// A host path bound into the box. A read-write one is writable by the session user without
+// chowning the host path (ns: an idmapped mount; linux/host_binds.h).
+struct BindMount {
+  std::string host_path;
+  std::string box_path;
+  bool read_only = true;
+  std::string what;  // names it in errors ("mounts[0]", "skills.web"); "" = by box_path
+};
+
 class ProcessTable;  // sandbox/process_table.h
 
 class Sandbox {
@@ -170,6 +179,15 @@ class Sandbox {
   // The egress proxy's counters (for /metrics), nullopt without one.
   virtual std::optional<net::ProxyCounters> egress_counters() const { return std::nullopt; }
 
+  // Adds host binds to the running box (API.md "Sessions", POST .../mounts), all or none:
+  // true when they are there for the next command; false when they cannot be added to this box
+  // safely now (nothing changed: they come with the next start); an Error for a bad bind
+  // (nothing changed). The backend's check_mounts() has accepted them. Blocking.
+  virtual Result<bool> add_mounts(const std::vector<BindMount>& mounts) {
+    (void)mounts;
+    return false;
+  }
+
   virtual Result<FileReader> open_file(const std::string& path) = 0;
   virtual Result<std::unique_ptr<FileWriter>> create_file(const std::string& path,
                                                           WriteOptions opts) = 0;
@@ -203,11 +221,6 @@ struct Limits {
   std::optional<std::uint64_t> tmp_mb;
 };
 
-struct BindMount {
-  std::string host_path;
-  std::string box_path;
-  bool read_only = true;
-};
 
 // What a backend needs to make one box. `key` is an opaque, filesystem-safe unique name for the
 // box (used for cgroup and runtime dir names); the session layer supplies it.
@@ -238,6 +251,17 @@ class Backend {
   virtual bool isolated() const { return false; }
   // Whether this backend can make boxes on this host; the error names what is missing.
   virtual Status check_usable() = 0;
+  // Whether create() could bind `mounts` for a box of uid/gid: the host paths exist, and a
+  // read-write one can be made writable for the session user on its filesystem. What a mount
+  // added to a session is checked with before it is recorded, so a bad one fails the request,
+  // not the next start. Blocking. ENOTSUP for a backend that binds no host paths.
+  virtual Status check_mounts(const std::vector<BindMount>& mounts, uid_t uid, gid_t gid) {
+    (void)mounts;
+    (void)uid;
+    (void)gid;
+    return fail(Code::kNotSupported,
+                "mounts and skills on the " + std::string(name()) + " backend");
+  }
   virtual Result<std::unique_ptr<Sandbox>> create(BoxConfig config) = 0;
 };
 

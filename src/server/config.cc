@@ -211,6 +211,10 @@ Status load_yaml(const std::string& file, DaemonConfig* c,
     if (const YAML::Node& ro = root["readonly_dirs"]; ro) {
       if (auto st = load_readonly_dirs(ro, file, c); !st) return st;
     }
+    for (auto [key, field] : {std::pair{"global_skills_dir", &c->global_skills_dir},
+                              std::pair{"agents_dir", &c->agents_dir}}) {
+      if (root[key] && !given(key)) *field = root[key].as<std::string>();
+    }
     if (root["allowed_mount_roots"] && !given("allowed_mount_roots")) {
       c->allowed_mount_roots.clear();
       for (const auto& r : root["allowed_mount_roots"]) {
@@ -405,6 +409,13 @@ ParseOutcome parse_daemon_args(int argc, const char* const* argv, std::ostream& 
                                    "Browser origin (scheme://host[:port]) whose pages may open "
                                    "WebSocket routes (repeatable); none: every browser origin is "
                                    "refused");
+  auto* o_skills = app.add_option("--global-skills-dir", c.global_skills_dir,
+                                  "Seed 000: every DIR/<name>/ holding a SKILL.md is read-only "
+                                  "in every box at /workspace/.skills/<name>")
+                       ->multi_option_policy(take_last);
+  auto* o_agents = app.add_option("--agents-dir", c.agents_dir,
+                                  "Seed 000: read-only in every box at /workspace/.agents")
+                       ->multi_option_policy(take_last);
   auto* o_max = app.add_option("--max-file-mb", c.max_file_mb, "Largest file upload, MiB")
                     ->capture_default_str()
                     ->multi_option_policy(take_last);
@@ -430,9 +441,17 @@ ParseOutcome parse_daemon_args(int argc, const char* const* argv, std::ostream& 
                                       "What the reaper does to idle sessions: suspend|destroy")
                            ->capture_default_str()
                            ->multi_option_policy(take_last);
-  auto* o_persist = app.add_flag("--persist,!--no-persist", c.persist,
-                                 "Keep sessions in data_dir/state.db over restarts (default: on)")
-                        ->capture_default_str();
+  // Two plain flags, not "--persist,!--no-persist": CLI11 prints that pair with the negated
+  // flag's value ("--persist,--no-persist{false}"), which reads as "off by default".
+  bool persist_flag = false;
+  bool no_persist_flag = false;
+  auto* o_persist = app.add_flag("--persist", persist_flag,
+                                 "Keep sessions in data_dir/state.db over restarts (on by "
+                                 "default)");
+  auto* o_no_persist = app.add_flag("--no-persist", no_persist_flag,
+                                    "Keep sessions in memory only, lost at a restart (default: "
+                                    "kept, see --persist)")
+                           ->excludes(o_persist);
   auto* o_scope = app.add_option("--default-scope", c.default_scope,
                                  "Scope template for creates with variables but no id/scope")
                       ->multi_option_policy(take_last);
@@ -462,6 +481,8 @@ ParseOutcome parse_daemon_args(int argc, const char* const* argv, std::ostream& 
   if (o_shared->count()) given.push_back("shared_dirs");
   if (o_roots->count()) given.push_back("allowed_mount_roots");
   if (o_origins->count()) given.push_back("allowed_origins");
+  if (o_skills->count()) given.push_back("global_skills_dir");
+  if (o_agents->count()) given.push_back("agents_dir");
   if (o_max->count()) given.push_back("max_file_mb");
   if (o_log->count()) given.push_back("log_level");
   if (o_boxes->count()) given.push_back("max_running_boxes");
@@ -470,7 +491,10 @@ ParseOutcome parse_daemon_args(int argc, const char* const* argv, std::ostream& 
   if (o_allow_be->count()) given.push_back("allowed_backends");
   if (o_ttl->count()) given.push_back("ttl_sec");
   if (o_ttl_action->count()) given.push_back("ttl_action");
-  if (o_persist->count()) given.push_back("persist");
+  if (o_persist->count() || o_no_persist->count()) {
+    given.push_back("persist");
+    c.persist = o_persist->count() > 0;
+  }
   if (o_scope->count()) given.push_back("default_scope");
 
   if (o_shared->count()) {
@@ -486,6 +510,16 @@ ParseOutcome parse_daemon_args(int argc, const char* const* argv, std::ostream& 
   if (!config_file.empty()) {
     if (auto st = load_yaml(config_file, &c, given); !st) {
       err << "agentboxd: " << st.error().message << "\n";
+      return ParseOutcome{std::nullopt, 2};
+    }
+  }
+  for (auto [key, dir] : {std::pair{"global_skills_dir", &c.global_skills_dir},
+                          std::pair{"agents_dir", &c.agents_dir}}) {
+    std::error_code ec;
+    if (dir->empty()) continue;
+    if (dir->front() != '/' || !std::filesystem::is_directory(*dir, ec)) {
+      err << "agentboxd: " << key << " '" << *dir << "' must be an existing directory, given "
+          << "as an absolute path\n";
       return ParseOutcome{std::nullopt, 2};
     }
   }

@@ -97,6 +97,11 @@ struct DaemonConfig {
   // a page the operator did not list cannot drive a terminal (CSWSH); non-browser clients send
   // no Origin and are not affected.
   std::vector<std::string> allowed_origins;
+  // Seed 000 (xbot): every skill dir (holding a SKILL.md) under global_skills_dir appears
+  // read-only in every box at /workspace/.skills/<name> (a session's own skill of that name
+  // wins), and agents_dir read-only at /workspace/.agents. Absolute, existing dirs; "" = none.
+  std::string global_skills_dir;
+  std::string agents_dir;
   std::uint64_t max_file_mb = 500;
   // YAML `default_limits: {memory_mb, cpu_percent, max_pids, disk_mb, max_open_files,
   // cpu_time_sec, tmp_mb}`: what a session's unset limits become (validated like a request's

@@ -334,7 +334,36 @@ Status decode_primary_mount(const json& body, std::vector<session::MountSpec>* o
   return {};
 }
 
+// `skills` (name -> host dir) and `skill_mode` (rw|ro, for all of them; default rw as in seed
+// 002).
+Status decode_skills(const json& body, session::SessionSpec* spec) {
+  AB_ASSIGN_OR_RETURN(auto skills, opt_string_map(body, "skills"));
+  AB_ASSIGN_OR_RETURN(auto mode, opt_string(body, "skill_mode"));
+  if (mode && *mode != "rw" && *mode != "ro") return bad_field("skill_mode", "must be rw or ro");
+  if (!skills) return {};
+  for (const auto& [name, dir] : *skills) {
+    spec->skills[name] = dir;
+    if (mode && *mode == "ro") spec->read_only_skills.insert(name);
+  }
+  return {};
+}
+
 }  // namespace
+
+Result<session::SessionSpec> decode_add_mounts(const json& body) {
+  session::SessionSpec add;
+  if (auto st = decode_mount_list(body, "mounts", &add.mounts); !st) {
+    return std::unexpected(st.error());
+  }
+  if (auto st = decode_mount_list(body, "extra_mounts", &add.mounts); !st) {
+    return std::unexpected(st.error());
+  }
+  if (auto st = decode_skills(body, &add); !st) return std::unexpected(st.error());
+  if (add.mounts.empty() && add.skills.empty()) {
+    return fail(Code::kInvalid, "field 'mounts' or 'skills' is required (nothing to add)");
+  }
+  return add;
+}
 
 Status decode_network(const json& body, session::NetworkSpec* out) {
   const json* net = lookup(body, "network");
@@ -405,8 +434,7 @@ Result<CreateSessionRequest> decode_create_session(const json& body,
   if (auto st = decode_primary_mount(body, &spec.mounts); !st) {
     return std::unexpected(st.error());
   }
-  AB_ASSIGN_OR_RETURN(auto skills, opt_string_map(body, "skills"));
-  if (skills) spec.skills = std::move(*skills);
+  if (auto st = decode_skills(body, &spec); !st) return std::unexpected(st.error());
   AB_ASSIGN_OR_RETURN(spec.limits, decode_limits(body, "limits"));
   if (auto st = decode_network(body, &spec.network); !st) {
     return std::unexpected(st.error());
@@ -546,6 +574,19 @@ json encode_session(const session::SessionInfo& s) {
       {"labels", s.spec.labels},
       {"uid", s.uid ? json(*s.uid) : json(nullptr)},
   };
+  // What the box binds of the client's: its mounts and skills as given (host paths are the
+  // client's own), with each skill's mode.
+  json mounts = json::array();
+  for (const session::MountSpec& m : s.spec.mounts) {
+    mounts.push_back({{"host_path", m.host_path}, {"mount_path", m.mount_path}, {"mode", m.mode}});
+  }
+  j["mounts"] = std::move(mounts);
+  j["skills"] = s.spec.skills;
+  json skill_modes = json::object();
+  for (const auto& [name, dir] : s.spec.skills) {
+    skill_modes[name] = s.spec.read_only_skills.count(name) > 0 ? "ro" : "rw";
+  }
+  j["skill_modes"] = std::move(skill_modes);
   if (!s.tenant.empty()) j["tenant"] = s.tenant;
   if (!s.spec.template_name.empty()) j["template"] = s.spec.template_name;
   if (s.spec.ttl_sec) j["ttl_sec"] = *s.spec.ttl_sec;

@@ -66,8 +66,9 @@ Status check_limits_unchanged(const sandbox::Limits& want, const sandbox::Limits
 
 // POST /v1/sessions: id | scope (+ variables, always type-checked), backend, mounts,
 // extra_mounts (= mounts), host_path/mount_path/host_path_mode (seed 002's primary mount: one
-// more mount; replacing /workspace itself is ENOTSUP; mode none mounts nothing), skills, limits,
-// network, env, ttl_sec, labels. `template` is ENOTSUP.
+// more mount; replacing /workspace itself is ENOTSUP; mode none mounts nothing), skills,
+// skill_mode (rw|ro for those skills; default rw), limits, network, env, ttl_sec, labels.
+// `template` is ENOTSUP.
 struct CreateSessionRequest {
   std::string id;  // rendered and validated
   session::SessionSpec spec;
@@ -75,6 +76,11 @@ struct CreateSessionRequest {
 // `default_scope` is rendered when the body names neither id nor scope but has variables.
 Result<CreateSessionRequest> decode_create_session(const json& body,
                                                    std::string_view default_scope = {});
+
+// POST /v1/sessions/{id}/mounts: mounts (and extra_mounts), skills, skill_mode, as at create;
+// at least one mount or skill (EINVAL otherwise). The result's mounts, skills and
+// read_only_skills are what to add.
+Result<session::SessionSpec> decode_add_mounts(const json& body);
 
 // POST /v1/sessions/{id}/exec and .../exec/stream: "command" or "argv" (exactly one), cwd, env,
 // stdin, timeout_sec, max_output_bytes, artifact_dir (no NUL, no '..'; see check_artifact_dir).

@@ -29,7 +29,7 @@ inline constexpr Feature kFeatures[] = {
     {"files", true},             {"seed001", true},        {"seed002_aliases", true},
     {"archives", true},          {"tenants", true},        {"default_limits", true},
     {"templates", false},        {"processes", true},      {"pty", true},
-    {"live_mounts", false},      {"packages", false},      {"runners", false},
+    {"live_mounts", true},       {"packages", false},      {"runners", false},
     {"events", true},            {"langbot_rpc", false},   {"e2b", false},
     {"mcp", true},               {"repair", false},        {"limits_cpu_time_sec", true},
     {"limits_tmp_mb", true},     {"managed_processes", true}, {"killed_by", true},

@@ -220,6 +220,37 @@ asio::awaitable<Reply> set_network(Context* ctx, Request* rq) {
   co_return session_reply(200, *s);
 }
 
+// POST /v1/sessions/{id}/mounts {"mounts", "skills", "skill_mode"}: more mounts and skills for
+// an existing session, recorded in its spec and put into the running box when that can be done
+// safely (SessionManager::add_mounts); "applied" says whether they are there now ("live") or
+// from the next start ("next_start").
+asio::awaitable<Reply> add_mounts(Context* ctx, Request* rq) {
+  Request& req = *rq;
+  auto id = session_param(req);
+  if (!id) co_return error_reply(id.error());
+  auto body = body_object(&req);
+  if (!body) co_return error_reply(body.error());
+  auto add = decode_add_mounts(*body);
+  if (!add) co_return error_reply(add.error());
+  ojson fields = {{"mounts", ojson::array()}, {"skills", add->skills}};
+  for (const auto& m : add->mounts) {
+    fields["mounts"].push_back({{"host_path", m.host_path}, {"mount_path", m.mount_path},
+                                {"mode", m.mode}});
+  }
+  SessionManager* sm = ctx->sessions;
+  Caller caller = req.caller;
+  auto job = run_blocking(ctx->pool, [sm, sid = *id, a = std::move(*add), caller] {
+    return sm->add_mounts(sid, a, caller);
+  });
+  auto r = co_await std::move(job);
+  if (!r) co_return error_reply(r.error());
+  const char* applied = r->live ? "live" : "next_start";
+  fields["applied"] = applied;
+  audit(ctx, "session.mounts", req.caller, *id, fields);
+  spdlog::info("req={} session {}: mounts added ({})", req.id, *id, applied);
+  co_return json_reply(200, {{"session", encode_session(r->info)}, {"applied", applied}});
+}
+
 }  // namespace
 
 std::vector<RouteSpec> session_routes() {
@@ -241,6 +272,8 @@ std::vector<RouteSpec> session_routes() {
       {R::kSessionRepair, "POST", "/v1/sessions/{id}/repair", B::kJson, true, simple<repair>},
       {R::kSessionNetwork, "POST", "/v1/sessions/{id}/network", B::kJson, true,
        simple<set_network>},
+      {R::kSessionMounts, "POST", "/v1/sessions/{id}/mounts", B::kJson, true,
+       simple<add_mounts>},
   };
 }
 

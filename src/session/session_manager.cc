@@ -1,12 +1,16 @@
 #include "session/session_manager.h"
 
+#include <fcntl.h>
 #include <limits.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <cstdlib>
 #include <filesystem>
+#include <fstream>
+#include <sstream>
 #include <utility>
 
 #include "common/log.h"
@@ -22,6 +26,7 @@ constexpr uid_t kFirstUid = 10000;
 constexpr uid_t kUidRange = 60000;  // uids are allocated in [10000, 70000)
 constexpr char kSkillsDir[] = "/workspace/.skills/";
 constexpr char kSharedDir[] = "/shared/";
+constexpr char kAgentsDir[] = "/workspace/.agents";
 constexpr char kStateDb[] = "state.db";
 
 std::int64_t now_ms() {
@@ -42,9 +47,19 @@ Status check_skill_name(const std::string& name) {
   return {};
 }
 
-// SECURITY: a client may only bind host paths under a configured root. The path is resolved
-// (symlinks included) before the prefix check, the check is on a '/' boundary (so /srv/skills2
-// does not pass for /srv/skills), and the resolved path is what the backend mounts.
+bool at_or_under(const std::string& path, std::string root) {
+  while (root.size() > 1 && root.back() == '/') root.pop_back();
+  return root == "/" || path == root ||
+         (path.size() > root.size() && path.compare(0, root.size(), root) == 0 &&
+          path[root.size()] == '/');
+}
+
+// SECURITY: a client may only bind host paths under a configured root. The path is checked
+// twice: as written (lexically normalised), before the filesystem is asked anything, so a client
+// cannot probe which paths exist elsewhere on the host; and resolved (symlinks included), so a
+// link under a root cannot lead out of it. Both on a '/' boundary (/srv/skills2 does not pass
+// for /srv/skills). The resolved path is what the backend mounts. A missing path under a root
+// is ENOENT (API.md "Sessions": 404 for a missing host dir).
 Result<std::string> resolve_host_path(const std::string& host_path, const std::string& field,
                                       const std::vector<std::string>& roots) {
   if (host_path.empty() || host_path[0] != '/') {
@@ -53,26 +68,38 @@ Result<std::string> resolve_host_path(const std::string& host_path, const std::s
   if (host_path.find('\0') != std::string::npos) {
     return fail(Code::kInvalid, field + ": host path contains NUL");
   }
+  // As written, normalised lexically ("//", "." and ".." folded).
+  std::string lexical = std::filesystem::path(host_path).lexically_normal().string();
+  while (lexical.size() > 1 && lexical.back() == '/') lexical.pop_back();
+  auto allowed = [&roots](const std::string& path, bool resolve_roots) {
+    for (const std::string& root : roots) {
+      if (!resolve_roots && at_or_under(path, root)) return true;
+      char rbuf[PATH_MAX];
+      if (::realpath(root.c_str(), rbuf) == nullptr) continue;  // a missing root allows nothing
+      if (at_or_under(path, rbuf)) return true;
+    }
+    return false;
+  };
+  auto denied = [&] {
+    return fail(Code::kAccess,
+                field + ": mount of " + host_path + " denied: not under an allowed mount root");
+  };
+  if (!allowed(lexical, false) && !allowed(lexical, true)) return denied();
   char buf[PATH_MAX];
   if (::realpath(host_path.c_str(), buf) == nullptr) {
-    // A bad field of the request (400), not a missing file of the session (404).
-    Error e = Error::from_errno(errno, field + ": realpath(" + host_path + ")");
+    const int err = errno;
+    if (err == ENOENT || err == ENOTDIR) {
+      return std::unexpected(
+          Error{Code::kNotFound, err, field + ": no such host dir: " + host_path});
+    }
+    // A bad field of the request (400), not a missing file of the session.
+    Error e = Error::from_errno(err, field + ": realpath(" + host_path + ")");
     e.code = Code::kInvalid;
     return std::unexpected(std::move(e));
   }
   std::string resolved(buf);
-  for (const std::string& root : roots) {
-    char rbuf[PATH_MAX];
-    if (::realpath(root.c_str(), rbuf) == nullptr) continue;  // a missing root allows nothing
-    std::string r(rbuf);
-    if (resolved == r || r == "/" ||
-        (resolved.size() > r.size() && resolved.compare(0, r.size(), r) == 0 &&
-         resolved[r.size()] == '/')) {
-      return resolved;
-    }
-  }
-  return fail(Code::kAccess,
-              field + ": mount of " + host_path + " denied: not under an allowed mount root");
+  if (!allowed(resolved, true)) return denied();
+  return resolved;
 }
 
 // Cheap checks of a client spec (no filesystem access), before any state is touched.
@@ -87,6 +114,11 @@ Status validate_spec(const SessionSpec& spec) {
   }
   for (const auto& [name, dir] : spec.skills) {
     if (auto st = check_skill_name(name); !st) return st;
+  }
+  for (const std::string& name : spec.read_only_skills) {
+    if (spec.skills.count(name) == 0) {
+      return fail(Code::kInvalid, "skill_mode: names no skill \"" + name + "\"");
+    }
   }
   const std::string& mode = spec.network.mode;
   if (mode != "none" && mode != "allowlist" && mode != "open") {
@@ -117,16 +149,24 @@ Status check_same_spec(const std::string& id, const SessionSpec& have, const Ses
   if (!want.template_name.empty() && want.template_name != have.template_name) {
     return differs("template");
   }
-  if (!want.mounts.empty()) {
-    bool same = want.mounts.size() == have.mounts.size();
-    for (std::size_t i = 0; same && i < want.mounts.size(); ++i) {
-      same = want.mounts[i].host_path == have.mounts[i].host_path &&
-             want.mounts[i].mount_path == have.mounts[i].mount_path &&
-             want.mounts[i].mode == have.mounts[i].mode;
+  // Mounts and skills: each one asked for must be the session's (it may have more, added
+  // through POST .../mounts since, so that a client re-creating with its first list still gets
+  // the session).
+  for (const MountSpec& w : want.mounts) {
+    bool found = false;
+    for (const MountSpec& h : have.mounts) {
+      found = found || (w.host_path == h.host_path && w.mount_path == h.mount_path &&
+                        w.mode == h.mode);
     }
-    if (!same) return differs("mounts");
+    if (!found) return differs("mounts");
   }
-  if (!want.skills.empty() && want.skills != have.skills) return differs("skills");
+  for (const auto& [name, dir] : want.skills) {
+    auto it = have.skills.find(name);
+    if (it == have.skills.end() || it->second != dir ||
+        want.read_only_skills.count(name) != have.read_only_skills.count(name)) {
+      return differs("skills");
+    }
+  }
   if (!want.env.empty() && want.env != have.env) return differs("env");
   const sandbox::Limits& wl = want.limits;
   const sandbox::Limits& hl = have.limits;
@@ -498,6 +538,217 @@ Result<std::shared_ptr<SessionManager::Entry>> SessionManager::create_locked(
   return e;
 }
 
+namespace {
+
+// The daemon's shared dirs (--shared-dirs), read-only at /shared/<prefix> or their own path.
+std::vector<sandbox::BindMount> shared_binds(const ManagerConfig& config) {
+  std::vector<sandbox::BindMount> out;
+  for (const sandbox::BindMount& m : config.shared_dirs) {
+    sandbox::BindMount bm = m;
+    if (bm.box_path.empty() || bm.box_path[0] != '/') bm.box_path = kSharedDir + bm.box_path;
+    bm.read_only = true;  // shared dirs are never writable from a box
+    if (bm.what.empty()) bm.what = "shared dir " + bm.host_path;
+    out.push_back(std::move(bm));
+  }
+  return out;
+}
+
+bool is_dir(const std::string& path) {
+  struct stat st;
+  return ::stat(path.c_str(), &st) == 0 && S_ISDIR(st.st_mode);
+}
+
+}  // namespace
+
+namespace {
+
+// A session's own mounts and skills travel with its archive as <archive>.mounts.json (the archive
+// holds the workspace only), so that a restore gives them back.
+void write_mounts_sidecar(const std::string& archive, const SessionSpec& spec) {
+  if (spec.mounts.empty() && spec.skills.empty()) return;
+  SessionSpec keep;
+  keep.mounts = spec.mounts;
+  keep.skills = spec.skills;
+  keep.read_only_skills = spec.read_only_skills;
+  const std::string text = encode_spec(keep);
+  const std::string path = archive + ".mounts.json";
+  UniqueFd fd(::open(path.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0600));
+  bool ok = fd && ::write(fd.get(), text.data(), text.size()) ==
+                      static_cast<ssize_t>(text.size()) &&
+            ::fsync(fd.get()) == 0;
+  if (!ok) spdlog::warn("{}: writing the session's mounts beside it failed", path);
+}
+
+SessionSpec read_mounts_sidecar(const std::string& archive) {
+  SessionSpec out;
+  std::ifstream f(archive + ".mounts.json", std::ios::binary);
+  if (!f) return out;
+  std::stringstream ss;
+  ss << f.rdbuf();
+  auto spec = decode_spec(ss.str());
+  if (!spec) {
+    spdlog::warn("{}.mounts.json: {}", archive, spec.error().message);
+    return out;
+  }
+  out.mounts = std::move(spec->mounts);
+  out.skills = std::move(spec->skills);
+  out.read_only_skills = std::move(spec->read_only_skills);
+  return out;
+}
+
+}  // namespace
+
+Result<std::vector<sandbox::BindMount>> SessionManager::spec_binds(const SessionSpec& spec) const {
+  std::vector<sandbox::BindMount> out;
+  for (std::size_t i = 0; i < spec.mounts.size(); ++i) {
+    const MountSpec& m = spec.mounts[i];
+    if (m.mode == "none") continue;  // seed 002: declared but not mounted
+    const std::string field = "mounts[" + std::to_string(i) + "]";
+    auto host = resolve_host_path(m.host_path, field + ".host_path", config_.allowed_mount_roots);
+    if (!host) return std::unexpected(host.error());
+    out.push_back({*host, m.mount_path, m.mode == "ro", field});
+  }
+  for (const auto& [name, dir] : spec.skills) {
+    const std::string field = "skills." + name;
+    auto host = resolve_host_path(dir, field, config_.allowed_mount_roots);
+    if (!host) return std::unexpected(host.error());
+    out.push_back({*host, kSkillsDir + name, spec.read_only_skills.count(name) > 0, field});
+  }
+  return out;
+}
+
+std::vector<sandbox::BindMount> SessionManager::global_binds(const SessionSpec& spec) const {
+  std::vector<sandbox::BindMount> out;
+  auto taken = [&spec](const std::string& box_path) {
+    for (const MountSpec& m : spec.mounts) {
+      if (m.mount_path == box_path) return true;
+    }
+    return false;
+  };
+  if (const std::string& dir = config_.global_skills_dir; !dir.empty()) {
+    std::error_code ec;
+    std::vector<std::string> names;
+    for (const auto& ent : std::filesystem::directory_iterator(dir, ec)) {
+      names.push_back(ent.path().filename().string());
+    }
+    if (ec) spdlog::warn("global_skills_dir {}: {}", dir, ec.message());
+    std::sort(names.begin(), names.end());
+    for (const std::string& name : names) {
+      const std::string host = dir + "/" + name;
+      // A skill is a dir with a SKILL.md; its name must be one path component we accept.
+      struct stat st;
+      if (!is_dir(host) || ::stat((host + "/SKILL.md").c_str(), &st) != 0 ||
+          !S_ISREG(st.st_mode) || !check_skill_name(name)) {
+        continue;
+      }
+      // The session's own skill (or mount) of that name wins.
+      const std::string target = kSkillsDir + name;
+      if (spec.skills.count(name) > 0 || taken(target)) continue;
+      out.push_back({host, target, true, "global skill " + name});
+    }
+  }
+  if (const std::string& dir = config_.agents_dir; !dir.empty()) {
+    if (!is_dir(dir)) {
+      spdlog::warn("agents_dir {}: not a directory (boxes start without /workspace/.agents)", dir);
+    } else if (!taken(kAgentsDir)) {
+      out.push_back({dir, kAgentsDir, true, "agents_dir"});
+    }
+  }
+  return out;
+}
+
+Result<SessionManager::MountsAdded> SessionManager::add_mounts(const std::string& id,
+                                                               const SessionSpec& add,
+                                                               const Caller& caller) {
+  AB_TRY(validate_id(id));
+  if (add.mounts.empty() && add.skills.empty()) {
+    return fail(Code::kInvalid, "give 'mounts' or 'skills' to add");
+  }
+  AB_TRY(validate_spec(add));
+  // Host paths resolved and checked against the allowed roots (403, 404, 400), before any
+  // state is looked at.
+  std::vector<sandbox::BindMount> binds = AB_TRY(spec_binds(add));
+
+  std::lock_guard serial(mounts_mu_);
+  std::shared_ptr<Entry> e;
+  std::shared_ptr<sandbox::Backend> backend;
+  {
+    std::unique_lock lk(mu_);
+    e = find_settled_locked(lk, id);
+    if (!e || !visible(*e, caller)) return fail(Code::kNotFound, "no such session: " + id);
+    // SECURITY: one mount per target; the box's own dirs are refused by validate_spec already.
+    std::map<std::string, std::string> targets;  // box path -> what holds it
+    for (std::size_t i = 0; i < e->spec.mounts.size(); ++i) {
+      targets.emplace(e->spec.mounts[i].mount_path, "its mounts[" + std::to_string(i) + "]");
+    }
+    for (const auto& [name, dir] : e->spec.skills) {
+      targets.emplace(kSkillsDir + name, "its skill " + name);
+    }
+    for (const sandbox::BindMount& m : shared_binds(config_)) {
+      targets.emplace(m.box_path, "a shared dir of the daemon");
+    }
+    auto claim = [&](const std::string& target, const std::string& field) -> Status {
+      auto [it, fresh] = targets.emplace(target, "this request's " + field);
+      if (fresh) return {};
+      return fail(Code::kInvalid, field + ": " + target + " is taken in session " + id +
+                                      " (by " + it->second + ")");
+    };
+    for (std::size_t i = 0; i < add.mounts.size(); ++i) {
+      AB_TRY(claim(add.mounts[i].mount_path, "mounts[" + std::to_string(i) + "].mount_path"));
+    }
+    for (const auto& [name, dir] : add.skills) {
+      if (e->spec.skills.count(name) > 0) {
+        return fail(Code::kInvalid,
+                    "skills." + name + ": session " + id + " has a skill named " + name);
+      }
+      AB_TRY(claim(kSkillsDir + name, "skills." + name));
+    }
+    backend = config_.backends.at(e->backend);
+  }
+  // The backend must be able to bind them for this session's user now (a rw mount it cannot
+  // idmap fails here, not at the next start). Blocking: without mu_.
+  AB_TRY(backend->check_mounts(binds, e->uid, static_cast<gid_t>(e->uid)));
+
+  SessionSpec before;
+  std::shared_ptr<sandbox::Sandbox> box;
+  {
+    std::unique_lock lk(mu_);
+    if (find_settled_locked(lk, id) != e) {
+      return fail(Code::kNotFound, "no such session: " + id);  // destroyed meanwhile
+    }
+    before = e->spec;
+    for (const MountSpec& m : add.mounts) e->spec.mounts.push_back(m);
+    for (const auto& [name, dir] : add.skills) e->spec.skills.emplace(name, dir);
+    for (const std::string& name : add.read_only_skills) e->spec.read_only_skills.insert(name);
+    if (auto st = record_locked(*e); !st) {
+      e->spec = std::move(before);
+      return std::unexpected(st.error());
+    }
+    if (e->state == State::kRunning && e->box) box = lease_locked(e);
+  }
+
+  bool live = false;
+  if (box) {
+    auto added = box->add_mounts(binds);
+    box.reset();
+    if (!added) {
+      // Nothing went into the box: the spec goes back to what it was.
+      std::unique_lock lk(mu_);
+      if (find_settled_locked(lk, id) == e) {
+        e->spec.mounts = before.mounts;
+        e->spec.skills = before.skills;
+        e->spec.read_only_skills = before.read_only_skills;
+        (void)record_locked(*e);
+      }
+      return std::unexpected(added.error());
+    }
+    live = *added;
+  }
+  std::unique_lock lk(mu_);
+  e->last_used_ms.store(now_ms());
+  return MountsAdded{info_locked(*e), live};
+}
+
 Result<SessionManager::BoxStart> SessionManager::start_box(const Entry& e) {
   const bool isolated = config_.backends.at(e.backend)->isolated();
   sandbox::BoxConfig cfg;
@@ -521,25 +772,9 @@ Result<SessionManager::BoxStart> SessionManager::start_box(const Entry& e) {
     return fail(Code::kNotSupported, "network.mode \"" + e.spec.network.mode + "\"");
   }
 
-  for (const sandbox::BindMount& m : config_.shared_dirs) {
-    sandbox::BindMount bm = m;
-    if (bm.box_path.empty() || bm.box_path[0] != '/') bm.box_path = kSharedDir + bm.box_path;
-    bm.read_only = true;  // shared dirs are never writable from a box
-    cfg.mounts.push_back(std::move(bm));
-  }
-  for (std::size_t i = 0; i < e.spec.mounts.size(); ++i) {
-    const MountSpec& m = e.spec.mounts[i];
-    if (m.mode == "none") continue;  // seed 002: declared but not mounted
-    auto host = resolve_host_path(m.host_path, "mounts[" + std::to_string(i) + "].host_path",
-                                  config_.allowed_mount_roots);
-    if (!host) return std::unexpected(host.error());
-    cfg.mounts.push_back({*host, m.mount_path, m.mode == "ro"});
-  }
-  for (const auto& [name, dir] : e.spec.skills) {
-    auto host = resolve_host_path(dir, "skills." + name, config_.allowed_mount_roots);
-    if (!host) return std::unexpected(host.error());
-    cfg.mounts.push_back({*host, kSkillsDir + name, true});
-  }
+  cfg.mounts = AB_TRY(spec_binds(e.spec));
+  for (const sandbox::BindMount& m : shared_binds(config_)) cfg.mounts.push_back(m);
+  for (sandbox::BindMount& m : global_binds(e.spec)) cfg.mounts.push_back(std::move(m));
 
   BoxStart out;
   auto ws = workspaces_.prepare(e.id, /*must_be_new=*/false, owner_of(isolated, e.uid),
@@ -712,6 +947,7 @@ Result<std::string> SessionManager::destroy_impl(const std::string& id, const Ca
   // the workspace is removed.
   Result<std::string> archived = std::string();
   if (archive) archived = workspaces_.archive(id);
+  if (archive && archived) write_mounts_sidecar(*archived, e->spec);
   Status removed = archived ? remove_workspace(id) : Status(std::unexpected(archived.error()));
 
   lk.lock();
@@ -748,9 +984,12 @@ Result<SessionInfo> SessionManager::restore(const std::string& id, const std::st
   lk.unlock();
   auto afd = workspaces_.open_archive(archive);
   if (!afd) return std::unexpected(afd.error());
+  // The mounts and skills the session had when it was archived come back with it.
+  SessionSpec spec =
+      read_mounts_sidecar(archive.front() == '/' ? archive : archives_dir() + "/" + archive);
   lk.lock();
   if (find_settled_locked(lk, id)) return taken();
-  auto created = create_locked(id, SessionSpec{}, caller);
+  auto created = create_locked(id, spec, caller);
   if (!created) return std::unexpected(created.error());
   std::shared_ptr<Entry> e = *created;
   lk.unlock();

@@ -13,6 +13,7 @@
 #include <memory>
 #include <mutex>
 #include <optional>
+#include <set>
 #include <string>
 #include <string_view>
 #include <thread>
@@ -45,7 +46,8 @@ struct SessionSpec {
   std::string backend;  // "" = the daemon's default
   std::string template_name;
   std::vector<MountSpec> mounts;
-  std::map<std::string, std::string> skills;  // name -> host dir
+  std::map<std::string, std::string> skills;  // name -> host dir, at /workspace/.skills/<name>
+  std::set<std::string> read_only_skills;     // skills mounted ro; the others rw (seed 002)
   std::map<std::string, std::string> env;
   std::map<std::string, std::string> labels;
   sandbox::Limits limits;
@@ -109,6 +111,11 @@ struct ManagerConfig {
   // SECURITY: a spec's mounts and skills may only name host paths under one of these (after
   // resolving symlinks); none configured means client-chosen host mounts are refused (EACCES).
   std::vector<std::string> allowed_mount_roots;
+  // Seed 000 (xbot): every dir under global_skills_dir holding a SKILL.md appears read-only in
+  // every box at /workspace/.skills/<name> (a session's own skill of that name wins), and
+  // agents_dir read-only at /workspace/.agents. Read at each box start. "" = none.
+  std::string global_skills_dir;
+  std::string agents_dir;
   // Boxes up at once, all tenants together (0 = no limit): a create or resume past it is
   // EQUOTA. (Evicting an idle box instead needs suspend; not here yet.)
   std::size_t max_running_boxes = 0;
@@ -209,6 +216,21 @@ class SessionManager {
   // EINVAL naming a malformed entry; ENOTSUP for a change of mode; nothing half-applied.
   Result<SessionInfo> set_network(const std::string& id, const NetworkSpec& network,
                                   const Caller& caller);
+  // POST /v1/sessions/{id}/mounts: more mounts and skills (`add`: its mounts, skills and
+  // read_only_skills) for an existing session. Checked as at create (EINVAL, EACCES outside the
+  // allowed roots, ENOENT for a missing host path), plus: a target the session has already (a
+  // mount, a skill, a shared dir) is EINVAL, and the backend must be able to bind each one now
+  // (Backend::check_mounts: a rw mount it cannot idmap fails here, not at the next start).
+  // Then recorded in the spec (kept across suspend/resume, restarts and archives) and, if the
+  // box runs, put into it when that can be done safely. Nothing half-applied: on an error the
+  // spec and the box are as before.
+  struct MountsAdded {
+    SessionInfo info;
+    bool live = false;  // in the running box now; else from its next start
+  };
+  Result<MountsAdded> add_mounts(const std::string& id, const SessionSpec& add,
+                                 const Caller& caller);
+
   // The egress proxy counters of every running session that has one, by session id.
   std::map<std::string, net::ProxyCounters> egress_counters();
 
@@ -264,6 +286,11 @@ class SessionManager {
                                    std::int64_t if_idle_ttl_ms, EventCause cause,
                                    std::string_view reason);
   SessionInfo info_locked(const Entry& e) const;
+  // The binds of a spec's own mounts and skills, host paths resolved and checked against the
+  // allowed roots; each named by its field ("mounts[0]", "skills.web") for errors.
+  Result<std::vector<sandbox::BindMount>> spec_binds(const SessionSpec& spec) const;
+  // The daemon's global skills and agents dir (ManagerConfig) a box with `spec` gets.
+  std::vector<sandbox::BindMount> global_binds(const SessionSpec& spec) const;
   // Creates (or finds) the workspace and asks the backend for a box. Slow: called without mu_,
   // on an entry that no other thread touches while it is kCreating.
   Result<BoxStart> start_box(const Entry& e);
@@ -296,6 +323,7 @@ class SessionManager {
   std::map<std::string, std::shared_ptr<Entry>> sessions_;
   std::map<uid_t, std::string> uids_;  // allocated uid -> session id
   std::unique_ptr<Store> store_;       // null when !config_.persist
+  std::mutex mounts_mu_;               // one add_mounts() at a time (taken before mu_)
   std::chrono::system_clock::time_point started_at_;
 
   mutable std::mutex subs_mu_;

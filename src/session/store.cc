@@ -104,6 +104,7 @@ std::string encode_spec(const SessionSpec& spec) {
   }
   j["mounts"] = std::move(mounts);
   j["skills"] = encode_map(spec.skills);
+  j["read_only_skills"] = spec.read_only_skills;
   j["env"] = encode_map(spec.env);
   j["labels"] = encode_map(spec.labels);
   json limits = json::object();
@@ -142,6 +143,14 @@ Result<SessionSpec> decode_spec(std::string_view text) {
     }
   }
   if (auto it = j.find("skills"); it != j.end()) spec.skills = decode_map(*it);
+  if (auto it = j.find("read_only_skills"); it != j.end() && it->is_array()) {
+    for (const json& n : *it) {
+      if (n.is_string()) spec.read_only_skills.insert(n.get<std::string>());
+    }
+  } else {
+    // Stored before skills could be rw: they were all read-only, and stay so.
+    for (const auto& [name, dir] : spec.skills) spec.read_only_skills.insert(name);
+  }
   if (auto it = j.find("env"); it != j.end()) spec.env = decode_map(*it);
   if (auto it = j.find("labels"); it != j.end()) spec.labels = decode_map(*it);
   if (auto it = j.find("limits"); it != j.end() && it->is_object()) {

@@ -314,7 +314,8 @@ TEST(LifecycleMounts, MountsAndSkillsAreThereFromTheStartAndReadOnlyIsReadOnly) 
        {"mounts",
         {{{"host_path", roots.path() + "/allowed/data"}, {"mount_path", "/data"}, {"mode", "ro"}},
          {{"host_path", roots.path() + "/allowed/rw"}, {"mount_path", "/scratch"}, {"mode", "rw"}}}},
-       {"skills", {{"web", roots.path() + "/allowed/skills/web"}}}});
+       {"skills", {{"web", roots.path() + "/allowed/skills/web"}}},
+       {"skill_mode", "ro"}});  // skills are rw by default (seed 002)
   ASSERT_EQ(c.status, 201) << c;
   auto r = api.sh("m", "cat /data/x.csv /workspace/.skills/web/SKILL.md");
   EXPECT_EQ(r.body["stdout"], "a,b\n# web\n") << r;
@@ -346,7 +347,8 @@ TEST(LifecycleMounts, MountsAndSkillsAreThereFromTheStartAndReadOnlyIsReadOnly) 
   EXPECT_EQ(etc.status, 403) << etc;
   auto missing =
       api.post("/v1/sessions", {{"id", "bad"}, {"skills", {{"x", roots.path() + "/allowed/nope"}}}});
-  EXPECT_EQ(missing.status, 400) << missing;
+  EXPECT_EQ(missing.status, 404) << missing;  // API.md "Sessions": a missing host dir
+  EXPECT_EQ(missing.code(), "ENOENT") << missing;
   EXPECT_NE(missing.message().find("skills.x"), std::string::npos) << missing;
   // Nothing half-created.
   EXPECT_EQ(api.get("/v1/sessions/bad").status, 404);

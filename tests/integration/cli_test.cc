@@ -882,18 +882,57 @@ TEST_F(CliTest, SessionMountsAdd) {
       cli({"session", "mounts", "add", "cli-madd", "--mount", "/a:/b", "--skill-mode", "ro"}).code,
       2);
 
-  // This daemon allows no host mounts. Whether the route is built yet (501 ENOTSUP, or a
-  // server without the route) or refuses the dir (403 EACCES), the CLI says which, non-zero.
+  // This daemon allows no host mounts: the server refuses the dir (403 EACCES) naming it.
   CliRun r = cli({"session", "mounts", "add", "cli-madd", "--skill", "web=" + daemon_->temp_dir(),
                   "--skill-mode", "ro"});
-  EXPECT_TRUE(r.code == 9 || r.code == 8) << r;
+  EXPECT_EQ(r.code, 8) << r;
   EXPECT_EQ(r.err.rfind("agentbox: ", 0), 0u) << r;
-  if (r.code == 9) {
-    EXPECT_NE(r.err.find("mounts"), std::string::npos) << r;
-  } else {
-    EXPECT_NE(r.err.find("skills.web"), std::string::npos) << r;
-  }
+  EXPECT_NE(r.err.find("skills.web"), std::string::npos) << r;
   EXPECT_TRUE(r.out.empty()) << r;
+}
+
+// `session mounts add` against a daemon that allows a mount root: live into the running box,
+// what the server refuses exits with the cause's code.
+TEST(CliMounts, SessionMountsAddPutsASkillIntoTheRunningBox) {
+  testing::TempDir tmp("agentbox-cli-mounts");
+  const std::string root = tmp.path();
+  fs::create_directories(root + "/skills/web");
+  std::ofstream(root + "/skills/web/SKILL.md") << "# web\n";
+  {
+    Daemon d({"--backend", "ns", "--allow-mount-root", root});
+    auto cli = [&d](std::vector<std::string> args) {
+      args.insert(args.begin(), {"--server", d.url()});
+      CliProcess p(args, {}, "");
+      CliRun r;
+      r.code = p.wait();
+      r.out = p.out();
+      r.err = p.err();
+      return r;
+    };
+    ASSERT_EQ(cli({"session", "create", "cm", "-q"}).code, 0);
+    CliRun add = cli({"session", "mounts", "add", "cm", "--skill", "web=" + root + "/skills/web"});
+    ASSERT_EQ(add.code, 0) << add;
+    EXPECT_EQ(add.out, "cm: added, live (visible to the next exec)\n") << add;
+    CliRun cat = cli({"exec", "cm", "--", "cat", "/workspace/.skills/web/SKILL.md"});
+    EXPECT_EQ(cat.code, 0) << cat;
+    EXPECT_EQ(cat.out, "# web\n") << cat;
+    // --json: the server's answer, with "applied".
+    fs::create_directories(root + "/data");
+    CliRun js = cli({"session", "mounts", "add", "cm", "--mount", root + "/data:/data:ro", "--json"});
+    ASSERT_EQ(js.code, 0) << js;
+    json j = json::parse(js.out, nullptr, false);
+    EXPECT_EQ(j["applied"], "next_start") << js.out;  // /data: a new dir on the read-only root
+    EXPECT_EQ(j["session"]["mounts"][0]["mount_path"], "/data") << js.out;
+    // Refused by the server: a taken target (1), a missing host dir (3, not found).
+    CliRun dup = cli({"session", "mounts", "add", "cm", "--skill", "web=" + root + "/data"});
+    EXPECT_EQ(dup.code, 1) << dup;
+    EXPECT_NE(dup.err.find("skills.web"), std::string::npos) << dup;
+    CliRun missing = cli({"session", "mounts", "add", "cm", "--skill", "x=" + root + "/nope"});
+    EXPECT_EQ(missing.code, 3) << missing;
+    EXPECT_NE(missing.err.find("skills.x"), std::string::npos) << missing;
+    EXPECT_EQ(cli({"session", "mounts", "add", "nobody", "--skill", "w=" + root + "/data"}).code,
+              3);
+  }
 }
 
 // A loopback port nothing listens on (bound, then released).

@@ -21,6 +21,7 @@
 #include <thread>
 
 #include "linux/cgroup.h"
+#include "linux/host_binds.h"
 #include "linux/mounts.h"
 #include "linux/seccomp_policy.h"
 #include "support/support.h"
@@ -381,6 +382,134 @@ TEST_F(BoxTest, PlantedSymlinkCannotRedirectAMountpoint) {
       << b.error().message;
   EXPECT_TRUE(fs::is_empty(target));
   fs::remove_all(target);
+}
+
+// seed 002: a rw mount of a host dir the session user does not own is writable by it, without
+// chowning anything on the host; what the agent creates belongs to the dir's owner there.
+TEST_F(BoxTest, ReadWriteBindIsIdmappedNotChowned) {
+  testing::TempDir root_owned("agentbox-boxtest-idmap");
+  testing::TempDir other_owned("agentbox-boxtest-idmap");
+  ASSERT_EQ(::chmod(root_owned.path().c_str(), 0755), 0);
+  ASSERT_TRUE(testing::spit(root_owned / "host.txt", "host\n"));
+  ASSERT_EQ(::chmod((root_owned / "host.txt").c_str(), 0644), 0);
+  ASSERT_EQ(::chmod(other_owned.path().c_str(), 0700), 0);
+  ASSERT_EQ(::chown(other_owned.path().c_str(), 4242, 4343), 0);
+  BoxFsSpec s = fs_spec();
+  s.binds.push_back({root_owned.path(), "/data/root", false});
+  s.binds.push_back({other_owned.path(), "/workspace/.skills/mine", false});
+  start(s);
+
+  CmdResult r = sh(
+      "echo agent > /data/root/new && echo more >> /data/root/host.txt && "
+      "echo skill > /workspace/.skills/mine/s && mkdir /workspace/.skills/mine/d && "
+      "stat -c '%u:%g' /data/root /data/root/new /workspace/.skills/mine/s");
+  ASSERT_EQ(r.exit_code(), 0) << r.err;
+  const std::string me = std::to_string(kUid) + ":" + std::to_string(kGid);
+  // In the box the session user owns the dirs and what it made.
+  EXPECT_EQ(r.out, me + "\n" + me + "\n" + me + "\n");
+  r = sh("grep -c idmapped /proc/self/mountinfo");
+  EXPECT_EQ(r.out, "2\n") << r.err;
+
+  struct stat st;
+  // On the host: the dirs and the old file keep their owners; new files are the dir owner's.
+  ASSERT_EQ(::stat(root_owned.path().c_str(), &st), 0);
+  EXPECT_EQ(st.st_uid, 0u);
+  ASSERT_EQ(::stat((root_owned / "host.txt").c_str(), &st), 0);
+  EXPECT_EQ(st.st_uid, 0u);
+  EXPECT_EQ(testing::slurp(root_owned / "host.txt"), "host\nmore\n");
+  ASSERT_EQ(::stat((root_owned / "new").c_str(), &st), 0);
+  EXPECT_EQ(st.st_uid, 0u);
+  EXPECT_EQ(st.st_gid, 0u);
+  ASSERT_EQ(::stat(other_owned.path().c_str(), &st), 0);
+  EXPECT_EQ(st.st_uid, 4242u);
+  for (const char* f : {"s", "d"}) {
+    ASSERT_EQ(::stat((other_owned / f).c_str(), &st), 0) << f;
+    EXPECT_EQ(st.st_uid, 4242u) << f;
+    EXPECT_EQ(st.st_gid, 4343u) << f;
+  }
+  box_.reset();
+}
+
+TEST_F(BoxTest, ReadOnlyBindIsNotIdmapped) {
+  testing::TempDir dir("agentbox-boxtest-idmap");
+  ASSERT_EQ(::chmod(dir.path().c_str(), 0755), 0);
+  BoxFsSpec s = fs_spec();
+  s.binds.push_back({dir.path(), "/data/ro", true});
+  start(s);
+  CmdResult r = sh("stat -c %u /data/ro; grep -c idmapped /proc/self/mountinfo");
+  EXPECT_EQ(r.out, "0\n0\n") << r.err;
+  box_.reset();
+}
+
+// Mounts added to a running box (host_binds.h attach_binds): visible to the next command, all
+// or nothing, never through a symlink the agent planted.
+class LiveBindTest : public BoxTest {
+ protected:
+  Result<AttachOutcome> attach(std::vector<BoxBind> binds) {
+    std::vector<PreparedBind> prepared;
+    for (const BoxBind& b : binds) {
+      auto p = prepare_bind(b, kUid, kGid);
+      if (!p) return std::unexpected(p.error());
+      prepared.push_back(std::move(*p));
+    }
+    const std::string proc = "/proc/" + std::to_string(box_->init_pid());
+    UniqueFd ns(::open((proc + "/ns/mnt").c_str(), O_RDONLY | O_CLOEXEC));
+    UniqueFd root(::open((proc + "/root").c_str(), O_PATH | O_DIRECTORY | O_CLOEXEC));
+    if (!ns || !root) return fail_errno(errno, "open " + proc);
+    return attach_binds(ns.get(), root.get(), prepared);
+  }
+  // The box's mount table, as its commands see it.
+  std::string box_mounts() { return sh("cat /proc/self/mountinfo").out; }
+};
+
+TEST_F(LiveBindTest, AttachedMountIsSeenByTheNextCommand) {
+  testing::TempDir skill("agentbox-boxtest-live");
+  ASSERT_TRUE(testing::spit(skill / "SKILL.md", "# live\n"));
+  start();
+  const std::string host_mounts_before = testing::slurp("/proc/self/mountinfo");
+  auto a = attach({{skill.path(), "/workspace/.skills/live", false}});
+  ASSERT_TRUE(a) << a.error().message;
+  EXPECT_TRUE(a->attached) << a->not_now;
+  CmdResult r = sh("cat /workspace/.skills/live/SKILL.md && echo w > /workspace/.skills/live/x");
+  EXPECT_EQ(r.out, "# live\n") << r.err;
+  EXPECT_EQ(r.exit_code(), 0) << r.err;
+  EXPECT_EQ(testing::slurp(skill / "x"), "w\n");
+  // The daemon's own mount table did not change.
+  EXPECT_EQ(testing::slurp("/proc/self/mountinfo"), host_mounts_before);
+  box_.reset();
+}
+
+TEST_F(LiveBindTest, AMountpointOnTheReadOnlyRootIsForTheNextStart) {
+  testing::TempDir a_dir("agentbox-boxtest-live");
+  testing::TempDir b_dir("agentbox-boxtest-live");
+  start();
+  const std::string before = box_mounts();
+  // The first could go live, the second cannot (its parent is the box's read-only root): neither.
+  auto a = attach({{a_dir.path(), "/workspace/a", true}, {b_dir.path(), "/newtop", true}});
+  ASSERT_TRUE(a) << a.error().message;
+  EXPECT_FALSE(a->attached);
+  EXPECT_NE(a->not_now.find("/newtop"), std::string::npos) << a->not_now;
+  EXPECT_EQ(box_mounts(), before);
+  EXPECT_FALSE(fs::exists(workspace_ + "/a"));
+  box_.reset();
+}
+
+TEST_F(LiveBindTest, APlantedSymlinkFailsTheWholeAttach) {
+  testing::TempDir a_dir("agentbox-boxtest-live");
+  testing::TempDir victim("agentbox-boxtest-live");
+  start();
+  fs::create_directory_symlink(victim.path(), workspace_ + "/z");
+  const std::string before = box_mounts();
+  // Parents first: /workspace/data/a is resolved (and its mountpoint made) before /workspace/z/x.
+  auto a = attach({{a_dir.path(), "/workspace/data/a", true},
+                   {a_dir.path(), "/workspace/z/x", true}});
+  ASSERT_FALSE(a);
+  EXPECT_NE(a.error().message.find("/workspace/z/x"), std::string::npos)
+      << a.error().message;
+  EXPECT_EQ(box_mounts(), before);
+  EXPECT_FALSE(fs::exists(workspace_ + "/data"));  // the first one's mountpoints are gone too
+  EXPECT_TRUE(fs::is_empty(victim.path()));
+  box_.reset();
 }
 
 TEST_F(BoxTest, InvalidBindsAreRejectedBeforeCloning) {

@@ -2,6 +2,7 @@
 // timeouts and kills, background jobs, limits, death with the daemon. Runs as root; never skips.
 #include "sandbox/ns_backend.h"
 
+
 #include <dirent.h>
 #include <fcntl.h>
 #include <gtest/gtest.h>
@@ -21,6 +22,7 @@
 #include <optional>
 #include <sstream>
 #include <thread>
+#include "support/support.h"
 
 #include "sandbox/process_table.h"
 
@@ -291,6 +293,39 @@ TEST_F(NsBackendTest, ExtraMountReadOnlyForCommands) {
   EXPECT_NE(r.exit_code, 0);
   EXPECT_NE(r.stderr_data.find("Read-only file system"), std::string::npos) << r.stderr_data;
   fs::remove_all(ro);
+}
+
+// Seed 002: a skill added to a running box is seen by the next command and by the file API,
+// and, mounted rw, is written as the host dir's owner.
+TEST_F(NsBackendTest, MountsAddedToARunningBoxAreSeenByTheNextExec) {
+  testing::TempDir skill("agentbox-nstest-live");
+  ASSERT_TRUE(testing::spit(skill / "SKILL.md", "# live\n"));
+  Sandbox& s = make_box("live", 42010);
+  std::vector<BindMount> add = {{skill.path(), "/workspace/.skills/live", false, "skills.live"}};
+  ASSERT_TRUE(backend_->check_mounts(add, 42010, 42010));
+  auto live = s.add_mounts(add);
+  ASSERT_TRUE(live) << live.error().message;
+  EXPECT_TRUE(*live);
+  ExecResult r = sh(s, "cat /workspace/.skills/live/SKILL.md && echo w > /workspace/.skills/live/o");
+  EXPECT_EQ(r.stdout_data, "# live\n") << r.stderr_data;
+  EXPECT_EQ(r.exit_code, 0) << r.stderr_data;
+  auto read = s.read_file("/workspace/.skills/live/o", 64);
+  ASSERT_TRUE(read) << read.error().message;
+  EXPECT_EQ(*read, "w\n");
+  struct stat st;
+  ASSERT_EQ(::stat((skill / "o").c_str(), &st), 0);
+  EXPECT_EQ(st.st_uid, 0u);  // the dir's owner (root), not the session user
+
+  // Outside a writable place the mountpoint cannot be made now: for the next start.
+  auto later = s.add_mounts({{skill.path(), "/opt2", true}});
+  ASSERT_TRUE(later) << later.error().message;
+  EXPECT_FALSE(*later);
+  EXPECT_NE(sh(s, "test -e /opt2 || echo absent").stdout_data, "");
+  // A bad one is an error naming it, before anything happens.
+  auto bad = backend_->check_mounts({{"/no/such/dir", "/data/x", true, "mounts[3]"}}, 42010, 42010);
+  ASSERT_FALSE(bad);
+  EXPECT_EQ(bad.error().code, Code::kNotFound);
+  EXPECT_NE(bad.error().message.find("mounts[3]"), std::string::npos) << bad.error().message;
 }
 
 TEST_F(NsBackendTest, CwdMustExistInTheBox) {

@@ -60,6 +60,34 @@ TEST(Config, BadFlagsExitNonZero) {
   EXPECT_NE(err.find("--listen"), std::string::npos);
 }
 
+// The help reads as the defaults are: persistence is on unless --no-persist.
+TEST(Config, PersistIsOnByDefaultAndTheHelpSaysSo) {
+  EXPECT_TRUE(parse({}).config->persist);
+  EXPECT_FALSE(parse({"--no-persist"}).config->persist);
+  EXPECT_TRUE(parse({"--persist"}).config->persist);
+  EXPECT_FALSE(parse({"--persist", "--no-persist"}).config);
+  std::string help;
+  parse({"--help"}, &help);
+  EXPECT_EQ(help.find("{false}"), std::string::npos) << help;
+  EXPECT_NE(help.find("on by default"), std::string::npos) << help;
+  EXPECT_NE(help.find("--no-persist"), std::string::npos) << help;
+}
+
+TEST(Config, GlobalSkillsAndAgentsDirsMustBeExistingDirs) {
+  auto r = parse({"--global-skills-dir", "/usr", "--agents-dir", "/usr/share"});
+  ASSERT_TRUE(r.config);
+  EXPECT_EQ(r.config->global_skills_dir, "/usr");
+  EXPECT_EQ(r.config->agents_dir, "/usr/share");
+  std::string err;
+  auto missing = parse({"--global-skills-dir", "/no/such/dir"}, &err);
+  EXPECT_FALSE(missing.config);
+  EXPECT_EQ(missing.exit_code, 2);
+  EXPECT_NE(err.find("global_skills_dir"), std::string::npos) << err;
+  auto relative = parse({"--agents-dir", "usr"}, &err);
+  EXPECT_EQ(relative.exit_code, 2);
+  EXPECT_NE(err.find("agents_dir"), std::string::npos) << err;
+}
+
 TEST(Config, YamlFileWithFlagsOverriding) {
   char path[] = "/tmp/agentbox-config-test-XXXXXX";
   int fd = mkstemp(path);

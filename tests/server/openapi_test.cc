@@ -104,8 +104,7 @@ TEST_F(OpenApiTest, EveryDocumentedRouteIsServed) {
 // document, marked, each with its 501 ENOTSUP answer.
 TEST_F(OpenApiTest, NotBuiltRoutesAreMarkedAndAnswer501) {
   std::set<RouteKey> unbuilt = not_built(doc_);
-  for (auto [method, path] : {RouteKey{"POST", "/v1/sessions/{id}/mounts"},
-                              RouteKey{"POST", "/v1/sessions/{id}/packages"},
+  for (auto [method, path] : {RouteKey{"POST", "/v1/sessions/{id}/packages"},
                               RouteKey{"POST", "/v1/templates"},
                               RouteKey{"GET", "/v1/runners"},
                               RouteKey{"GET", "/ws/{user}"},

@@ -229,7 +229,8 @@ TEST_F(SessionManagerTest, BoxConfigCarriesSpecSharedDirsAndSkills) {
   EXPECT_EQ(shared->host_path, root_ + "/shared/tpl");
   const auto* skill = find("/workspace/.skills/web");
   ASSERT_NE(skill, nullptr);
-  EXPECT_TRUE(skill->read_only);
+  EXPECT_FALSE(skill->read_only);  // seed 002: skills are rw unless asked ro
+  EXPECT_EQ(skill->what, "skills.web");
   EXPECT_EQ(skill->host_path, fs::canonical(root_ + "/skills/web").string());
   const auto* extra = find("/data/skills");
   ASSERT_NE(extra, nullptr);
@@ -261,12 +262,13 @@ TEST_F(SessionManagerTest, MountsOutsideTheAllowedRootsAreRefused) {
   EXPECT_EQ(ns_->creates_, 0);
 }
 
-TEST_F(SessionManagerTest, MissingMountSourceIsABadField) {
+// API.md "Sessions": a missing host dir is 404 ENOENT, naming the field.
+TEST_F(SessionManagerTest, MissingMountSourceIsNotFoundNamingTheField) {
   SessionSpec spec;
   spec.skills = {{"web", root_ + "/skills/not-there"}};
   auto r = mgr().create_or_get("m2", spec, kDaemon);
   ASSERT_FALSE(r);
-  EXPECT_EQ(r.error().code, Code::kInvalid) << r.error().message;
+  EXPECT_EQ(r.error().code, Code::kNotFound) << r.error().message;
   EXPECT_NE(r.error().message.find("skills.web"), std::string::npos) << r.error().message;
   EXPECT_NE(r.error().message.find("not-there"), std::string::npos) << r.error().message;
 }

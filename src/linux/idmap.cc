@@ -1,0 +1,143 @@
+#include "linux/idmap.h"
+
+#include <fcntl.h>
+#include <linux/magic.h>
+#include <sched.h>
+#include <signal.h>
+#include <sys/syscall.h>
+#include <sys/vfs.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstdint>
+#include <cstdio>
+
+#include "linux/sys.h"
+
+namespace agentbox::linux {
+namespace {
+
+// The first fields of the kernel's struct clone_args (CLONE_ARGS_SIZE_VER0): all a plain fork
+// into a new user namespace needs.
+struct CloneArgsV0 {
+  std::uint64_t flags;
+  std::uint64_t pidfd;
+  std::uint64_t child_tid;
+  std::uint64_t parent_tid;
+  std::uint64_t exit_signal;
+  std::uint64_t stack;
+  std::uint64_t stack_size;
+  std::uint64_t tls;
+};
+
+// The helper child: kill it (if still there) and reap it, whatever happened.
+class Helper {
+ public:
+  Helper(pid_t pid, int pidfd) : pid_(pid), pidfd_(pidfd) {}
+  ~Helper() {
+    (void)::syscall(SYS_pidfd_send_signal, pidfd_.get(), SIGKILL, nullptr, 0);
+    siginfo_t info{};
+    while (::waitid(static_cast<idtype_t>(P_PIDFD), static_cast<id_t>(pidfd_.get()), &info,
+                    WEXITED | __WALL) != 0 &&
+           errno == EINTR) {
+    }
+  }
+  Helper(const Helper&) = delete;
+  Helper& operator=(const Helper&) = delete;
+  pid_t pid() const { return pid_; }
+
+ private:
+  pid_t pid_;
+  UniqueFd pidfd_;
+};
+
+Status write_map(pid_t pid, const char* file, unsigned long disk, unsigned long seen) {
+  char path[64];
+  std::snprintf(path, sizeof path, "/proc/%d/%s", static_cast<int>(pid), file);
+  char line[64];
+  int len = std::snprintf(line, sizeof line, "%lu %lu 1\n", disk, seen);
+  UniqueFd fd(::open(path, O_WRONLY | O_CLOEXEC));
+  if (!fd) return fail_errno(errno, std::string("open(") + path + ")");
+  ssize_t n = ::write(fd.get(), line, static_cast<std::size_t>(len));
+  if (n != len) return fail_errno(n < 0 ? errno : EIO, std::string("write(") + path + ")");
+  return {};
+}
+
+}  // namespace
+
+Result<UniqueFd> make_idmap_userns(const IdMap& map) {
+  Pipe wait = AB_TRY(sys::pipe(/*above_stdio=*/true));
+  const int wait_r = wait.read.get();
+  const int wait_w = wait.write.get();
+
+  int pidfd = -1;
+  CloneArgsV0 ca{};
+  ca.flags = CLONE_NEWUSER | CLONE_PIDFD;
+  ca.pidfd = reinterpret_cast<std::uintptr_t>(&pidfd);
+  // No exit signal: a SIGCHLD-driven waitpid(-1) elsewhere must not reap it; Helper reaps it
+  // through its pidfd.
+  ca.exit_signal = 0;
+  long pid;
+  {
+    // The child runs with every signal blocked (only SIGKILL, from Helper, ends it early): none
+    // of the daemon's handlers may run in it.
+    sigset_t all;
+    sigset_t old;
+    sigfillset(&all);
+    ::pthread_sigmask(SIG_SETMASK, &all, &old);
+    pid = ::syscall(SYS_clone3, &ca, sizeof ca);
+    if (pid == 0) {
+      // Child: async-signal-safe only. Wait until the daemon has written the maps and opened
+      // the namespace (it closes the pipe), then go.
+      ::close(wait_w);
+      char c;
+      while (::read(wait_r, &c, 1) < 0 && errno == EINTR) {
+      }
+      _exit(0);
+    }
+    int saved = errno;
+    ::pthread_sigmask(SIG_SETMASK, &old, nullptr);
+    errno = saved;
+  }
+  if (pid < 0) return fail_errno(errno, "clone3(CLONE_NEWUSER) for a mount idmap");
+  Helper helper(static_cast<pid_t>(pid), pidfd);
+
+  AB_TRY(write_map(helper.pid(), "uid_map", map.disk_uid, map.seen_uid));
+  AB_TRY(write_map(helper.pid(), "gid_map", map.disk_gid, map.seen_gid));
+  const std::string ns = "/proc/" + std::to_string(helper.pid()) + "/ns/user";
+  UniqueFd fd(::open(ns.c_str(), O_RDONLY | O_CLOEXEC));
+  if (!fd) return fail_errno(errno, "open(" + ns + ")");
+  return fd;  // ~Helper ends and reaps the child; the fd keeps the namespace
+}
+
+std::string filesystem_name(int fd) {
+  struct statfs st;
+  if (::fstatfs(fd, &st) != 0) return "unknown filesystem";
+  switch (static_cast<unsigned long>(st.f_type)) {
+    case EXT4_SUPER_MAGIC: return "ext2/3/4";
+    case XFS_SUPER_MAGIC: return "xfs";
+    case BTRFS_SUPER_MAGIC: return "btrfs";
+    case F2FS_SUPER_MAGIC: return "f2fs";
+    case TMPFS_MAGIC: return "tmpfs";
+    case RAMFS_MAGIC: return "ramfs";
+    case OVERLAYFS_SUPER_MAGIC: return "overlayfs";
+    case NFS_SUPER_MAGIC: return "nfs";
+    case FUSE_SUPER_MAGIC: return "fuse";
+    case V9FS_MAGIC: return "9p";
+    case CIFS_SUPER_MAGIC: return "cifs";
+    case SMB2_SUPER_MAGIC: return "smb2";
+    case SQUASHFS_MAGIC: return "squashfs";
+    case MSDOS_SUPER_MAGIC: return "vfat";
+    case EXFAT_SUPER_MAGIC: return "exfat";
+    case CEPH_SUPER_MAGIC: return "ceph";
+    case PROC_SUPER_MAGIC: return "proc";
+    case SYSFS_MAGIC: return "sysfs";
+    default: break;
+  }
+  char hex[32];
+  std::snprintf(hex, sizeof hex, "filesystem 0x%lx", static_cast<unsigned long>(st.f_type));
+  return hex;
+}
+
+}  // namespace agentbox::linux
