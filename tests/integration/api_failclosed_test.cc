@@ -108,7 +108,7 @@ TEST_F(FailClosedApi, SeedCgroupThatWouldChangeALiveBoxIs501) {
 TEST_F(FailClosedApi, ReadyzAndMetricsSayWhatIsBuilt) {
   auto r = api_.get("/readyz");
   ASSERT_EQ(r.status, 200) << r;
-  EXPECT_EQ(r.body["features"]["network_modes"], json::array({"none", "allowlist"})) << r;
+  EXPECT_EQ(r.body["features"]["network_modes"], json::array({"none", "allowlist", "open"})) << r;
   EXPECT_EQ(r.body["features"]["templates"], false) << r;
   EXPECT_EQ(r.body["features"]["exec"], true) << r;
   ASSERT_TRUE(r.body["backends"].is_array()) << r;
@@ -120,7 +120,7 @@ TEST_F(FailClosedApi, ReadyzAndMetricsSayWhatIsBuilt) {
   EXPECT_NE(m.raw.find("agentbox_feature{name=\"templates\"} 0\n"), std::string::npos);
   EXPECT_NE(m.raw.find("agentbox_network_mode{mode=\"none\"} 1\n"), std::string::npos);
   EXPECT_NE(m.raw.find("agentbox_network_mode{mode=\"allowlist\"} 1\n"), std::string::npos);
-  EXPECT_NE(m.raw.find("agentbox_network_mode{mode=\"open\"} 0\n"), std::string::npos);
+  EXPECT_NE(m.raw.find("agentbox_network_mode{mode=\"open\"} 1\n"), std::string::npos);
 }
 
 TEST(FailClosedConfig, DefaultLimitsFromTheConfigFileAreApplied) {
