@@ -35,7 +35,6 @@ class FailClosedApi : public ::testing::Test {
 };
 
 TEST_F(FailClosedApi, UnbuiltFieldsAndValuesAre501NamingThem) {
-  expect_refused({{"id", "n3"}, {"network", {{"mode", "open"}}}}, "network.mode");
   expect_refused({{"id", "t"}, {"template", "python-data"}}, "template");
   expect_refused({{"id", "c"}, {"limits", {{"cpu_time_sec", 10}}}}, "limits.cpu_time_sec");
   expect_refused({{"id", "m"}, {"limits", {{"tmp_mb", 64}}}}, "limits.tmp_mb");
