@@ -404,6 +404,11 @@ TEST(NetworkApiHost, AllowlistOnTheHostBackendIs501) {
   EXPECT_EQ(r.code(), "ENOTSUP") << r;
   EXPECT_NE(r.message().find("host backend"), std::string::npos) << r;
   EXPECT_EQ(api.get("/v1/sessions/h").status, 404);
+  // Nor "open": host commands would have the host's whole network, the daemon included.
+  auto o = api.post("/v1/sessions", {{"id", "ho"}, {"network", {{"mode", "open"}}}});
+  EXPECT_EQ(o.status, 501) << o;
+  EXPECT_NE(o.message().find("network.mode \"open\" on the host backend"), std::string::npos) << o;
+  EXPECT_EQ(api.get("/v1/sessions/ho").status, 404);
 }
 
 // ---- Mode "open" and the T6 items that need a whole box -----------------------------------------
