@@ -41,6 +41,7 @@
 #include <cstring>
 #include <filesystem>
 #include <fstream>
+#include <memory>
 #include <nlohmann/json.hpp>
 #include <sstream>
 #include <string>
@@ -731,11 +732,12 @@ class BulkServer {
 
  private:
   void serve() {
-    std::vector<char> buf(1 << 20, 'x');
+    // Shared with the connection threads, which may outlive this loop.
+    auto buf = std::make_shared<const std::vector<char>>(1 << 20, 'x');
     while (!stop_) {
       int c = ::accept4(fd_, nullptr, nullptr, SOCK_CLOEXEC);
       if (c < 0) continue;
-      std::thread([c, &buf, n = bytes_] {
+      std::thread([c, buf, n = bytes_] {
         std::string head;
         char in[4096];
         while (head.find("\r\n\r\n") == std::string::npos && head.size() < 65536) {
@@ -749,7 +751,7 @@ class BulkServer {
           bool ok = ::send(c, h.data(), h.size(), MSG_NOSIGNAL) == static_cast<ssize_t>(h.size());
           for (std::uint64_t left = n; ok && left > 0;) {
             ssize_t k =
-                ::send(c, buf.data(), std::min<std::uint64_t>(left, buf.size()), MSG_NOSIGNAL);
+                ::send(c, buf->data(), std::min<std::uint64_t>(left, buf->size()), MSG_NOSIGNAL);
             if (k <= 0) break;
             left -= static_cast<std::uint64_t>(k);
           }
