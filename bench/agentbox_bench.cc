@@ -21,11 +21,17 @@
 //             10 s idle and its thread count, vs the same sessions without processes
 //   ab        exec round trip and execs/s of --daemon vs --ab-daemon (e.g. the build before a
 //             change), interleaved (not in `make bench`)
+//   network   (ns) 256 MiB download through a box's allowlist proxy vs the same download on
+//             the host directly; connection setup through the proxy (CONNECT -> 200) vs a direct
+//             TCP connect; box start (create -> first exec) with network none / allowlist /
+//             open. Runs in a network namespace of its own (nothing left on the host).
 
 #include <arpa/inet.h>
 #include <fcntl.h>
+#include <net/if.h>
 #include <netinet/in.h>
 #include <pty.h>
+#include <sched.h>
 #include <signal.h>
 #include <spawn.h>
 #include <sys/ioctl.h>
@@ -47,8 +53,10 @@
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
+#include <cstring>
 #include <filesystem>
 #include <fstream>
+#include <memory>
 #include <nlohmann/json.hpp>
 #include <sstream>
 #include <string>
@@ -1208,6 +1216,218 @@ void section_ab(const Daemon& b, const std::string& a_bin, const std::string& ba
 
 }  // namespace
 
+// ---- network (issue 12) -------------------------------------------------------------------------
+
+// A minimal HTTP/1.0 server on 127.0.0.1:<ephemeral> for the network section: any GET answers
+// `bytes` bytes; a connection that sends no request is just closed.
+class BulkServer {
+ public:
+  explicit BulkServer(std::uint64_t bytes) : bytes_(bytes) {
+    fd_ = ::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+    sockaddr_in a{};
+    a.sin_family = AF_INET;
+    a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    if (::bind(fd_, reinterpret_cast<sockaddr*>(&a), sizeof a) != 0 || ::listen(fd_, 512) != 0) {
+      die("network: bulk server cannot listen");
+    }
+    socklen_t len = sizeof a;
+    ::getsockname(fd_, reinterpret_cast<sockaddr*>(&a), &len);
+    port_ = ntohs(a.sin_port);
+    thread_ = std::thread([this] { serve(); });
+  }
+  ~BulkServer() {
+    stop_ = true;
+    ::shutdown(fd_, SHUT_RDWR);
+    thread_.join();
+    ::close(fd_);
+  }
+  int port() const { return port_; }
+
+ private:
+  void serve() {
+    // Shared with the connection threads, which may outlive this loop.
+    auto buf = std::make_shared<const std::vector<char>>(1 << 20, 'x');
+    while (!stop_) {
+      int c = ::accept4(fd_, nullptr, nullptr, SOCK_CLOEXEC);
+      if (c < 0) continue;
+      std::thread([c, buf, n = bytes_] {
+        std::string head;
+        char in[4096];
+        while (head.find("\r\n\r\n") == std::string::npos && head.size() < 65536) {
+          ssize_t k = ::read(c, in, sizeof in);
+          if (k <= 0) break;
+          head.append(in, static_cast<std::size_t>(k));
+        }
+        if (head.find("\r\n\r\n") != std::string::npos) {
+          std::string h = "HTTP/1.0 200 OK\r\nContent-Length: " + std::to_string(n) +
+                          "\r\nConnection: close\r\n\r\n";
+          bool ok = ::send(c, h.data(), h.size(), MSG_NOSIGNAL) == static_cast<ssize_t>(h.size());
+          for (std::uint64_t left = n; ok && left > 0;) {
+            ssize_t k =
+                ::send(c, buf->data(), std::min<std::uint64_t>(left, buf->size()), MSG_NOSIGNAL);
+            if (k <= 0) break;
+            left -= static_cast<std::uint64_t>(k);
+          }
+        }
+        ::close(c);
+      }).detach();
+    }
+  }
+  int fd_ = -1;
+  int port_ = 0;
+  std::uint64_t bytes_;
+  std::atomic<bool> stop_{false};
+  std::thread thread_;
+};
+
+// stdout of `cmd` run by /bin/sh (the host side of the network section).
+std::string host_output(const std::string& cmd) {
+  std::string out;
+  if (FILE* f = ::popen(cmd.c_str(), "r")) {
+    char b[4096];
+    std::size_t n;
+    while ((n = std::fread(b, 1, sizeof b, f)) > 0) out.append(b, n);
+    ::pclose(f);
+  }
+  return out;
+}
+
+// stdout of argv run in box `id` (dies on an API error).
+std::string box_output(Client& c, const std::string& id, const std::vector<std::string>& argv) {
+  nlohmann::json body = {{"argv", argv}, {"timeout_sec", 300}};
+  auto r = c.request("POST", "/v1/sessions/" + id + "/exec", body.dump());
+  if (!r || r->status != 200)
+    die("network: exec in " + id + ": " + (r ? r->body : r.error().message));
+  auto j = nlohmann::json::parse(r->body, nullptr, false);
+  return j.is_object() ? j.value("stdout", "") : "";
+}
+
+void create_session_network(Client& c, const std::string& id, const nlohmann::json& network) {
+  nlohmann::json body = {{"id", id}, {"network", network}};
+  auto r = c.request("POST", "/v1/sessions", body.dump());
+  if (!r || (r->status != 201 && r->status != 200)) {
+    die("create session " + id + ": " + (r ? r->body : r.error().message));
+  }
+}
+
+// Connection setup, `n` times, medians in ms: with `proxy`, connect to 127.0.0.1:3128 and send
+// CONNECT host:port until the proxy's 200; without, a TCP connect to host:port.
+std::string setup_script(int n, bool proxy, const std::string& host, int port) {
+  return "import socket,time,statistics\n"
+         "t=[]\n"
+         "for i in range(" +
+         std::to_string(n) +
+         "):\n"
+         "  a=time.perf_counter()\n" +
+         (proxy ? "  s=socket.create_connection(('127.0.0.1',3128))\n"
+                  "  s.sendall(b'CONNECT " +
+                      host + ":" + std::to_string(port) +
+                      " HTTP/1.1\\r\\nHost: x\\r\\n\\r\\n')\n"
+                      "  d=b''\n"
+                      "  while b'\\r\\n\\r\\n' not in d: d+=s.recv(1024)\n"
+                      "  assert d.startswith(b'HTTP/1.1 200')\n"
+                : "  s=socket.create_connection(('" + host + "'," + std::to_string(port) + "))\n") +
+         "  t.append((time.perf_counter()-a)*1000); s.close()\n"
+         "print(statistics.median(t))\n";
+}
+
+void network_section_body(const std::string& bin, int starts) {
+  const std::uint64_t kBytes = 256ull << 20;
+  BulkServer server(kBytes);
+  const std::string port = std::to_string(server.port());
+  fs::path cfg_dir = fs::temp_directory_path() / ("agentbox-bench-net-" + std::to_string(getpid()));
+  fs::create_directories(cfg_dir);
+  const std::string cfg = (cfg_dir / "agentboxd.yaml").string();
+  std::ofstream(cfg) << "network:\n  hosts:\n    dl.example.test: 127.0.0.1\n";
+  {
+    Daemon d(bin, "ns", {"--config", cfg});
+    Client c = make_client(d);
+    const nlohmann::json al = {{"mode", "allowlist"}, {"allow", {"dl.example.test:" + port}}};
+    create_session_network(c, "bench-net-al", al);
+
+    std::printf("\n[network] 256 MiB download, 3 rounds, medians (curl's own timing)\n");
+    const std::string curl_w = "-s -o /dev/null -w '%{speed_download}'";
+    std::vector<double> direct, proxied;
+    for (int i = 0; i < 3; ++i) {
+      direct.push_back(
+          std::atof(host_output("curl " + curl_w + " http://127.0.0.1:" + port + "/big").c_str()) /
+          1e6);
+      proxied.push_back(
+          std::atof(box_output(
+                        c, "bench-net-al",
+                        {"sh", "-c", "curl " + curl_w + " http://dl.example.test:" + port + "/big"})
+                        .c_str()) /
+          1e6);
+    }
+    row("host curl, direct (baseline)", median(direct), "MB/s");
+    row("box curl through the allowlist proxy", median(proxied), "MB/s",
+        ratio_note(median(proxied) / median(direct), ">= 0.8"));
+
+    std::printf("\n[network] connection setup, 200 connections, median\n");
+    const double d_ms = std::atof(
+        host_output("python3 -c \"" + setup_script(200, false, "127.0.0.1", server.port()) + "\"")
+            .c_str());
+    const double p_ms = std::atof(
+        box_output(c, "bench-net-al",
+                   {"python3", "-c", setup_script(200, true, "dl.example.test", server.port())})
+            .c_str());
+    row("TCP connect on the host, direct (baseline)", d_ms, "ms");
+    row("box CONNECT through the proxy until 200", p_ms, "ms",
+        ratio_note(d_ms > 0 ? p_ms / d_ms : 0, "(proxy / direct)"));
+
+    std::printf("\n[network] box start: create -> first exec, %d sessions per mode, median\n",
+                starts);
+    double none_ms = 0;
+    for (const char* mode : {"none", "allowlist", "open"}) {
+      std::vector<double> t;
+      for (int i = 0; i < starts; ++i) {
+        const std::string id = std::string("bench-start-") + mode + "-" + std::to_string(i);
+        nlohmann::json nw = {{"mode", mode}};
+        if (std::string(mode) == "allowlist") nw["allow"] = {"dl.example.test"};
+        auto t0 = Clock::now();
+        create_session_network(c, id, nw);
+        if (!exec_true(c, id)) die("first exec failed in " + id);
+        t.push_back(ms_since(t0));
+        c.request("DELETE", "/v1/sessions/" + id);
+      }
+      const double m = median(t);
+      if (std::string(mode) == "none") {
+        none_ms = m;
+        row("mode none (baseline)", m, "ms");
+      } else {
+        row((std::string("mode ") + mode).c_str(), m, "ms", ratio_note(m / none_ms, "(vs none)"));
+      }
+    }
+  }
+  std::error_code ec;
+  fs::remove_all(cfg_dir, ec);
+}
+
+// In a child process with a network namespace of its own (`lo` up): the open mode's veths, nft
+// tables and ip_forward switch stay there and vanish with it.
+void section_network(const std::string& bin, int starts) {
+  std::fflush(stdout);
+  pid_t pid = ::fork();
+  if (pid < 0) die("network: fork");
+  if (pid == 0) {
+    if (::unshare(CLONE_NEWNET) != 0) die("network: unshare(CLONE_NEWNET) needs root");
+    int s = ::socket(AF_INET, SOCK_DGRAM | SOCK_CLOEXEC, 0);
+    ifreq ifr{};
+    std::strncpy(ifr.ifr_name, "lo", IFNAMSIZ - 1);
+    ::ioctl(s, SIOCGIFFLAGS, &ifr);
+    ifr.ifr_flags |= IFF_UP;
+    ::ioctl(s, SIOCSIFFLAGS, &ifr);
+    ::close(s);
+    network_section_body(bin, starts);
+    std::fflush(stdout);
+    ::_exit(0);
+  }
+  int st = 0;
+  while (::waitpid(pid, &st, 0) < 0 && errno == EINTR) {
+  }
+  if (!WIFEXITED(st) || WEXITSTATUS(st) != 0) die("network section failed");
+}
+
 int main(int argc, char** argv) {
   CLI::App app{"agentbox benchmarks, side by side with their baselines"};
   std::string daemon = "build/bin/agentboxd", backend = "host";
@@ -1222,8 +1442,10 @@ int main(int argc, char** argv) {
   app.add_option("--daemon", daemon, "agentboxd binary");
   app.add_option("--backend", backend, "backend to measure");
   app.add_option("--section", sections,
-                 "exec files sessions idle rate lifecycle attach keys procs ab")
+                 "exec files sessions idle rate lifecycle attach keys procs ab network")
       ->delimiter(',');
+  int net_starts = 20;
+  app.add_option("--net-starts", net_starts, "box starts per network mode (network section)");
   app.add_option("--iterations", iterations);
   app.add_option("--sessions", sessions);
   app.add_option("--idle", idle);
@@ -1263,6 +1485,8 @@ int main(int argc, char** argv) {
       section_ab(d, ab_daemon, backend, iterations, sessions, rate_seconds);
     else if (s == "ab")
       die("section ab needs --ab-daemon");
+    else if (s == "network")
+      section_network(daemon, net_starts);
     else
       die("unknown section " + s);
     std::fflush(stdout);

@@ -176,6 +176,39 @@ Result<CanonicalHost> canonical_host(std::string_view host) {
   return CanonicalHost{std::move(name), std::nullopt};
 }
 
+std::vector<std::string> refused_v4_cidrs(bool allow_private) {
+  std::vector<std::string> out;
+  for (const V4Range& r : kV4Ranges) {
+    if (r.private_range && allow_private) continue;
+    out.push_back(ip::address_v4(r.net).to_string() + "/" + std::to_string(r.prefix));
+  }
+  return out;
+}
+
+Result<std::pair<uint32_t, int>> parse_open_subnet(std::string_view cidr) {
+  const std::string quoted = "\"" + std::string(cidr.substr(0, 64)) + "\"";
+  const size_t slash = cidr.find('/');
+  if (slash == std::string_view::npos) {
+    return fail(Code::kInvalid, "open_subnet " + quoted + " must be an IPv4 a.b.c.d/n");
+  }
+  boost::system::error_code ec;
+  const auto a = ip::make_address_v4(std::string(cidr.substr(0, slash)), ec);
+  int prefix = 0;
+  const std::string_view p = cidr.substr(slash + 1);
+  auto [end, perr] = std::from_chars(p.data(), p.data() + p.size(), prefix);
+  if (ec || perr != std::errc() || end != p.data() + p.size() || p.empty()) {
+    return fail(Code::kInvalid, "open_subnet " + quoted + " must be an IPv4 a.b.c.d/n");
+  }
+  if (prefix < 8 || prefix > 28) {
+    return fail(Code::kInvalid, "open_subnet " + quoted + ": prefix must be 8..28");
+  }
+  const uint32_t net = a.to_uint();
+  if ((net & ~(~uint32_t(0) << (32 - prefix))) != 0) {
+    return fail(Code::kInvalid, "open_subnet " + quoted + " has host bits set");
+  }
+  return std::pair<uint32_t, int>{net, prefix};
+}
+
 std::optional<std::string> refused_address(const IpAddress& a, bool allow_private) {
   if (a.is_v4()) return refused_v4(a.to_v4().to_uint(), allow_private);
   const ip::address_v6 v6 = a.to_v6();

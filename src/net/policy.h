@@ -69,7 +69,17 @@ struct NetworkConfig {
   std::map<std::string, IpAddress> hosts;  // canonical name -> address, used as given
   bool allow_private = false;
   std::set<uint16_t> daemon_ports;  // never reachable through a `hosts` entry
+  // Mode "open": the IPv4 pool box veths take their /30 from (config `network.open_subnet`,
+  // default 10.201.0.0/16). Never reachable from a box, whatever allow_private says.
+  uint32_t open_subnet = 0x0AC90000;
+  int open_prefix = 16;
 };
+// Parses config `network.open_subnet` ("10.201.0.0/16"; prefix 8..28, host bits zero);
+// kInvalid naming it.
+Result<std::pair<uint32_t, int>> parse_open_subnet(std::string_view cidr);
+
+// The IPv4 ranges refused_address() refuses, as "a.b.c.d/n" (for the open mode's filter).
+std::vector<std::string> refused_v4_cidrs(bool allow_private);
 // Validates config `network.hosts` (names canonicalised, addresses parsed); kInvalid naming the
 // bad entry.
 Result<std::map<std::string, IpAddress>> parse_hosts(

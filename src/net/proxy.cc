@@ -27,6 +27,9 @@ using Clock = std::chrono::steady_clock;
 constexpr auto kTuple = asio::as_tuple(asio::use_awaitable);
 
 struct Conn;
+namespace {
+std::string response(int status, std::string_view reason, std::string_view body);
+}  // namespace
 
 struct Proxy::Impl {
   asio::io_context& io;
@@ -118,7 +121,17 @@ struct Conn : std::enable_shared_from_this<Conn> {
         resolver.cancel();
         upstream.close(ec);
         break;
-      case Phase::kHead:
+      case Phase::kHead: {
+        // Slowloris: a short answer on a socket that has sent us nothing complete fits its
+        // send buffer; written without waiting, then closed.
+        const std::string r =
+            response(408, "Request Timeout",
+                     "no complete request head within " +
+                         std::to_string(impl->limits.header_timeout.count()) + " ms");
+        ::send(client.native_handle(), r.data(), r.size(), MSG_DONTWAIT | MSG_NOSIGNAL);
+        close_all();
+        break;
+      }
       case Phase::kRelay: close_all(); break;
     }
   }

@@ -16,6 +16,7 @@
 //   denied             -> 403, body "agentbox proxy: <why, naming the host>", on_deny hook.
 //   malformed          -> 400 (431 for an oversized head, 501 for chunked request bodies).
 //   no answer          -> 504 naming host:port (connect timeout, or no response byte in time).
+//   slow head          -> 408 naming the header timeout (slowloris), then closed.
 //
 // Bounded: max_connections per proxy (one per session; beyond it: 503 and close), the request
 // head size, the time to send a head (slowloris), connect/response/idle timeouts, relay buffers

@@ -46,6 +46,12 @@ Result<std::unique_ptr<Sandbox>> HostBackend::create(BoxConfig config) {
     return fail(Code::kNotSupported,
                 "network.mode \"allowlist\" on the host backend (no network namespace)");
   }
+  // Host commands already have the host's whole network, its loopback and the daemon included:
+  // not what "open" promises.
+  if (config.open_network) {
+    return fail(Code::kNotSupported,
+                "network.mode \"open\" on the host backend (no network namespace)");
+  }
   const std::string& dir = config.workspace_dir;
   if (dir.empty() || dir.front() != '/') {
     return fail(Code::kInvalid, "host backend: workspace dir must be an absolute path: " + dir);

@@ -50,6 +50,7 @@
 #include "linux/seccomp_policy.h"
 #include "linux/sys.h"
 #include "net/box_egress.h"
+#include "net/open_egress.h"
 #include "sandbox/artifacts.h"
 #include "sandbox/blocking.h"
 #include "sandbox/default_limits.h"
@@ -582,6 +583,16 @@ class NsSandbox final : public Sandbox, private ProcessLauncher {
     return {};
   }
 
+  // Network mode "open": once, before the sandbox is shared (blocking: runs ip and nft).
+  Status start_open_network() {
+    const net::NetworkConfig defaults;
+    const net::NetworkConfig& network = core_->opts.network ? *core_->opts.network : defaults;
+    auto eg = net::OpenEgress::start(box_->init_pid(), network);
+    if (!eg) return std::unexpected(with_context(eg.error(), "box " + key_ + ": open network"));
+    open_ = std::move(*eg);
+    return {};
+  }
+
   Status set_egress_policy(std::shared_ptr<const net::Policy> policy) override {
     if (!egress_) return Sandbox::set_egress_policy(std::move(policy));
     egress_->set_policy(std::move(policy));
@@ -700,6 +711,7 @@ class NsSandbox final : public Sandbox, private ProcessLauncher {
     }
     // The box can no longer reach out: its proxy stops listening at once.
     if (egress_) egress_->stop();
+    if (open_) open_->stop();
     // Their ends are reported as asked for (no supervisor restarts them).
     procs_.shutdown();
     // SECURITY: every process of the box dies: the cgroup first (it holds the init and every
@@ -930,6 +942,8 @@ class NsSandbox final : public Sandbox, private ProcessLauncher {
   std::unique_ptr<lx::Cgroup> cgroup_;
   // Set once by start_egress() before the sandbox is shared; null without an allowlist.
   std::unique_ptr<net::BoxEgress> egress_;
+  // Set once by start_open_network() before the sandbox is shared; null unless mode "open".
+  std::unique_ptr<net::OpenEgress> open_;
   // Empty exec cgroups kept for reuse, and whether shutdown() took them; under cgroup_mu_.
   static constexpr std::size_t kSpareExecCgroups = 4;
   std::vector<std::unique_ptr<lx::Cgroup>> spare_cgroups_;
@@ -1386,6 +1400,12 @@ Result<std::unique_ptr<Sandbox>> NsBackend::create(BoxConfig config) {
     if (auto st = sb->start_egress(std::move(config.egress_policy),
                                    std::move(config.egress_hooks));
         !st) {
+      sb->shutdown();
+      return std::unexpected(st.error());
+    }
+  }
+  if (config.open_network) {
+    if (auto st = sb->start_open_network(); !st) {
       sb->shutdown();
       return std::unexpected(st.error());
     }

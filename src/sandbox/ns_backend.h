@@ -22,6 +22,9 @@
 // net::BoxEgress listens at 127.0.0.1:3128 inside the box's netns, served on the backend's io
 // thread; it stops when the box shuts down (suspend, destroy), and a resumed box starts its own.
 // The proxy variables (BoxEgress::box_env) are in every command's and process's environment.
+// Network mode "open" (BoxConfig::open_network): once the init exists, a net::OpenEgress gives
+// its netns a veth with a filtered route out (net/open_egress.h); it is deleted when the box
+// shuts down, and a resumed box gets a new one.
 //
 // Processes (Sandbox::processes(), process_table.h) start the same way as an exec (a request to
 // the init, a per-process cgroup the child self-joins, pipes or a pty in the box's own devpts

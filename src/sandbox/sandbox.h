@@ -237,6 +237,9 @@ struct BoxConfig {
   // "none"). A backend that cannot serve it fails create() with ENOTSUP.
   std::shared_ptr<const net::Policy> egress_policy;
   net::ProxyHooks egress_hooks;  // on_deny: called on the proxy's thread for every 403
+  // Network mode "open" (net/open_egress.h): routed outbound TCP/UDP from the box's own netns.
+  // Exclusive with egress_policy. A backend that cannot serve it fails create() with ENOTSUP.
+  bool open_network = false;
 };
 
 class Backend {

@@ -29,13 +29,15 @@ void split_append(std::string_view s, char sep, std::vector<std::string>* out) {
 // `default_limits:` — the keys of a request's `limits`, checked by the same decoder (floors,
 // ceilings; disk_mb and cpu_time_sec 0 = none) and tmp_mb against memory_mb; an unknown key is
 // an error here (a typo in a config file must not pass as "no limit").
-// `network:` — hosts (name: address, validated by net::parse_hosts) and allow_private.
+// `network:` — hosts (name: address, validated by net::parse_hosts), allow_private, and
+// open_subnet (the IPv4 pool of mode "open" box veths, "a.b.c.d/n").
 Status load_network(const YAML::Node& nw, const std::string& file, DaemonConfig* c) {
   const std::string where = "config " + file + ": network";
-  if (!nw.IsMap()) return fail(Code::kInvalid, where + " must be a mapping {hosts, allow_private}");
+  if (!nw.IsMap())
+    return fail(Code::kInvalid, where + " must be a mapping {hosts, allow_private, open_subnet}");
   for (const auto& kv : nw) {
     const std::string key = kv.first.as<std::string>();
-    if (key != "hosts" && key != "allow_private") {
+    if (key != "hosts" && key != "allow_private" && key != "open_subnet") {
       return fail(Code::kInvalid, where + ": unknown key '" + key + "'");
     }
   }
@@ -54,6 +56,13 @@ Status load_network(const YAML::Node& nw, const std::string& file, DaemonConfig*
     c->network.hosts = std::move(*parsed);
   }
   if (const YAML::Node& ap = nw["allow_private"]; ap) c->network.allow_private = ap.as<bool>();
+  if (const YAML::Node& os = nw["open_subnet"]; os) {
+    if (!os.IsScalar()) return fail(Code::kInvalid, where + ".open_subnet must be a.b.c.d/n");
+    auto sub = net::parse_open_subnet(os.as<std::string>());
+    if (!sub) return fail(Code::kInvalid, where + ": " + sub.error().message);
+    c->network.open_subnet = sub->first;
+    c->network.open_prefix = sub->second;
+  }
   return {};
 }
 

@@ -768,6 +768,8 @@ Result<SessionManager::BoxStart> SessionManager::start_box(const Entry& e) {
         fn(id, tenant, d);
       };
     }
+  } else if (e.spec.network.mode == "open") {
+    cfg.open_network = true;
   } else if (e.spec.network.mode != "none") {
     return fail(Code::kNotSupported, "network.mode \"" + e.spec.network.mode + "\"");
   }
@@ -1336,10 +1338,14 @@ Result<SessionInfo> SessionManager::set_network(const std::string& id, const Net
   std::unique_lock lk(mu_);
   auto e = find_settled_locked(lk, id);
   if (!e || !visible(*e, caller)) return fail(Code::kNotFound, "no such session: " + id);
-  if (network.mode != e->spec.network.mode) {
-    // A live box's netns was made for its mode (a proxy or none); switching it is not built.
-    return fail(Code::kNotSupported, "network.mode change (\"" + e->spec.network.mode +
-                                         "\" to \"" + network.mode + "\") of an existing session");
+  if (network.mode != e->spec.network.mode && e->state == State::kRunning) {
+    // A running box's netns was set up for its mode (its proxy, its veth, the proxy variables
+    // in its commands' environment): it is not rewired under running processes. A suspended
+    // session takes the new mode when it resumes.
+    return fail(Code::kExists, "network.mode change (\"" + e->spec.network.mode + "\" to \"" +
+                                   network.mode +
+                                   "\") of a running session: suspend it first, the new mode "
+                                   "applies when it resumes");
   }
   if (e->state == State::kRunning && e->box && policy) {
     if (auto st = e->box->set_egress_policy(policy); !st) return std::unexpected(st.error());

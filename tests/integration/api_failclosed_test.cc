@@ -35,7 +35,6 @@ class FailClosedApi : public ::testing::Test {
 };
 
 TEST_F(FailClosedApi, UnbuiltFieldsAndValuesAre501NamingThem) {
-  expect_refused({{"id", "n3"}, {"network", {{"mode", "open"}}}}, "network.mode");
   expect_refused({{"id", "t"}, {"template", "python-data"}}, "template");
   // Seed 002's primary host_path in place of /workspace itself.
   expect_refused({{"id", "h"}, {"host_path", "/srv/project"}}, "host_path");
@@ -106,7 +105,7 @@ TEST_F(FailClosedApi, SeedCgroupThatWouldChangeALiveBoxIs501) {
 TEST_F(FailClosedApi, ReadyzAndMetricsSayWhatIsBuilt) {
   auto r = api_.get("/readyz");
   ASSERT_EQ(r.status, 200) << r;
-  EXPECT_EQ(r.body["features"]["network_modes"], json::array({"none", "allowlist"})) << r;
+  EXPECT_EQ(r.body["features"]["network_modes"], json::array({"none", "allowlist", "open"})) << r;
   EXPECT_EQ(r.body["features"]["templates"], false) << r;
   EXPECT_EQ(r.body["features"]["exec"], true) << r;
   ASSERT_TRUE(r.body["backends"].is_array()) << r;
@@ -118,7 +117,7 @@ TEST_F(FailClosedApi, ReadyzAndMetricsSayWhatIsBuilt) {
   EXPECT_NE(m.raw.find("agentbox_feature{name=\"templates\"} 0\n"), std::string::npos);
   EXPECT_NE(m.raw.find("agentbox_network_mode{mode=\"none\"} 1\n"), std::string::npos);
   EXPECT_NE(m.raw.find("agentbox_network_mode{mode=\"allowlist\"} 1\n"), std::string::npos);
-  EXPECT_NE(m.raw.find("agentbox_network_mode{mode=\"open\"} 0\n"), std::string::npos);
+  EXPECT_NE(m.raw.find("agentbox_network_mode{mode=\"open\"} 1\n"), std::string::npos);
 }
 
 TEST(FailClosedConfig, DefaultLimitsFromTheConfigFileAreApplied) {

@@ -2,16 +2,29 @@
 // mode "allowlist" reaches a local HTTP server named through the config's `network.hosts` via
 // the proxy the daemon serves inside the box's netns; a name not listed is 403 naming it and a
 // `net.deny` audit line; a "none" box reaches nothing; POST /v1/sessions/{id}/network changes a
-// live policy. Only this machine: the server listens on the host's loopback.
+// live policy. Mode "open" (routed, filtered egress from the box's own netns) and the T6 items
+// that need a whole box: UDP/DNS out, `ip route add`, raw sockets, the daemon's own port, the
+// proxy given garbage, a slowloris client, a flood of CONNECTs, a target that never answers.
+//
+// Only this machine: the whole test binary runs in a network namespace of its own (set up before
+// any thread exists), so its daemons, their boxes' veths, the nftables tables and the
+// ip_forward switch of mode "open" are all inside it and vanish with it. "The internet" is a
+// second namespace the test makes (Upstream), joined by a veth on private addresses.
 
 #include <arpa/inet.h>
+#include <net/if.h>
 #include <netinet/in.h>
 #include <poll.h>
+#include <sched.h>
+#include <sys/ioctl.h>
+#include <sys/prctl.h>
 #include <sys/socket.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 #include <atomic>
 #include <cstdlib>
+#include <cstring>
 #include <filesystem>
 #include <fstream>
 #include <map>
@@ -25,6 +38,22 @@ namespace agentbox::testing {
 namespace {
 
 namespace fs = std::filesystem;
+
+// The whole binary in its own network namespace, `lo` up (before any thread exists).
+class OwnNetns : public ::testing::Environment {
+ public:
+  void SetUp() override {
+    ASSERT_EQ(::unshare(CLONE_NEWNET), 0) << strerror(errno);
+    int s = ::socket(AF_INET, SOCK_DGRAM | SOCK_CLOEXEC, 0);
+    ifreq ifr{};
+    std::strncpy(ifr.ifr_name, "lo", IFNAMSIZ - 1);
+    ASSERT_EQ(::ioctl(s, SIOCGIFFLAGS, &ifr), 0);
+    ifr.ifr_flags |= IFF_UP;
+    ASSERT_EQ(::ioctl(s, SIOCSIFFLAGS, &ifr), 0);
+    ::close(s);
+  }
+};
+const auto* const kOwnNetns = ::testing::AddGlobalTestEnvironment(new OwnNetns);
 
 struct TempDir {
   TempDir() {
@@ -237,8 +266,13 @@ TEST_F(NetworkApi, MalformedAllowEntryIs400NamingItAndMakesNothing) {
   EXPECT_EQ(r.code(), "EINVAL") << r;
   EXPECT_NE(r.message().find("no spaces.test"), std::string::npos) << r;
   EXPECT_EQ(api_.get("/v1/sessions/bad").status, 404);
-  auto open = api_.post("/v1/sessions", {{"id", "op"}, {"network", {{"mode", "open"}}}});
-  EXPECT_EQ(open.status, 501) << open;
+  auto open = api_.post("/v1/sessions",
+                        {{"id", "op"}, {"network", {{"mode", "open"}, {"allow", {"a.test"}}}}});
+  EXPECT_EQ(open.status, 400) << open;
+  EXPECT_NE(open.message().find("network.allow"), std::string::npos) << open;
+  auto wrong = api_.post("/v1/sessions", {{"id", "op"}, {"network", {{"mode", "wide"}}}});
+  EXPECT_EQ(wrong.status, 400) << wrong;
+  EXPECT_EQ(api_.get("/v1/sessions/op").status, 404);
 }
 
 TEST_F(NetworkApi, PolicyChangeTakesEffectOnTheLiveBoxAndSurvivesSuspend) {
@@ -266,12 +300,13 @@ TEST_F(NetworkApi, PolicyChangeTakesEffectOnTheLiveBoxAndSurvivesSuspend) {
                 .find("code=403"),
             std::string::npos);
 
-  // Bad input changes nothing; a mode change is not built; unknown sessions are 404.
+  // Bad input changes nothing; a mode change of a running box is 409 (not rewired under its
+  // processes); unknown sessions are 404.
   auto bad = api_.post("/v1/sessions/ch/network", {{"mode", "allowlist"}, {"allow", {"a b"}}});
   EXPECT_EQ(bad.status, 400) << bad;
   auto mode = api_.post("/v1/sessions/ch/network", {{"mode", "none"}});
-  EXPECT_EQ(mode.status, 501) << mode;
-  EXPECT_EQ(mode.code(), "ENOTSUP") << mode;
+  EXPECT_EQ(mode.status, 409) << mode;
+  EXPECT_NE(mode.message().find("suspend it first"), std::string::npos) << mode;
   EXPECT_EQ(api_.post("/v1/sessions/nope/network", {{"mode", "allowlist"}}).status, 404);
   EXPECT_EQ(api_.get("/v1/sessions/ch").body["network"]["allow"],
             json::array({allow_entry("other.example.test")}));
@@ -369,6 +404,385 @@ TEST(NetworkApiHost, AllowlistOnTheHostBackendIs501) {
   EXPECT_EQ(r.code(), "ENOTSUP") << r;
   EXPECT_NE(r.message().find("host backend"), std::string::npos) << r;
   EXPECT_EQ(api.get("/v1/sessions/h").status, 404);
+  // Nor "open": host commands would have the host's whole network, the daemon included.
+  auto o = api.post("/v1/sessions", {{"id", "ho"}, {"network", {{"mode", "open"}}}});
+  EXPECT_EQ(o.status, 501) << o;
+  EXPECT_NE(o.message().find("network.mode \"open\" on the host backend"), std::string::npos) << o;
+  EXPECT_EQ(api.get("/v1/sessions/ho").status, 404);
+}
+
+// ---- Mode "open" and the T6 items that need a whole box -----------------------------------------
+
+// Runs `cmd` with /bin/sh; true on exit 0 (the test's own network setup).
+bool sh_ok(const std::string& cmd) {
+  return std::system(cmd.c_str()) == 0;
+}
+
+// "The internet": a network namespace beside the test's, joined by a veth (the test's side
+// 10.77.0.1/24 on `upv`, the upstream's 10.77.0.2/24). A Python server in it answers HTTP on TCP
+// 8080 ("upstream saw <peer address>"), echoes UDP on 53 ("echo:<data>"), and drops every SYN to
+// TCP 9 (a target that never answers). Every TCP/UDP peer it sees is logged. Killed with the
+// test: its namespace and the veth go with it.
+class Upstream {
+ public:
+  static constexpr char kAddr[] = "10.77.0.2";
+  static constexpr char kOurAddr[] = "10.77.0.1";
+
+  Upstream() {
+    log_ = dir_.path + "/upstream.log";
+    static const char* kServer =
+        "import socket,threading,sys\n"
+        "log=open(sys.argv[1],'a',buffering=1)\n"
+        "def udp():\n"
+        "  u=socket.socket(socket.AF_INET,socket.SOCK_DGRAM); u.bind(('0.0.0.0',53))\n"
+        "  while True:\n"
+        "    d,a=u.recvfrom(2048); log.write('udp '+a[0]+'\\n'); u.sendto(b'echo:'+d,a)\n"
+        "t=socket.socket(); t.setsockopt(socket.SOL_SOCKET,socket.SO_REUSEADDR,1)\n"
+        "t.bind(('0.0.0.0',8080)); t.listen(64)\n"
+        "threading.Thread(target=udp,daemon=True).start()\n"
+        "log.write('ready\\n')\n"
+        "while True:\n"
+        "  c,a=t.accept(); log.write('tcp '+a[0]+'\\n'); c.settimeout(5)\n"
+        "  try: c.recv(65536)\n"
+        "  except OSError: pass\n"
+        "  b=('upstream saw '+a[0]+'\\n').encode()\n"
+        "  c.sendall(b'HTTP/1.0 200 OK\\r\\nContent-Length: %d\\r\\n\\r\\n'%len(b)+b); c.close()\n";
+    pid_ = ::fork();
+    if (pid_ == 0) {
+      ::prctl(PR_SET_PDEATHSIG, SIGKILL);
+      if (::unshare(CLONE_NEWNET) != 0) ::_exit(126);
+      ::execl("/usr/bin/python3", "python3", "-c", kServer, log_.c_str(), nullptr);
+      ::_exit(127);
+    }
+    if (!eventually([&] { return read_host_file(log_).find("ready") != std::string::npos; })) {
+      throw std::runtime_error("upstream server did not start");
+    }
+    const std::string ns = "nsenter --net=/proc/" + std::to_string(pid_) + "/ns/net ";
+    if (!sh_ok("ip link add upv type veth peer name eth0 netns " + std::to_string(pid_) +
+               " && ip addr add " + kOurAddr + "/24 dev upv && ip link set upv up && " + ns +
+               "ip link set lo up && " + ns + "ip addr add " + kAddr + "/24 dev eth0 && " + ns +
+               "ip link set eth0 up && " + ns +
+               "nft 'add table ip up; add chain ip up in { type filter hook input priority 0; "
+               "}; add rule ip up in tcp dport 9 drop'")) {
+      throw std::runtime_error("upstream network setup failed");
+    }
+  }
+  ~Upstream() {
+    ::kill(pid_, SIGKILL);
+    ::waitpid(pid_, nullptr, 0);
+  }
+  // The peers it saw ("tcp 10.77.0.1\nudp 10.77.0.1\n"), without the ready line.
+  std::string peers() const {
+    std::string l = read_host_file(log_);
+    return l.substr(l.find('\n') + 1);
+  }
+
+ private:
+  TempDir dir_;
+  std::string log_;
+  pid_t pid_ = -1;
+};
+
+// A TCP listener on `addr`:<ephemeral> in the test's (the host's) namespace that accepts nothing.
+class HostListener {
+ public:
+  explicit HostListener(const char* addr) {
+    fd_ = ::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+    sockaddr_in sa{};
+    sa.sin_family = AF_INET;
+    ::inet_pton(AF_INET, addr, &sa.sin_addr);
+    if (::bind(fd_, reinterpret_cast<sockaddr*>(&sa), sizeof sa) != 0 || ::listen(fd_, 16) != 0) {
+      throw std::runtime_error(std::string("host listener on ") + addr);
+    }
+    socklen_t len = sizeof sa;
+    ::getsockname(fd_, reinterpret_cast<sockaddr*>(&sa), &len);
+    port_ = ntohs(sa.sin_port);
+  }
+  ~HostListener() { ::close(fd_); }
+  std::string port() const { return std::to_string(port_); }
+
+ private:
+  int fd_ = -1;
+  uint16_t port_ = 0;
+};
+
+// What a box sees when it reaches out: `probe tcp H P` -> CONNECTED or the errno name,
+// `probe http H P` -> "HTTP <body>", `probe udp H P` -> "UDP <reply>" (TIMEOUT after 5 s).
+constexpr char kProbe[] =
+    "import socket,errno,sys\n"
+    "k,h,p=sys.argv[1],sys.argv[2],int(sys.argv[3])\n"
+    "try:\n"
+    "  if k=='udp':\n"
+    "    s=socket.socket(socket.AF_INET,socket.SOCK_DGRAM); s.settimeout(5); s.connect((h,p))\n"
+    "    s.send(b'ping'); print('UDP '+s.recv(100).decode())\n"
+    "  else:\n"
+    "    s=socket.create_connection((h,p),timeout=5)\n"
+    "    if k=='tcp': print('CONNECTED')\n"
+    "    else:\n"
+    "      s.sendall(b'GET / HTTP/1.0\\r\\n\\r\\n'); d=b''\n"
+    "      while True:\n"
+    "        x=s.recv(4096)\n"
+    "        if not x: break\n"
+    "        d+=x\n"
+    "      print('HTTP '+d.split(b'\\r\\n\\r\\n',1)[-1].decode().strip())\n"
+    "except socket.timeout: print('TIMEOUT')\n"
+    "except OSError as e: print(errno.errorcode.get(e.errno,str(e.errno)))\n";
+
+std::string open_config(const TempDir& dir, bool allow_private) {
+  std::string cfg = dir.path + "/agentboxd.yaml";
+  std::ofstream(cfg) << "network:\n"
+                        "  allow_private: "
+                     << (allow_private ? "true" : "false")
+                     << "\n"
+                        "  hosts:\n"
+                        "    up.example.test: "
+                     << Upstream::kAddr << "\n";
+  return cfg;
+}
+
+class OpenNetworkApi : public ::testing::Test {
+ protected:
+  OpenNetworkApi()
+      : daemon_({"--backend", "ns", "--config", open_config(dir_, /*allow_private=*/true)}),
+        api_(daemon_) {}
+
+  // The probe's one line of output from box `id` (as the session user).
+  std::string probe(Api& api, const std::string& id, const std::string& kind,
+                    const std::string& host, const std::string& port) {
+    auto r =
+        api.exec(id, {{"argv", {"python3", "-c", kProbe, kind, host, port}}, {"timeout_sec", 30}});
+    if (r.status != 200) return "exec failed: " + r.raw;
+    std::string out = r.body.value("stdout", "");
+    if (!out.empty() && out.back() == '\n') out.pop_back();
+    return out.empty() ? "no output: " + r.body.value("stderr", "") : out;
+  }
+  std::string probe(const std::string& id, const std::string& kind, const std::string& host,
+                    const std::string& port) {
+    return probe(api_, id, kind, host, port);
+  }
+  std::string daemon_port() const {
+    const std::string hp = daemon_.host_port();
+    return hp.substr(hp.rfind(':') + 1);
+  }
+
+  Upstream up_;
+  TempDir dir_;
+  Daemon daemon_;
+  Api api_;
+};
+
+TEST_F(OpenNetworkApi, OpenBoxReachesAnAllowedTargetOverTcpAndUdp) {
+  auto c = api_.post("/v1/sessions", {{"id", "op"}, {"network", {{"mode", "open"}}}});
+  ASSERT_EQ(c.status, 201) << c;
+  EXPECT_EQ(c.body["network"]["mode"], "open") << c;
+  // No proxy variables: the box's own route out, masqueraded to the host's address.
+  auto env = api_.sh("op", "echo \"[$HTTP_PROXY]\"; ip -4 -o addr show dev eth0 | wc -l");
+  EXPECT_EQ(env.body["stdout"], "[]\n1\n") << env;
+  EXPECT_EQ(probe("op", "http", Upstream::kAddr, "8080"),
+            std::string("HTTP upstream saw ") + Upstream::kOurAddr);
+  // UDP out (a DNS-port echo): the reply comes back through the NAT.
+  EXPECT_EQ(probe("op", "udp", Upstream::kAddr, "53"), "UDP echo:ping");
+  auto curl =
+      api_.sh("op", std::string("curl -sS --max-time 10 http://") + Upstream::kAddr + ":8080/x");
+  EXPECT_EQ(curl.body["stdout"], std::string("upstream saw ") + Upstream::kOurAddr + "\n") << curl;
+  EXPECT_EQ(up_.peers(), std::string("tcp ") + Upstream::kOurAddr + "\nudp " + Upstream::kOurAddr +
+                             "\ntcp " + Upstream::kOurAddr + "\n");
+}
+
+TEST_F(OpenNetworkApi, OpenBoxCannotReachTheHostTheDaemonMetadataOrOtherBoxes) {
+  ASSERT_EQ(api_.post("/v1/sessions", {{"id", "oa"}, {"network", {{"mode", "open"}}}}).status, 201);
+  ASSERT_EQ(api_.post("/v1/sessions", {{"id", "ob"}, {"network", {{"mode", "open"}}}}).status, 201);
+  // The daemon's port on the host's loopback: the box's 127.0.0.1 is its own, empty loopback.
+  EXPECT_EQ(probe("oa", "tcp", "127.0.0.1", daemon_port()), "ECONNREFUSED");
+  // The host itself on any of its addresses (the box's gateway, the host's other interface),
+  // where a listener on 0.0.0.0 waits: refused by the host's input filter.
+  HostListener any("0.0.0.0");
+  auto gw = api_.sh("oa", "ip -4 route show default | cut -d' ' -f3");
+  const std::string gateway =
+      gw.body.value("stdout", "").substr(0, gw.body.value("stdout", "").find('\n'));
+  ASSERT_FALSE(gateway.empty()) << gw;
+  EXPECT_EQ(probe("oa", "tcp", gateway, any.port()), "EHOSTUNREACH");
+  EXPECT_EQ(probe("oa", "tcp", gateway, daemon_port()), "EHOSTUNREACH");
+  EXPECT_EQ(probe("oa", "tcp", Upstream::kOurAddr, any.port()), "EHOSTUNREACH");
+  // Link-local/metadata, TCP and UDP; IPv6 at all.
+  EXPECT_EQ(probe("oa", "tcp", "169.254.169.254", "80"), "EHOSTUNREACH");
+  EXPECT_EQ(probe("oa", "udp", "169.254.169.254", "53"), "EPERM");  // UDP: the send fails
+  EXPECT_EQ(probe("oa", "tcp", "::ffff:169.254.169.254", "80"), "EHOSTUNREACH");
+  // Another box (its address is in the box pool, never reachable).
+  auto ob = api_.sh("ob", "ip -4 -o addr show dev eth0 | awk '{print $4}' | cut -d/ -f1");
+  std::string other = ob.body.value("stdout", "");
+  other = other.substr(0, other.find('\n'));
+  ASSERT_FALSE(other.empty()) << ob;
+  auto listen = api_.post("/v1/sessions/ob/processes",
+                          {{"argv",
+                            {"python3", "-c",
+                             "import socket,time\ns=socket.socket()\n"
+                             "s.bind(('0.0.0.0',7000));s.listen(4);time.sleep(60)"}}});
+  ASSERT_EQ(listen.status, 201) << listen;
+  ASSERT_TRUE(eventually(
+      [&] { return api_.sh("ob", "ss -ltn | grep -q ':7000 '").body.value("exit_code", 1) == 0; }));
+  EXPECT_EQ(probe("oa", "tcp", other, "7000"), "EHOSTUNREACH");
+  // The session user cannot change the network: route, address, link, filter; no raw sockets.
+  auto route = api_.sh("oa", "ip route add 192.0.2.0/24 dev eth0 2>&1; echo rc=$?");
+  EXPECT_NE(route.body.value("stdout", "").find("Operation not permitted"), std::string::npos)
+      << route;
+  auto addr = api_.sh("oa", "ip addr add 10.77.0.9/24 dev eth0 2>&1; echo rc=$?");
+  EXPECT_NE(addr.body.value("stdout", "").find("Operation not permitted"), std::string::npos)
+      << addr;
+  auto flush = api_.sh("oa", "nft flush ruleset 2>&1; echo rc=$?");
+  EXPECT_EQ(flush.body.value("stdout", "").find("rc=0"), std::string::npos) << flush;
+  auto raw = api_.exec(
+      "oa",
+      {{"argv",
+        {"python3", "-c",
+         "import socket\n"
+         "try: socket.socket(socket.AF_INET,socket.SOCK_RAW,socket.IPPROTO_ICMP); print('RAW')\n"
+         "except PermissionError: print('EPERM')\n"}}});
+  EXPECT_EQ(raw.body["stdout"], "EPERM\n") << raw;
+  // After all that the box still reaches what it may, and nothing above reached the upstream.
+  EXPECT_EQ(probe("oa", "http", Upstream::kAddr, "8080"),
+            std::string("HTTP upstream saw ") + Upstream::kOurAddr);
+  EXPECT_EQ(up_.peers(), std::string("tcp ") + Upstream::kOurAddr + "\n");
+}
+
+TEST_F(OpenNetworkApi, WithoutAllowPrivateAnOpenBoxCannotReachPrivateAddresses) {
+  TempDir dir;
+  Daemon strict({"--backend", "ns", "--config", open_config(dir, /*allow_private=*/false)});
+  Api api(strict);
+  ASSERT_EQ(api.post("/v1/sessions", {{"id", "os"}, {"network", {{"mode", "open"}}}}).status, 201);
+  EXPECT_EQ(probe(api, "os", "tcp", Upstream::kAddr, "8080"), "EHOSTUNREACH");
+  EXPECT_EQ(probe(api, "os", "udp", Upstream::kAddr, "53"), "EPERM");
+  for (const char* a : {"192.168.1.1", "172.16.0.1", "100.64.0.1"}) {
+    EXPECT_EQ(probe(api, "os", "tcp", a, "80"), "EHOSTUNREACH") << a;
+  }
+  // The box of the daemon that allows private ranges, side by side, still does.
+  ASSERT_EQ(api_.post("/v1/sessions", {{"id", "op"}, {"network", {{"mode", "open"}}}}).status, 201);
+  EXPECT_EQ(probe("op", "udp", Upstream::kAddr, "53"), "UDP echo:ping");
+  EXPECT_EQ(up_.peers(), std::string("udp ") + Upstream::kOurAddr + "\n");
+}
+
+TEST_F(OpenNetworkApi, NoneAndAllowlistBoxesSendNoUdpAndNoDirectTcp) {
+  ASSERT_EQ(api_.post("/v1/sessions", {{"id", "nn"}}).status, 201);
+  ASSERT_EQ(api_.post("/v1/sessions",
+                      {{"id", "al"},
+                       {"network", {{"mode", "allowlist"}, {"allow", {"up.example.test:8080"}}}}})
+                .status,
+            201);
+  for (const char* id : {"nn", "al"}) {
+    EXPECT_EQ(probe(id, "udp", Upstream::kAddr, "53"), "ENETUNREACH") << id;
+    EXPECT_EQ(probe(id, "tcp", Upstream::kAddr, "8080"), "ENETUNREACH") << id;
+    auto dns = api_.exec(
+        id, {{"argv",
+              {"python3", "-c",
+               "import socket\ntry: socket.getaddrinfo('leak.example.test',80); print('RESOLVED')\n"
+               "except OSError: print('NORESOLVE')\n"}}});
+    EXPECT_EQ(dns.body["stdout"], "NORESOLVE\n") << id << dns;
+  }
+  EXPECT_EQ(up_.peers(), "");
+  // Through the proxy, the allowlist box gets there (network.hosts names the upstream).
+  auto r = api_.sh("al", "curl -sS --max-time 10 http://up.example.test:8080/");
+  EXPECT_EQ(r.body["stdout"], std::string("upstream saw ") + Upstream::kOurAddr + "\n") << r;
+}
+
+TEST_F(OpenNetworkApi, ModeChangesApplyWhenTheSessionResumesNeverUnderRunningProcesses) {
+  ASSERT_EQ(api_.post("/v1/sessions", {{"id", "mc"}}).status, 201);
+  EXPECT_EQ(probe("mc", "tcp", Upstream::kAddr, "8080"), "ENETUNREACH");
+  // Running: 409, nothing changed.
+  auto busy = api_.post("/v1/sessions/mc/network", {{"mode", "open"}});
+  EXPECT_EQ(busy.status, 409) << busy;
+  EXPECT_NE(busy.message().find("suspend it first"), std::string::npos) << busy;
+  EXPECT_EQ(api_.get("/v1/sessions/mc").body["network"]["mode"], "none");
+  EXPECT_EQ(probe("mc", "tcp", Upstream::kAddr, "8080"), "ENETUNREACH");
+  // Suspended: the answer says the new mode and that the session is suspended; it applies on
+  // resume.
+  ASSERT_EQ(api_.post("/v1/sessions/mc/suspend", json::object()).status, 200);
+  auto to_open = api_.post("/v1/sessions/mc/network", {{"mode", "open"}});
+  ASSERT_EQ(to_open.status, 200) << to_open;
+  EXPECT_EQ(to_open.body["network"]["mode"], "open") << to_open;
+  EXPECT_EQ(to_open.body["state"], "suspended") << to_open;
+  EXPECT_EQ(probe("mc", "http", Upstream::kAddr, "8080"),
+            std::string("HTTP upstream saw ") + Upstream::kOurAddr);
+  // open -> allowlist: the proxy and its variables, no route.
+  ASSERT_EQ(api_.post("/v1/sessions/mc/suspend", json::object()).status, 200);
+  auto to_al = api_.post("/v1/sessions/mc/network",
+                         {{"mode", "allowlist"}, {"allow", {"up.example.test:8080"}}});
+  ASSERT_EQ(to_al.status, 200) << to_al;
+  EXPECT_EQ(probe("mc", "tcp", Upstream::kAddr, "8080"), "ENETUNREACH");
+  auto via = api_.sh("mc", "curl -sS --max-time 10 http://up.example.test:8080/");
+  EXPECT_EQ(via.body["stdout"], std::string("upstream saw ") + Upstream::kOurAddr + "\n") << via;
+  // allowlist -> none.
+  ASSERT_EQ(api_.post("/v1/sessions/mc/suspend", json::object()).status, 200);
+  ASSERT_EQ(api_.post("/v1/sessions/mc/network", {{"mode", "none"}}).status, 200);
+  auto none = api_.sh("mc",
+                      "echo \"[$HTTP_PROXY]\"; curl -sS --max-time 5 http://up.example.test:8080/ "
+                      ">/dev/null 2>&1; echo rc=$?");
+  EXPECT_NE(none.body["stdout"].get<std::string>().find("[]\n"), std::string::npos) << none;
+  EXPECT_EQ(none.body["stdout"].get<std::string>().find("rc=0"), std::string::npos) << none;
+  EXPECT_EQ(up_.peers(),
+            std::string("tcp ") + Upstream::kOurAddr + "\ntcp " + Upstream::kOurAddr + "\n");
+}
+
+// The proxy of a real box under abuse (SECURITY.md T6 faults): garbage, a client that never
+// finishes its head, more CONNECTs than the per-session cap, and a target that never answers.
+TEST_F(OpenNetworkApi, ProxyFaultsGarbageSlowlorisFloodAndSilentTarget) {
+  const json al = {{"mode", "allowlist"}, {"allow", {"up.example.test:8080", "up.example.test:9"}}};
+  ASSERT_EQ(api_.post("/v1/sessions", {{"id", "fa"}, {"network", al}}).status, 201);
+  ASSERT_EQ(api_.post("/v1/sessions", {{"id", "fb"}, {"network", al}}).status, 201);
+  // Garbage: 400, and the proxy serves on.
+  auto g = api_.exec("fa", {{"argv",
+                             {"python3", "-c",
+                              "import socket\ns=socket.create_connection(('127.0.0.1',3128))\n"
+                              "s.sendall(b'\\x00\\xff garbage \\r\\n\\r\\n')\n"
+                              "print(s.recv(200).split(b'\\r\\n')[0].decode())\n"}}});
+  EXPECT_EQ(g.body["stdout"], "HTTP/1.1 400 Bad Request\n") << g;
+  // Slowloris: a head that never ends is cut at the header timeout (10 s).
+  auto slow = api_.exec(
+      "fa",
+      {{"argv",
+        {"python3", "-c",
+         "import socket,time\ns=socket.create_connection(('127.0.0.1',3128))\n"
+         "s.sendall(b'CONNECT up.example.test:8080 HTTP/1.1\\r\\nX-a: ')\n"
+         "t=time.time();s.settimeout(40)\n"
+         "try:\n  d=s.recv(200)\nexcept OSError as e: d=b'ERR'\n"
+         "print('closed' if time.time()-t < 30 else 'kept', d.split(b'\\r\\n')[0].decode())\n"}},
+       {"timeout_sec", 60}});
+  EXPECT_EQ(slow.body.value("stdout", ""), "closed HTTP/1.1 408 Request Timeout\n") << slow;
+  // A flood of 400 connections from one box: past the cap (256 per session) the proxy answers
+  // 503 and closes; the daemon's fds stay bounded; the other session is served meanwhile.
+  const std::string fd_dir = "/proc/" + std::to_string(daemon_.pid()) + "/fd";
+  auto count_fds = [&] {
+    size_t n = 0;
+    for ([[maybe_unused]] const auto& e : fs::directory_iterator(fd_dir)) ++n;
+    return n;
+  };
+  const size_t fds_before = count_fds();
+  auto flood =
+      api_.post("/v1/sessions/fa/processes",
+                {{"argv",
+                  {"python3", "-c",
+                   "import socket,select,time\n"
+                   "ss=[socket.create_connection(('127.0.0.1',3128)) for i in range(400)]\n"
+                   "time.sleep(1)\n"
+                   "r,_,_=select.select(ss,[],[],1)\n"
+                   "busy=sum(1 for s in r if s.recv(100).startswith(b'HTTP/1.1 503 '))\n"
+                   "open('/workspace/flood.out','w').write('busy %d\\n'%busy)\n"
+                   "time.sleep(30)\n"}}});
+  ASSERT_EQ(flood.status, 201) << flood;
+  ASSERT_TRUE(eventually(
+      [&] { return api_.sh("fa", "test -s /workspace/flood.out").body.value("exit_code", 1) == 0; },
+      30));
+  const size_t fds_during = count_fds();
+  EXPECT_LT(fds_during, fds_before + 256 + 64) << fds_before << " -> " << fds_during;
+  EXPECT_EQ(api_.sh("fa", "cat /workspace/flood.out").body["stdout"], "busy 144\n");
+  auto other = api_.sh("fb", "curl -sS --max-time 10 http://up.example.test:8080/");
+  EXPECT_EQ(other.body["stdout"], std::string("upstream saw ") + Upstream::kOurAddr + "\n")
+      << other;
+  // A target that never answers (SYNs dropped): 504 naming it, after the connect timeout.
+  auto silent = api_.sh("fb",
+                        "curl -sS --max-time 40 -o /dev/stderr -w '%{http_code}' "
+                        "-x http://127.0.0.1:3128 http://up.example.test:9/ 2>&1");
+  EXPECT_NE(silent.body.value("stdout", "").find("504"), std::string::npos) << silent;
+  EXPECT_NE(silent.body.value("stdout", "").find("up.example.test:9"), std::string::npos) << silent;
 }
 
 }  // namespace

@@ -1,7 +1,10 @@
 // net/policy: canonical names, IP literal spellings, allowlist matching, refused address ranges.
 #include "net/policy.h"
 
+#include <gmock/gmock.h>
 #include <gtest/gtest.h>
+
+#include <algorithm>
 
 namespace agentbox::net {
 namespace {
@@ -182,6 +185,38 @@ TEST(ParseHostsTest, NamesCanonicalAddressesChecked) {
   ASSERT_FALSE(bad);
   EXPECT_NE(bad.error().message.find("pkgs.test"), std::string::npos);
   EXPECT_FALSE(parse_hosts({{"127.0.0.1", "127.0.0.1"}}));
+}
+
+// The open mode's box filter is built from refused_v4_cidrs: the same ranges, both ways.
+TEST(RefusedV4CidrsTest, SameRangesAsRefusedAddress) {
+  for (bool allow_private : {false, true}) {
+    const auto cidrs = refused_v4_cidrs(allow_private);
+    for (const std::string& c : cidrs) {
+      const auto net = ip::make_address_v4(c.substr(0, c.find('/')));
+      const int prefix = std::stoi(c.substr(c.find('/') + 1));
+      const uint32_t last = net.to_uint() | (prefix == 32 ? 0 : ~uint32_t(0) >> prefix);
+      EXPECT_TRUE(refused_address(IpAddress(net), allow_private)) << c;
+      EXPECT_TRUE(refused_address(IpAddress(ip::address_v4(last)), allow_private)) << c;
+    }
+    const bool has_ten = std::find(cidrs.begin(), cidrs.end(), "10.0.0.0/8") != cidrs.end();
+    EXPECT_EQ(has_ten, !allow_private);
+  }
+  EXPECT_THAT(refused_v4_cidrs(true),
+              ::testing::IsSupersetOf({"127.0.0.0/8", "169.254.0.0/16", "0.0.0.0/8"}));
+}
+
+TEST(ParseOpenSubnetTest, PrefixAndHostBitsChecked) {
+  auto ok = parse_open_subnet("10.201.0.0/16");
+  ASSERT_TRUE(ok);
+  EXPECT_EQ(ok->first, 0x0AC90000u);
+  EXPECT_EQ(ok->second, 16);
+  for (const char* bad : {"10.201.0.1/16", "10.201.0.0", "10.201.0.0/30", "10.201.0.0/4",
+                          "fd00::/64", "x/16", "10.201.0.0/16x", "10.201.0.0/"}) {
+    auto r = parse_open_subnet(bad);
+    ASSERT_FALSE(r) << bad;
+    EXPECT_NE(r.error().message.find(std::string("\"") + bad + "\""), std::string::npos)
+        << r.error().message;
+  }
 }
 
 }  // namespace

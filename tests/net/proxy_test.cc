@@ -229,10 +229,13 @@ TEST_F(ProxyTest, GarbageOversizedHeadsAndSlowClients) {
   EXPECT_THAT(raw(*h, "CONNECT pkgs.example.test HTTP/1.1\r\n\r\n"), StartsWith("HTTP/1.1 400 "));
   EXPECT_THAT(raw(*h, "GET http://a.test/ HTTP/1.1\r\nX: " + std::string(5000, 'a') + "\r\n\r\n"),
               StartsWith("HTTP/1.1 431 "));
-  // A slowloris client: half a head, then nothing. The proxy closes it (EOF, no answer).
+  // A slowloris client: half a head, then nothing. At the header timeout the proxy answers 408
+  // naming it and closes.
   UniqueFd slow = connect_in_netns(h->netns(), 3128);
   ASSERT_TRUE(slow);
-  EXPECT_EQ(roundtrip(slow.get(), "CONNECT pkgs.exa"), "");
+  const std::string r = roundtrip(slow.get(), "CONNECT pkgs.exa");
+  EXPECT_THAT(r, StartsWith("HTTP/1.1 408 Request Timeout\r\n"));
+  EXPECT_THAT(r, HasSubstr("agentbox proxy: no complete request head within 500 ms"));
 }
 
 TEST_F(ProxyTest, ThousandConcurrentConnectsAreBounded) {

@@ -56,9 +56,9 @@ TEST(Metrics, FeaturesSayWhatIsBuilt) {
   EXPECT_TRUE(has_line(t, "agentbox_feature{name=\"templates\"} 0")) << t;
   EXPECT_TRUE(has_line(t, "agentbox_network_mode{mode=\"none\"} 1")) << t;
   EXPECT_TRUE(has_line(t, "agentbox_network_mode{mode=\"allowlist\"} 1")) << t;
-  EXPECT_TRUE(has_line(t, "agentbox_network_mode{mode=\"open\"} 0")) << t;
+  EXPECT_TRUE(has_line(t, "agentbox_network_mode{mode=\"open\"} 1")) << t;
   nlohmann::json f = features_json();
-  EXPECT_EQ(f["network_modes"], nlohmann::json::array({"none", "allowlist"}));
+  EXPECT_EQ(f["network_modes"], nlohmann::json::array({"none", "allowlist", "open"}));
   EXPECT_EQ(f["templates"], false);
   EXPECT_EQ(f["processes"], true);
   EXPECT_EQ(f["exec"], true);
