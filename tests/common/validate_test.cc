@@ -81,6 +81,8 @@ struct FakeLimits {
   std::optional<std::uint32_t> max_pids;
   std::optional<std::uint64_t> disk_mb;
   std::optional<std::uint32_t> max_open_files;
+  std::optional<std::uint32_t> cpu_time_sec;
+  std::optional<std::uint64_t> tmp_mb;
 };
 
 TEST(ValidateTest, LimitsFloorsAndCeilings) {
@@ -97,6 +99,13 @@ TEST(ValidateTest, LimitsFloorsAndCeilings) {
   EXPECT_NE(refusal(limits(FakeLimits{.max_pids = 7}, "limits")).find("'limits.max_pids'"),
             std::string::npos);
   EXPECT_NE(refusal(limits(FakeLimits{.disk_mb = kMaxMiB + 1}, "limits")).find("'limits.disk_mb'"),
+            std::string::npos);
+  EXPECT_NE(refusal(limits(FakeLimits{.cpu_time_sec = 0}, "limits")).find("'limits.cpu_time_sec'"),
+            std::string::npos);
+  EXPECT_NE(refusal(limits(FakeLimits{.cpu_time_sec = 7 * 24 * 3600 + 1}, "limits"))
+                .find("'limits.cpu_time_sec'"),
+            std::string::npos);
+  EXPECT_NE(refusal(limits(FakeLimits{.tmp_mb = 0}, "limits")).find("'limits.tmp_mb'"),
             std::string::npos);
   EXPECT_NE(refusal(limits(FakeLimits{.max_open_files = (1u << 20) + 1}, "l"))
                 .find("'l.max_open_files'"),

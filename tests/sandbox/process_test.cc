@@ -386,7 +386,9 @@ TEST_P(ProcessTest, KillTakesTheWholeTree) {
                          : "sleep 1000 & echo $!; wait";
   std::optional<std::pair<ProcessInfo, bool>> exit_seen;
   start(ProcessSpec{.command = cmd, .tag = "tree"},
-        [&exit_seen](const ProcessInfo& i, bool requested) { exit_seen.emplace(i, requested); });
+        [&exit_seen](const ProcessInfo& i, const ProcessEnd& end) {
+          exit_seen.emplace(i, end.requested);
+        });
   ASSERT_TRUE(run_until([&] { return !stream_text("tree", OutputRecord::Type::kStdout).empty(); }));
   const pid_t grandchild = std::atoi(stream_text("tree", OutputRecord::Type::kStdout).c_str());
   ASSERT_TRUE(procs().kill("tree"));
@@ -404,7 +406,7 @@ TEST_P(ProcessTest, KillTakesTheWholeTree) {
 TEST_P(ProcessTest, EndOfLeaderEndsItsTreeAndReportsUnrequested) {
   std::optional<bool> requested;
   start(ProcessSpec{.command = "sleep 1000 & exit 0", .tag = "leaver"},
-        [&requested](const ProcessInfo&, bool r) { requested = r; });
+        [&requested](const ProcessInfo&, const ProcessEnd& end) { requested = end.requested; });
   ASSERT_TRUE(wait_ended("leaver"));
   ASSERT_TRUE(run_until([&] { return requested.has_value(); }));
   EXPECT_FALSE(*requested);
