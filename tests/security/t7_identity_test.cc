@@ -7,6 +7,7 @@
 #include <map>
 #include <set>
 
+#include "common/fnv.h"
 #include "security/box_fixture.h"
 
 namespace agentbox::security {
@@ -37,14 +38,10 @@ TEST(IdentityTest, WorkspaceFilesBelongToTheSessionUid) {
                 std::to_string(b.uid()) + "\n");
 }
 
-// The first uid probe of seed 001 (DESIGN.md "Identity"): FNV-1a 32 of the id, % 60000 + 10000.
+// The first uid probe of seed 001 (DESIGN.md "Identity"): FNV-1 32 of the id (Go's
+// hash/fnv.New32, what the seed's toolbox-server uses), % 60000 + 10000.
 uid_t first_uid_probe(const std::string& id) {
-  std::uint32_t h = 2166136261u;
-  for (unsigned char c : id) {
-    h ^= c;
-    h *= 16777619u;
-  }
-  return static_cast<uid_t>(h % 60000u + 10000u);
+  return static_cast<uid_t>(fnv1_32(id) % 60000u + 10000u);
 }
 
 // Two ids whose first probes collide (found by search: FNV is deterministic), so the second one
