@@ -19,18 +19,18 @@
 #include <unistd.h>
 
 #include <algorithm>
-#include <boost/asio/steady_timer.hpp>
 #include <chrono>
 #include <cstdint>
+#include <map>
 #include <optional>
 #include <span>
-#include <map>
 #include <string>
 #include <vector>
 
 #include "common/log.h"
 #include "server/internal/blocking.h"
 #include "server/internal/exec.h"
+#include "server/internal/processes.h"
 #include "server/internal/surfaces.h"
 #include "server/internal/transport.h"
 #include "server/internal/mcp_tools.h"
@@ -598,23 +598,10 @@ asio::awaitable<json> tool_kill_process(ToolCall* tc) {
   if (!ref) co_return tool_error(ref.error());
   auto table = table_of(tc);
   if (!table) co_return tool_error(table.error());
-  auto before = (*table)->get(*ref);
-  if (!before) co_return tool_error(before.error());
-  if (auto st = (*table)->kill(*ref); !st) co_return tool_error(st.error());
-  // By pid from here (a tag is free once its process ended); the end is seen within moments.
-  const std::string pid = std::to_string(before->pid);
-  asio::steady_timer t(co_await asio::this_coro::executor);
-  auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(5);
-  auto info = (*table)->get(pid);
-  while (info && info->state == sandbox::ProcessState::kRunning &&
-         std::chrono::steady_clock::now() < deadline) {
-    t.expires_after(std::chrono::milliseconds(5));
-    co_await t.async_wait(kTuple);
-    info = (*table)->get(pid);
-  }
+  auto info = co_await kill_and_wait(*table, *ref);
   if (!info) co_return tool_error(info.error());
   audit(tc->call->ctx, "process.kill", tc->call->ex.req.caller, tc->session,
-        nlohmann::ordered_json{{"pid", before->pid}, {"via", "mcp"}});
+        nlohmann::ordered_json{{"pid", info->pid}, {"via", "mcp"}});
   co_return tool_ok(encode_process(*info));
 }
 

@@ -20,11 +20,30 @@
 #include "common/log.h"
 #include "sandbox/process_table.h"
 #include "server/internal/blocking.h"
+#include "server/internal/processes.h"
 #include "server/internal/surfaces.h"
 #include "server/internal/transport.h"
 #include "server/websocket.h"
 
 namespace agentbox::server::detail {
+asio::awaitable<Result<sandbox::ProcessInfo>> kill_and_wait(sandbox::ProcessTable* table,
+                                                             std::string ref) {
+  auto before = table->get(ref);
+  if (!before) co_return std::unexpected(before.error());
+  if (auto st = table->kill(ref); !st) co_return std::unexpected(st.error());
+  const std::string pid = std::to_string(before->pid);
+  asio::steady_timer t(co_await asio::this_coro::executor);
+  auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(5);
+  auto info = table->get(pid);
+  while (info && info->state == sandbox::ProcessState::kRunning &&
+         std::chrono::steady_clock::now() < deadline) {
+    t.expires_after(std::chrono::milliseconds(5));
+    co_await t.async_wait(kTuple);
+    info = table->get(pid);
+  }
+  co_return info;
+}
+
 namespace {
 
 using namespace boost::asio::experimental::awaitable_operators;
@@ -206,24 +225,10 @@ asio::awaitable<Reply> get_process(Context* ctx, Request* req) {
 asio::awaitable<Reply> delete_process(Context* ctx, Request* req) {
   auto procs = co_await procs_of(ctx, req, /*create=*/false);
   if (!procs) co_return error_reply(procs.error());
-  const std::string ref = ref_param(*req);
-  auto before = procs->table->get(ref);
-  if (!before) co_return error_reply(before.error());
-  if (auto st = procs->table->kill(ref); !st) co_return error_reply(st.error());
-  // By pid from here: a tag is free for a new process once this one ended.
-  const std::string pid = std::to_string(before->pid);
-  asio::steady_timer t(co_await asio::this_coro::executor);
-  auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(5);
-  auto info = procs->table->get(pid);
-  while (info && info->state == sandbox::ProcessState::kRunning &&
-         std::chrono::steady_clock::now() < deadline) {
-    t.expires_after(std::chrono::milliseconds(5));
-    co_await t.async_wait(kTuple);
-    info = procs->table->get(pid);
-  }
+  auto info = co_await kill_and_wait(procs->table, ref_param(*req));
   if (!info) co_return error_reply(info.error());
   audit(ctx, "process.kill", req->caller, procs->session,
-        nlohmann::ordered_json{{"pid", before->pid}});
+        nlohmann::ordered_json{{"pid", info->pid}});
   co_return json_reply(200, encode_process(*info));
 }
 
