@@ -172,9 +172,10 @@ Status check_artifact_dir_syntax(const std::string& dir) {
   return {};
 }
 
-// The exec fields shared by the v1 and seed routes.
-Result<sandbox::ExecSpec> decode_exec_fields(const json& body) {
-  sandbox::ExecSpec spec;
+// `command` (run by /bin/sh -c) or `argv` (run directly), exactly one, into an ExecSpec or a
+// ProcessSpec.
+template <typename Spec>
+Status decode_command(const json& body, Spec* spec) {
   AB_ASSIGN_OR_RETURN(auto command, opt_string(body, "command"));
   AB_ASSIGN_OR_RETURN(auto argv, opt_string_array(body, "argv"));
   if (command && argv) return fail(Code::kInvalid, "give either 'command' or 'argv', not both");
@@ -182,7 +183,7 @@ Result<sandbox::ExecSpec> decode_exec_fields(const json& body) {
   if (command) {
     if (command->empty()) return bad_field("command", "must not be empty");
     if (has_nul(*command)) return bad_field("command", "must not contain NUL");
-    spec.command = std::move(*command);
+    spec->command = std::move(*command);
   } else {
     if (argv->empty()) return bad_field("argv", "must not be empty");
     for (std::size_t i = 0; i < argv->size(); ++i) {
@@ -191,8 +192,15 @@ Result<sandbox::ExecSpec> decode_exec_fields(const json& body) {
       }
     }
     if ((*argv)[0].empty()) return bad_field("argv[0]", "must not be empty");
-    spec.argv = std::move(*argv);
+    spec->argv = std::move(*argv);
   }
+  return {};
+}
+
+// The exec fields shared by the v1 and seed routes.
+Result<sandbox::ExecSpec> decode_exec_fields(const json& body) {
+  sandbox::ExecSpec spec;
+  AB_TRY(decode_command(body, &spec));
   AB_ASSIGN_OR_RETURN(auto cwd, opt_string(body, "cwd"));
   if (cwd) spec.cwd = std::move(*cwd);
   AB_ASSIGN_OR_RETURN(auto env, opt_string_map(body, "env"));
@@ -689,24 +697,7 @@ Result<sandbox::PtySize> decode_pty_size(const json& body, std::string_view pref
 
 Result<sandbox::ProcessSpec> decode_process_start(const json& body) {
   sandbox::ProcessSpec spec;
-  AB_ASSIGN_OR_RETURN(auto command, opt_string(body, "command"));
-  AB_ASSIGN_OR_RETURN(auto argv, opt_string_array(body, "argv"));
-  if (command && argv) return fail(Code::kInvalid, "give either 'command' or 'argv', not both");
-  if (!command && !argv) return fail(Code::kInvalid, "field 'command' (or 'argv') is required");
-  if (command) {
-    if (command->empty()) return bad_field("command", "must not be empty");
-    if (has_nul(*command)) return bad_field("command", "must not contain NUL");
-    spec.command = std::move(*command);
-  } else {
-    if (argv->empty()) return bad_field("argv", "must not be empty");
-    for (std::size_t i = 0; i < argv->size(); ++i) {
-      if (has_nul((*argv)[i])) {
-        return bad_field("argv[" + std::to_string(i) + "]", "must not contain NUL");
-      }
-    }
-    if ((*argv)[0].empty()) return bad_field("argv[0]", "must not be empty");
-    spec.argv = std::move(*argv);
-  }
+  AB_TRY(decode_command(body, &spec));
   AB_ASSIGN_OR_RETURN(auto cwd, opt_string(body, "cwd"));
   if (cwd) {
     if (has_nul(*cwd)) return bad_field("cwd", "must not contain NUL");
