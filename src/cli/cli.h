@@ -145,6 +145,9 @@ class OutputRecords {
   std::string bad_line_;
 };
 
+// Rows as left-aligned columns, two spaces apart, on stdout (`ps`, `session list`).
+void print_table(const std::vector<std::vector<std::string>>& rows);
+
 // Human-readable byte count: "512 B", "1.5 KiB", "12.0 MiB".
 std::string human_bytes(std::uint64_t n);
 

@@ -56,22 +56,6 @@ std::string exit_of(const json& p) {
   return text(p, "exit_code");
 }
 
-void print_table(const std::vector<std::vector<std::string>>& rows) {
-  std::vector<std::size_t> width;
-  for (const auto& row : rows) {
-    width.resize(std::max(width.size(), row.size()), 0);
-    for (std::size_t i = 0; i < row.size(); ++i) width[i] = std::max(width[i], row[i].size());
-  }
-  for (const auto& row : rows) {
-    std::string line;
-    for (std::size_t i = 0; i < row.size(); ++i) {
-      line += row[i];
-      if (i + 1 < row.size()) line += std::string(width[i] - row[i].size() + 2, ' ');
-    }
-    std::cout << line << '\n';
-  }
-}
-
 // Our terminal's size, else 80x24.
 std::pair<int, int> terminal_size() {
   winsize ws{};
