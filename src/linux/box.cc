@@ -18,27 +18,14 @@
 
 #include "linux/caps.h"
 #include "linux/init_protocol.h"
+#include "linux/internal/clone_args.h"
 
 namespace agentbox::linux {
 namespace {
 
 namespace proto = initproto;
 
-// The kernel's struct clone_args (v2, with cgroup), spelled out: <linux/sched.h> clashes with
-// glibc's <sched.h>.
-struct CloneArgs {
-  std::uint64_t flags;
-  std::uint64_t pidfd;
-  std::uint64_t child_tid;
-  std::uint64_t parent_tid;
-  std::uint64_t exit_signal;
-  std::uint64_t stack;
-  std::uint64_t stack_size;
-  std::uint64_t tls;
-  std::uint64_t set_tid;
-  std::uint64_t set_tid_size;
-  std::uint64_t cgroup;
-};
+using detail::CloneArgs;
 
 constexpr int kInitFdInBox = proto::kControlFd + 1;  // O_CLOEXEC: gone once the init runs
 // A SEQPACKET message must fit the sender's buffer; requests carry up to kMaxPayloadBytes.

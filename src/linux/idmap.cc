@@ -13,23 +13,13 @@
 #include <cstdint>
 #include <cstdio>
 
+#include "linux/internal/clone_args.h"
 #include "linux/sys.h"
 
 namespace agentbox::linux {
 namespace {
 
-// The first fields of the kernel's struct clone_args (CLONE_ARGS_SIZE_VER0): all a plain fork
-// into a new user namespace needs.
-struct CloneArgsV0 {
-  std::uint64_t flags;
-  std::uint64_t pidfd;
-  std::uint64_t child_tid;
-  std::uint64_t parent_tid;
-  std::uint64_t exit_signal;
-  std::uint64_t stack;
-  std::uint64_t stack_size;
-  std::uint64_t tls;
-};
+using detail::CloneArgs;
 
 // The helper child: kill it (if still there) and reap it, whatever happened.
 class Helper {
@@ -72,7 +62,7 @@ Result<UniqueFd> make_idmap_userns(const IdMap& map) {
   const int wait_w = wait.write.get();
 
   int pidfd = -1;
-  CloneArgsV0 ca{};
+  CloneArgs ca{};
   ca.flags = CLONE_NEWUSER | CLONE_PIDFD;
   ca.pidfd = reinterpret_cast<std::uintptr_t>(&pidfd);
   // No exit signal: a SIGCHLD-driven waitpid(-1) elsewhere must not reap it; Helper reaps it
