@@ -279,4 +279,9 @@ int shell(const Globals& g, const std::string& session, const std::vector<std::s
 // ends, 0 when detached.
 int attach(const Globals& g, const std::string& session, const std::string& ref);
 
+// agentbox mcp SESSION (mcp_cmd.cc): the session's MCP tools served over stdio (one JSON-RPC
+// message per line on in_fd, the replies on out_fd) through POST /v1/sessions/{id}/mcp, until
+// the end of in_fd.
+int mcp_stdio(const Globals& g, const std::string& session, int in_fd, int out_fd);
+
 }  // namespace agentbox::cli

@@ -346,6 +346,19 @@ int main(int argc, char** argv) {
     });
   }
 
+  // ---- mcp ----
+  std::string mcp_session;
+  CLI::App* mcpc = app.add_subcommand(
+      "mcp", "serve a session's MCP tools over stdio (for desktop agents; created if missing)");
+  mcpc->footer(
+      "Reads one JSON-RPC message per line on stdin and writes the replies on stdout, through "
+      "the daemon's POST /v1/sessions/SESSION/mcp; diagnostics go to stderr. Ends (exit 0) at "
+      "the end of stdin.");
+  mcpc->add_option("session", mcp_session, "session id")->required();
+  mcpc->callback([&] {
+    run = [&] { return agentbox::cli::mcp_stdio(g, mcp_session, STDIN_FILENO, STDOUT_FILENO); };
+  });
+
   // ---- wait ----
   std::string wait_url;
   std::optional<std::uint32_t> wait_timeout;

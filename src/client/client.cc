@@ -294,11 +294,15 @@ struct Client::Impl {
   Result<Response> exchange(std::string_view method, std::string_view target, std::string_view body,
                             std::string_view content_type,
                             const std::function<bool(std::string_view)>* on_chunk,
-                            const std::function<void(const Response&)>* on_header = nullptr) {
+                            const std::function<void(const Response&)>* on_header = nullptr,
+                            const Client::Headers* headers = nullptr) {
     auto verb = verb_of(method);
     if (!verb) return std::unexpected(verb.error());
     http::request<http::string_body> req;
     prepare(req, *verb, target);
+    if (headers != nullptr) {
+      for (const auto& [name, value] : *headers) req.set(name, value);
+    }
     if (!body.empty() || *verb == http::verb::post || *verb == http::verb::put) {
       if (!content_type.empty()) req.set(http::field::content_type, content_type);
       req.body() = std::string(body);
@@ -475,6 +479,12 @@ Client::~Client() {
 Result<Response> Client::request(std::string_view method, std::string_view target,
                                  std::string_view body, std::string_view content_type) {
   return impl_->exchange(method, target, body, content_type, nullptr);
+}
+
+Result<Response> Client::request(std::string_view method, std::string_view target,
+                                 std::string_view body, std::string_view content_type,
+                                 const Headers& headers) {
+  return impl_->exchange(method, target, body, content_type, nullptr, nullptr, &headers);
 }
 
 Result<Response> Client::request_stream(std::string_view method, std::string_view target,

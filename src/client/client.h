@@ -13,6 +13,8 @@
 #include <optional>
 #include <string>
 #include <string_view>
+#include <utility>
+#include <vector>
 
 #include "common/error.h"
 
@@ -57,6 +59,11 @@ class Client {
   Result<Response> request(std::string_view method, std::string_view target,
                            std::string_view body = {},
                            std::string_view content_type = "application/json");
+  // The same with extra request headers (name, value), e.g. a dialect's session header.
+  using Headers = std::vector<std::pair<std::string, std::string>>;
+  Result<Response> request(std::string_view method, std::string_view target,
+                           std::string_view body, std::string_view content_type,
+                           const Headers& headers);
 
   // A request whose reply body is handed to on_chunk as it arrives (NDJSON exec stream, file
   // download). on_chunk returns false to abort (the connection is then closed). Returns the

@@ -3,7 +3,10 @@
 // and by hand for what the client never sends: missing or foreign session ids, a browser Origin,
 // malformed JSON, another tenant.
 
+#include <fcntl.h>
+#include <poll.h>
 #include <sys/wait.h>
+#include <unistd.h>
 
 #include <cstdio>
 #include <filesystem>
@@ -213,6 +216,199 @@ TEST(McpApi, TheTransportRefusesWhatTheSpecificationRefuses) {
   // The agentbox session stays; bob does not see it.
   EXPECT_EQ(a.get("/v1/sessions/m").status, 200);
   EXPECT_EQ(Api(d, "bob-token").get("/v1/sessions/m").status, 404);
+}
+
+// ---- agentbox mcp SESSION: the same tools over stdio
+
+std::string cli_binary() {
+  const char* dir = std::getenv("AGENTBOX_BIN_DIR");
+  if (dir != nullptr && *dir != 0) return std::string(dir) + "/agentbox";
+  return std::filesystem::path(Daemon::binary()).parent_path() / "agentbox";
+}
+
+// The stock SDK's stdio transport starts the CLI as a desktop agent starts a local MCP server.
+TEST(McpStdio, TheStockClientUsesTheToolsOverStdio) {
+  ASSERT_TRUE(std::filesystem::exists(node_dir() +
+                                      "/node_modules/@modelcontextprotocol/sdk/package.json"))
+      << "the MCP SDK is not installed: run scripts/bootstrap";
+  Daemon d({"--token", "t0k"});
+  int status = -1;
+  std::string out = run("cd " + node_dir() + " && node mcp_stdio_client.mjs " + cli_binary() +
+                            " " + d.url() + " t0k stdio1",
+                        &status);
+  ASSERT_EQ(status, 0) << out << "\n" << d.log();
+  json r = json::parse(out, nullptr, false);
+  ASSERT_FALSE(r.is_discarded()) << out;
+  EXPECT_EQ(r["server"]["name"], "agentbox");
+  EXPECT_EQ(r["tools"].size(), 12u) << r["tools"];
+  EXPECT_EQ(r["exec"]["stdout"], "hi\n");
+  EXPECT_EQ(r["exec"]["exit_code"], 3);
+  EXPECT_EQ(r["read"]["content"], "over stdio\n");
+  // A slow command does not hold up what comes after it.
+  EXPECT_EQ(r["slow"]["stdout"], "slow\n");
+  EXPECT_EQ(r["order"], json::array({"ping", "quick", "slow"})) << r["order"];
+  EXPECT_EQ(r["unknown_arg"]["isError"], true);
+  EXPECT_EQ(r["stderr"], "") << r["stderr"];
+  // The tools acted on the agentbox session, as the REST API sees it.
+  Api api(d, "t0k");
+  EXPECT_EQ(api.get(files_target("stdio1", "notes/a.txt")).raw, "over stdio\n");
+}
+
+// `agentbox mcp` with its own pipes, a line at a time.
+class StdioBridge {
+ public:
+  StdioBridge(const std::string& server, const std::string& token, const std::string& session) {
+    int in[2], out[2], err[2];
+    if (::pipe2(in, O_CLOEXEC) || ::pipe2(out, O_CLOEXEC) || ::pipe2(err, O_CLOEXEC)) {
+      throw std::runtime_error("pipe2 failed");
+    }
+    std::vector<std::string> argv = {cli_binary(), "--server", server, "--token", token, "mcp",
+                                     session};
+    std::vector<char*> cargv;
+    for (auto& a : argv) cargv.push_back(a.data());
+    cargv.push_back(nullptr);
+    pid_ = ::fork();
+    if (pid_ == 0) {
+      ::dup2(in[0], 0);
+      ::dup2(out[1], 1);
+      ::dup2(err[1], 2);
+      ::execv(cargv[0], cargv.data());
+      ::_exit(127);
+    }
+    ::close(in[0]);
+    ::close(out[1]);
+    ::close(err[1]);
+    in_ = in[1];
+    out_ = out[0];
+    err_ = err[0];
+  }
+  ~StdioBridge() {
+    if (in_ >= 0) ::close(in_);
+    if (pid_ > 0 && status_ < 0) {
+      ::kill(pid_, SIGKILL);
+      ::waitpid(pid_, nullptr, 0);
+    }
+    ::close(out_);
+    ::close(err_);
+  }
+
+  void send(const std::string& line) {
+    std::string l = line + "\n";
+    ASSERT_EQ(::write(in_, l.data(), l.size()), static_cast<ssize_t>(l.size()));
+  }
+  // The next line of stdout, parsed; null after 20 s without one.
+  json next() {
+    for (int waited = 0; waited < 20000;) {
+      auto nl = buf_.find('\n');
+      if (nl != std::string::npos) {
+        std::string line = buf_.substr(0, nl);
+        buf_.erase(0, nl + 1);
+        return json::parse(line, nullptr, false);
+      }
+      pollfd p{out_, POLLIN, 0};
+      if (::poll(&p, 1, 100) <= 0) {
+        waited += 100;
+        continue;
+      }
+      char b[65536];
+      ssize_t n = ::read(out_, b, sizeof b);
+      if (n <= 0) break;
+      buf_.append(b, static_cast<std::size_t>(n));
+    }
+    return nullptr;
+  }
+  // Closes stdin; the exit status and what is left on stderr.
+  int finish(std::string* err) {
+    ::close(in_);
+    in_ = -1;
+    int st = 0;
+    ::waitpid(pid_, &st, 0);
+    status_ = WIFEXITED(st) ? WEXITSTATUS(st) : 128 + WTERMSIG(st);
+    char b[4096];
+    ssize_t n;
+    while ((n = ::read(err_, b, sizeof b)) > 0) err->append(b, static_cast<std::size_t>(n));
+    while ((n = ::read(out_, b, sizeof b)) > 0) buf_.append(b, static_cast<std::size_t>(n));
+    return status_;
+  }
+  const std::string& rest() const { return buf_; }
+
+ private:
+  pid_t pid_ = -1;
+  int in_ = -1, out_ = -1, err_ = -1;
+  int status_ = -1;
+  std::string buf_;
+};
+
+std::string exec_call(int id, const std::string& command) {
+  return json{{"jsonrpc", "2.0"},
+              {"id", id},
+              {"method", "tools/call"},
+              {"params", {{"name", "exec"}, {"arguments", {{"command", command}}}}}}
+      .dump();
+}
+
+// What a desktop agent would otherwise see break: a line that is not JSON, a daemon that is
+// restarted under it (the endpoint forgets MCP sessions; the bridge initializes again), a
+// daemon that is gone (a JSON-RPC error for the request, not a dead server), a bad token.
+TEST(McpStdio, BadLinesARestartedDaemonAndAGoneOne) {
+  TempDir tmp("agentbox-mcpstdio");
+  const std::string data = tmp.path() + "/data";
+  auto d = std::make_unique<Daemon>(std::vector<std::string>{"--token", "t0k", "--data-dir", data});
+  const std::string listen = d->host_port();
+  StdioBridge b(d->url(), "t0k", "s1");
+
+  b.send("this is not json");
+  json parse_error = b.next();
+  EXPECT_EQ(parse_error["error"]["code"], -32700) << parse_error;
+  EXPECT_TRUE(parse_error["id"].is_null());
+
+  b.send(kInit);
+  json init = b.next();
+  EXPECT_EQ(init["id"], 1) << init;
+  EXPECT_EQ(init["result"]["protocolVersion"], "2025-06-18");
+  b.send(R"({"jsonrpc":"2.0","method":"notifications/initialized"})");
+  b.send(exec_call(2, "echo one > f; cat f"));
+  json one = b.next();
+  EXPECT_EQ(one["id"], 2) << one;
+  EXPECT_EQ(one["result"]["structuredContent"]["stdout"], "one\n") << one;
+
+  // kill -9 and a new daemon on the same address and data dir: the next call just works.
+  EXPECT_EQ(d->stop(SIGKILL), 128 + SIGKILL);
+  d.reset();
+  d = std::make_unique<Daemon>(
+      std::vector<std::string>{"--token", "t0k", "--data-dir", data, "--listen", listen});
+  b.send(exec_call(3, "cat f"));
+  json again = b.next();
+  EXPECT_EQ(again["id"], 3) << again;
+  EXPECT_EQ(again["result"]["structuredContent"]["stdout"], "one\n") << again;
+
+  // The daemon gone: the request is answered with an error naming why.
+  EXPECT_EQ(d->stop(SIGKILL), 128 + SIGKILL);
+  b.send(R"({"jsonrpc":"2.0","id":4,"method":"ping"})");
+  json gone = b.next();
+  EXPECT_EQ(gone["id"], 4) << gone;
+  EXPECT_EQ(gone["error"]["code"], -32000) << gone;
+  EXPECT_NE(gone["error"]["message"].get<std::string>().find("EUNAVAILABLE"), std::string::npos)
+      << gone;
+
+  std::string err;
+  EXPECT_EQ(b.finish(&err), 0) << err;
+  EXPECT_EQ(b.rest(), "");
+  EXPECT_NE(err.find("initialized again"), std::string::npos) << err;
+}
+
+TEST(McpStdio, AWrongTokenIsAnErrorForTheRequest) {
+  Daemon d({"--token", "t0k"});
+  StdioBridge b(d.url(), "wrong", "s1");
+  b.send(kInit);
+  json r = b.next();
+  EXPECT_EQ(r["id"], 1) << r;
+  EXPECT_EQ(r["error"]["code"], -32000) << r;
+  EXPECT_NE(r["error"]["message"].get<std::string>().find("EUNAUTHORIZED"), std::string::npos) << r;
+  std::string err;
+  EXPECT_EQ(b.finish(&err), 0) << err;
+  EXPECT_NE(err.find("EUNAUTHORIZED"), std::string::npos) << err;
+  EXPECT_EQ(Api(d, "t0k").get("/v1/sessions/s1").status, 404);
 }
 
 }  // namespace
