@@ -25,6 +25,7 @@
 
 #include "common/log.h"
 #include "server/base64.h"
+#include "server/internal/blocking.h"
 #include "server/internal/e2b.h"
 #include "server/internal/processes.h"
 
@@ -294,14 +295,24 @@ RpcError process_error(const Error& e, const std::string& ref) {
   return rpc::from_error(e);
 }
 
-// Kills `pid` when its lifetime ends, unless it ended or was replaced by then. Holds only a
-// weak reference to the sandbox: a box that went away took its processes with it.
-asio::awaitable<void> lifetime(std::weak_ptr<sandbox::Sandbox> weak, int pid,
+// Kills `pid` when its lifetime ends, unless it ended or was replaced by then. Holds nothing of
+// the session meanwhile (a lease would keep it from being reaped): at the deadline it takes the
+// running box, if the session still has one (a box that went down took its processes along).
+asio::awaitable<void> lifetime(Context* ctx, std::string session, session::Caller owner, int pid,
                                std::chrono::system_clock::time_point started,
                                std::chrono::steady_clock::time_point deadline) {
   asio::steady_timer t(co_await asio::this_coro::executor, deadline);
   co_await t.async_wait(kTuple);
-  auto box = weak.lock();
+  session::SessionManager* sm = ctx->sessions;
+  auto box = sm->try_acquire_running(session, owner);
+  if (!box) {
+    // The manager was busy: ask from the pool (never resumes a session that went down).
+    auto job = run_blocking(ctx->pool, [sm, session, owner]() -> Result<std::shared_ptr<sandbox::Sandbox>> {
+      return sm->acquire_running(session, owner);
+    });
+    auto got = co_await std::move(job);
+    if (got) box = std::move(*got);
+  }
   if (!box || box->processes() == nullptr) co_return;
   auto info = box->processes()->get(std::to_string(pid));
   if (!info || info->started_at != started || info->state != sandbox::ProcessState::kRunning) {
@@ -402,8 +413,8 @@ asio::awaitable<bool> start(EnvdCall* env, RpcRequest req) {
   std::optional<std::chrono::steady_clock::time_point> deadline;
   if (req.timeout && req.timeout->count() > 0) {
     deadline = std::chrono::steady_clock::now() + *req.timeout;
-    std::weak_ptr<sandbox::Sandbox> weak = procs->box;
-    auto killer = lifetime(weak, info->pid, info->started_at, *deadline);
+    auto killer = lifetime(ctx, env->sandbox_id, env->owner, info->pid,
+                           info->started_at, *deadline);
     auto executor = co_await asio::this_coro::executor;
     asio::co_spawn(executor, std::move(killer), asio::detached);
   }
