@@ -14,7 +14,6 @@
 // same audit lines); a command that ran is a result whatever its exit code, a failed file
 // operation an `isError` result whose text starts with the agentbox error code.
 
-#include <openssl/evp.h>
 #include <sys/random.h>
 #include <unistd.h>
 
@@ -27,6 +26,7 @@
 #include <string>
 #include <vector>
 
+#include "common/base64.h"
 #include "common/log.h"
 #include "server/internal/blocking.h"
 #include "server/internal/exec.h"
@@ -162,30 +162,15 @@ Result<bool> base64_encoding(const json& args) {
   return fail(Code::kInvalid, "argument 'encoding' must be \"utf-8\" or \"base64\"");
 }
 
-std::string base64_encode(std::string_view in) {
-  std::string out(4 * ((in.size() + 2) / 3) + 1, '\0');
-  int n = EVP_EncodeBlock(reinterpret_cast<unsigned char*>(out.data()),
-                          reinterpret_cast<const unsigned char*>(in.data()),
-                          static_cast<int>(in.size()));
-  out.resize(static_cast<std::size_t>(n));
-  return out;
-}
-
-Result<std::string> base64_decode(std::string_view in) {
+// The tool's base64 may be wrapped (spaces, line breaks).
+Result<std::string> decode_content_base64(std::string_view in) {
   std::string s;
   for (char c : in) {
     if (c != '\n' && c != '\r' && c != ' ') s += c;
   }
-  if (s.size() % 4 != 0) return fail(Code::kInvalid, "argument 'content' is not valid base64");
-  std::string out(s.size() / 4 * 3, '\0');
-  int n = EVP_DecodeBlock(reinterpret_cast<unsigned char*>(out.data()),
-                          reinterpret_cast<const unsigned char*>(s.data()),
-                          static_cast<int>(s.size()));
-  if (n < 0) return fail(Code::kInvalid, "argument 'content' is not valid base64");
-  // EVP_DecodeBlock counts the padding as zero bytes.
-  std::size_t pad = s.empty() ? 0 : (s.back() == '=') + (s.size() > 1 && s[s.size() - 2] == '=');
-  out.resize(static_cast<std::size_t>(n) - pad);
-  return out;
+  auto out = base64_decode(s);
+  if (!out) return fail(Code::kInvalid, "argument 'content' is not valid base64");
+  return std::move(*out);
 }
 
 bool valid_utf8(std::string_view s) {
@@ -410,7 +395,7 @@ asio::awaitable<json> tool_write_file(ToolCall* tc) {
   if (!mkdirs) co_return tool_error(mkdirs.error());
   std::string data = std::move(*content);
   if (*b64) {
-    auto d = base64_decode(data);
+    auto d = decode_content_base64(data);
     if (!d) co_return tool_error(d.error());
     data = std::move(*d);
   }
