@@ -2,6 +2,7 @@
 
 #include <fcntl.h>
 #include <poll.h>
+#include <sys/stat.h>
 #include <signal.h>
 #include <stdlib.h>
 #include <sys/ioctl.h>
@@ -26,6 +27,7 @@
 #include <boost/beast/websocket/ssl.hpp>
 
 #include "common/log.h"
+#include "runner/download.h"
 #include "runner/protocol.h"
 #include "runner/spawn.h"
 #include "runner/workspace_fs.h"
@@ -191,17 +193,42 @@ struct Stream {
   }
 };
 
+// A chunked download in flight (version 1): the runner sends, the server acks.
+struct Download {
+  std::mutex mu;
+  std::condition_variable cv;
+  std::int64_t acked = 0;
+  bool cancelled = false;
+};
+
+// A chunked upload in flight (version 1); I/O thread only.
+struct Upload {
+  WorkspaceFs::Writer writer;
+  std::int64_t size = 0;
+};
+
 // One connection's state. Request threads hold it by shared_ptr; shutdown() on disconnect.
 class Conn : public std::enable_shared_from_this<Conn> {
  public:
-  Conn(asio::any_io_executor ex, const WorkspaceFs& fs) : outbox(std::move(ex)), fs_(fs) {}
+  Conn(asio::any_io_executor ex, const WorkspaceFs& fs, ssl::context& tls)
+      : outbox(std::move(ex)), fs_(fs), tls_(tls) {}
 
   Outbox outbox;
+
+  // Version 1 (chunked files) is in force: both register and register_ok said 1.
+  void set_chunked(bool on) { chunked_ = on; }
 
   void shutdown() {
     outbox.close();
     std::lock_guard l(mu_);
     closed_ = true;
+    for (auto& [id, d] : downloads_) {
+      std::lock_guard dl(d->mu);
+      d->cancelled = true;
+      d->cv.notify_all();
+    }
+    downloads_.clear();
+    uploads_.clear();  // temp files go
     for (pid_t pg : execs_) kill_group(pg);
     for (auto& [id, t] : tasks_) {
       std::lock_guard tl(t->mu);
@@ -217,6 +244,11 @@ class Conn : public std::enable_shared_from_this<Conn> {
     const std::string& t = e.type;
     if (t == p::type::kStdioWrite || t == p::type::kPtyStdin || t == p::type::kPtyResize) {
       fire_and_forget(e);  // in order, no reply (xbot: pty_stdin's reply is dropped anyway)
+      return;
+    }
+    if (chunked_ && (t == p::type::kFileBegin || t == p::type::kFileChunk ||
+                     t == p::type::kFileEnd || t == p::type::kAck || t == p::type::kError)) {
+      transfer_frame(e);  // in order, on the I/O thread
       return;
     }
     auto self = shared_from_this();
@@ -265,6 +297,7 @@ class Conn : public std::enable_shared_from_this<Conn> {
     if (t == p::type::kReadFile) {
       auto b = body<p::PathRequest>(e);
       if (!b) return;
+      if (chunked_ && send_chunked(id, b->path)) return;
       auto r = fs_.read_file(b->path);
       if (!r) return reply_error(id, r.error());
       return reply(id, p::type::kFileContent, p::to_json(p::FileContent{std::move(*r)}));
@@ -313,8 +346,11 @@ class Conn : public std::enable_shared_from_this<Conn> {
       return reply_error(id, p::code::kNotSupported, "local LLM not configured on this runner");
     }
     if (t == p::type::kDownloadFile) {
-      return reply_error(id, p::code::kNotSupported,
-                         "download_file is not supported by agentbox-runner");
+      auto b = body<p::DownloadRequest>(e);
+      if (!b) return;
+      auto r = download_file(b->url, fs_, b->output_path, tls_);
+      if (!r) return reply_error(id, r.error());
+      return reply(id, p::type::kOk, p::to_json(p::SizeBody{*r}));
     }
     reply_error(id, p::code::kInvalid, "unknown request type: " + t);
   }
@@ -661,6 +697,131 @@ class Conn : public std::enable_shared_from_this<Conn> {
     reply(e.id, p::type::kOk, std::nullopt);
   }
 
+  // ---- version 1: chunked files (docs/runner-protocol.md) ----
+
+  // A read_file of a file over kChunkThreshold as file_begin / file_chunk... / file_end, at most
+  // kWindowBytes ahead of the server's acks. false: not big (the caller sends file_content).
+  bool send_chunked(const std::string& id, const std::string& path) {
+    auto fd = fs_.open_at(path, O_RDONLY | O_NONBLOCK);
+    if (!fd) return false;  // the plain path reports the error
+    struct stat st {};
+    if (fstat(fd->get(), &st) != 0 || !S_ISREG(st.st_mode) || st.st_size <= p::kChunkThreshold) {
+      return false;
+    }
+    if (st.st_size > p::kMaxFileSize) {
+      reply_error(id, p::code::kTooBig,
+                  "read " + path + ": " + std::to_string(st.st_size) + " bytes is over the " +
+                      std::to_string(p::kMaxFileSize) + "-byte limit");
+      return true;
+    }
+    auto d = std::make_shared<Download>();
+    {
+      std::lock_guard l(mu_);
+      if (closed_) return true;
+      downloads_[id] = d;
+    }
+    std::int64_t size = st.st_size, sent = 0;
+    reply(id, p::type::kFileBegin, p::to_json(p::FileBegin{"", 0, size}));
+    std::string buf;
+    while (sent < size) {
+      {
+        std::unique_lock l(d->mu);
+        d->cv.wait(l, [&] { return d->cancelled || sent - d->acked < p::kWindowBytes; });
+        if (d->cancelled) break;
+      }
+      buf.resize(static_cast<std::size_t>(std::min(p::kChunkSize, size - sent)));
+      ssize_t n = pread(fd->get(), buf.data(), buf.size(), sent);
+      if (n < 0 && errno == EINTR) continue;
+      if (n < 0) {
+        reply_error(id, Error::from_errno(errno, "read " + path));
+        break;
+      }
+      if (n == 0) break;  // the file shrank: end here, file_end says how much came
+      buf.resize(static_cast<std::size_t>(n));
+      reply(id, p::type::kFileChunk, p::to_json(p::FileChunk{sent, buf}));
+      sent += n;
+    }
+    bool cancelled;
+    {
+      std::lock_guard l(d->mu);
+      cancelled = d->cancelled;
+    }
+    if (!cancelled) reply(id, p::type::kFileEnd, p::to_json(p::FileEnd{sent}));
+    std::lock_guard l(mu_);
+    downloads_.erase(id);
+    return true;
+  }
+
+  void transfer_frame(const p::Envelope& e) {
+    const std::string& t = e.type;
+    const std::string& id = e.id;
+    if (t == p::type::kAck || t == p::type::kError) {
+      std::shared_ptr<Download> d;
+      {
+        std::lock_guard l(mu_);
+        if (auto it = downloads_.find(id); it != downloads_.end()) d = it->second;
+      }
+      if (d) {
+        std::lock_guard l(d->mu);
+        if (t == p::type::kError) {
+          d->cancelled = true;
+        } else if (auto a = p::body_as<p::Ack>(e); a) {
+          d->acked = std::max(d->acked, a->offset);
+        }
+        d->cv.notify_all();
+      }
+      if (t == p::type::kError) uploads_.erase(id);
+      return;
+    }
+    if (t == p::type::kFileBegin) {
+      auto b = body<p::FileBegin>(e);
+      if (!b) return;
+      if (b->size > p::kMaxFileSize) {
+        return reply_error(id, p::code::kTooBig,
+                           "write " + b->path + ": " + std::to_string(b->size) +
+                               " bytes is over the " + std::to_string(p::kMaxFileSize) +
+                               "-byte limit");
+      }
+      if (uploads_.count(id)) return reply_error(id, p::code::kInvalid, "transfer " + id + " exists");
+      auto w = fs_.create(b->path, b->perm);
+      if (!w) return reply_error(id, w.error());
+      uploads_[id] = Upload{std::move(*w), b->size};
+      return reply(id, p::type::kAck, p::to_json(p::Ack{0}));
+    }
+    auto it = uploads_.find(id);
+    if (it == uploads_.end()) {
+      return reply_error(id, p::code::kInvalid, "no transfer " + id + " in progress");
+    }
+    Upload& u = it->second;
+    auto abort = [&](std::string_view code, std::string msg) {
+      uploads_.erase(it);  // the temp file goes; the target is untouched
+      reply_error(id, code, std::move(msg));
+    };
+    if (t == p::type::kFileChunk) {
+      auto c = p::body_as<p::FileChunk>(e);
+      if (!c) return abort(p::code::kInvalid, c.error().message);
+      if (c->offset != u.writer.written()) {
+        return abort(p::code::kInvalid, "file_chunk at offset " + std::to_string(c->offset) +
+                                            ", expected " + std::to_string(u.writer.written()));
+      }
+      if (u.writer.written() + static_cast<std::int64_t>(c->data.size()) > u.size) {
+        return abort(p::code::kInvalid, "file_chunk beyond the announced size " + std::to_string(u.size));
+      }
+      if (auto s = u.writer.write(c->data); !s) return abort(p::code_for_errno(s.error().sys_errno), s.error().message);
+      return reply(id, p::type::kAck, p::to_json(p::Ack{u.writer.written()}));
+    }
+    // file_end
+    auto end = p::body_as<p::FileEnd>(e);
+    if (!end) return abort(p::code::kInvalid, end.error().message);
+    if (end->size != u.size || u.writer.written() != u.size) {
+      return abort(p::code::kInvalid, "file_end after " + std::to_string(u.writer.written()) +
+                                          " bytes, announced " + std::to_string(u.size));
+    }
+    if (auto s = u.writer.commit(); !s) return abort(p::code_for_errno(s.error().sys_errno), s.error().message);
+    uploads_.erase(it);
+    reply(id, p::type::kOk, std::nullopt);
+  }
+
   void fire_and_forget(const p::Envelope& e) {
     if (e.type == p::type::kPtyResize) {
       auto b = p::body_as<p::PtyResize>(e);
@@ -681,7 +842,11 @@ class Conn : public std::enable_shared_from_this<Conn> {
   }
 
   const WorkspaceFs& fs_;
+  ssl::context& tls_;  // download_file's https (shared: OpenSSL contexts are thread-safe to use)
+  std::atomic<bool> chunked_{false};
+  std::map<std::string, Upload> uploads_;  // I/O thread only
   std::mutex mu_;
+  std::map<std::string, std::shared_ptr<Download>> downloads_;
   bool closed_ = false;
   std::set<pid_t> execs_;
   std::map<std::string, std::shared_ptr<BgTask>> tasks_;
@@ -843,7 +1008,7 @@ class Runner {
       co_return false;
     }
     p::RegisterBody reg{.user_id = user_id(), .auth_token = opts_.token, .workspace = fs_.path(),
-                        .shell = first_shell()};
+                        .shell = first_shell(), .version = p::kProtocolVersion};
     p::Envelope env{.id = "", .type = std::string(p::type::kRegister), .user_id = user_id(),
                     .body = p::to_json(reg)};
     std::string first = p::encode(env);
@@ -870,7 +1035,11 @@ class Runner {
       co_return false;
     }
     spdlog::info("registered as {} with workspace {}", user_id(), fs_.path());
-    auto conn = std::make_shared<Conn>(io_.get_executor(), fs_);
+    auto conn = std::make_shared<Conn>(io_.get_executor(), fs_, ssl_);
+    if (answer && answer->type == p::type::kRegisterOk) {
+      auto ok = p::body_as<p::RegisterOk>(*answer);
+      conn->set_chunked(ok && ok->version == p::kProtocolVersion);
+    }
     conn_ = conn;
     auto writer_done = std::make_shared<bool>(false);
     asio::co_spawn(io_, writer(s, conn, writer_done), asio::detached);

@@ -14,6 +14,8 @@
 #include <filesystem>
 #include <fstream>
 
+#include <boost/beast/http.hpp>
+
 #include "runner/fake_xbot_server.h"
 #include "support/support.h"
 
@@ -115,6 +117,7 @@ TEST_F(RunnerTest, RegistersAsXbotsRunnerDoes) {
   EXPECT_EQ(b->auth_token, "T");
   EXPECT_EQ(b->workspace, std::filesystem::canonical(ws_).string());
   EXPECT_EQ(b->shell, access("/bin/bash", X_OK) == 0 ? "/bin/bash" : "/bin/sh");
+  EXPECT_EQ(b->version, 1);  // agentbox's extension; xbot's server ignores it
 }
 
 TEST_F(RunnerTest, ExecShellAndArgvForms) {
@@ -388,9 +391,81 @@ TEST_F(RunnerTest, LlmUnknownAndMalformedRequests) {
   ASSERT_TRUE(nb);
   EXPECT_EQ(code_of(*nb), "EINVAL");
   EXPECT_EQ(code_of(server_.request(p::type::kExec, Json{{"command", 5}})), "EINVAL");
-  EXPECT_EQ(code_of(server_.request(p::type::kDownloadFile,
-                                    p::to_json(p::DownloadRequest{"http://127.0.0.1:1/x", "o"}))),
-            "ENOTSUP");
+}
+
+// A loopback HTTP server for download_file: /f (a body), /r (302 to /f), /404, /huge (a
+// Content-Length over the 100 MiB cap).
+class TinyHttp {
+ public:
+  TinyHttp() : acceptor_(io_, {fx::asio::ip::make_address("127.0.0.1"), 0}) {
+    port_ = acceptor_.local_endpoint().port();
+    thread_ = std::thread([this] { serve(); });
+  }
+  ~TinyHttp() {
+    stop_ = true;
+    boost::system::error_code ec;
+    fx::tcp::socket s(io_);
+    s.connect(acceptor_.local_endpoint(), ec);  // wakes accept()
+    thread_.join();
+  }
+  std::string url(const std::string& path) const {
+    return "http://127.0.0.1:" + std::to_string(port_) + path;
+  }
+
+ private:
+  void serve() {
+    while (!stop_) {
+      boost::system::error_code ec;
+      fx::tcp::socket s(io_);
+      acceptor_.accept(s, ec);
+      if (ec || stop_) return;
+      fx::beast::flat_buffer buf;
+      fx::http::request<fx::http::string_body> req;
+      fx::http::read(s, buf, req, ec);
+      if (ec) continue;
+      fx::http::response<fx::http::string_body> res{fx::http::status::ok, 11};
+      std::string t(req.target());
+      if (t == "/f") {
+        res.body() = "payload\n";
+      } else if (t == "/r") {
+        res.result(fx::http::status::found);
+        res.set(fx::http::field::location, "/f");
+      } else if (t == "/huge") {
+        std::string head = "HTTP/1.1 200 OK\r\nContent-Length: 209715200\r\n\r\nxx";
+        fx::asio::write(s, fx::asio::buffer(head), ec);
+        continue;
+      } else {
+        res.result(fx::http::status::not_found);
+      }
+      res.prepare_payload();
+      fx::http::write(s, res, ec);
+    }
+  }
+  fx::asio::io_context io_;
+  fx::tcp::acceptor acceptor_;
+  int port_ = 0;
+  std::atomic<bool> stop_{false};
+  std::thread thread_;
+};
+
+TEST_F(RunnerTest, DownloadFile) {
+  TinyHttp web;
+  auto r = server_.request(p::type::kDownloadFile, p::to_json(p::DownloadRequest{web.url("/r"), "dl/sub/out.txt"}));
+  EXPECT_EQ(p::encode(r), R"({"id":")" + r.id + R"(","type":"ok","body":{"size":8}})");
+  EXPECT_EQ(slurp(ws_ + "/dl/sub/out.txt"), "payload\n");  // parents created, redirect followed
+  auto nf = server_.request(p::type::kDownloadFile, p::to_json(p::DownloadRequest{web.url("/404"), "nf"}));
+  EXPECT_EQ(code_of(nf), "EIO");
+  EXPECT_NE(data_of(nf, "message").find("HTTP 404"), std::string::npos);
+  auto huge = server_.request(p::type::kDownloadFile, p::to_json(p::DownloadRequest{web.url("/huge"), "huge"}));
+  EXPECT_EQ(code_of(huge), "ETOOBIG");
+  auto out = server_.request(p::type::kDownloadFile,
+                             p::to_json(p::DownloadRequest{web.url("/f"), tmp_ / "outside/dl"}));
+  EXPECT_EQ(code_of(out), "EPERM");
+  EXPECT_FALSE(std::filesystem::exists(ws_ + "/nf"));
+  EXPECT_FALSE(std::filesystem::exists(ws_ + "/huge"));
+  EXPECT_FALSE(std::filesystem::exists(tmp_ / "outside/dl"));
+  auto bad = server_.request(p::type::kDownloadFile, p::to_json(p::DownloadRequest{"ftp://x/y", "z"}));
+  EXPECT_EQ(code_of(bad), "EINVAL");
 }
 
 TEST_F(RunnerTest, PlainBase64FilesOfAnySize) {
@@ -430,6 +505,124 @@ TEST_F(RunnerTest, DisconnectKillsChildrenAndReconnects) {
   // the new connection serves requests; the old tasks are forgotten
   EXPECT_EQ(p::body_as<p::ExecResult>(exec("echo back"))->stdout_data, "back\n");
   EXPECT_EQ(code_of(server_.request(p::type::kBgStatus, p::to_json(p::TaskRequest{"t"}))), "EIO");
+}
+
+// A peer that answers register_ok with version 1 (agentboxd): files over 4 MiB in chunks.
+class RunnerChunkedTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    ws_ = tmp_ / "ws";
+    std::filesystem::create_directories(ws_);
+    runner_ = std::make_unique<RunnerProcess>(server_.url(), "T", ws_);
+    ASSERT_TRUE(server_.wait_accepted(1)) << "the runner did not register";
+  }
+  static std::string pattern(std::size_t n) {
+    std::string s(n, '\0');
+    for (std::size_t i = 0; i < n; ++i) s[i] = static_cast<char>((i * 2654435761u) >> 13);
+    return s;
+  }
+  std::size_t files_in_ws() {
+    std::size_t n = 0;
+    for (auto& e : std::filesystem::directory_iterator(ws_)) n += e.is_regular_file() ? 1 : 0;
+    return n;
+  }
+  TempDir tmp_{"agentbox-runner-test"};
+  std::string ws_;
+  FakeXbotServer server_{FakeXbotServer::Options{.send_version = true}};
+  std::unique_ptr<RunnerProcess> runner_;
+};
+
+TEST_F(RunnerChunkedTest, UploadInChunksWithAcks) {
+  std::string data = pattern((9 << 20) + 123);
+  std::string id = server_.send_request(p::type::kFileBegin,
+                                        p::to_json(p::FileBegin{"big.bin", 0644, static_cast<std::int64_t>(data.size())}));
+  auto a0 = server_.wait_reply(id);
+  ASSERT_TRUE(a0);
+  ASSERT_EQ(p::encode(*a0), R"({"id":")" + id + R"(","type":"ack","body":{"offset":0}})");
+  std::int64_t off = 0;
+  while (off < static_cast<std::int64_t>(data.size())) {
+    std::size_t n = std::min<std::size_t>(p::kChunkSize, data.size() - off);
+    server_.send_with_id(id, p::type::kFileChunk, p::to_json(p::FileChunk{off, data.substr(off, n)}));
+    off += static_cast<std::int64_t>(n);
+    auto a = server_.wait_reply(id);
+    ASSERT_TRUE(a);
+    ASSERT_EQ(a->type, "ack") << p::encode(*a);
+    EXPECT_EQ(p::body_as<p::Ack>(*a)->offset, off);
+  }
+  EXPECT_FALSE(std::filesystem::exists(ws_ + "/big.bin")) << "visible before file_end";
+  server_.send_with_id(id, p::type::kFileEnd, p::to_json(p::FileEnd{off}));
+  auto ok = server_.wait_reply(id);
+  ASSERT_TRUE(ok);
+  EXPECT_EQ(ok->type, "ok");
+  EXPECT_TRUE(slurp(ws_ + "/big.bin") == data);
+  EXPECT_EQ(files_in_ws(), 1u) << "a temp file was left";
+}
+
+TEST_F(RunnerChunkedTest, BadUploadsLeaveNothing) {
+  spit(ws_ + "/keep.bin", "old");
+  std::string id = server_.send_request(p::type::kFileBegin, p::to_json(p::FileBegin{"keep.bin", 0644, 5 << 20}));
+  ASSERT_EQ(server_.wait_reply(id)->type, "ack");
+  server_.send_with_id(id, p::type::kFileChunk, p::to_json(p::FileChunk{0, std::string(1000, 'x')}));
+  ASSERT_EQ(server_.wait_reply(id)->type, "ack");
+  server_.send_with_id(id, p::type::kFileChunk, p::to_json(p::FileChunk{5, "y"}));  // out of order
+  auto err = server_.wait_reply(id);
+  ASSERT_TRUE(err);
+  EXPECT_EQ(code_of(*err), "EINVAL");
+  EXPECT_EQ(slurp(ws_ + "/keep.bin"), "old");
+  EXPECT_EQ(files_in_ws(), 1u);
+  // over the cap, and through a symlink out
+  auto big = server_.request(p::type::kFileBegin, p::to_json(p::FileBegin{"x", 0644, p::kMaxFileSize + 1}));
+  EXPECT_EQ(code_of(big), "ETOOBIG");
+  std::filesystem::create_directories(tmp_ / "outside");
+  std::filesystem::create_symlink(tmp_ / "outside", ws_ + "/link");
+  auto out = server_.request(p::type::kFileBegin, p::to_json(p::FileBegin{"link/x", 0644, 5 << 20}));
+  EXPECT_EQ(code_of(out), "EPERM");
+  EXPECT_TRUE(std::filesystem::is_empty(tmp_ / "outside"));
+  // abandoned by the server: an error frame of the transfer's id
+  std::string id2 = server_.send_request(p::type::kFileBegin, p::to_json(p::FileBegin{"gone.bin", 0644, 5 << 20}));
+  ASSERT_EQ(server_.wait_reply(id2)->type, "ack");
+  server_.send(p::error_frame(id2, "EIO", "client went away"));
+  std::string probe = server_.send_request(p::type::kStat, p::to_json(p::PathRequest{"keep.bin"}));
+  ASSERT_TRUE(server_.wait_reply(probe));
+  EXPECT_EQ(files_in_ws(), 1u);
+}
+
+TEST_F(RunnerChunkedTest, DownloadInChunksWithinTheWindow) {
+  std::string data = pattern((12 << 20) + 7);
+  ASSERT_TRUE(spit(ws_ + "/big.bin", data));
+  std::string id = server_.send_request(p::type::kReadFile, p::to_json(p::PathRequest{"big.bin"}));
+  auto begin = server_.wait_reply(id);
+  ASSERT_TRUE(begin);
+  ASSERT_EQ(p::encode(*begin),
+            R"({"id":")" + id + R"(","type":"file_begin","body":{"size":)" + std::to_string(data.size()) + "}}");
+  // without acks the runner stops at the window (8 MiB)
+  std::string got;
+  for (;;) {
+    auto c = server_.wait_reply(id, 1000ms);
+    if (!c) break;
+    ASSERT_EQ(c->type, "file_chunk");
+    auto fc = p::body_as<p::FileChunk>(*c);
+    EXPECT_EQ(fc->offset, static_cast<std::int64_t>(got.size()));
+    got += fc->data;
+  }
+  EXPECT_EQ(got.size(), static_cast<std::size_t>(p::kWindowBytes));
+  server_.send_with_id(id, p::type::kAck, p::to_json(p::Ack{static_cast<std::int64_t>(got.size())}));
+  for (;;) {
+    auto c = server_.wait_reply(id, 10s);
+    ASSERT_TRUE(c);
+    if (c->type == "file_end") {
+      EXPECT_EQ(p::body_as<p::FileEnd>(*c)->size, static_cast<std::int64_t>(data.size()));
+      break;
+    }
+    ASSERT_EQ(c->type, "file_chunk");
+    got += p::body_as<p::FileChunk>(*c)->data;
+    server_.send_with_id(id, p::type::kAck, p::to_json(p::Ack{static_cast<std::int64_t>(got.size())}));
+  }
+  EXPECT_TRUE(got == data);
+  // a small file is still plain file_content
+  spit(ws_ + "/small", "abc");
+  auto small = server_.request(p::type::kReadFile, p::to_json(p::PathRequest{"small"}));
+  EXPECT_EQ(small.type, "file_content");
 }
 
 std::vector<long> gaps_ms(const std::vector<std::chrono::steady_clock::time_point>& t) {
