@@ -1,5 +1,7 @@
 #include "runner/download.h"
 
+#include "runner/url.h"
+
 #include <chrono>
 #include <optional>
 
@@ -17,36 +19,9 @@ namespace http = boost::beast::http;
 namespace ssl = boost::asio::ssl;
 using Clock = std::chrono::steady_clock;
 
-struct HttpUrl {
-  bool tls = false;
-  std::string host, port, target;
-};
+using HttpUrl = Url;
 
-std::optional<HttpUrl> parse(const std::string& s) {
-  HttpUrl u;
-  std::string rest;
-  if (s.rfind("http://", 0) == 0) {
-    rest = s.substr(7);
-  } else if (s.rfind("https://", 0) == 0) {
-    u.tls = true;
-    rest = s.substr(8);
-  } else {
-    return std::nullopt;
-  }
-  std::size_t slash = rest.find('/');
-  std::string auth = rest.substr(0, slash);
-  u.target = slash == std::string::npos ? "/" : rest.substr(slash);
-  if (auto c = auth.rfind(':'); c != std::string::npos && auth.find(']') == std::string::npos) {
-    u.host = auth.substr(0, c);
-    u.port = auth.substr(c + 1);
-  } else {
-    u.host = auth;
-  }
-  if (!u.host.empty() && u.host.front() == '[') u.host = u.host.substr(1, u.host.size() - 2);
-  if (u.port.empty()) u.port = u.tls ? "443" : "80";
-  if (u.host.empty()) return std::nullopt;
-  return u;
-}
+std::optional<HttpUrl> parse(const std::string& s) { return parse_url(s, "http", "https"); }
 
 // One GET on a fresh connection; the response (body bounded) or an error.
 template <typename Stream>

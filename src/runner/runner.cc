@@ -30,6 +30,7 @@
 #include "runner/download.h"
 #include "runner/protocol.h"
 #include "runner/spawn.h"
+#include "runner/url.h"
 #include "runner/workspace_fs.h"
 
 namespace agentbox::runner {
@@ -853,41 +854,6 @@ class Conn : public std::enable_shared_from_this<Conn> {
   std::map<std::string, std::shared_ptr<Stream>> streams_;
 };
 
-struct Url {
-  bool tls = false;
-  std::string host, port, target;
-};
-
-std::optional<Url> parse_url(const std::string& s) {
-  Url u;
-  std::string rest;
-  if (s.rfind("ws://", 0) == 0) {
-    rest = s.substr(5);
-  } else if (s.rfind("wss://", 0) == 0) {
-    u.tls = true;
-    rest = s.substr(6);
-  } else {
-    return std::nullopt;
-  }
-  std::size_t slash = rest.find('/');
-  std::string authority = rest.substr(0, slash);
-  u.target = slash == std::string::npos ? "/" : rest.substr(slash);
-  if (!authority.empty() && authority[0] == '[') {
-    std::size_t close = authority.find(']');
-    if (close == std::string::npos) return std::nullopt;
-    u.host = authority.substr(1, close - 1);
-    if (close + 1 < authority.size() && authority[close + 1] == ':') u.port = authority.substr(close + 2);
-  } else if (std::size_t colon = authority.rfind(':'); colon != std::string::npos) {
-    u.host = authority.substr(0, colon);
-    u.port = authority.substr(colon + 1);
-  } else {
-    u.host = authority;
-  }
-  if (u.port.empty()) u.port = u.tls ? "443" : "80";
-  if (u.host.empty()) return std::nullopt;
-  return u;
-}
-
 class Runner {
  public:
   Runner(const RunnerOptions& o, WorkspaceFs fs, Url url)
@@ -940,8 +906,9 @@ class Runner {
     }
   }
 
-  asio::awaitable<bool> session_plain() {
-    ws::stream<beast::tcp_stream> s(io_);
+  // Resolves --server's host and connects the TCP layer of `s` (10 s). false: logged.
+  template <typename WS>
+  asio::awaitable<bool> connect_tcp(WS& s) {
     boost::system::error_code ec;
     asio::ip::tcp::resolver res(io_);
     auto eps = co_await res.async_resolve(url_.host, url_.port,
@@ -956,6 +923,13 @@ class Runner {
       spdlog::warn("connect {}:{}: {}", url_.host, url_.port, ec.message());
       co_return false;
     }
+    co_return true;
+  }
+
+  asio::awaitable<bool> session_plain() {
+    ws::stream<beast::tcp_stream> s(io_);
+    bool connected = co_await connect_tcp(s);
+    if (!connected) co_return false;
     beast::get_lowest_layer(s).expires_never();
     bool r = co_await serve(s);
     co_return r;
@@ -963,20 +937,9 @@ class Runner {
 
   asio::awaitable<bool> session_tls() {
     ws::stream<beast::ssl_stream<beast::tcp_stream>> s(io_, ssl_);
+    bool connected = co_await connect_tcp(s);
+    if (!connected) co_return false;
     boost::system::error_code ec;
-    asio::ip::tcp::resolver res(io_);
-    auto eps = co_await res.async_resolve(url_.host, url_.port,
-                                          asio::redirect_error(asio::use_awaitable, ec));
-    if (ec) {
-      spdlog::warn("resolve {}: {}", url_.host, ec.message());
-      co_return false;
-    }
-    beast::get_lowest_layer(s).expires_after(10s);
-    co_await beast::get_lowest_layer(s).async_connect(eps, asio::redirect_error(asio::use_awaitable, ec));
-    if (ec) {
-      spdlog::warn("connect {}:{}: {}", url_.host, url_.port, ec.message());
-      co_return false;
-    }
     SSL_set_tlsext_host_name(s.next_layer().native_handle(), url_.host.c_str());
     s.next_layer().set_verify_callback(ssl::host_name_verification(url_.host));
     co_await s.next_layer().async_handshake(ssl::stream_base::client,
@@ -1099,7 +1062,7 @@ class Runner {
 }  // namespace
 
 int run(const RunnerOptions& opts) {
-  auto url = parse_url(opts.server);
+  auto url = parse_url(opts.server, "ws", "wss");
   if (!url) {
     spdlog::error("--server {}: want ws://host[:port]/ws/<user> or wss://...", opts.server);
     return 2;

@@ -14,7 +14,9 @@
 #include <filesystem>
 #include <fstream>
 
+#include <boost/asio/ssl.hpp>
 #include <boost/beast/http.hpp>
+#include <boost/beast/websocket/ssl.hpp>
 
 #include "runner/fake_xbot_server.h"
 #include "support/support.h"
@@ -623,6 +625,84 @@ TEST_F(RunnerChunkedTest, DownloadInChunksWithinTheWindow) {
   spit(ws_ + "/small", "abc");
   auto small = server_.request(p::type::kReadFile, p::to_json(p::PathRequest{"small"}));
   EXPECT_EQ(small.type, "file_content");
+}
+
+// wss:// with a CA given by --ca: a TLS WebSocket server (a self-signed certificate for
+// 127.0.0.1 made here with the openssl tool) registers the runner and gets an exec answered.
+TEST(RunnerTls, WssWithAnExtraCa) {
+  TempDir tmp{"agentbox-runner-test"};
+  std::filesystem::create_directories(tmp / "ws");
+  std::string cmd = "openssl req -x509 -newkey rsa:2048 -nodes -days 1 -subj /CN=127.0.0.1 "
+                    "-addext subjectAltName=IP:127.0.0.1 -keyout " + (tmp / "key.pem") +
+                    " -out " + (tmp / "cert.pem") + " >/dev/null 2>&1";
+  ASSERT_EQ(std::system(cmd.c_str()), 0) << cmd;
+  namespace ssl = boost::asio::ssl;
+  ssl::context ctx(ssl::context::tls_server);
+  ctx.use_certificate_chain_file(tmp / "cert.pem");
+  ctx.use_private_key_file(tmp / "key.pem", ssl::context::pem);
+  fx::asio::io_context io;
+  fx::tcp::acceptor acc(io, {fx::asio::ip::make_address("127.0.0.1"), 0});
+  int port = acc.local_endpoint().port();
+  std::string reg_text, reply_text, error;
+  std::thread srv([&] {
+    try {
+      fx::tcp::socket sock(io);
+      acc.accept(sock);
+      fx::websocket::stream<ssl::stream<fx::tcp::socket>> ws(std::move(sock), ctx);
+      ws.next_layer().handshake(ssl::stream_base::server);
+      ws.accept();
+      fx::beast::flat_buffer buf;
+      ws.read(buf);
+      reg_text = fx::beast::buffers_to_string(buf.data());
+      ws.text(true);
+      ws.write(fx::asio::buffer(p::frame("", p::type::kRegisterOk, p::to_json(p::RegisterOk{}))));
+      p::ExecRequest e{.command = "echo tls", .shell = true, .timeout = 10};
+      ws.write(fx::asio::buffer(p::frame("req_1", p::type::kExec, p::to_json(e))));
+      buf.consume(buf.size());
+      ws.read(buf);
+      reply_text = fx::beast::buffers_to_string(buf.data());
+    } catch (const std::exception& ex) {
+      error = ex.what();
+    }
+  });
+  {
+    RunnerProcess runner("wss://127.0.0.1:" + std::to_string(port) + "/ws/alice", "T", tmp / "ws",
+                         {"--ca", tmp / "cert.pem"});
+    srv.join();
+  }
+  EXPECT_EQ(error, "");
+  EXPECT_NE(reg_text.find(R"("type":"register")"), std::string::npos) << reg_text;
+  EXPECT_EQ(reply_text,
+            R"({"id":"req_1","type":"exec_result","body":{"stdout":"tls\n","stderr":"","exit_code":0,"timed_out":false}})");
+}
+
+TEST(RunnerTls, AnUntrustedCertificateIsRefused) {
+  TempDir tmp{"agentbox-runner-test"};
+  std::string cmd = "openssl req -x509 -newkey rsa:2048 -nodes -days 1 -subj /CN=127.0.0.1 "
+                    "-addext subjectAltName=IP:127.0.0.1 -keyout " + (tmp / "key.pem") +
+                    " -out " + (tmp / "cert.pem") + " >/dev/null 2>&1";
+  ASSERT_EQ(std::system(cmd.c_str()), 0);
+  namespace ssl = boost::asio::ssl;
+  ssl::context ctx(ssl::context::tls_server);
+  ctx.use_certificate_chain_file(tmp / "cert.pem");
+  ctx.use_private_key_file(tmp / "key.pem", ssl::context::pem);
+  fx::asio::io_context io;
+  fx::tcp::acceptor acc(io, {fx::asio::ip::make_address("127.0.0.1"), 0});
+  int port = acc.local_endpoint().port();
+  bool handshake_ok = true;
+  std::thread srv([&] {
+    fx::tcp::socket sock(io);
+    acc.accept(sock);
+    ssl::stream<fx::tcp::socket> s(std::move(sock), ctx);
+    boost::system::error_code ec;
+    s.handshake(ssl::stream_base::server, ec);
+    handshake_ok = !ec;
+  });
+  {
+    RunnerProcess runner("wss://127.0.0.1:" + std::to_string(port) + "/ws/alice", "T", tmp.path());
+    srv.join();
+  }
+  EXPECT_FALSE(handshake_ok) << "the runner accepted a certificate no CA vouches for";
 }
 
 std::vector<long> gaps_ms(const std::vector<std::chrono::steady_clock::time_point>& t) {
