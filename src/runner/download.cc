@@ -1,15 +1,14 @@
 #include "runner/download.h"
 
-#include "runner/url.h"
-
-#include <chrono>
-#include <optional>
-
 #include <boost/asio.hpp>
 #include <boost/asio/ssl.hpp>
 #include <boost/beast/core.hpp>
 #include <boost/beast/http.hpp>
 #include <boost/beast/ssl.hpp>
+#include <chrono>
+#include <optional>
+
+#include "runner/url.h"
 
 namespace agentbox::runner {
 namespace {
@@ -21,7 +20,9 @@ using Clock = std::chrono::steady_clock;
 
 using HttpUrl = Url;
 
-std::optional<HttpUrl> parse(const std::string& s) { return parse_url(s, "http", "https"); }
+std::optional<HttpUrl> parse(const std::string& s) {
+  return parse_url(s, "http", "https");
+}
 
 // One GET on a fresh connection; the response (body bounded) or an error.
 template <typename Stream>
@@ -43,8 +44,8 @@ Result<http::response<http::string_body>> get(Stream& s, const HttpUrl& u, asio:
   io.run();
   io.restart();
   if (ec == http::error::body_limit) {
-    return fail(Code::kTooBig, "download_file: over the " + std::to_string(kMaxDownloadBytes) +
-                                   "-byte limit");
+    return fail(Code::kTooBig,
+                "download_file: over the " + std::to_string(kMaxDownloadBytes) + "-byte limit");
   }
   if (ec) return fail(Code::kInternal, "download_file: read response: " + ec.message());
   return parser.release();

@@ -3,10 +3,9 @@
 // runner does: 5 minutes, 100 MiB at most, parent directories created, up to 10 redirects. The
 // file appears atomically (temp file + rename) and only when the whole body came with a 2xx.
 
+#include <boost/asio/ssl/context.hpp>
 #include <cstdint>
 #include <string>
-
-#include <boost/asio/ssl/context.hpp>
 
 #include "common/error.h"
 #include "runner/workspace_fs.h"

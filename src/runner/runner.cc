@@ -2,14 +2,20 @@
 
 #include <fcntl.h>
 #include <poll.h>
-#include <sys/stat.h>
 #include <signal.h>
 #include <stdlib.h>
 #include <sys/ioctl.h>
+#include <sys/stat.h>
 #include <termios.h>
 #include <unistd.h>
 
 #include <atomic>
+#include <boost/asio.hpp>
+#include <boost/asio/ssl.hpp>
+#include <boost/beast/core.hpp>
+#include <boost/beast/ssl.hpp>
+#include <boost/beast/websocket.hpp>
+#include <boost/beast/websocket/ssl.hpp>
 #include <condition_variable>
 #include <deque>
 #include <map>
@@ -18,13 +24,6 @@
 #include <random>
 #include <set>
 #include <thread>
-
-#include <boost/asio.hpp>
-#include <boost/asio/ssl.hpp>
-#include <boost/beast/core.hpp>
-#include <boost/beast/ssl.hpp>
-#include <boost/beast/websocket.hpp>
-#include <boost/beast/websocket/ssl.hpp>
 
 #include "common/log.h"
 #include "runner/download.h"
@@ -43,11 +42,11 @@ namespace p = proto;
 
 namespace {
 
-constexpr std::size_t kPushLimit = 4 << 20;          // outbox bytes before pushes wait
-constexpr std::size_t kExecOutputCap = 32 << 20;     // per stream of one exec
-constexpr std::size_t kBgOutputCap = 16 << 20;       // per stream of one bg task
-constexpr std::size_t kMaxMessage = 768u << 20;      // a 500 MB file as plain base64 fits
-constexpr std::size_t kStreamRead = 32 << 10;        // xbot's push size
+constexpr std::size_t kPushLimit = 4 << 20;       // outbox bytes before pushes wait
+constexpr std::size_t kExecOutputCap = 32 << 20;  // per stream of one exec
+constexpr std::size_t kBgOutputCap = 16 << 20;    // per stream of one bg task
+constexpr std::size_t kMaxMessage = 768u << 20;   // a 500 MB file as plain base64 fits
+constexpr std::size_t kStreamRead = 32 << 10;     // xbot's push size
 
 std::string first_shell() {
   for (const char* s : {"/bin/bash", "/usr/bin/bash", "/bin/sh"}) {
@@ -59,8 +58,9 @@ std::string first_shell() {
 // The outbox: frames for the one writer on the I/O thread.
 class Outbox {
  public:
-  explicit Outbox(asio::any_io_executor ex) : ex_(std::move(ex)), wake_(ex_) {
-    wake_.expires_at(asio::steady_timer::time_point::max());
+  explicit Outbox(asio::any_io_executor ex)
+      : ex_(std::move(ex)), wake_(std::make_shared<asio::steady_timer>(ex_)) {
+    wake_->expires_at(asio::steady_timer::time_point::max());
   }
   // A reply: queued at once. false when the connection is gone.
   bool send(std::string f) { return put(std::move(f), false); }
@@ -88,7 +88,7 @@ class Outbox {
     cv_.notify_all();
     return f;
   }
-  asio::steady_timer& wake() { return wake_; }
+  asio::steady_timer& wake() { return *wake_; }
 
  private:
   bool put(std::string f, bool wait) {
@@ -102,12 +102,13 @@ class Outbox {
     kick();
     return true;
   }
+  // The posted handler owns the timer: it may run after this Outbox (and its Conn) are gone.
   void kick() {
-    asio::post(ex_, [this] { wake_.cancel(); });
+    asio::post(ex_, [w = wake_] { w->cancel(); });
   }
 
   asio::any_io_executor ex_;
-  asio::steady_timer wake_;
+  std::shared_ptr<asio::steady_timer> wake_;
   std::mutex mu_;
   std::condition_variable cv_;
   std::deque<std::string> q_;
@@ -305,7 +306,9 @@ class Conn : public std::enable_shared_from_this<Conn> {
     }
     if (t == p::type::kWriteFile) {
       auto b = p::body_as<p::WriteFileRequest>(e);
-      if (!b) return reply_error(id, b.error().code == Code::kInternal ? p::code::kIO : p::code::kInvalid, b.error().message);
+      if (!b)
+        return reply_error(id, b.error().code == Code::kInternal ? p::code::kIO : p::code::kInvalid,
+                           b.error().message);
       auto r = fs_.write_file(b->path, b->data, b->perm);
       if (!r) return reply_error(id, r.error());
       return reply(id, p::type::kOk, std::nullopt);
@@ -384,7 +387,8 @@ class Conn : public std::enable_shared_from_this<Conn> {
       spec.argv = {"/bin/sh", "-c", b->command};
     } else {
       if (b->args.empty()) {
-        return reply_error(e.id, p::code::kIO, "exec error: non-shell exec requires args to be set");
+        return reply_error(e.id, p::code::kIO,
+                           "exec error: non-shell exec requires args to be set");
       }
       spec.argv = b->args;
     }
@@ -455,7 +459,8 @@ class Conn : public std::enable_shared_from_this<Conn> {
     if (b->shell) {
       spec.argv = {"sh", "-c", b->command};
     } else if (b->args.empty()) {
-      return reply_error(e.id, p::code::kIO, "bg_exec failed: non-shell exec requires args to be set");
+      return reply_error(e.id, p::code::kIO,
+                         "bg_exec failed: non-shell exec requires args to be set");
     } else {
       spec.argv = b->args;
     }
@@ -476,7 +481,8 @@ class Conn : public std::enable_shared_from_this<Conn> {
       std::lock_guard l(mu_);
       if (closed_) return;
       if (tasks_.count(b->task_id)) {
-        return reply_error(e.id, p::code::kExists, "bg_exec failed: task " + b->task_id + " exists");
+        return reply_error(e.id, p::code::kExists,
+                           "bg_exec failed: task " + b->task_id + " exists");
       }
       auto pid = spawn(spec);
       if (!pid) return reply_error(e.id, p::code::kIO, "bg_exec failed: " + pid.error().message);
@@ -510,7 +516,8 @@ class Conn : public std::enable_shared_from_this<Conn> {
           }
           std::lock_guard l(task->mu);
           std::string& s = i == 0 ? task->out : task->err;
-          if (s.size() < kBgOutputCap) s.append(buf, std::min<std::size_t>(n, kBgOutputCap - s.size()));
+          if (s.size() < kBgOutputCap)
+            s.append(buf, std::min<std::size_t>(n, kBgOutputCap - s.size()));
         }
       }
       int status = wait_for(task->pid);
@@ -537,8 +544,9 @@ class Conn : public std::enable_shared_from_this<Conn> {
     std::unique_lock l(task->mu);
     if (kill) {
       if (task->status != "running") {
-        return reply_error(e.id, p::code::kIO, op + "task " + b->task_id +
-                                                   " is not running (status=" + task->status + ")");
+        return reply_error(
+            e.id, p::code::kIO,
+            op + "task " + b->task_id + " is not running (status=" + task->status + ")");
       }
       kill_group(task->pid);
       task->status = "killed";
@@ -623,8 +631,9 @@ class Conn : public std::enable_shared_from_this<Conn> {
       auto pid = spawn(spec);
       if (!pid) {
         if (st->input) st->input->finish();
-        return reply_error(e.id, p::code::kIO,
-                           std::string(pty ? "start pty: " : "start process: ") + pid.error().message);
+        return reply_error(
+            e.id, p::code::kIO,
+            std::string(pty ? "start pty: " : "start process: ") + pid.error().message);
       }
       st->pid = *pid;
       if (pty) {
@@ -653,8 +662,9 @@ class Conn : public std::enable_shared_from_this<Conn> {
       ssize_t n = ::read(fd, buf.data(), buf.size());
       if (n < 0 && errno == EINTR) continue;
       if (n <= 0) break;
-      outbox.push(p::frame("", data_type,
-                           p::to_json(p::StreamData{id, buf.substr(0, static_cast<std::size_t>(n))})));
+      outbox.push(
+          p::frame("", data_type,
+                   p::to_json(p::StreamData{id, buf.substr(0, static_cast<std::size_t>(n))})));
     }
     int status = wait_for(st->pid);
     p::StreamExit x{id, exit_code_of(status), ""};
@@ -783,7 +793,8 @@ class Conn : public std::enable_shared_from_this<Conn> {
                                " bytes is over the " + std::to_string(p::kMaxFileSize) +
                                "-byte limit");
       }
-      if (uploads_.count(id)) return reply_error(id, p::code::kInvalid, "transfer " + id + " exists");
+      if (uploads_.count(id))
+        return reply_error(id, p::code::kInvalid, "transfer " + id + " exists");
       auto w = fs_.create(b->path, b->perm);
       if (!w) return reply_error(id, w.error());
       uploads_[id] = Upload{std::move(*w), b->size};
@@ -806,9 +817,11 @@ class Conn : public std::enable_shared_from_this<Conn> {
                                             ", expected " + std::to_string(u.writer.written()));
       }
       if (u.writer.written() + static_cast<std::int64_t>(c->data.size()) > u.size) {
-        return abort(p::code::kInvalid, "file_chunk beyond the announced size " + std::to_string(u.size));
+        return abort(p::code::kInvalid,
+                     "file_chunk beyond the announced size " + std::to_string(u.size));
       }
-      if (auto s = u.writer.write(c->data); !s) return abort(p::code_for_errno(s.error().sys_errno), s.error().message);
+      if (auto s = u.writer.write(c->data); !s)
+        return abort(p::code_for_errno(s.error().sys_errno), s.error().message);
       return reply(id, p::type::kAck, p::to_json(p::Ack{u.writer.written()}));
     }
     // file_end
@@ -818,7 +831,8 @@ class Conn : public std::enable_shared_from_this<Conn> {
       return abort(p::code::kInvalid, "file_end after " + std::to_string(u.writer.written()) +
                                           " bytes, announced " + std::to_string(u.size));
     }
-    if (auto s = u.writer.commit(); !s) return abort(p::code_for_errno(s.error().sys_errno), s.error().message);
+    if (auto s = u.writer.commit(); !s)
+      return abort(p::code_for_errno(s.error().sys_errno), s.error().message);
     uploads_.erase(it);
     reply(id, p::type::kOk, std::nullopt);
   }
@@ -918,7 +932,8 @@ class Runner {
       co_return false;
     }
     beast::get_lowest_layer(s).expires_after(10s);
-    co_await beast::get_lowest_layer(s).async_connect(eps, asio::redirect_error(asio::use_awaitable, ec));
+    co_await beast::get_lowest_layer(s).async_connect(
+        eps, asio::redirect_error(asio::use_awaitable, ec));
     if (ec) {
       spdlog::warn("connect {}:{}: {}", url_.host, url_.port, ec.message());
       co_return false;
@@ -970,9 +985,14 @@ class Runner {
       spdlog::warn("websocket handshake {}{}: {}", host, url_.target, ec.message());
       co_return false;
     }
-    p::RegisterBody reg{.user_id = user_id(), .auth_token = opts_.token, .workspace = fs_.path(),
-                        .shell = first_shell(), .version = p::kProtocolVersion};
-    p::Envelope env{.id = "", .type = std::string(p::type::kRegister), .user_id = user_id(),
+    p::RegisterBody reg{.user_id = user_id(),
+                        .auth_token = opts_.token,
+                        .workspace = fs_.path(),
+                        .shell = first_shell(),
+                        .version = p::kProtocolVersion};
+    p::Envelope env{.id = "",
+                    .type = std::string(p::type::kRegister),
+                    .user_id = user_id(),
                     .body = p::to_json(reg)};
     std::string first = p::encode(env);
     co_await s.async_write(asio::buffer(first), asio::redirect_error(asio::use_awaitable, ec));

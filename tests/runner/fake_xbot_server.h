@@ -9,7 +9,6 @@
 #include <boost/beast/core.hpp>
 #include <boost/beast/http.hpp>
 #include <boost/beast/websocket.hpp>
-
 #include <chrono>
 #include <condition_variable>
 #include <deque>
@@ -64,7 +63,9 @@ class FakeXbotServer {
   }
 
   int port() const { return port_; }
-  std::string url() const { return "ws://127.0.0.1:" + std::to_string(port_) + "/ws/" + opts_.user; }
+  std::string url() const {
+    return "ws://127.0.0.1:" + std::to_string(port_) + "/ws/" + opts_.user;
+  }
 
   // Every register frame seen, accepted or not; the time of each connection.
   std::vector<fx::p::Envelope> registrations() {
@@ -107,8 +108,8 @@ class FakeXbotServer {
     return id;
   }
   // The reply to `id`; nullopt after `limit`.
-  std::optional<fx::p::Envelope> wait_reply(const std::string& id,
-                                            std::chrono::milliseconds limit = std::chrono::seconds(30)) {
+  std::optional<fx::p::Envelope> wait_reply(
+      const std::string& id, std::chrono::milliseconds limit = std::chrono::seconds(30)) {
     std::unique_lock l(mu_);
     if (!cv_.wait_for(l, limit, [&] { return replies_.count(id) > 0; })) return std::nullopt;
     auto& q = replies_[id];

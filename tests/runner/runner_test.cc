@@ -2,21 +2,19 @@
 // every request type of PROTOCOLS.md 1.3, the path guard of SECURITY.md T8, timeouts that kill
 // the process group, children killed on disconnect, reconnect with back-off.
 #include <fcntl.h>
+#include <gtest/gtest.h>
 #include <signal.h>
 #include <spawn.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
-#include <gtest/gtest.h>
-
-#include <cstdlib>
-#include <filesystem>
-#include <fstream>
-
 #include <boost/asio/ssl.hpp>
 #include <boost/beast/http.hpp>
 #include <boost/beast/websocket/ssl.hpp>
+#include <cstdlib>
+#include <filesystem>
+#include <fstream>
 
 #include "runner/fake_xbot_server.h"
 #include "support/support.h"
@@ -40,8 +38,8 @@ class RunnerProcess {
  public:
   RunnerProcess(const std::string& url, const std::string& token, const std::string& ws,
                 std::vector<std::string> extra = {}) {
-    std::vector<std::string> args = {runner_bin(), "--server", url, "--token", token,
-                                     "--workspace", ws, "--log-level", "warn"};
+    std::vector<std::string> args = {runner_bin(),  "--server", url,           "--token", token,
+                                     "--workspace", ws,         "--log-level", "warn"};
     args.insert(args.end(), extra.begin(), extra.end());
     std::vector<char*> argv;
     for (auto& a : args) argv.push_back(a.data());
@@ -132,8 +130,10 @@ TEST_F(RunnerTest, ExecShellAndArgvForms) {
   EXPECT_FALSE(res->timed_out);
 
   // argv form: args[0] is the program, command is ignored (xbot's callers send both)
-  p::ExecRequest a{.command = "ignored", .args = {"/bin/sh", "-c", "echo \"$0|$X|$(pwd)\"", "zero"},
-                   .env = {"X=1"}, .timeout = 10};
+  p::ExecRequest a{.command = "ignored",
+                   .args = {"/bin/sh", "-c", "echo \"$0|$X|$(pwd)\"", "zero"},
+                   .env = {"X=1"},
+                   .timeout = 10};
   auto ra = server_.request(p::type::kExec, p::to_json(a));
   ASSERT_EQ(ra.type, "exec_result") << p::encode(ra);
   EXPECT_EQ(p::body_as<p::ExecResult>(ra)->stdout_data,
@@ -166,7 +166,8 @@ TEST_F(RunnerTest, ExecWithABadDirIsAnErrorAndRunsNothing) {
   EXPECT_FALSE(std::filesystem::exists(ws_ + "/ran"));
   EXPECT_FALSE(std::filesystem::exists(tmp_ / "outside/ran"));
   EXPECT_FALSE(std::filesystem::exists(tmp_ / "ws2/ran"));
-  p::BgExecRequest bg{.task_id = "t", .command = "touch ran", .shell = true, .dir = tmp_ / "outside"};
+  p::BgExecRequest bg{
+      .task_id = "t", .command = "touch ran", .shell = true, .dir = tmp_ / "outside"};
   EXPECT_EQ(code_of(server_.request(p::type::kBgExec, p::to_json(bg))), "EPERM");
   p::StdioStart st{.stream_id = "s", .command = "touch", .args = {"ran"}, .dir = tmp_ / "outside"};
   EXPECT_EQ(code_of(server_.request(p::type::kStdioStart, p::to_json(st))), "EPERM");
@@ -253,8 +254,10 @@ TEST_F(RunnerTest, FileRequests) {
   EXPECT_EQ(path_req(p::type::kRemoveAll, "d").type, "ok");  // missing is ok
   EXPECT_EQ(code_of(path_req(p::type::kReadFile, "nope")), "ENOENT");
   EXPECT_EQ(code_of(path_req(p::type::kStat, "nope")), "ENOENT");
-  EXPECT_EQ(code_of(server_.request(p::type::kWriteFile, Json{{"path", "x"}, {"data", "!!"}})), "EIO");
-  EXPECT_EQ(code_of(server_.request(p::type::kWriteFile, p::to_json(p::WriteFileRequest{"no/such/x", "1", 0644}))),
+  EXPECT_EQ(code_of(server_.request(p::type::kWriteFile, Json{{"path", "x"}, {"data", "!!"}})),
+            "EIO");
+  EXPECT_EQ(code_of(server_.request(p::type::kWriteFile,
+                                    p::to_json(p::WriteFileRequest{"no/such/x", "1", 0644}))),
             "ENOENT");  // write_file does not create parents (xbot)
 }
 
@@ -271,12 +274,15 @@ TEST_F(RunnerTest, PathGuardRefusesEveryEscape) {  // SECURITY.md T8
   expect_eperm(path_req(p::type::kReadFile, "link/canary"), "read through a symlink out");
   expect_eperm(path_req(p::type::kStat, "link/canary"), "stat through a symlink out");
   expect_eperm(path_req(p::type::kReadDir, "link"), "read_dir through a symlink out");
-  expect_eperm(server_.request(p::type::kWriteFile, p::to_json(p::WriteFileRequest{"link/new.txt", "x", 0644})),
+  expect_eperm(server_.request(p::type::kWriteFile,
+                               p::to_json(p::WriteFileRequest{"link/new.txt", "x", 0644})),
                "write a new file through a symlink out");
-  expect_eperm(server_.request(p::type::kWriteFile, p::to_json(p::WriteFileRequest{"link/canary", "x", 0644})),
+  expect_eperm(server_.request(p::type::kWriteFile,
+                               p::to_json(p::WriteFileRequest{"link/canary", "x", 0644})),
                "overwrite through a symlink out");
-  expect_eperm(server_.request(p::type::kMkdirAll, p::to_json(p::MkdirAllRequest{"link/newdir", 0755})),
-               "mkdir_all through a symlink out");
+  expect_eperm(
+      server_.request(p::type::kMkdirAll, p::to_json(p::MkdirAllRequest{"link/newdir", 0755})),
+      "mkdir_all through a symlink out");
   expect_eperm(path_req(p::type::kRemoveAll, "link/canary"), "remove_all through a symlink out");
   expect_eperm(path_req(p::type::kRemove, tmp_ / "ws2/secret"), "remove by the prefix trick");
   auto msg = data_of(path_req(p::type::kReadFile, "/etc/passwd"), "message");
@@ -288,7 +294,10 @@ TEST_F(RunnerTest, PathGuardRefusesEveryEscape) {  // SECURITY.md T8
   // a ".." that stays inside, and a symlink that stays inside, are fine
   std::filesystem::create_directories(ws_ + "/in");
   std::filesystem::create_symlink("in", ws_ + "/inlink");
-  EXPECT_EQ(server_.request(p::type::kWriteFile, p::to_json(p::WriteFileRequest{"in/../inlink/f", "ok", 0644})).type,
+  EXPECT_EQ(server_
+                .request(p::type::kWriteFile,
+                         p::to_json(p::WriteFileRequest{"in/../inlink/f", "ok", 0644}))
+                .type,
             "ok");
   EXPECT_EQ(slurp(ws_ + "/in/f"), "ok");
   // remove_all of the link removes the link, not the target
@@ -297,13 +306,16 @@ TEST_F(RunnerTest, PathGuardRefusesEveryEscape) {  // SECURITY.md T8
 }
 
 TEST_F(RunnerTest, BackgroundTasks) {
-  p::BgExecRequest b{.task_id = "t1", .command = "echo out; echo err >&2; echo $$ > bgpid; sleep 30",
+  p::BgExecRequest b{.task_id = "t1",
+                     .command = "echo out; echo err >&2; echo $$ > bgpid; sleep 30",
                      .shell = true};
   auto r = server_.request(p::type::kBgExec, p::to_json(b));
-  EXPECT_EQ(p::encode(r), R"({"id":")" + r.id + R"(","type":"bg_started","body":{"task_id":"t1"}})");
+  EXPECT_EQ(p::encode(r),
+            R"({"id":")" + r.id + R"(","type":"bg_started","body":{"task_id":"t1"}})");
   p::BgOutput o;
   for (int i = 0; i < 100; ++i) {
-    o = *p::body_as<p::BgOutput>(server_.request(p::type::kBgStatus, p::to_json(p::TaskRequest{"t1"})));
+    o = *p::body_as<p::BgOutput>(
+        server_.request(p::type::kBgStatus, p::to_json(p::TaskRequest{"t1"})));
     if (!o.stdout_data.empty() && !o.stderr_data.empty()) break;
     usleep(50000);
   }
@@ -313,7 +325,8 @@ TEST_F(RunnerTest, BackgroundTasks) {
   pid_t pid = std::atoi(slurp(ws_ + "/bgpid").c_str());
   EXPECT_EQ(server_.request(p::type::kBgKill, p::to_json(p::TaskRequest{"t1"})).type, "ok");
   EXPECT_TRUE(wait_dead(pid, 5000ms));
-  o = *p::body_as<p::BgOutput>(server_.request(p::type::kBgStatus, p::to_json(p::TaskRequest{"t1"})));
+  o = *p::body_as<p::BgOutput>(
+      server_.request(p::type::kBgStatus, p::to_json(p::TaskRequest{"t1"})));
   EXPECT_EQ(o.status, "killed");
   auto again = server_.request(p::type::kBgKill, p::to_json(p::TaskRequest{"t1"}));
   EXPECT_EQ(code_of(again), "EIO");
@@ -322,7 +335,8 @@ TEST_F(RunnerTest, BackgroundTasks) {
   p::BgExecRequest done{.task_id = "t2", .command = "exit 4", .shell = true};
   server_.request(p::type::kBgExec, p::to_json(done));
   for (int i = 0; i < 100 && o.status != "failed"; ++i) {
-    o = *p::body_as<p::BgOutput>(server_.request(p::type::kBgStatus, p::to_json(p::TaskRequest{"t2"})));
+    o = *p::body_as<p::BgOutput>(
+        server_.request(p::type::kBgStatus, p::to_json(p::TaskRequest{"t2"})));
     usleep(20000);
   }
   EXPECT_EQ(o.status, "failed");
@@ -349,9 +363,11 @@ TEST_F(RunnerTest, StdioStreams) {
     }
     return false;
   }));
-  EXPECT_EQ(code_of(server_.request(p::type::kStdioClose, p::to_json(p::StreamRequest{"s1"}))), "ENOENT");
-  EXPECT_EQ(code_of(server_.request(p::type::kStdioStart, p::to_json(p::StdioStart{.command = "cat"}))),
-            "EINVAL");
+  EXPECT_EQ(code_of(server_.request(p::type::kStdioClose, p::to_json(p::StreamRequest{"s1"}))),
+            "ENOENT");
+  EXPECT_EQ(
+      code_of(server_.request(p::type::kStdioStart, p::to_json(p::StdioStart{.command = "cat"}))),
+      "EINVAL");
 }
 
 TEST_F(RunnerTest, PtyInputAndResizeWork) {
@@ -359,7 +375,8 @@ TEST_F(RunnerTest, PtyInputAndResizeWork) {
   auto r = server_.request(p::type::kPtyCreate, p::to_json(c));
   ASSERT_EQ(p::encode(r), R"({"id":")" + r.id + R"(","type":"ok","body":{"stream_id":"p1"}})");
   // xbot's server sends pty_stdin WITH an id and never waits (1.7): the input must arrive.
-  server_.send_request(p::type::kPtyStdin, p::to_json(p::StreamData{"p1", "echo $((6*7))x; stty size\n"}));
+  server_.send_request(p::type::kPtyStdin,
+                       p::to_json(p::StreamData{"p1", "echo $((6*7))x; stty size\n"}));
   EXPECT_TRUE(server_.wait_push([&](const auto& v) {
     auto d = FakeXbotServer::data_in(v, "pty_data", "p1");
     return d.find("42x") != std::string::npos && d.find("30 100") != std::string::npos;
@@ -381,8 +398,10 @@ TEST_F(RunnerTest, PtyInputAndResizeWork) {
 
 TEST_F(RunnerTest, LlmUnknownAndMalformedRequests) {
   auto llm = server_.request(p::type::kLlmModels, Json::object());
-  EXPECT_EQ(p::encode(llm), R"({"id":")" + llm.id +
-                                R"(","type":"error","body":{"message":"local LLM not configured on this runner","code":"ENOTSUP"}})");
+  EXPECT_EQ(
+      p::encode(llm),
+      R"({"id":")" + llm.id +
+          R"(","type":"error","body":{"message":"local LLM not configured on this runner","code":"ENOTSUP"}})");
   EXPECT_EQ(code_of(server_.request(p::type::kLlmGenerate, Json::object())), "ENOTSUP");
   auto unk = server_.request("frobnicate", Json::object());
   EXPECT_EQ(data_of(unk, "message"), "unknown request type: frobnicate");
@@ -452,13 +471,16 @@ class TinyHttp {
 
 TEST_F(RunnerTest, DownloadFile) {
   TinyHttp web;
-  auto r = server_.request(p::type::kDownloadFile, p::to_json(p::DownloadRequest{web.url("/r"), "dl/sub/out.txt"}));
+  auto r = server_.request(p::type::kDownloadFile,
+                           p::to_json(p::DownloadRequest{web.url("/r"), "dl/sub/out.txt"}));
   EXPECT_EQ(p::encode(r), R"({"id":")" + r.id + R"(","type":"ok","body":{"size":8}})");
   EXPECT_EQ(slurp(ws_ + "/dl/sub/out.txt"), "payload\n");  // parents created, redirect followed
-  auto nf = server_.request(p::type::kDownloadFile, p::to_json(p::DownloadRequest{web.url("/404"), "nf"}));
+  auto nf = server_.request(p::type::kDownloadFile,
+                            p::to_json(p::DownloadRequest{web.url("/404"), "nf"}));
   EXPECT_EQ(code_of(nf), "EIO");
   EXPECT_NE(data_of(nf, "message").find("HTTP 404"), std::string::npos);
-  auto huge = server_.request(p::type::kDownloadFile, p::to_json(p::DownloadRequest{web.url("/huge"), "huge"}));
+  auto huge = server_.request(p::type::kDownloadFile,
+                              p::to_json(p::DownloadRequest{web.url("/huge"), "huge"}));
   EXPECT_EQ(code_of(huge), "ETOOBIG");
   auto out = server_.request(p::type::kDownloadFile,
                              p::to_json(p::DownloadRequest{web.url("/f"), tmp_ / "outside/dl"}));
@@ -466,14 +488,16 @@ TEST_F(RunnerTest, DownloadFile) {
   EXPECT_FALSE(std::filesystem::exists(ws_ + "/nf"));
   EXPECT_FALSE(std::filesystem::exists(ws_ + "/huge"));
   EXPECT_FALSE(std::filesystem::exists(tmp_ / "outside/dl"));
-  auto bad = server_.request(p::type::kDownloadFile, p::to_json(p::DownloadRequest{"ftp://x/y", "z"}));
+  auto bad =
+      server_.request(p::type::kDownloadFile, p::to_json(p::DownloadRequest{"ftp://x/y", "z"}));
   EXPECT_EQ(code_of(bad), "EINVAL");
 }
 
 TEST_F(RunnerTest, PlainBase64FilesOfAnySize) {
   std::string big(10 << 20, '\0');
   for (std::size_t i = 0; i < big.size(); ++i) big[i] = static_cast<char>((i * 7919) >> 3);
-  auto w = server_.request(p::type::kWriteFile, p::to_json(p::WriteFileRequest{"big.bin", big, 0644}), 60s);
+  auto w = server_.request(p::type::kWriteFile,
+                           p::to_json(p::WriteFileRequest{"big.bin", big, 0644}), 60s);
   ASSERT_EQ(w.type, "ok");
   EXPECT_EQ(slurp(ws_ + "/big.bin") == big, true);
   auto r = path_req(p::type::kReadFile, "big.bin");
@@ -484,7 +508,8 @@ TEST_F(RunnerTest, PlainBase64FilesOfAnySize) {
 TEST_F(RunnerTest, DisconnectKillsChildrenAndReconnects) {
   p::BgExecRequest b{.task_id = "t", .command = "echo $$ > bgpid; exec sleep 300", .shell = true};
   ASSERT_EQ(server_.request(p::type::kBgExec, p::to_json(b)).type, "bg_started");
-  p::StdioStart s{.stream_id = "s", .command = "sh", .args = {"-c", "echo $$ > stdiopid; exec sleep 300"}};
+  p::StdioStart s{
+      .stream_id = "s", .command = "sh", .args = {"-c", "echo $$ > stdiopid; exec sleep 300"}};
   ASSERT_EQ(server_.request(p::type::kStdioStart, p::to_json(s)).type, "ok");
   p::ExecRequest e{.command = "echo $$ > execpid; exec sleep 300", .shell = true, .timeout = 600};
   server_.send_request(p::type::kExec, p::to_json(e));
@@ -536,15 +561,17 @@ class RunnerChunkedTest : public ::testing::Test {
 
 TEST_F(RunnerChunkedTest, UploadInChunksWithAcks) {
   std::string data = pattern((9 << 20) + 123);
-  std::string id = server_.send_request(p::type::kFileBegin,
-                                        p::to_json(p::FileBegin{"big.bin", 0644, static_cast<std::int64_t>(data.size())}));
+  std::string id = server_.send_request(
+      p::type::kFileBegin,
+      p::to_json(p::FileBegin{"big.bin", 0644, static_cast<std::int64_t>(data.size())}));
   auto a0 = server_.wait_reply(id);
   ASSERT_TRUE(a0);
   ASSERT_EQ(p::encode(*a0), R"({"id":")" + id + R"(","type":"ack","body":{"offset":0}})");
   std::int64_t off = 0;
   while (off < static_cast<std::int64_t>(data.size())) {
     std::size_t n = std::min<std::size_t>(p::kChunkSize, data.size() - off);
-    server_.send_with_id(id, p::type::kFileChunk, p::to_json(p::FileChunk{off, data.substr(off, n)}));
+    server_.send_with_id(id, p::type::kFileChunk,
+                         p::to_json(p::FileChunk{off, data.substr(off, n)}));
     off += static_cast<std::int64_t>(n);
     auto a = server_.wait_reply(id);
     ASSERT_TRUE(a);
@@ -562,9 +589,11 @@ TEST_F(RunnerChunkedTest, UploadInChunksWithAcks) {
 
 TEST_F(RunnerChunkedTest, BadUploadsLeaveNothing) {
   spit(ws_ + "/keep.bin", "old");
-  std::string id = server_.send_request(p::type::kFileBegin, p::to_json(p::FileBegin{"keep.bin", 0644, 5 << 20}));
+  std::string id = server_.send_request(p::type::kFileBegin,
+                                        p::to_json(p::FileBegin{"keep.bin", 0644, 5 << 20}));
   ASSERT_EQ(server_.wait_reply(id)->type, "ack");
-  server_.send_with_id(id, p::type::kFileChunk, p::to_json(p::FileChunk{0, std::string(1000, 'x')}));
+  server_.send_with_id(id, p::type::kFileChunk,
+                       p::to_json(p::FileChunk{0, std::string(1000, 'x')}));
   ASSERT_EQ(server_.wait_reply(id)->type, "ack");
   server_.send_with_id(id, p::type::kFileChunk, p::to_json(p::FileChunk{5, "y"}));  // out of order
   auto err = server_.wait_reply(id);
@@ -573,15 +602,18 @@ TEST_F(RunnerChunkedTest, BadUploadsLeaveNothing) {
   EXPECT_EQ(slurp(ws_ + "/keep.bin"), "old");
   EXPECT_EQ(files_in_ws(), 1u);
   // over the cap, and through a symlink out
-  auto big = server_.request(p::type::kFileBegin, p::to_json(p::FileBegin{"x", 0644, p::kMaxFileSize + 1}));
+  auto big = server_.request(p::type::kFileBegin,
+                             p::to_json(p::FileBegin{"x", 0644, p::kMaxFileSize + 1}));
   EXPECT_EQ(code_of(big), "ETOOBIG");
   std::filesystem::create_directories(tmp_ / "outside");
   std::filesystem::create_symlink(tmp_ / "outside", ws_ + "/link");
-  auto out = server_.request(p::type::kFileBegin, p::to_json(p::FileBegin{"link/x", 0644, 5 << 20}));
+  auto out =
+      server_.request(p::type::kFileBegin, p::to_json(p::FileBegin{"link/x", 0644, 5 << 20}));
   EXPECT_EQ(code_of(out), "EPERM");
   EXPECT_TRUE(std::filesystem::is_empty(tmp_ / "outside"));
   // abandoned by the server: an error frame of the transfer's id
-  std::string id2 = server_.send_request(p::type::kFileBegin, p::to_json(p::FileBegin{"gone.bin", 0644, 5 << 20}));
+  std::string id2 = server_.send_request(p::type::kFileBegin,
+                                         p::to_json(p::FileBegin{"gone.bin", 0644, 5 << 20}));
   ASSERT_EQ(server_.wait_reply(id2)->type, "ack");
   server_.send(p::error_frame(id2, "EIO", "client went away"));
   std::string probe = server_.send_request(p::type::kStat, p::to_json(p::PathRequest{"keep.bin"}));
@@ -595,8 +627,8 @@ TEST_F(RunnerChunkedTest, DownloadInChunksWithinTheWindow) {
   std::string id = server_.send_request(p::type::kReadFile, p::to_json(p::PathRequest{"big.bin"}));
   auto begin = server_.wait_reply(id);
   ASSERT_TRUE(begin);
-  ASSERT_EQ(p::encode(*begin),
-            R"({"id":")" + id + R"(","type":"file_begin","body":{"size":)" + std::to_string(data.size()) + "}}");
+  ASSERT_EQ(p::encode(*begin), R"({"id":")" + id + R"(","type":"file_begin","body":{"size":)" +
+                                   std::to_string(data.size()) + "}}");
   // without acks the runner stops at the window (8 MiB)
   std::string got;
   for (;;) {
@@ -608,7 +640,8 @@ TEST_F(RunnerChunkedTest, DownloadInChunksWithinTheWindow) {
     got += fc->data;
   }
   EXPECT_EQ(got.size(), static_cast<std::size_t>(p::kWindowBytes));
-  server_.send_with_id(id, p::type::kAck, p::to_json(p::Ack{static_cast<std::int64_t>(got.size())}));
+  server_.send_with_id(id, p::type::kAck,
+                       p::to_json(p::Ack{static_cast<std::int64_t>(got.size())}));
   for (;;) {
     auto c = server_.wait_reply(id, 10s);
     ASSERT_TRUE(c);
@@ -618,7 +651,8 @@ TEST_F(RunnerChunkedTest, DownloadInChunksWithinTheWindow) {
     }
     ASSERT_EQ(c->type, "file_chunk");
     got += p::body_as<p::FileChunk>(*c)->data;
-    server_.send_with_id(id, p::type::kAck, p::to_json(p::Ack{static_cast<std::int64_t>(got.size())}));
+    server_.send_with_id(id, p::type::kAck,
+                         p::to_json(p::Ack{static_cast<std::int64_t>(got.size())}));
   }
   EXPECT_TRUE(got == data);
   // a small file is still plain file_content
@@ -632,9 +666,10 @@ TEST_F(RunnerChunkedTest, DownloadInChunksWithinTheWindow) {
 TEST(RunnerTls, WssWithAnExtraCa) {
   TempDir tmp{"agentbox-runner-test"};
   std::filesystem::create_directories(tmp / "ws");
-  std::string cmd = "openssl req -x509 -newkey rsa:2048 -nodes -days 1 -subj /CN=127.0.0.1 "
-                    "-addext subjectAltName=IP:127.0.0.1 -keyout " + (tmp / "key.pem") +
-                    " -out " + (tmp / "cert.pem") + " >/dev/null 2>&1";
+  std::string cmd =
+      "openssl req -x509 -newkey rsa:2048 -nodes -days 1 -subj /CN=127.0.0.1 "
+      "-addext subjectAltName=IP:127.0.0.1 -keyout " +
+      (tmp / "key.pem") + " -out " + (tmp / "cert.pem") + " >/dev/null 2>&1";
   ASSERT_EQ(std::system(cmd.c_str()), 0) << cmd;
   namespace ssl = boost::asio::ssl;
   ssl::context ctx(ssl::context::tls_server);
@@ -672,15 +707,17 @@ TEST(RunnerTls, WssWithAnExtraCa) {
   }
   EXPECT_EQ(error, "");
   EXPECT_NE(reg_text.find(R"("type":"register")"), std::string::npos) << reg_text;
-  EXPECT_EQ(reply_text,
-            R"({"id":"req_1","type":"exec_result","body":{"stdout":"tls\n","stderr":"","exit_code":0,"timed_out":false}})");
+  EXPECT_EQ(
+      reply_text,
+      R"({"id":"req_1","type":"exec_result","body":{"stdout":"tls\n","stderr":"","exit_code":0,"timed_out":false}})");
 }
 
 TEST(RunnerTls, AnUntrustedCertificateIsRefused) {
   TempDir tmp{"agentbox-runner-test"};
-  std::string cmd = "openssl req -x509 -newkey rsa:2048 -nodes -days 1 -subj /CN=127.0.0.1 "
-                    "-addext subjectAltName=IP:127.0.0.1 -keyout " + (tmp / "key.pem") +
-                    " -out " + (tmp / "cert.pem") + " >/dev/null 2>&1";
+  std::string cmd =
+      "openssl req -x509 -newkey rsa:2048 -nodes -days 1 -subj /CN=127.0.0.1 "
+      "-addext subjectAltName=IP:127.0.0.1 -keyout " +
+      (tmp / "key.pem") + " -out " + (tmp / "cert.pem") + " >/dev/null 2>&1";
   ASSERT_EQ(std::system(cmd.c_str()), 0);
   namespace ssl = boost::asio::ssl;
   ssl::context ctx(ssl::context::tls_server);
@@ -749,7 +786,8 @@ TEST(RunnerReconnect, ServerRefusalsAsXbot) {
   TempDir tmp{"agentbox-runner-test"};
   FakeXbotServer server;
   // user_id from --user-id that does not match the URL: FORBIDDEN, and the runner keeps trying
-  RunnerProcess runner(server.url(), "T", tmp.path(), {"--user-id", "bob", "--backoff-base-ms", "100"});
+  RunnerProcess runner(server.url(), "T", tmp.path(),
+                       {"--user-id", "bob", "--backoff-base-ms", "100"});
   ASSERT_TRUE(server.wait_connections(2, 10s));
   EXPECT_EQ(server.accepted(), 0);
   auto regs = server.registrations();
