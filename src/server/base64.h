@@ -1,5 +1,5 @@
 #pragma once
-// Standard base64 (RFC 4648, with padding), for the dialects that carry bytes in JSON: the MCP
+// Standard base64 (RFC 4648, with padding; common/base64.h does the work), for the dialects that carry bytes in JSON: the MCP
 // tools' base64 encoding and the E2B dialect's proto3 `bytes` fields; and lower-case hex, for
 // the ids and tokens the dialects mint.
 

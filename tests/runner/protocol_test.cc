@@ -1,0 +1,315 @@
+// The runner protocol library against the byte-exact frames of shared/PROTOCOLS.md part 1.
+#include "runner/protocol.h"
+
+#include <gtest/gtest.h>
+#include <stdlib.h>
+#include <sys/stat.h>
+#include <time.h>
+
+namespace agentbox::runner::proto {
+namespace {
+
+TEST(RunnerProtocol, RegisterFrameIsXbotsBytes) {
+  RegisterBody b{.user_id = "U", .auth_token = "T", .workspace = "/abs/ws", .shell = "/bin/bash"};
+  Envelope e{.id = "", .type = "register", .user_id = "U", .body = to_json(b)};
+  EXPECT_EQ(
+      encode(e),
+      R"({"type":"register","user_id":"U","body":{"user_id":"U","auth_token":"T","workspace":"/abs/ws","shell":"/bin/bash"}})");
+  b.version = kProtocolVersion;
+  e.body = to_json(b);
+  EXPECT_EQ(
+      encode(e),
+      R"({"type":"register","user_id":"U","body":{"user_id":"U","auth_token":"T","workspace":"/abs/ws","shell":"/bin/bash","version":1}})");
+}
+
+TEST(RunnerProtocol, RegisterOkAndErrorAreXbotsBytes) {
+  EXPECT_EQ(frame("", type::kRegisterOk, to_json(RegisterOk{})),
+            R"({"type":"register_ok","body":{"status":"ok"}})");
+  EXPECT_EQ(error_frame("", "AUTH_FAILED", "authentication failed"),
+            R"({"type":"error","body":{"message":"authentication failed","code":"AUTH_FAILED"}})");
+  EXPECT_EQ(error_frame("req_1", "", "x"),
+            R"({"id":"req_1","type":"error","body":{"message":"x"}})");
+}
+
+TEST(RunnerProtocol, DecodesXbotsRegisterOkWithoutVersion) {
+  auto e = decode(R"({"type":"register_ok","body":{"status":"ok"}})");
+  ASSERT_TRUE(e) << e.error().message;
+  EXPECT_EQ(e->type, "register_ok");
+  EXPECT_TRUE(e->id.empty());
+  auto ok = body_as<RegisterOk>(*e);
+  ASSERT_TRUE(ok);
+  EXPECT_EQ(ok->status, "ok");
+  EXPECT_EQ(ok->version, 0);
+}
+
+TEST(RunnerProtocol, DecodesXbotsPtyStdinErrorReply) {
+  auto e = decode(
+      R"({"type":"error","body":{"code":"EINVAL","message":"unknown request type: pty_stdin"}})");
+  ASSERT_TRUE(e);
+  auto b = body_as<ErrorBody>(*e);
+  ASSERT_TRUE(b);
+  EXPECT_EQ(b->code, "EINVAL");
+  EXPECT_EQ(b->message, "unknown request type: pty_stdin");
+}
+
+TEST(RunnerProtocol, ExecRequestBothWays) {
+  const char* text =
+      R"({"id":"req_00112233aabbccdd","type":"exec","user_id":"alice","body":{"command":"/bin/bash","args":["/bin/bash","-l","-c","echo hi"],"shell":false,"dir":"/ws","env":["A=1"],"stdin":"in","timeout":60,"run_as_user":"bob"}})";
+  auto e = decode(text);
+  ASSERT_TRUE(e);
+  EXPECT_EQ(e->id, "req_00112233aabbccdd");
+  EXPECT_EQ(e->user_id, "alice");
+  auto r = body_as<ExecRequest>(*e);
+  ASSERT_TRUE(r) << r.error().message;
+  EXPECT_EQ(r->command, "/bin/bash");
+  EXPECT_EQ(r->args, (std::vector<std::string>{"/bin/bash", "-l", "-c", "echo hi"}));
+  EXPECT_FALSE(r->shell);
+  EXPECT_EQ(r->dir, "/ws");
+  EXPECT_EQ(r->env, std::vector<std::string>{"A=1"});
+  EXPECT_EQ(r->stdin_data, "in");
+  EXPECT_EQ(r->timeout, 60);
+  EXPECT_EQ(r->run_as_user, "bob");
+  Envelope back{.id = e->id, .type = "exec", .user_id = "alice", .body = to_json(*r)};
+  EXPECT_EQ(encode(back), text);
+  // omitempty fields vanish
+  ExecRequest min{.command = "ls", .shell = true, .timeout = 5};
+  EXPECT_EQ(frame("req_1", type::kExec, to_json(min)),
+            R"({"id":"req_1","type":"exec","body":{"command":"ls","shell":true,"timeout":5}})");
+}
+
+TEST(RunnerProtocol, ExecResultHasAllFourFields) {
+  EXPECT_EQ(
+      frame("req_1", type::kExecResult, to_json(ExecResult{})),
+      R"({"id":"req_1","type":"exec_result","body":{"stdout":"","stderr":"","exit_code":0,"timed_out":false}})");
+}
+
+TEST(RunnerProtocol, GoEscapesHtmlAndReplacesInvalidUtf8) {
+  ExecResult r{.stdout_data = "a<b>&c\xe2\x80\xa8 \xff", .exit_code = -1};
+  EXPECT_EQ(frame("", type::kExecResult, to_json(r)),
+            "{\"type\":\"exec_result\",\"body\":{\"stdout\":\"a\\u003cb\\u003e\\u0026c\\u2028 "
+            "\xef\xbf\xbd\",\"stderr\":\"\",\"exit_code\":-1,\"timed_out\":false}}");
+}
+
+TEST(RunnerProtocol, OkRepliesWithAndWithoutBody) {
+  EXPECT_EQ(frame("req_1", type::kOk, std::nullopt), R"({"id":"req_1","type":"ok"})");
+  EXPECT_EQ(frame("req_2", type::kOk, to_json(StreamRequest{"s1"})),
+            R"({"id":"req_2","type":"ok","body":{"stream_id":"s1"}})");
+  EXPECT_EQ(frame("req_3", type::kOk, to_json(SizeBody{42})),
+            R"({"id":"req_3","type":"ok","body":{"size":42}})");
+  auto e = decode(R"({"id":"req_1","type":"ok"})");
+  ASSERT_TRUE(e);
+  EXPECT_FALSE(e->body.has_value());
+}
+
+TEST(RunnerProtocol, FileBodies) {
+  auto e = decode(
+      R"({"id":"req_1","type":"write_file","user_id":"u","body":{"path":"/ws/a.txt","data":"aGVsbG8=","perm":420}})");
+  ASSERT_TRUE(e);
+  auto w = body_as<WriteFileRequest>(*e);
+  ASSERT_TRUE(w);
+  EXPECT_EQ(w->path, "/ws/a.txt");
+  EXPECT_EQ(w->data, "hello");
+  EXPECT_EQ(w->perm, 420u);
+  EXPECT_EQ(
+      encode(Envelope{"req_1", "write_file", "u", to_json(*w)}),
+      R"({"id":"req_1","type":"write_file","user_id":"u","body":{"path":"/ws/a.txt","data":"aGVsbG8=","perm":420}})");
+  // bad base64 in write_file is EIO, as xbot's os error mapping gives
+  auto bad = decode(R"({"id":"r","type":"write_file","body":{"path":"a","data":"!!"}})");
+  auto wb = body_as<WriteFileRequest>(*bad);
+  ASSERT_FALSE(wb);
+  EXPECT_EQ(wb.error().code, Code::kInternal);
+
+  EXPECT_EQ(frame("r", type::kFileContent, to_json(FileContent{"hello"})),
+            R"({"id":"r","type":"file_content","body":{"data":"aGVsbG8="}})");
+  FileInfo fi{.name = "d",
+              .size = 4096,
+              .mode = 2147484141u,
+              .mod_time = "2026-08-23T10:00:00Z",
+              .is_dir = true};
+  EXPECT_EQ(
+      frame("r", type::kFileInfo, to_json(fi)),
+      R"({"id":"r","type":"file_info","body":{"name":"d","size":4096,"mode":2147484141,"mod_time":"2026-08-23T10:00:00Z","is_dir":true}})");
+  EXPECT_EQ(frame("r", type::kDirEntries, to_json(DirEntries{})),
+            R"({"id":"r","type":"dir_entries","body":{"entries":[]}})");
+  DirEntries de{{{"a", false, 3}, {"b", true, 4096}}};
+  std::string t = frame("r", type::kDirEntries, to_json(de));
+  EXPECT_EQ(
+      t,
+      R"({"id":"r","type":"dir_entries","body":{"entries":[{"name":"a","is_dir":false,"size":3},{"name":"b","is_dir":true,"size":4096}]}})");
+  auto de2 = body_as<DirEntries>(*decode(t));
+  ASSERT_TRUE(de2);
+  ASSERT_EQ(de2->entries.size(), 2u);
+  EXPECT_EQ(de2->entries[1].name, "b");
+  EXPECT_TRUE(de2->entries[1].is_dir);
+  EXPECT_EQ(frame("r", type::kMkdirAll, to_json(MkdirAllRequest{"/ws/d", 0})),
+            R"({"id":"r","type":"mkdir_all","body":{"path":"/ws/d"}})");
+  EXPECT_EQ(frame("r", type::kMkdirAll, to_json(MkdirAllRequest{"/ws/d", 0755})),
+            R"({"id":"r","type":"mkdir_all","body":{"path":"/ws/d","perm":493}})");
+  EXPECT_EQ(
+      frame("r", type::kDownloadFile, to_json(DownloadRequest{"http://127.0.0.1:1/x", "o"})),
+      R"({"id":"r","type":"download_file","body":{"url":"http://127.0.0.1:1/x","output_path":"o"}})");
+}
+
+TEST(RunnerProtocol, BackgroundAndStreamBodies) {
+  BgOutput o{.task_id = "t1", .status = "running", .stdout_data = "x"};
+  EXPECT_EQ(
+      frame("r", type::kBgOutput, to_json(o)),
+      R"({"id":"r","type":"bg_output","body":{"task_id":"t1","status":"running","stdout":"x","stderr":""}})");
+  o.status = "completed";
+  o.exit_code = 3;
+  EXPECT_EQ(
+      frame("r", type::kBgOutput, to_json(o)),
+      R"({"id":"r","type":"bg_output","body":{"task_id":"t1","status":"completed","exit_code":3,"stdout":"x","stderr":""}})");
+  EXPECT_EQ(frame("r", type::kBgStarted, to_json(TaskRequest{"t1"})),
+            R"({"id":"r","type":"bg_started","body":{"task_id":"t1"}})");
+  // stdio_write comes without an id
+  auto w = decode(R"({"type":"stdio_write","user_id":"u","body":{"stream_id":"s","data":"aGk="}})");
+  ASSERT_TRUE(w);
+  EXPECT_TRUE(w->id.empty());
+  auto sd = body_as<StreamData>(*w);
+  ASSERT_TRUE(sd);
+  EXPECT_EQ(sd->data, "hi");
+  EXPECT_EQ(frame("", type::kStdioData, to_json(StreamData{"s", "hi"})),
+            R"({"type":"stdio_data","body":{"stream_id":"s","data":"aGk="}})");
+  EXPECT_EQ(frame("", type::kStdioExit, to_json(StreamExit{"s", 0, ""})),
+            R"({"type":"stdio_exit","body":{"stream_id":"s","exit_code":0}})");
+  EXPECT_EQ(
+      frame("", type::kPtyExit, to_json(StreamExit{"p", -1, "signal: killed"})),
+      R"({"type":"pty_exit","body":{"stream_id":"p","exit_code":-1,"error":"signal: killed"}})");
+  auto pc = body_as<PtyCreate>(*decode(
+      R"({"id":"r","type":"pty_create","body":{"stream_id":"p","command":"bash","cols":100,"rows":30}})"));
+  ASSERT_TRUE(pc);
+  EXPECT_EQ(pc->cols, 100);
+  EXPECT_EQ(pc->rows, 30);
+  auto big =
+      body_as<PtyResize>(*decode(R"({"type":"pty_resize","body":{"stream_id":"p","cols":70000}})"));
+  ASSERT_FALSE(big);
+  EXPECT_NE(big.error().message.find("'cols'"), std::string::npos);
+  EXPECT_TRUE(is_push("stdio_data"));
+  EXPECT_TRUE(is_push("pty_exit"));
+  EXPECT_FALSE(is_push("ok"));
+}
+
+TEST(RunnerProtocol, BodiesDecodeAsGoUnmarshals) {
+  // missing body: EINVAL; null body: zero values; unknown fields ignored; wrong type: EINVAL
+  auto missing = body_as<PathRequest>(*decode(R"({"id":"r","type":"stat"})"));
+  ASSERT_FALSE(missing);
+  EXPECT_EQ(missing.error().code, Code::kInvalid);
+  auto null = body_as<ExecRequest>(*decode(R"({"id":"r","type":"exec","body":null})"));
+  ASSERT_TRUE(null);
+  EXPECT_EQ(null->command, "");
+  EXPECT_EQ(null->timeout, 0);
+  auto extra = body_as<PathRequest>(
+      *decode(R"({"id":"r","type":"remove","body":{"path":"p","perm":0,"zzz":[1]}})"));
+  ASSERT_TRUE(extra);
+  EXPECT_EQ(extra->path, "p");
+  auto wrong = body_as<ExecRequest>(*decode(R"({"id":"r","type":"exec","body":{"command":5}})"));
+  ASSERT_FALSE(wrong);
+  EXPECT_EQ(wrong.error().code, Code::kInvalid);
+  EXPECT_NE(wrong.error().message.find("'command'"), std::string::npos);
+  auto frac = body_as<ExecRequest>(*decode(R"({"id":"r","type":"exec","body":{"timeout":1.5}})"));
+  EXPECT_FALSE(frac);
+  auto arr = body_as<ExecRequest>(*decode(R"({"id":"r","type":"exec","body":{"args":"ls"}})"));
+  EXPECT_FALSE(arr);
+  EXPECT_FALSE(decode("not json"));
+  EXPECT_FALSE(decode("[1]"));
+  EXPECT_FALSE(decode(R"({"id":"r"})"));
+  EXPECT_FALSE(decode(R"({"id":5,"type":"x"})"));
+}
+
+TEST(RunnerProtocol, ChunkedTransferBodies) {
+  EXPECT_EQ(
+      frame("r", type::kFileBegin, to_json(FileBegin{"/ws/big", 0644, 5000000})),
+      R"({"id":"r","type":"file_begin","body":{"path":"/ws/big","perm":420,"size":5000000}})");
+  EXPECT_EQ(frame("r", type::kFileBegin, to_json(FileBegin{"", 0, 5000000})),
+            R"({"id":"r","type":"file_begin","body":{"size":5000000}})");
+  EXPECT_EQ(frame("r", type::kFileChunk, to_json(FileChunk{1048576, "abc"})),
+            R"({"id":"r","type":"file_chunk","body":{"offset":1048576,"data":"YWJj"}})");
+  EXPECT_EQ(frame("r", type::kFileEnd, to_json(FileEnd{5000000})),
+            R"({"id":"r","type":"file_end","body":{"size":5000000}})");
+  EXPECT_EQ(frame("r", type::kAck, to_json(Ack{2097152})),
+            R"({"id":"r","type":"ack","body":{"offset":2097152}})");
+  auto neg = body_as<FileChunk>(
+      *decode(R"({"id":"r","type":"file_chunk","body":{"offset":-1,"data":""}})"));
+  EXPECT_FALSE(neg);
+}
+
+TEST(RunnerProtocol, GoFileModeBits) {
+  EXPECT_EQ(go_mode_from_st_mode(S_IFDIR | 0755), 2147484141u);
+  EXPECT_EQ(go_mode_from_st_mode(S_IFREG | 0644), 420u);
+  EXPECT_EQ(go_mode_from_st_mode(S_IFLNK | 0777), gomode::kSymlink | 0777);
+  EXPECT_EQ(go_mode_from_st_mode(S_IFCHR | 0666), gomode::kDevice | gomode::kCharDevice | 0666);
+  EXPECT_EQ(go_mode_from_st_mode(S_IFDIR | S_ISVTX | 0777), gomode::kDir | gomode::kSticky | 0777);
+  EXPECT_EQ(go_mode_from_st_mode(S_IFREG | S_ISUID | 0755), gomode::kSetuid | 0755);
+  EXPECT_EQ(st_mode_from_go_mode(2147484141u), static_cast<mode_t>(S_IFDIR | 0755));
+  EXPECT_EQ(st_mode_from_go_mode(420u), static_cast<mode_t>(S_IFREG | 0644));
+  EXPECT_EQ(st_mode_from_go_mode(gomode::kDevice | gomode::kCharDevice | 0600),
+            static_cast<mode_t>(S_IFCHR | 0600));
+  EXPECT_EQ(perm_from_go(gomode::kDir | gomode::kSetgid | 0750),
+            static_cast<mode_t>(S_ISGID | 0750));
+  EXPECT_EQ(go_perm_from_mode(S_ISVTX | 01777), gomode::kSticky | 0777);
+}
+
+TEST(RunnerProtocol, ErrorCodesAsXbotMapsThem) {
+  EXPECT_EQ(code_for_errno(ENOENT), "ENOENT");
+  EXPECT_EQ(code_for_errno(EEXIST), "EEXIST");
+  EXPECT_EQ(code_for_errno(ENOTEMPTY), "EEXIST");
+  EXPECT_EQ(code_for_errno(EACCES), "EPERM");
+  EXPECT_EQ(code_for_errno(EPERM), "EPERM");
+  EXPECT_EQ(code_for_errno(EXDEV), "EPERM");
+  EXPECT_EQ(code_for_errno(EISDIR), "EIO");
+  EXPECT_EQ(code_for_errno(ENOTDIR), "EIO");
+  EXPECT_EQ(to_code("ENOENT"), Code::kNotFound);
+  EXPECT_EQ(to_code("EPERM"), Code::kAccess);
+  EXPECT_EQ(to_code("ENOTSUP"), Code::kNotSupported);
+  EXPECT_EQ(to_code("EIO"), Code::kInternal);
+  EXPECT_EQ(to_code("internal_error"), Code::kInternal);
+}
+
+TEST(RunnerProtocol, Base64AsGoStdEncoding) {
+  EXPECT_EQ(base64_encode(""), "");
+  EXPECT_EQ(base64_encode("f"), "Zg==");
+  EXPECT_EQ(base64_encode("fo"), "Zm8=");
+  EXPECT_EQ(base64_encode("foo"), "Zm9v");
+  EXPECT_EQ(base64_encode(std::string("\x00\xff\xfe", 3)), "AP/+");
+  EXPECT_EQ(base64_decode("Zm9vYg==").value(), "foob");
+  EXPECT_EQ(base64_decode("Zm9v\r\nYmE=").value(), "fooba");
+  EXPECT_EQ(base64_decode("").value(), "");
+  EXPECT_FALSE(base64_decode("Zm9"));
+  EXPECT_FALSE(base64_decode("Zm9v!A=="));
+  EXPECT_FALSE(base64_decode("Zg==Zg=="));
+  EXPECT_FALSE(base64_decode("Z==="));
+  std::string all;
+  for (int i = 0; i < 256; ++i) all += static_cast<char>(i);
+  EXPECT_EQ(base64_decode(base64_encode(all)).value(), all);
+}
+
+TEST(RunnerProtocol, ModTimeIsRfc3339LocalSeconds) {
+  const char* old = getenv("TZ");
+  std::string saved = old ? old : "";
+  setenv("TZ", "UTC", 1);
+  tzset();
+  EXPECT_EQ(format_mod_time(1787479200), "2026-08-23T10:00:00Z");
+  setenv("TZ", "CET-1CEST,M3.5.0,M10.5.0/3", 1);
+  tzset();
+  EXPECT_EQ(format_mod_time(1787479200), "2026-08-23T12:00:00+02:00");
+  if (old)
+    setenv("TZ", saved.c_str(), 1);
+  else
+    unsetenv("TZ");
+  tzset();
+  EXPECT_EQ(parse_mod_time("2026-08-23T12:00:00+02:00").value(), 1787479200);
+  EXPECT_EQ(parse_mod_time("2026-08-23T10:00:00.123456Z").value(), 1787479200);
+  EXPECT_FALSE(parse_mod_time("2026-08-23 10:00:00"));
+}
+
+TEST(RunnerProtocol, GeneratedIdsLookLikeXbots) {
+  std::string a = generate_id(), b = generate_id();
+  EXPECT_EQ(a.size(), 20u);
+  EXPECT_EQ(a.rfind("req_", 0), 0u);
+  EXPECT_EQ(a.find_first_not_of("0123456789abcdef", 4), std::string::npos);
+  EXPECT_NE(a, b);
+}
+
+}  // namespace
+}  // namespace agentbox::runner::proto
