@@ -12,6 +12,7 @@
 
 #include "linux/sys.h"
 #include "sandbox/path.h"
+#include "sandbox/rooted_fs.h"
 
 namespace agentbox::sandbox {
 namespace {
@@ -177,6 +178,9 @@ Result<bool> DirWatch::read(std::vector<WatchEvent>* out) {
       if ((ev->mask & (IN_DELETE_SELF | IN_MOVE_SELF)) && !is_root) continue;
       if (ev->mask & IN_UNMOUNT) continue;
       std::string_view name = ev->len ? std::string_view(ev->name) : std::string_view{};
+      // The file API's atomic writes: their temp files are noise; the rename that ends one
+      // reports the file itself.
+      if (name.starts_with(kAtomicTempPrefix)) continue;
       WatchEvent we;
       we.name = join(dir, name);
       we.is_dir = (ev->mask & IN_ISDIR) != 0 || (is_root && name.empty());

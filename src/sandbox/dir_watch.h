@@ -10,6 +10,9 @@
 // watches inodes, so changes made inside the box (another mount namespace, an overlayfs
 // workspace) arrive as they would for a host process.
 //
+// The temp files of the file API's atomic writes (rooted_fs.h) are not reported: a write through
+// it shows as the creation of its file (the rename onto it), as if the file appeared whole.
+//
 // Threading: a DirWatch is used by one thread at a time. read() never blocks (the inotify fd is
 // non-blocking): wait for fd() to be readable, then read().
 

@@ -23,7 +23,7 @@ namespace agentbox::sandbox {
 
 namespace {
 
-constexpr std::string_view kTempPrefix = ".agentbox-tmp-";
+constexpr std::string_view kTempPrefix = kAtomicTempPrefix;
 constexpr int kTempNameAttempts = 8;
 constexpr mode_t kDefaultFileMode = 0644;
 constexpr mode_t kDirMode = 0755;

@@ -91,6 +91,16 @@ TEST(E2bFilesDirWatch, FlatWatchReportsEachOperationByRelativeName) {
   for (const auto& e : evs) EXPECT_EQ(e.find("deep"), std::string::npos) << e;
 }
 
+TEST(E2bFilesDirWatch, AtomicWritesShowAsTheFileAppearing) {
+  TempDir tmp("e2bfs-watch");
+  auto w = watch(tmp.path(), false);
+  ASSERT_TRUE(w);
+  ASSERT_TRUE(testing::spit(tmp / ".agentbox-tmp-abc123", "whole"));
+  ASSERT_EQ(::rename((tmp / ".agentbox-tmp-abc123").c_str(), (tmp / "done.txt").c_str()), 0);
+  auto evs = drain(w.get());
+  EXPECT_EQ(evs, std::vector<std::string>{"create done.txt"}) << joined(evs);
+}
+
 TEST(E2bFilesDirWatch, RecursiveFollowsNewAndMovedInDirectories) {
   TempDir tmp("e2bfs-watch");
   ASSERT_EQ(::mkdir((tmp / "w").c_str(), 0755), 0);
