@@ -49,7 +49,7 @@ Result<std::unique_ptr<DirWatch>> DirWatch::open(UniqueFd dir, std::string shown
   std::unique_ptr<DirWatch> w(new DirWatch(std::move(dir), std::move(in), std::move(shown), opts));
   if (auto s = w->add_one("", &w->root_wd_); !s) return std::unexpected(s.error());
   if (opts.recursive) {
-    if (auto s = w->add_tree("", /*add_self=*/false); !s) return std::unexpected(s.error());
+    if (auto s = w->add_tree("", /*add_self=*/false, nullptr); !s) return std::unexpected(s.error());
   } else {
     // Nothing more to open from it; and an fd held on the directory would keep the kernel
     // from reporting its removal (IN_DELETE_SELF comes when the last reference goes).
@@ -96,7 +96,7 @@ Status DirWatch::add_one(const std::string& rel, int* wd_out) {
   return {};
 }
 
-Status DirWatch::add_tree(const std::string& rel, bool add_self) {
+Status DirWatch::add_tree(const std::string& rel, bool add_self, std::vector<WatchEvent>* found) {
   std::deque<std::string> todo{rel};
   bool self = true;
   while (!todo.empty()) {
@@ -127,6 +127,7 @@ Status DirWatch::add_tree(const std::string& rel, bool add_self) {
                  S_ISDIR(st.st_mode);
       }
       if (is_dir) todo.push_back(join(cur, e.name));
+      if (found) found->push_back({join(cur, e.name), WatchOp::kCreate, is_dir});
     }
   }
   return {};
@@ -199,10 +200,21 @@ Result<bool> DirWatch::read(std::vector<WatchEvent>* out) {
       }
       if (opts_.recursive && we.is_dir && !name.empty()) {
         if (we.op == WatchOp::kCreate) {
-          if (auto s = add_tree(we.name, /*add_self=*/true); !s) return std::unexpected(s.error());
-        } else if (we.op == WatchOp::kRename) {
-          drop_tree(we.name);
+          // What was made in it before its watch was there is reported as created now.
+          std::vector<WatchEvent> found;
+          if (auto s = add_tree(we.name, /*add_self=*/true, &found); !s) {
+            return std::unexpected(s.error());
+          }
+          out->push_back(std::move(we));
+          for (auto& f : found) {
+            if (!std::string_view(f.name).substr(f.name.find_last_of('/') + 1)
+                     .starts_with(kAtomicTempPrefix)) {
+              out->push_back(std::move(f));
+            }
+          }
+          continue;
         }
+        if (we.op == WatchOp::kRename) drop_tree(we.name);
       }
       out->push_back(std::move(we));
     }

@@ -10,6 +10,10 @@
 // watches inodes, so changes made inside the box (another mount namespace, an overlayfs
 // workspace) arrive as they would for a host process.
 //
+// A directory created (or moved in) under a recursive watch is watched from when its event is
+// read; what was already in it by then is reported as created, so nothing made in the gap is
+// missed (some of it may be reported twice).
+//
 // The temp files of the file API's atomic writes (rooted_fs.h) are not reported: a write through
 // it shows as the creation of its file (the rename onto it), as if the file appeared whole.
 //
@@ -65,8 +69,9 @@ class DirWatch {
  private:
   DirWatch(UniqueFd dir, UniqueFd inotify, std::string shown, DirWatchOptions opts);
   // Watches every directory below `rel` (relative to the root; "" = the root), and `rel` itself
-  // when add_self. A directory gone meanwhile is skipped.
-  Status add_tree(const std::string& rel, bool add_self);
+  // when add_self; what it finds there goes to *found (when not null) as created. A directory
+  // gone meanwhile is skipped.
+  Status add_tree(const std::string& rel, bool add_self, std::vector<WatchEvent>* found);
   Status add_one(const std::string& rel, int* wd_out);
   void drop_tree(const std::string& rel);
 

@@ -112,6 +112,10 @@ TEST(E2bFilesDirWatch, RecursiveFollowsNewAndMovedInDirectories) {
   EXPECT_EQ(w->watched_dirs(), 2u);
   ASSERT_TRUE(testing::spit(tmp / "w/old/x", "1"));
   ASSERT_EQ(::mkdir((tmp / "w/new").c_str(), 0755), 0);
+  // Made before its directory's watch could be there: reported as created all the same.
+  ASSERT_EQ(::mkdir((tmp / "w/gap").c_str(), 0755), 0);
+  ASSERT_EQ(::mkdir((tmp / "w/gap/inner").c_str(), 0755), 0);
+  ASSERT_TRUE(testing::spit(tmp / "w/gap/inner/early", "0"));
   auto first = drain(w.get());
   ASSERT_TRUE(testing::spit(tmp / "w/new/y", "2"));
   // A tree moved in is watched from then on; one moved out is not.
@@ -127,6 +131,8 @@ TEST(E2bFilesDirWatch, RecursiveFollowsNewAndMovedInDirectories) {
   SCOPED_TRACE(joined(evs));
   EXPECT_TRUE(has(evs, "create old/x"));
   EXPECT_TRUE(has(evs, "create new/"));
+  EXPECT_TRUE(has(evs, "create gap/inner/"));
+  EXPECT_TRUE(has(evs, "create gap/inner/early"));
   EXPECT_TRUE(has(evs, "create new/y"));
   EXPECT_TRUE(has(evs, "write new/y"));
   EXPECT_TRUE(has(evs, "create tree/"));
