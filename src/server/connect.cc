@@ -1,6 +1,7 @@
 #include "server/connect.h"
 
 #include <array>
+#include <cstdio>
 #include <boost/asio/write.hpp>
 
 namespace agentbox::server::connectrpc {
@@ -236,23 +237,47 @@ boost::asio::awaitable<bool> StreamWriter::begin() {
   co_return !failed_;
 }
 
-boost::asio::awaitable<bool> StreamWriter::write_chunk(std::string bytes) {
+namespace {
+
+// HTTP/1.1 chunked framing of `data` (not empty).
+void append_chunk(std::string* out, std::string_view data) {
+  char size[20];
+  int n = std::snprintf(size, sizeof size, "%zx\r\n", data.size());
+  out->append(size, static_cast<std::size_t>(n));
+  out->append(data);
+  out->append("\r\n");
+}
+
+}  // namespace
+
+boost::asio::awaitable<bool> StreamWriter::write_raw(std::string bytes) {
   if (failed_) co_return false;
   detail::Context* ctx = call_->ctx;
   call_->conn->stream.expires_after(ctx->opts.io_timeout);
-  auto chunk = detail::http::make_chunk(boost::asio::buffer(bytes));
-  auto [ec, n] = co_await boost::asio::async_write(call_->conn->stream, chunk, detail::kTuple);
+  auto [ec, n] = co_await boost::asio::async_write(call_->conn->stream,
+                                                   boost::asio::buffer(bytes), detail::kTuple);
   ctx->metrics.add_bytes_out(n);
   if (ec) failed_ = true;
   co_return !failed_;
 }
 
-boost::asio::awaitable<bool> StreamWriter::send(const json& message) {
+void StreamWriter::queue(const json& message) { pending_ += message_frame(message); }
+
+boost::asio::awaitable<bool> StreamWriter::flush() {
   if (!begun_) {
     bool ok = co_await begin();  // (not inside &&: g++ 12)
     if (!ok) co_return false;
   }
-  co_return co_await write_chunk(message_frame(message));
+  if (pending_.empty()) co_return !failed_;
+  std::string bytes;
+  append_chunk(&bytes, pending_);
+  pending_.clear();
+  co_return co_await write_raw(std::move(bytes));
+}
+
+boost::asio::awaitable<bool> StreamWriter::send(const json& message) {
+  queue(message);
+  co_return co_await flush();
 }
 
 boost::asio::awaitable<bool> StreamWriter::end(std::optional<RpcError> error) {
@@ -260,13 +285,13 @@ boost::asio::awaitable<bool> StreamWriter::end(std::optional<RpcError> error) {
     bool ok = co_await begin();  // (not inside &&: g++ 12)
     if (!ok) co_return false;
   }
-  if (!co_await write_chunk(end_frame(error))) co_return false;
+  pending_ += end_frame(error);
+  std::string bytes;
+  append_chunk(&bytes, pending_);
+  pending_.clear();
+  bytes += "0\r\n\r\n";  // the last chunk
+  if (!co_await write_raw(std::move(bytes))) co_return false;
   detail::Context* ctx = call_->ctx;
-  call_->conn->stream.expires_after(ctx->opts.io_timeout);
-  auto [ec, n] = co_await boost::asio::async_write(call_->conn->stream,
-                                                   detail::http::make_chunk_last(), detail::kTuple);
-  ctx->metrics.add_bytes_out(n);
-  if (ec) co_return false;
   co_return call_->ex.keep_alive && !call_->ex.body_pending && !ctx->stopping;
 }
 

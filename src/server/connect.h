@@ -116,16 +116,20 @@ class StreamWriter {
   // Writes the 200 head (application/connect+json, chunked). False: the client is gone.
   boost::asio::awaitable<bool> begin();
   bool begun() const { return begun_; }
-  // One message envelope, flushed as its own chunk.
+  // Queues one message envelope; flush() writes what is queued as one chunk (one write).
+  void queue(const json& message);
+  boost::asio::awaitable<bool> flush();
+  // queue() + flush().
   boost::asio::awaitable<bool> send(const json& message);
-  // The end-of-stream envelope and the last chunk; begins first when not begun (an error before
-  // the first message still travels in a 200 reply). Returns whether the connection may serve
-  // another request.
+  // What is queued, the end-of-stream envelope and the last chunk, in one write; begins first
+  // when not begun (an error before the first message still travels in a 200 reply). Returns
+  // whether the connection may serve another request.
   boost::asio::awaitable<bool> end(std::optional<RpcError> error = std::nullopt);
 
  private:
-  boost::asio::awaitable<bool> write_chunk(std::string bytes);
+  boost::asio::awaitable<bool> write_raw(std::string bytes);
   detail::Call* call_;
+  std::string pending_;  // envelopes queued, not written yet
   bool begun_ = false;
   bool failed_ = false;
 };

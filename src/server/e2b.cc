@@ -18,7 +18,6 @@
 #include <fcntl.h>
 #include <openssl/crypto.h>
 #include <openssl/hmac.h>
-#include <sys/random.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -56,23 +55,19 @@ bool is_rpc_path(std::string_view path) {
 
 class TokenKey {
  public:
-  // The key in <data_dir>/e2b-envd.key (32 random bytes, 0600), made on first use.
+  // The key in <data_dir>/e2b-envd.key (256 random bits as hex, 0600), made on first use.
   Result<std::string> get(const std::string& data_dir) {
     std::lock_guard<std::mutex> lk(mu_);
     if (auto it = keys_.find(data_dir); it != keys_.end()) return it->second;
     const std::string path = data_dir + "/e2b-envd.key";
     UniqueFd fd(::open(path.c_str(), O_RDONLY | O_CLOEXEC | O_NOFOLLOW));
     if (!fd && errno == ENOENT) {
-      unsigned char b[32];
-      std::size_t got = 0;
-      while (got < sizeof b) {
-        ssize_t n = ::getrandom(b + got, sizeof b - got, 0);
-        if (n > 0) got += static_cast<std::size_t>(n);
-      }
+      const std::string b = random_hex(32);  // 256 random bits
       const std::string tmp = path + ".tmp";
       UniqueFd w(::open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC | O_NOFOLLOW, 0600));
       if (!w) return fail_errno(errno, "open(" + tmp + ")");
-      if (::write(w.get(), b, sizeof b) != static_cast<ssize_t>(sizeof b) || ::fsync(w.get()) != 0) {
+      if (::write(w.get(), b.data(), b.size()) != static_cast<ssize_t>(b.size()) ||
+          ::fsync(w.get()) != 0) {
         return fail_errno(errno, "write(" + tmp + ")");
       }
       // link() fails when another daemon made one first: then that one is the key.
@@ -85,9 +80,9 @@ class TokenKey {
       fd = UniqueFd(::open(path.c_str(), O_RDONLY | O_CLOEXEC | O_NOFOLLOW));
     }
     if (!fd) return fail_errno(errno, "open(" + path + ")");
-    char buf[64];
+    char buf[128];
     ssize_t n = ::read(fd.get(), buf, sizeof buf);
-    if (n < 32) return fail(Code::kInternal, path + " is not a 32-byte key");
+    if (n < 32) return fail(Code::kInternal, path + " holds no key (32 bytes or more)");
     return keys_[data_dir] = std::string(buf, static_cast<std::size_t>(n));
   }
 
@@ -101,15 +96,6 @@ TokenKey& token_key() {
   return k;
 }
 
-std::string hex(const unsigned char* b, std::size_t n) {
-  static constexpr char kHex[] = "0123456789abcdef";
-  std::string s;
-  for (std::size_t i = 0; i < n; ++i) {
-    s += kHex[b[i] >> 4];
-    s += kHex[b[i] & 15];
-  }
-  return s;
-}
 
 }  // namespace
 
@@ -126,7 +112,7 @@ Result<std::string> envd_token(Context* ctx, const session::SessionInfo& s) {
            reinterpret_cast<const unsigned char*>(msg.data()), msg.size(), mac, &len) == nullptr) {
     return fail(Code::kInternal, "HMAC failed");
   }
-  return "ea_" + hex(mac, len);
+  return "ea_" + hex_encode(std::string_view(reinterpret_cast<const char*>(mac), len));
 }
 
 // ---- replies in the control plane's and envd REST's convention

@@ -18,11 +18,10 @@
 // sandbox is and that agentbox does not do (network, volumeMounts, mcp, autoResume, ...) are
 // refused (501) naming the field, never ignored.
 
-#include <sys/random.h>
-
 #include <algorithm>
 
 #include "common/log.h"
+#include "server/base64.h"
 #include "server/internal/blocking.h"
 #include "server/internal/e2b.h"
 
@@ -37,21 +36,7 @@ constexpr std::string_view kDefaultTemplate = "base";
 constexpr std::int64_t kDefaultTimeoutSec = 300;    // E2B's default
 constexpr std::int64_t kMaxTimeoutSec = 86400 * 30;
 
-std::string new_sandbox_id() {
-  unsigned char b[10];
-  std::size_t got = 0;
-  while (got < sizeof b) {
-    ssize_t n = ::getrandom(b + got, sizeof b - got, 0);
-    if (n > 0) got += static_cast<std::size_t>(n);
-  }
-  static constexpr char kHex[] = "0123456789abcdef";
-  std::string s = "e2b-";
-  for (unsigned char c : b) {
-    s += kHex[c >> 4];
-    s += kHex[c & 15];
-  }
-  return s;
-}
+std::string new_sandbox_id() { return "e2b-" + random_hex(10); }
 
 std::string template_of(const SessionInfo& s) {
   return s.spec.template_name.empty() ? std::string(kDefaultTemplate) : s.spec.template_name;
@@ -91,6 +76,13 @@ json detail_json(const SessionInfo& s) {
   j["envdVersion"] = std::string(kEnvdVersion);
   j["metadata"] = s.spec.labels;
   return j;
+}
+
+Reply no_content() {
+  Reply r;
+  r.status = 204;
+  r.content_type.clear();
+  return r;
 }
 
 Reply reply_of(const Result<json>& j, int status) {
@@ -434,10 +426,7 @@ asio::awaitable<bool> serve_control(Call* call, std::string path) {
       auto job = run_blocking(ctx->pool, [ctx, id, caller] { return kill_job(ctx, id, caller); });
       auto r = co_await std::move(job);
       if (!r) co_return co_await send_reply(call, control_error(r.error()));
-      Reply rep;
-      rep.status = 204;
-      rep.content_type.clear();
-      co_return co_await send_reply(call, std::move(rep));
+      co_return co_await send_reply(call, no_content());
     }
     co_return co_await send_reply(call, not_served(req, path));
   }
@@ -465,10 +454,7 @@ asio::awaitable<bool> serve_control(Call* call, std::string path) {
     auto job = run_blocking(ctx->pool, [ctx, id, t, caller] { return timeout_job(ctx, id, t, caller); });
     auto r = co_await std::move(job);
     if (!r) co_return co_await send_reply(call, control_error(r.error()));
-    Reply rep;
-    rep.status = 204;
-    rep.content_type.clear();
-    co_return co_await send_reply(call, std::move(rep));
+    co_return co_await send_reply(call, no_content());
   }
   if (action == "pause") {
     if (auto it = b->find("memory"); it != b->end() && !it->is_null() && !it->is_boolean()) {
@@ -477,10 +463,7 @@ asio::awaitable<bool> serve_control(Call* call, std::string path) {
     auto job = run_blocking(ctx->pool, [ctx, id, caller] { return pause_job(ctx, id, caller); });
     auto r = co_await std::move(job);
     if (!r) co_return co_await send_reply(call, control_error(r.error()));
-    Reply rep;
-    rep.status = 204;
-    rep.content_type.clear();
-    co_return co_await send_reply(call, std::move(rep));
+    co_return co_await send_reply(call, no_content());
   }
   co_return co_await send_reply(call, not_served(req, path));
 }

@@ -355,15 +355,16 @@ asio::awaitable<bool> pump(rpc::StreamWriter* w, ProcessTable* table, std::strin
       *keep = co_await w->end(std::move(e));
       co_return true;
     }
+    // A batch goes out in one write; the end event with the end of the stream.
     for (const auto& r : batch->records) {
       if (r.type == OutputRecord::Type::kExit) {
-        if (!co_await w->send(end_event(r.exit_code, r.signal))) co_return false;
+        w->queue(end_event(r.exit_code, r.signal));
         *keep = co_await w->end();
         co_return true;
       }
-      if (r.data.empty()) continue;
-      if (!co_await w->send(data_event(r))) co_return false;
+      if (!r.data.empty()) w->queue(data_event(r));
     }
+    if (!co_await w->flush()) co_return false;
     since = batch->next;
   }
 }
@@ -433,8 +434,8 @@ asio::awaitable<bool> connect_process(EnvdCall* env, RpcRequest req) {
   rpc::StreamWriter w(env->call);
   if (info->state != sandbox::ProcessState::kRunning) {
     // Ended: its retained exit (upstream keeps them for a late Connect too).
-    if (!co_await w.send(start_event(info->pid))) co_return false;
-    if (!co_await w.send(end_event(info->exit_code.value_or(0), info->signal))) co_return false;
+    w.queue(start_event(info->pid));
+    w.queue(end_event(info->exit_code.value_or(0), info->signal));
     co_return co_await w.end();
   }
   // Live output from now on (no replay), as upstream.

@@ -14,7 +14,6 @@
 // same audit lines); a command that ran is a result whatever its exit code, a failed file
 // operation an `isError` result whose text starts with the agentbox error code.
 
-#include <sys/random.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -60,21 +59,7 @@ bool supported_protocol(std::string_view v) {
 }
 
 // 128 random bits, hex.
-std::string new_session_id() {
-  unsigned char b[16];
-  std::size_t got = 0;
-  while (got < sizeof b) {
-    ssize_t n = ::getrandom(b + got, sizeof b - got, 0);
-    if (n > 0) got += static_cast<std::size_t>(n);
-  }
-  static constexpr char kHex[] = "0123456789abcdef";
-  std::string s;
-  for (unsigned char c : b) {
-    s += kHex[c >> 4];
-    s += kHex[c & 15];
-  }
-  return s;
-}
+std::string new_session_id() { return random_hex(16); }
 
 Reply rpc_reply(int status, const json& id, json result) {
   json j = {{"jsonrpc", "2.0"}, {"id", id}, {"result", std::move(result)}};

@@ -31,7 +31,7 @@ for (let i = 0; i < 20; i++) {
   await nativeExec(id, trueArgv);
   await nativeExec(id, bashArgv);
 }
-const out = { sdk_run: [], native_true: [], native_bash: [], create_first: [] };
+const out = { sdk_run: [], native_true: [], native_bash: [], create_first: [], native_create_first: [] };
 for (let i = 0; i < runs; i++) {
   let t0 = now();
   await sbx.commands.run("true");
@@ -44,11 +44,23 @@ for (let i = 0; i < runs; i++) {
   out.native_true.push(now() - t0);
 }
 await sbx.kill();
+// Interleaved with its baseline: the same through /v1 (create the session, exec the same
+// /bin/bash -l -c true, delete).
 for (let i = 0; i < creates; i++) {
-  const t0 = now();
+  let t0 = now();
   const s = await Sandbox.create("base", opts);
   await s.commands.run("true");
   out.create_first.push(now() - t0);
   await s.kill();
+  const nid = `bench-native-${i}`;
+  t0 = now();
+  await fetch(`${url}/v1/sessions`, {
+    method: "POST",
+    headers: { "content-type": "application/json" },
+    body: JSON.stringify({ id: nid }),
+  }).then((r) => r.arrayBuffer());
+  await nativeExec(nid, bashArgv);
+  out.native_create_first.push(now() - t0);
+  await fetch(`${url}/v1/sessions/${nid}`, { method: "DELETE" }).then((r) => r.arrayBuffer());
 }
 console.log(JSON.stringify(out));
