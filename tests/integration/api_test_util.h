@@ -138,15 +138,4 @@ inline bool is_rfc3339_utc(const std::string& s) {
   return s[10] == 'T' && s[13] == ':' && s[16] == ':';
 }
 
-// Runs `cmd` through the shell (popen); its stdout, and its wait status in *status.
-inline std::string run_shell(const std::string& cmd, int* status) {
-  std::string out;
-  FILE* p = ::popen(cmd.c_str(), "r");
-  if (p == nullptr) return out;
-  char buf[4096];
-  while (std::size_t n = std::fread(buf, 1, sizeof buf, p)) out.append(buf, n);
-  *status = ::pclose(p);
-  return out;
-}
-
 }  // namespace agentbox::testing
