@@ -32,12 +32,12 @@
 #include <initializer_list>
 #include <map>
 #include <mutex>
-#include <random>
 #include <set>
 
 #include "common/log.h"
 #include "sandbox/dir_watch.h"
 #include "sandbox/path.h"
+#include "server/base64.h"
 #include "server/gzip.h"
 #include "server/internal/blocking.h"
 #include "server/internal/e2b.h"
@@ -483,12 +483,7 @@ PollWatchers& poll_watchers() {
   return w;
 }
 
-std::string new_watcher_id() {
-  static std::mt19937_64 rng{std::random_device{}()};
-  char buf[32];
-  std::snprintf(buf, sizeof buf, "w-%016llx", static_cast<unsigned long long>(rng()));
-  return buf;
-}
+std::string new_watcher_id() { return "w-" + random_hex(8); }
 
 // The WatchDir stream: start, then events as they happen, keepalives when quiet, until the
 // client leaves, Connect-Timeout-Ms passes (deadline_exceeded, as envd), or the directory is
