@@ -197,8 +197,16 @@ struct SessionCreateArgs {
   std::vector<std::string> mounts;  // HOST:BOX[:ro|rw]
   std::vector<std::string> skills;  // NAME=DIR
   bool quiet = false;
+  std::string template_ref;  // --template NAME[@VERSION]
 };
 int session_create(const Globals& g, const SessionCreateArgs& a);
+// Templates (session_cmd.cc): push a YAML file ('-' = stdin; warnings to stderr), list, build
+// (follows the log; exit 0 when it made a snapshot), rollback to a version, remove.
+int template_push(const Globals& g, const std::string& file);
+int template_ls(const Globals& g, bool json);
+int template_build(const Globals& g, const std::string& name);
+int template_rollback(const Globals& g, const std::string& name, std::uint64_t version);
+int template_rm(const Globals& g, const std::string& name);
 int session_ls(const Globals& g, bool json);
 int session_show(const Globals& g, const std::string& id);
 int session_rm(const Globals& g, const std::string& id, bool archive);

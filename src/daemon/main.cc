@@ -34,6 +34,7 @@
 #include "server/config.h"
 #include "server/http_server.h"
 #include "session/session_manager.h"
+#include "session/template_manager.h"
 
 namespace {
 
@@ -275,6 +276,20 @@ int main(int argc, char** argv) {
                 {{"method", d.method}, {"host", d.host}, {"port", d.port}, {"reason", d.reason}});
     }
   };
+  {
+    // Templates, builds and snapshots (builds run on the default backend).
+    session::TemplateManager::Config tc;
+    tc.data_dir = data_dir;
+    tc.backend = default_backend;
+    tc.default_limits = cfg.default_limits;
+    tc.shared_dirs = mc.shared_dirs;
+    auto templates = session::TemplateManager::open(std::move(tc));
+    if (!templates) {
+      spdlog::error("templates: {}", templates.error().message);
+      return 1;
+    }
+    mc.templates = std::move(*templates);
+  }
   auto manager = session::SessionManager::open(std::move(mc));
   if (!manager) {
     spdlog::error("sessions: {}", manager.error().message);

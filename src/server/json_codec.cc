@@ -431,7 +431,7 @@ Result<CreateSessionRequest> decode_create_session(const json& body,
   AB_ASSIGN_OR_RETURN(auto backend, opt_string(body, "backend"));
   if (backend) spec.backend = std::move(*backend);
   AB_ASSIGN_OR_RETURN(auto tmpl, opt_string(body, "template"));
-  if (tmpl) return not_supported("template", "(templates)");
+  if (tmpl) spec.template_name = std::move(*tmpl);  // resolved by the session manager
 
   if (auto st = decode_mount_list(body, "mounts", &spec.mounts); !st) {
     return std::unexpected(st.error());
@@ -597,6 +597,9 @@ json encode_session(const session::SessionInfo& s) {
   j["skill_modes"] = std::move(skill_modes);
   if (!s.tenant.empty()) j["tenant"] = s.tenant;
   if (!s.spec.template_name.empty()) j["template"] = s.spec.template_name;
+  if (!s.spec.snapshot.empty()) {
+    j["snapshot"] = {{"id", s.spec.snapshot}, {"version", s.spec.template_version}};
+  }
   if (s.spec.ttl_sec) j["ttl_sec"] = *s.spec.ttl_sec;
   return j;
 }

@@ -28,7 +28,7 @@ inline constexpr Feature kFeatures[] = {
     {"sessions", true},          {"exec", true},           {"exec_stream", true},
     {"files", true},             {"seed001", true},        {"seed002_aliases", true},
     {"archives", true},          {"tenants", true},        {"default_limits", true},
-    {"templates", false},        {"processes", true},      {"pty", true},
+    {"templates", true},        {"processes", true},      {"pty", true},
     {"live_mounts", true},       {"packages", false},      {"runners", false},
     {"events", true},            {"langbot_rpc", false},   {"e2b", false},
     {"mcp", true},               {"repair", false},        {"limits_cpu_time_sec", true},

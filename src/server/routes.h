@@ -65,6 +65,16 @@ enum class RouteId {
   // Dialects
   kMcpPost,
   kMcpDelete,
+  // Templates
+  kTemplateCreate,
+  kTemplateList,
+  kTemplateGet,
+  kTemplateDelete,
+  kTemplateBuild,
+  kTemplateBuildGet,
+  kTemplateBuildLog,
+  kTemplateSnapshots,
+  kTemplateRollback,
   // Routes of API.md not built yet: each answers 501 ENOTSUP naming itself.
   kNotBuilt,
 };
