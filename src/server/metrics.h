@@ -29,9 +29,9 @@ inline constexpr Feature kFeatures[] = {
     {"files", true},             {"seed001", true},        {"seed002_aliases", true},
     {"archives", true},          {"tenants", true},        {"default_limits", true},
     {"templates", false},        {"processes", true},      {"pty", true},
-    {"live_mounts", true},       {"packages", false},      {"runners", false},
+    {"live_mounts", true},       {"packages", true},       {"runners", false},
     {"events", true},            {"langbot_rpc", false},   {"e2b", false},
-    {"mcp", true},               {"repair", false},        {"limits_cpu_time_sec", true},
+    {"mcp", true},               {"repair", true},         {"limits_cpu_time_sec", true},
     {"limits_tmp_mb", true},     {"managed_processes", true}, {"killed_by", true},
 };
 inline constexpr std::string_view kNetworkModes[] = {"none", "allowlist", "open"};
