@@ -230,6 +230,20 @@ int exec(const Globals& g, const ExecArgs& a);
 // kExitUnhealthy when a check failed. `json`: the server's reply as it came.
 int session_check(const Globals& g, const std::string& id, const std::string& action, bool json);
 
+struct InstallArgs {
+  std::string id;
+  std::string manager;  // pip | npm
+  std::vector<std::string> packages;
+  bool no_persist = false;
+  std::string index_url;
+  std::vector<std::string> find_links;
+  bool no_index = false;
+  bool json = false;
+};
+// POST /v1/sessions/{id}/packages: prints the installer's output and what was recorded; exits
+// with the installer's exit status (kExitTimedOut when it timed out).
+int install(const Globals& g, const InstallArgs& a);
+
 struct MountsAddArgs {
   std::string id;
   std::vector<std::string> mounts;  // HOST:BOX[:ro|rw]

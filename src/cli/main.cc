@@ -371,6 +371,22 @@ int main(int argc, char** argv) {
     });
   }
 
+  // ---- install ----
+  agentbox::cli::InstallArgs inst;
+  CLI::App* instc = app.add_subcommand(
+      "install", "install packages in a session's workspace (pip: /workspace/.venv, npm: "
+                 "/workspace/node_modules), recorded in pyproject.toml / package.json");
+  instc->add_option("session", inst.id, "session id")->required();
+  instc->add_option("manager", inst.manager, "pip or npm")->required();
+  instc->add_option("packages", inst.packages, "requirement specs, package names or paths")
+      ->required();
+  instc->add_flag("--no-persist", inst.no_persist, "do not record them in the manifest");
+  instc->add_option("--index-url", inst.index_url, "pip: the package index");
+  instc->add_option("--find-links", inst.find_links, "pip: a dir or URL of archives (repeatable)");
+  instc->add_flag("--no-index", inst.no_index, "pip: only --find-links, no index");
+  instc->add_flag("--json", inst.json, "print the server's JSON");
+  instc->callback([&] { run = [&] { return agentbox::cli::install(g, inst); }; });
+
   // ---- mcp ----
   std::string mcp_session;
   CLI::App* mcpc = app.add_subcommand(

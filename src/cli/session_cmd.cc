@@ -258,6 +258,48 @@ int session_check(const Globals& g, const std::string& id, const std::string& ac
   return healthy->get<bool>() ? kExitOk : kExitUnhealthy;
 }
 
+int install(const Globals& g, const InstallArgs& a) {
+  if (a.manager != "pip" && a.manager != "npm") {
+    return usage("install: unknown package manager '" + a.manager + "' (pip or npm)");
+  }
+  if (a.packages.empty()) return usage("install: give at least one package");
+  json body = {{"manager", a.manager}, {"packages", a.packages}, {"persist", !a.no_persist}};
+  if (!a.index_url.empty()) body["index_url"] = a.index_url;
+  if (!a.find_links.empty()) body["find_links"] = a.find_links;
+  if (a.no_index) body["no_index"] = true;
+  client::Client c(g.options());
+  auto r = c.request("POST", session_target(a.id) + "/packages",
+                     body.dump(-1, ' ', false, json::error_handler_t::replace));
+  if (!r) return report(r.error());
+  if (!ok(*r)) return report(*r);
+  auto j = parse_reply(*r);
+  if (!j) return kExitServerError;
+  auto code = j->find("exit_code");
+  if (!j->is_object() || code == j->end() || !code->is_number_integer()) {
+    return report(Error::make(Code::kInternal, "packages reply has no \"exit_code\""));
+  }
+  if (a.json) {
+    std::cout << dump(*j) << '\n';
+  } else {
+    auto text = [&](const char* key) {
+      auto it = j->find(key);
+      return it != j->end() && it->is_string() ? it->get<std::string>() : std::string();
+    };
+    std::cout << text("stdout");
+    std::cerr << text("stderr");
+    if (auto rec = j->find("recorded"); rec != j->end() && rec->is_array() && !rec->empty()) {
+      std::cout << "recorded in the workspace manifest:";
+      for (const json& p : *rec) {
+        if (p.is_string()) std::cout << ' ' << p.get<std::string>();
+      }
+      std::cout << '\n';
+    }
+    if (std::string err = text("error"); !err.empty()) std::cerr << "agentbox: " << err << '\n';
+  }
+  int rc = code->get<int>();
+  return rc < 0 ? kExitTimedOut : rc;
+}
+
 int session_mounts_add(const Globals& g, const MountsAddArgs& a) {
   if (a.mounts.empty() && a.skills.empty()) {
     return usage("session mounts add: give at least one --mount or --skill");

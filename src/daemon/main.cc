@@ -51,7 +51,7 @@ using namespace agentbox;
 Result<std::map<std::string, std::shared_ptr<sandbox::Backend>>> make_backends(
     const std::string& runtime_dir, asio::any_io_executor blocking = {},
     const std::string& path_prefix = "", std::shared_ptr<const net::NetworkConfig> network = {},
-    asio::any_io_executor control = {}) {
+    asio::any_io_executor control = {}, std::uint64_t cache_mb = 512) {
   std::map<std::string, std::shared_ptr<sandbox::Backend>> backends;
   backends["host"] = std::make_shared<sandbox::HostBackend>(blocking, path_prefix);
   sandbox::NsBackendOptions ns_opts;
@@ -60,6 +60,7 @@ Result<std::map<std::string, std::shared_ptr<sandbox::Backend>>> make_backends(
   ns_opts.path_prefix = path_prefix;
   ns_opts.network = std::move(network);
   ns_opts.control = std::move(control);
+  ns_opts.cache_bytes = cache_mb << 20;
   auto ns = sandbox::make_ns_backend(std::move(ns_opts));
   if (!ns) return std::unexpected(ns.error());
   backends["ns"] = std::move(*ns);
@@ -199,7 +200,7 @@ int main(int argc, char** argv) {
   auto ioc_owner = std::make_unique<asio::io_context>(1);
   asio::io_context& ioc = *ioc_owner;
   auto made = make_backends(data_dir + "/run", pool.get_executor(), cfg.seed.toolchain_path,
-                            network, ioc.get_executor());
+                            network, ioc.get_executor(), cfg.cache_mb);
   if (!made) {
     spdlog::error("backends: {}", made.error().message);
     return 1;
@@ -308,6 +309,7 @@ int main(int argc, char** argv) {
   opts.shared_dirs = cfg.shared_dirs;
   opts.allowed_origins = cfg.allowed_origins;
   opts.max_file_bytes = cfg.max_file_mb << 20;
+  opts.auto_repair = cfg.auto_repair;
   opts.seed_shell = cfg.seed.shell;
   opts.seed_workspace_root = cfg.seed.workdir.empty() ? data_dir + "/workspaces" : cfg.seed.workdir;
 

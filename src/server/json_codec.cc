@@ -792,4 +792,32 @@ json encode_process(const sandbox::ProcessInfo& p) {
   return j;
 }
 
+Result<workspace::InstallRequest> decode_install(const json& body) {
+  workspace::InstallRequest req;
+  AB_ASSIGN_OR_RETURN(auto manager, req_string(body, "manager"));
+  AB_ASSIGN_OR_RETURN(req.manager, workspace::parse_manager(manager));
+  AB_ASSIGN_OR_RETURN(auto packages, opt_string_array(body, "packages"));
+  if (!packages) return missing("packages");
+  req.packages = std::move(*packages);
+  for (auto [key, field] : {std::pair{"persist", &req.persist},
+                             std::pair{"no_index", &req.python.no_index}}) {
+    const json* v = lookup(body, key);
+    if (v && !v->is_boolean()) return bad_field(key, "must be true or false");
+    if (v) *field = v->get<bool>();
+  }
+  AB_ASSIGN_OR_RETURN(auto index_url, opt_string(body, "index_url"));
+  if (index_url) req.python.index_url = std::move(*index_url);
+  AB_ASSIGN_OR_RETURN(auto find_links, opt_string_array(body, "find_links"));
+  if (find_links) req.python.find_links = std::move(*find_links);
+  AB_ASSIGN_OR_RETURN(auto timeout, opt_number(body, "timeout_sec"));
+  if (timeout) {
+    if (!(*timeout > 0) || *timeout > kMaxTimeoutSec) {
+      return bad_field("timeout_sec", "must be greater than 0 and at most 86400");
+    }
+    req.timeout = std::chrono::milliseconds(static_cast<std::int64_t>(*timeout * 1000));
+  }
+  if (auto st = workspace::validate_install(req); !st) return std::unexpected(st.error());
+  return req;
+}
+
 }  // namespace agentbox::server

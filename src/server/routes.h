@@ -29,6 +29,7 @@ enum class RouteId {
   kSessionRepair,
   kSessionNetwork,
   kSessionMounts,
+  kSessionPackages,
   // Exec
   kExec,
   kExecStream,

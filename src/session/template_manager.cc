@@ -15,6 +15,7 @@
 #include "linux/overlay.h"
 #include "net/policy.h"
 #include "sandbox/rooted_fs.h"
+#include "workspace/installers.h"
 #include "workspace/tree.h"
 
 namespace agentbox::session {
@@ -315,16 +316,6 @@ Result<BuildInfo> TemplateManager::start_build(const std::string& name) {
   auto it = templates_.find(name);
   if (it == templates_.end()) return fail(Code::kNotFound, "no such template: " + name);
   const workspace::Template& tmpl = it->second.tmpl;
-  if (!tmpl.python.dependencies.empty()) {
-    return fail(Code::kNotSupported, "template " + name +
-                                         ": python.dependencies (dependency installs are not "
-                                         "built in this version)");
-  }
-  if (!tmpl.nodejs.dependencies.empty()) {
-    return fail(Code::kNotSupported, "template " + name +
-                                         ": nodejs.dependencies (dependency installs are not "
-                                         "built in this version)");
-  }
   for (const auto& [id, b] : builds_) {
     if (b->info.template_name == name && b->info.state == BuildState::kRunning) {
       return fail(Code::kExists, "template " + name + ": build " + id + " is running");
@@ -395,18 +386,34 @@ class LogSink : public sandbox::OutputSink {
   std::function<void(int, std::string)> fn_;
 };
 
-Result<sandbox::ExecResult> run_exec(sandbox::Sandbox& box, sandbox::ExecSpec spec,
-                                     sandbox::OutputSink* sink) {
+// Runs a box coroutine to completion on this (build) thread.
+template <typename T>
+Result<T> run_sync(asio::awaitable<Result<T>> aw) {
   asio::io_context io{1};
-  Result<sandbox::ExecResult> out = fail(Code::kInternal, "exec did not complete");
-  asio::co_spawn(
-      io,
-      [&]() -> asio::awaitable<void> {
-        out = co_await box.exec(std::move(spec), sink);
-      },
-      [](std::exception_ptr) {});
+  Result<T> out = fail(Code::kInternal, "box call did not complete");
+  asio::co_spawn(io, std::move(aw), [&out](std::exception_ptr e, Result<T> r) {
+    if (!e) out = std::move(r);
+  });
   io.run();
   return out;
+}
+
+// The first line a command printed, or an error.
+Result<std::string> first_line(sandbox::Sandbox& box, const std::string& cmd) {
+  sandbox::ExecSpec es;
+  es.argv = {"/bin/sh", "-c", cmd};
+  es.cwd = box.workspace();
+  es.timeout = std::chrono::seconds(60);
+  auto r = run_sync(box.exec(std::move(es), nullptr));
+  if (!r) return std::unexpected(r.error());
+  if (r->exit_code != 0) return fail(Code::kInvalid, "`" + cmd + "` exited " + std::to_string(r->exit_code));
+  return r->stdout_data.substr(0, r->stdout_data.find('\n'));
+}
+
+// "3.12" asks for 3.12.x: `have` equals `want` or continues it after a dot.
+bool version_matches(const std::string& have, const std::string& want) {
+  return have == want || (have.rfind(want, 0) == 0 && have.size() > want.size() &&
+                          have[want.size()] == '.');
 }
 
 }  // namespace
@@ -502,6 +509,73 @@ void TemplateManager::run_build(std::shared_ptr<Build> b, workspace::Template tm
       log("wrote " + path + " (" + std::to_string(content.size()) + " bytes)");
     }
 
+    // Seed 004's dependencies, with the installers sessions use (workspace/installers.h): a
+    // venv and pyproject.toml, node_modules and package.json, recorded for repair and rebuilds.
+    auto log_result = [&](const workspace::InstallResult& ir) {
+      output(0, ir.stdout_data);
+      output(1, ir.stderr_data);
+      flush();
+    };
+    if (tmpl.python.present && !tmpl.python.version.empty()) {
+      step("python.version " + tmpl.python.version);
+      auto have = first_line(*box, "python3 -c 'import sys; print(\"%d.%d.%d\" % sys.version_info[:3])'");
+      if (!have) return fail(Code::kInvalid, "python.version: " + have.error().message);
+      if (!version_matches(*have, tmpl.python.version)) {
+        return fail(Code::kInvalid, "python.version: " + tmpl.python.version +
+                                        " asked for, the box has Python " + *have);
+      }
+    }
+    if (tmpl.python.present && !tmpl.python.dependencies.empty()) {
+      step("python.dependencies (" + std::to_string(tmpl.python.dependencies.size()) + ")");
+      workspace::InstallRequest req;
+      req.manager = workspace::PackageManager::kPip;
+      req.packages = tmpl.python.dependencies;
+      req.python.index_url = tmpl.python.index_url;
+      req.python.find_links = tmpl.python.find_links;
+      // Under network "none" no index can be reached: only the find_links are looked in.
+      req.python.no_index = tmpl.network == "none" && req.python.index_url.empty() &&
+                            !req.python.find_links.empty();
+      req.timeout = config_.step_timeout;
+      if (auto st = workspace::validate_install(req); !st) {
+        return fail(Code::kInvalid, "python.dependencies: " + st.error().message);
+      }
+      auto r = run_sync(workspace::install_packages(*box, std::move(req)));
+      if (!r) return fail(r.error().code, "python.dependencies: " + r.error().message);
+      log_result(*r);
+      if (r->exit_code != 0) {
+        return fail(Code::kInvalid, "python.dependencies: " + r->error);
+      }
+    }
+    if (tmpl.nodejs.present && !tmpl.nodejs.version.empty()) {
+      step("nodejs.version " + tmpl.nodejs.version);
+      auto have = first_line(*box, "node --version");
+      if (!have) return fail(Code::kInvalid, "nodejs.version: " + have.error().message);
+      std::string v = have->size() > 1 && (*have)[0] == 'v' ? have->substr(1) : *have;
+      if (!version_matches(v, tmpl.nodejs.version)) {
+        return fail(Code::kInvalid, "nodejs.version: " + tmpl.nodejs.version +
+                                        " asked for, the box has Node " + v);
+      }
+    }
+    if (tmpl.nodejs.present && !tmpl.nodejs.dependencies.empty()) {
+      step("nodejs.dependencies (" + std::to_string(tmpl.nodejs.dependencies.size()) + ")");
+      workspace::InstallRequest req;
+      req.manager = workspace::PackageManager::kNpm;
+      for (const auto& [name, spec] : tmpl.nodejs.dependencies) {
+        // A local tarball or directory is installed as the path itself.
+        req.packages.push_back(spec.empty() ? name : spec.front() == '/' ? spec : name + "@" + spec);
+      }
+      req.timeout = config_.step_timeout;
+      if (auto st = workspace::validate_install(req); !st) {
+        return fail(Code::kInvalid, "nodejs.dependencies: " + st.error().message);
+      }
+      auto r = run_sync(workspace::install_packages(*box, std::move(req)));
+      if (!r) return fail(r.error().code, "nodejs.dependencies: " + r.error().message);
+      log_result(*r);
+      if (r->exit_code != 0) {
+        return fail(Code::kInvalid, "nodejs.dependencies: " + r->error);
+      }
+    }
+
     LogSink sink(output);
     for (std::size_t i = 0; i < tmpl.setup.size(); ++i) {
       std::string name = "setup[" + std::to_string(i) + "]";
@@ -511,7 +585,7 @@ void TemplateManager::run_build(std::shared_ptr<Build> b, workspace::Template tm
       es.cwd = box->workspace();
       es.timeout = config_.step_timeout;
       es.max_output_bytes = 64u << 20;
-      auto r = run_exec(*box, std::move(es), &sink);
+      auto r = run_sync(box->exec(std::move(es), &sink));
       flush();
       if (!r) return fail(r.error().code, name + ": " + r.error().message);
       if (r->exit_code != 0) {
@@ -524,12 +598,7 @@ void TemplateManager::run_build(std::shared_ptr<Build> b, workspace::Template tm
       }
     }
     // Seed 004's marker: the workspace was configured completely.
-    {
-      auto w = box->create_file(box->workspace() + "/.workspace_configured", {});
-      if (!w) return std::unexpected(w.error());
-      AB_TRY((*w)->write(b->info.id + "\n"));
-      AB_TRY((*w)->commit());
-    }
+    AB_TRY(workspace::write_configured_marker(*box));
     box->shutdown();
     box.reset();
 

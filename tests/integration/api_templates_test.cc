@@ -99,11 +99,6 @@ TEST_F(TemplatesApi, UploadValidatesNamesTheLineAndWarnsAboutUnknownKeys) {
   EXPECT_EQ(unknown.status, 404) << unknown;
   EXPECT_EQ(api_.get("/v1/sessions/s").status, 404) << "nothing half-made";
 
-  // Dependency installs are not built: refused, not skipped.
-  ASSERT_EQ(push("name: deps\npython:\n  dependencies: [requests]\n").status, 201);
-  auto deps = api_.call("POST", "/v1/templates/deps/build", "{}");
-  EXPECT_EQ(deps.status, 501) << deps;
-
   EXPECT_EQ(api_.del("/v1/templates/warned").status, 200);
   EXPECT_EQ(api_.get("/v1/templates/warned").status, 404);
   EXPECT_EQ(api_.del("/v1/templates/warned").status, 404);
@@ -263,6 +258,65 @@ TEST(TemplatesRestart, OverlaySurvivesSuspendResumeRestartAndArchiveHoldsTheMerg
     EXPECT_EQ(api.del("/v1/sessions/q").status, 200);
   }
   EXPECT_EQ(read_host_file("/proc/mounts").find(data), std::string::npos);
+}
+
+// Seed 004's dependencies from a local index the test makes (a hand-made wheel, an `npm pack`
+// tarball), visible read-only in the build box through the config's readonly_dirs; never a
+// registry.
+TEST(TemplatesDeps, PythonAndNodeDependenciesFromALocalIndexAreInTheSnapshot) {
+  TempDir dir("agentbox-tmpl-deps");
+  const std::string d = dir.path();
+  // The build user (not root) reads the local index through the read-only bind.
+  ASSERT_EQ(::chmod(d.c_str(), 0755), 0);
+  ASSERT_EQ(std::system(("cd " + d + " && /usr/bin/python3 - <<'PY'\n"
+                         "import zipfile\n"
+                         "w = zipfile.ZipFile('tinypkg-0.1-py3-none-any.whl', 'w')\n"
+                         "w.writestr('tinypkg/__init__.py', 'VALUE = 42\\n')\n"
+                         "w.writestr('tinypkg-0.1.dist-info/METADATA', 'Metadata-Version: 2.1\\n"
+                         "Name: tinypkg\\nVersion: 0.1\\n')\n"
+                         "w.writestr('tinypkg-0.1.dist-info/WHEEL', 'Wheel-Version: 1.0\\n"
+                         "Generator: test\\nRoot-Is-Purelib: true\\nTag: py3-none-any\\n')\n"
+                         "w.writestr('tinypkg-0.1.dist-info/RECORD', '')\n"
+                         "w.close()\n"
+                         "PY").c_str()),
+            0);
+  ASSERT_EQ(std::system(("mkdir -p " + d + "/tinynpm && cd " + d + "/tinynpm && "
+                         "printf '%s' '{\"name\":\"tinynpm\",\"version\":\"1.0.0\","
+                         "\"main\":\"index.js\"}' > package.json && "
+                         "echo 'module.exports = 7;' > index.js && "
+                         "npm pack --silent --pack-destination " + d + " >/dev/null 2>&1")
+                            .c_str()),
+            0);
+  {
+    std::ofstream(d + "/config.yaml") << "readonly_dirs:\n  - " << d << "\n";
+  }
+  Daemon daemon({"--backend", "ns", "--config", d + "/config.yaml"});
+  Api api(daemon);
+  std::string yaml = "name: deps\npython:\n  dependencies: [tinypkg]\n  find_links: [" + d +
+                     "]\nnodejs:\n  dependencies:\n    tinynpm: " + d +
+                     "/tinynpm-1.0.0.tgz\nsetup:\n  - test -d .venv && test -d node_modules\n";
+  ASSERT_EQ(api.call("POST", "/v1/templates", yaml, "application/yaml").status, 201);
+  auto b = api.call("POST", "/v1/templates/deps/build?wait=true", "{}");
+  ASSERT_EQ(b.status, 201) << b << api.get("/v1/templates/deps/builds/" + b.body.value("build_id", "") + "/log").raw;
+  ASSERT_EQ(api.post("/v1/sessions", {{"id", "d"}, {"template", "deps"}}).status, 201);
+  auto r = api.exec("d", {{"command",
+                           ".venv/bin/python -c 'import tinypkg; print(tinypkg.VALUE)' && "
+                           "node -e 'console.log(require(\"tinynpm\"))' && "
+                           "grep -c tinypkg pyproject.toml && grep -c tinynpm package.json && "
+                           "cat .workspace_configured >/dev/null && echo marked"}});
+  EXPECT_EQ(r.body["stdout"], "42\n7\n1\n1\nmarked\n") << r;
+
+  // A dependency that does not exist: the build fails naming the step, nothing new is current.
+  std::string bad = yaml;
+  bad.replace(bad.find("[tinypkg]"), 9, "[tinypkg, nosuchpkg]");
+  ASSERT_EQ(api.call("POST", "/v1/templates", bad, "application/yaml").status, 200);
+  auto f = api.call("POST", "/v1/templates/deps/build?wait=true", "{}");
+  EXPECT_EQ(f.status, 422) << f;
+  EXPECT_NE(f.body["error"]["message"].get<std::string>().find("python.dependencies"),
+            std::string::npos)
+      << f;
+  EXPECT_EQ(api.get("/v1/templates/deps").body["current_version"], 1);
+  EXPECT_EQ(api.del("/v1/sessions/d").status, 200);
 }
 
 }  // namespace
