@@ -486,6 +486,118 @@ void section_sessions(const Daemon& d, int n) {
   for (int i = 0; i < n; ++i) c.request("DELETE", "/v1/sessions/bench-new-" + std::to_string(i));
 }
 
+// Bytes of regular files under `dir` (apparent sizes); 0 when it is missing.
+std::uintmax_t tree_bytes(const fs::path& dir) {
+  std::uintmax_t n = 0;
+  std::error_code ec;
+  for (auto it = fs::recursive_directory_iterator(dir, ec); !ec && it != fs::end(it);
+       it.increment(ec)) {
+    if (it->is_regular_file(ec)) n += it->file_size(ec);
+  }
+  return n;
+}
+
+// POST /v1/templates/<name>/build?wait=true; dies unless the build made a snapshot. Its id.
+std::string build_template(Client& c, const std::string& name, const std::string& yaml) {
+  auto put = c.request("POST", "/v1/templates", yaml, "application/yaml");
+  if (!put || put->status / 100 != 2) die("template " + name + ": " + (put ? put->body : put.error().message));
+  auto b = c.request("POST", "/v1/templates/" + name + "/build?wait=true", "{}");
+  if (!b || b->status != 201) die("build of " + name + ": " + (b ? b->body : b.error().message));
+  auto j = nlohmann::json::parse(b->body, nullptr, false);
+  return j.is_object() ? j["snapshot"].value("id", "") : "";
+}
+
+// [templates] (issue 13): a session on a snapshot of 10,000 files / 500 MB -> its first exec,
+// vs `cp -a` of the same tree (seed 004's way of making a workspace) and vs a session without a
+// template; the disk a new session uses; a small template's build vs the same steps by hand.
+void section_templates(const Daemon& d, int n, int cp_rounds) {
+  std::printf("\n[templates] sessions on a 10,000-file / 500 MB snapshot, %d sessions\n", n);
+  Client c = make_client(d);
+  auto tb = Clock::now();
+  // 10,000 files of 52,429 bytes of random data (nothing compresses or deduplicates).
+  std::string snap = build_template(
+      c, "bench-big",
+      "name: bench-big\nsetup:\n  - mkdir data && cd data && head -c 524290000 /dev/urandom | "
+      "split -b 52429 -a 5 -d - f\n");
+  row("build of the 500 MB template", ms_since(tb) / 1000.0, "s");
+  const fs::path snap_dir = d.dir() / "data" / "snapshots" / snap;
+
+  std::vector<double> tmpl, plain, cp;
+  for (int i = 0; i < n; ++i) {
+    std::string id = "bench-tmpl-" + std::to_string(i);
+    auto t0 = Clock::now();
+    auto r = c.request("POST", "/v1/sessions",
+                       nlohmann::json{{"id", id}, {"template", "bench-big"}}.dump());
+    if (!r || r->status != 201) die("session on template: " + (r ? r->body : r.error().message));
+    if (!exec_true(c, id)) die("first exec failed in " + id);
+    tmpl.push_back(ms_since(t0));
+  }
+  for (int i = 0; i < n; ++i) {
+    std::string id = "bench-plain-" + std::to_string(i);
+    auto t0 = Clock::now();
+    create_session(c, id);
+    if (!exec_true(c, id)) die("first exec failed in " + id);
+    plain.push_back(ms_since(t0));
+  }
+  for (int i = 0; i < cp_rounds; ++i) {
+    fs::path dst = d.dir() / ("cp-" + std::to_string(i));
+    auto t0 = Clock::now();
+    if (spawn_wait({"cp", "-a", snap_dir.string(), dst.string()}) != 0) die("cp -a failed");
+    cp.push_back(ms_since(t0));
+    fs::remove_all(dst);
+  }
+  // What the sessions' own layers hold: one small write each in the first.
+  std::uintmax_t layers = 0;
+  for (int i = 0; i < n; ++i) {
+    layers += tree_bytes(d.dir() / "data" / "layers" / ("bench-tmpl-" + std::to_string(i)));
+  }
+  const double p50 = percentile(tmpl, 0.5);
+  row("template session: create -> first exec p50", p50, "ms", "(target <= 20 ms)");
+  row("template session: create -> first exec p99", percentile(tmpl, 0.99), "ms");
+  row("plain session: create -> first exec p50", percentile(plain, 0.5), "ms");
+  row("plain session: create -> first exec p99", percentile(plain, 0.99), "ms");
+  const double cp50 = median(cp);
+  row("cp -a of the snapshot (median)", cp50, "ms");
+  row("cp -a / template session p50", cp50 / p50, "x", ratio_note(cp50 / p50, ">= 100x"));
+  row("disk per new template session", static_cast<double>(layers) / n / 1024.0, "KiB",
+      "(its own writes only; the snapshot is " +
+          std::to_string(tree_bytes(snap_dir) >> 20) + " MiB)");
+  for (int i = 0; i < n; ++i) {
+    c.request("DELETE", "/v1/sessions/bench-tmpl-" + std::to_string(i));
+    c.request("DELETE", "/v1/sessions/bench-plain-" + std::to_string(i));
+  }
+  c.request("DELETE", "/v1/templates/bench-big");
+
+  // A small template: two files and three setup lines, built vs done by hand in a session.
+  const char* steps[] = {"mkdir -p lib && echo 'x = 1' > lib/x.py", "seq 1 1000 > numbers",
+                         "ls -R > listing"};
+  std::string yaml = "name: bench-small\nfiles:\n  a.txt: hello\n  conf/b.json: '{}'\nsetup:\n";
+  for (const char* s : steps) yaml += std::string("  - \"") + s + "\"\n";
+  std::vector<double> built, by_hand;
+  for (int i = 0; i < 5; ++i) {
+    auto t0 = Clock::now();
+    build_template(c, "bench-small", yaml);
+    built.push_back(ms_since(t0));
+    std::string id = "bench-hand-" + std::to_string(i);
+    t0 = Clock::now();
+    create_session(c, id);
+    c.request("PUT", "/v1/sessions/" + id + "/files?path=a.txt", "hello", "application/octet-stream");
+    c.request("PUT", "/v1/sessions/" + id + "/files?path=conf/b.json&mkdirs=true", "{}",
+              "application/octet-stream");
+    for (const char* s : steps) {
+      auto r = c.request("POST", "/v1/sessions/" + id + "/exec",
+                         nlohmann::json{{"command", s}}.dump());
+      if (!r || r->status != 200) die("by-hand step failed");
+    }
+    by_hand.push_back(ms_since(t0));
+    c.request("DELETE", "/v1/sessions/" + id);
+  }
+  row("small template build (median of 5)", median(built), "ms");
+  row("same steps by hand in a new session", median(by_hand), "ms",
+      "(build / by hand " + std::to_string(median(built) / median(by_hand)).substr(0, 4) + "x)");
+  c.request("DELETE", "/v1/templates/bench-small");
+}
+
 // The parent pid field of /proc/<pid>/stat (-1 if unreadable).
 pid_t ppid_of(pid_t pid) {
   std::ifstream f("/proc/" + std::to_string(pid) + "/stat");
@@ -1475,7 +1587,7 @@ int main(int argc, char** argv) {
   app.add_option("--daemon", daemon, "agentboxd binary");
   app.add_option("--backend", backend, "backend to measure");
   app.add_option("--section", sections,
-                 "exec files sessions idle rate lifecycle attach keys procs ab network e2b")
+                 "exec files sessions idle rate lifecycle attach keys procs ab network e2b templates")
       ->delimiter(',');
   int net_starts = 20;
   app.add_option("--net-starts", net_starts, "box starts per network mode (network section)");
@@ -1525,6 +1637,8 @@ int main(int argc, char** argv) {
       section_network(daemon, net_starts);
     else if (s == "e2b")
       section_e2b(d, e2b_runs, e2b_creates);
+    else if (s == "templates")
+      section_templates(d, sessions > 50 ? 50 : sessions, 3);
     else
       die("unknown section " + s);
     std::fflush(stdout);

@@ -197,8 +197,16 @@ struct SessionCreateArgs {
   std::vector<std::string> mounts;  // HOST:BOX[:ro|rw]
   std::vector<std::string> skills;  // NAME=DIR
   bool quiet = false;
+  std::string template_ref;  // --template NAME[@VERSION]
 };
 int session_create(const Globals& g, const SessionCreateArgs& a);
+// Templates (session_cmd.cc): push a YAML file ('-' = stdin; warnings to stderr), list, build
+// (follows the log; exit 0 when it made a snapshot), rollback to a version, remove.
+int template_push(const Globals& g, const std::string& file);
+int template_ls(const Globals& g, bool json);
+int template_build(const Globals& g, const std::string& name);
+int template_rollback(const Globals& g, const std::string& name, std::uint64_t version);
+int template_rm(const Globals& g, const std::string& name);
 int session_ls(const Globals& g, bool json);
 int session_show(const Globals& g, const std::string& id);
 int session_rm(const Globals& g, const std::string& id, bool archive);
@@ -221,6 +229,20 @@ int exec(const Globals& g, const ExecArgs& a);
 // POST /v1/sessions/{id}/health or /repair: one line per check, then "ID: healthy|unhealthy";
 // kExitUnhealthy when a check failed. `json`: the server's reply as it came.
 int session_check(const Globals& g, const std::string& id, const std::string& action, bool json);
+
+struct InstallArgs {
+  std::string id;
+  std::string manager;  // pip | npm
+  std::vector<std::string> packages;
+  bool no_persist = false;
+  std::string index_url;
+  std::vector<std::string> find_links;
+  bool no_index = false;
+  bool json = false;
+};
+// POST /v1/sessions/{id}/packages: prints the installer's output and what was recorded; exits
+// with the installer's exit status (kExitTimedOut when it timed out).
+int install(const Globals& g, const InstallArgs& a);
 
 struct MountsAddArgs {
   std::string id;

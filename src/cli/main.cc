@@ -45,6 +45,29 @@ int main(int argc, char** argv) {
 
   std::function<int()> run;
 
+  // ---- template ----
+  CLI::App* tmpl = app.add_subcommand("template", "push, list, build, roll back and remove templates");
+  tmpl->require_subcommand(1);
+  std::string t_file, t_name;
+  std::uint64_t t_version = 0;
+  bool t_json = false;
+  CLI::App* t_push = tmpl->add_subcommand("push", "upload a template (YAML file, '-' = stdin)");
+  t_push->add_option("file", t_file, "the YAML file")->required();
+  t_push->callback([&] { run = [&] { return template_push(g, t_file); }; });
+  CLI::App* t_ls = tmpl->add_subcommand("ls", "list templates");
+  t_ls->add_flag("--json", t_json, "print the server's JSON");
+  t_ls->callback([&] { run = [&] { return template_ls(g, t_json); }; });
+  CLI::App* t_build = tmpl->add_subcommand("build", "build a snapshot, printing the log");
+  t_build->add_option("name", t_name, "template name")->required();
+  t_build->callback([&] { run = [&] { return template_build(g, t_name); }; });
+  CLI::App* t_rb = tmpl->add_subcommand("rollback", "make an older snapshot version current");
+  t_rb->add_option("name", t_name, "template name")->required();
+  t_rb->add_option("version", t_version, "snapshot version")->required();
+  t_rb->callback([&] { run = [&] { return template_rollback(g, t_name, t_version); }; });
+  CLI::App* t_rm = tmpl->add_subcommand("rm", "remove a template (refused while sessions use it)");
+  t_rm->add_option("name", t_name, "template name")->required();
+  t_rm->callback([&] { run = [&] { return template_rm(g, t_name); }; });
+
   // ---- session ----
   CLI::App* session = app.add_subcommand(
       "session", "create, list, show, suspend, resume and remove sessions; add mounts");
@@ -83,6 +106,8 @@ int main(int argc, char** argv) {
                    "mode (repeatable)")
       ->allow_extra_args(false);
   s_create->add_flag("-q,--quiet", create.quiet, "print only the session id");
+  s_create->add_option("--template", create.template_ref,
+                       "start on a template's snapshot, NAME or NAME@VERSION");
   s_create->callback([&] { run = [&] { return session_create(g, create); }; });
 
   bool ls_json = false;
@@ -345,6 +370,22 @@ int main(int argc, char** argv) {
       run = [&, action] { return session_check(g, check_id, action, check_json); };
     });
   }
+
+  // ---- install ----
+  agentbox::cli::InstallArgs inst;
+  CLI::App* instc = app.add_subcommand(
+      "install", "install packages in a session's workspace (pip: /workspace/.venv, npm: "
+                 "/workspace/node_modules), recorded in pyproject.toml / package.json");
+  instc->add_option("session", inst.id, "session id")->required();
+  instc->add_option("manager", inst.manager, "pip or npm")->required();
+  instc->add_option("packages", inst.packages, "requirement specs, package names or paths")
+      ->required();
+  instc->add_flag("--no-persist", inst.no_persist, "do not record them in the manifest");
+  instc->add_option("--index-url", inst.index_url, "pip: the package index");
+  instc->add_option("--find-links", inst.find_links, "pip: a dir or URL of archives (repeatable)");
+  instc->add_flag("--no-index", inst.no_index, "pip: only --find-links, no index");
+  instc->add_flag("--json", inst.json, "print the server's JSON");
+  instc->callback([&] { run = [&] { return agentbox::cli::install(g, inst); }; });
 
   // ---- mcp ----
   std::string mcp_session;

@@ -2,6 +2,8 @@
 // mounts add, and agentbox health | repair
 
 #include <algorithm>
+#include <fstream>
+#include <iterator>
 #include <iostream>
 #include <nlohmann/json.hpp>
 
@@ -115,6 +117,7 @@ int session_create(const Globals& g, const SessionCreateArgs& a) {
     body["variables"] = *vars;
   }
   if (!a.backend.empty()) body["backend"] = a.backend;
+  if (!a.template_ref.empty()) body["template"] = a.template_ref;
   if (!env->empty()) body["env"] = *env;
   if (!labels->empty()) body["labels"] = *labels;
   json limits = json::object();
@@ -255,6 +258,48 @@ int session_check(const Globals& g, const std::string& id, const std::string& ac
   return healthy->get<bool>() ? kExitOk : kExitUnhealthy;
 }
 
+int install(const Globals& g, const InstallArgs& a) {
+  if (a.manager != "pip" && a.manager != "npm") {
+    return usage("install: unknown package manager '" + a.manager + "' (pip or npm)");
+  }
+  if (a.packages.empty()) return usage("install: give at least one package");
+  json body = {{"manager", a.manager}, {"packages", a.packages}, {"persist", !a.no_persist}};
+  if (!a.index_url.empty()) body["index_url"] = a.index_url;
+  if (!a.find_links.empty()) body["find_links"] = a.find_links;
+  if (a.no_index) body["no_index"] = true;
+  client::Client c(g.options());
+  auto r = c.request("POST", session_target(a.id) + "/packages",
+                     body.dump(-1, ' ', false, json::error_handler_t::replace));
+  if (!r) return report(r.error());
+  if (!ok(*r)) return report(*r);
+  auto j = parse_reply(*r);
+  if (!j) return kExitServerError;
+  auto code = j->find("exit_code");
+  if (!j->is_object() || code == j->end() || !code->is_number_integer()) {
+    return report(Error::make(Code::kInternal, "packages reply has no \"exit_code\""));
+  }
+  if (a.json) {
+    std::cout << dump(*j) << '\n';
+  } else {
+    auto text = [&](const char* key) {
+      auto it = j->find(key);
+      return it != j->end() && it->is_string() ? it->get<std::string>() : std::string();
+    };
+    std::cout << text("stdout");
+    std::cerr << text("stderr");
+    if (auto rec = j->find("recorded"); rec != j->end() && rec->is_array() && !rec->empty()) {
+      std::cout << "recorded in the workspace manifest:";
+      for (const json& p : *rec) {
+        if (p.is_string()) std::cout << ' ' << p.get<std::string>();
+      }
+      std::cout << '\n';
+    }
+    if (std::string err = text("error"); !err.empty()) std::cerr << "agentbox: " << err << '\n';
+  }
+  int rc = code->get<int>();
+  return rc < 0 ? kExitTimedOut : rc;
+}
+
 int session_mounts_add(const Globals& g, const MountsAddArgs& a) {
   if (a.mounts.empty() && a.skills.empty()) {
     return usage("session mounts add: give at least one --mount or --skill");
@@ -284,6 +329,117 @@ int session_mounts_add(const Globals& g, const MountsAddArgs& a) {
                 : applied == "next_start" ? " (in the box from its next start)"
                                           : "")
             << '\n';
+  return kExitOk;
+}
+
+// ---- templates ----
+
+int template_push(const Globals& g, const std::string& file) {
+  std::string yaml;
+  if (file == "-") {
+    yaml.assign(std::istreambuf_iterator<char>(std::cin), std::istreambuf_iterator<char>());
+  } else {
+    std::ifstream in(file, std::ios::binary);
+    if (!in) return report(Error::make(Code::kNotFound, "cannot read " + file));
+    yaml.assign(std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>());
+  }
+  client::Client c(g.options());
+  auto r = c.request("POST", "/v1/templates", yaml, "application/yaml");
+  if (!r) return report(r.error());
+  if (!ok(*r)) return report(*r);
+  auto j = parse_reply(*r);
+  if (!j) return kExitServerError;
+  if (auto w = j->find("warnings"); w != j->end() && w->is_array()) {
+    for (const json& line : *w) {
+      if (line.is_string()) std::cerr << "agentbox: warning: " << line.get<std::string>() << '\n';
+    }
+  }
+  std::cout << field(*j, "name") << ' ' << (r->status == 201 ? "created" : "replaced") << '\n';
+  return kExitOk;
+}
+
+int template_ls(const Globals& g, bool as_json) {
+  client::Client c(g.options());
+  auto r = c.request("GET", "/v1/templates");
+  if (!r) return report(r.error());
+  if (!ok(*r)) return report(*r);
+  auto j = parse_reply(*r);
+  if (!j) return kExitServerError;
+  if (as_json) {
+    std::cout << dump(*j) << '\n';
+    return kExitOk;
+  }
+  std::vector<std::vector<std::string>> rows{{"NAME", "CURRENT", "SNAPSHOTS", "DESCRIPTION"}};
+  auto list = j->find("templates");
+  if (list == j->end() || !list->is_array()) {
+    return report(Error::make(Code::kInternal, "server reply has no \"templates\" array"));
+  }
+  for (const json& t : *list) {
+    if (!t.is_object()) continue;
+    auto snaps = t.find("snapshots");
+    std::size_t n = snaps != t.end() && snaps->is_array() ? snaps->size() : 0;
+    rows.push_back({field(t, "name"), field(t, "current_version"), std::to_string(n),
+                    field(t, "description")});
+  }
+  print_table(rows);
+  return kExitOk;
+}
+
+int template_build(const Globals& g, const std::string& name) {
+  const std::string base = "/v1/templates/" + client::url_encode(name);
+  client::Client c(g.options());
+  auto r = c.request("POST", base + "/build", "{}");
+  if (!r) return report(r.error());
+  if (!ok(*r)) return report(*r);
+  auto j = parse_reply(*r);
+  if (!j) return kExitServerError;
+  std::string id = field(*j, "build_id");
+  std::cerr << "agentbox: build " << id << '\n';
+  // The log as it is written; its last line says how the build ended.
+  std::string pending;
+  std::string state;
+  std::string error;
+  auto on_chunk = [&](std::string_view data) {
+    pending.append(data);
+    std::size_t nl;
+    while ((nl = pending.find('\n')) != std::string::npos) {
+      json line = json::parse(pending.substr(0, nl), nullptr, false);
+      pending.erase(0, nl + 1);
+      if (!line.is_object()) continue;
+      if (line.contains("line")) {
+        std::cout << line["line"].get<std::string>() << '\n' << std::flush;
+      } else if (line.value("type", "") == "end") {
+        state = line.value("state", "");
+        error = line.value("error", "");
+        if (line.contains("snapshot")) std::cout << dump(line["snapshot"]) << '\n';
+      }
+    }
+    return true;
+  };
+  auto lr = c.request_stream("GET", base + "/builds/" + id + "/log?follow=true", {}, on_chunk);
+  if (!lr) return report(lr.error());
+  if (!ok(*lr)) return report(*lr);
+  if (state == "succeeded") return kExitOk;
+  std::cerr << "agentbox: build " << id << " failed: " << error << '\n';
+  return kExitError;
+}
+
+int template_rollback(const Globals& g, const std::string& name, std::uint64_t version) {
+  client::Client c(g.options());
+  json body = {{"version", version}};
+  auto r = c.request("POST", "/v1/templates/" + client::url_encode(name) + "/rollback",
+                     body.dump());
+  if (!r) return report(r.error());
+  if (!ok(*r)) return report(*r);
+  std::cout << name << " current version " << version << '\n';
+  return kExitOk;
+}
+
+int template_rm(const Globals& g, const std::string& name) {
+  client::Client c(g.options());
+  auto r = c.request("DELETE", "/v1/templates/" + client::url_encode(name));
+  if (!r) return report(r.error());
+  if (!ok(*r)) return report(*r);
   return kExitOk;
 }
 

@@ -34,6 +34,7 @@
 #include "server/config.h"
 #include "server/http_server.h"
 #include "session/session_manager.h"
+#include "session/template_manager.h"
 
 namespace {
 
@@ -50,7 +51,7 @@ using namespace agentbox;
 Result<std::map<std::string, std::shared_ptr<sandbox::Backend>>> make_backends(
     const std::string& runtime_dir, asio::any_io_executor blocking = {},
     const std::string& path_prefix = "", std::shared_ptr<const net::NetworkConfig> network = {},
-    asio::any_io_executor control = {}) {
+    asio::any_io_executor control = {}, std::uint64_t cache_mb = 512) {
   std::map<std::string, std::shared_ptr<sandbox::Backend>> backends;
   backends["host"] = std::make_shared<sandbox::HostBackend>(blocking, path_prefix);
   sandbox::NsBackendOptions ns_opts;
@@ -59,6 +60,7 @@ Result<std::map<std::string, std::shared_ptr<sandbox::Backend>>> make_backends(
   ns_opts.path_prefix = path_prefix;
   ns_opts.network = std::move(network);
   ns_opts.control = std::move(control);
+  ns_opts.cache_bytes = cache_mb << 20;
   auto ns = sandbox::make_ns_backend(std::move(ns_opts));
   if (!ns) return std::unexpected(ns.error());
   backends["ns"] = std::move(*ns);
@@ -198,7 +200,7 @@ int main(int argc, char** argv) {
   auto ioc_owner = std::make_unique<asio::io_context>(1);
   asio::io_context& ioc = *ioc_owner;
   auto made = make_backends(data_dir + "/run", pool.get_executor(), cfg.seed.toolchain_path,
-                            network, ioc.get_executor());
+                            network, ioc.get_executor(), cfg.cache_mb);
   if (!made) {
     spdlog::error("backends: {}", made.error().message);
     return 1;
@@ -275,6 +277,20 @@ int main(int argc, char** argv) {
                 {{"method", d.method}, {"host", d.host}, {"port", d.port}, {"reason", d.reason}});
     }
   };
+  {
+    // Templates, builds and snapshots (builds run on the default backend).
+    session::TemplateManager::Config tc;
+    tc.data_dir = data_dir;
+    tc.backend = default_backend;
+    tc.default_limits = cfg.default_limits;
+    tc.shared_dirs = mc.shared_dirs;
+    auto templates = session::TemplateManager::open(std::move(tc));
+    if (!templates) {
+      spdlog::error("templates: {}", templates.error().message);
+      return 1;
+    }
+    mc.templates = std::move(*templates);
+  }
   auto manager = session::SessionManager::open(std::move(mc));
   if (!manager) {
     spdlog::error("sessions: {}", manager.error().message);
@@ -293,6 +309,7 @@ int main(int argc, char** argv) {
   opts.shared_dirs = cfg.shared_dirs;
   opts.allowed_origins = cfg.allowed_origins;
   opts.max_file_bytes = cfg.max_file_mb << 20;
+  opts.auto_repair = cfg.auto_repair;
   opts.seed_shell = cfg.seed.shell;
   opts.seed_workspace_root = cfg.seed.workdir.empty() ? data_dir + "/workspaces" : cfg.seed.workdir;
 

@@ -465,6 +465,15 @@ Result<MountPlan> plan_box_fs(const BoxFsSpec& spec) {
                   ",nr_inodes=" + std::to_string(spec.tmp_inodes) + ",mode=1777",
               kAttrNosuid | kAttrNodev);
 
+  // /cache (seed 004): package caches, capped like /tmp and outside the workspace's quota.
+  if (spec.cache_bytes != 0) {
+    plan.add_dir("cache", 01777);
+    plan.add_fs("tmpfs", "cache",
+                "size=" + std::to_string(spec.cache_bytes) +
+                    ",nr_inodes=" + std::to_string(spec.cache_inodes) + ",mode=1777",
+                kAttrNosuid | kAttrNodev);
+  }
+
   // /proc: the box's own pid namespace (mounted by its pid 1).
   plan.add_dir("proc", 0555);
   plan.add_fs("proc", "proc", "", kAttrNosuid | kAttrNodev | kAttrNoexec);

@@ -43,6 +43,7 @@ namespace agentbox::linux {
 
 inline constexpr char kBoxWorkspacePath[] = "/workspace";
 inline constexpr char kBoxUserName[] = "agent";
+inline constexpr char kBoxCachePath[] = "/cache";
 
 struct BoxBind {
   std::string host_path;  // absolute; must exist
@@ -60,6 +61,10 @@ struct BoxFsSpec {
   std::uint64_t tmp_bytes = 256ull << 20;
   std::uint64_t tmp_inodes = 65536;
   std::uint64_t shm_bytes = 64ull << 20;
+  // Seed 004: package caches (pip, uv, npm, bun) on their own size-capped tmpfs at kBoxCachePath,
+  // outside the workspace's disk quota. 0 = no /cache.
+  std::uint64_t cache_bytes = 0;
+  std::uint64_t cache_inodes = 262144;
   // Where the host's system dirs and /etc are read from ("/" except in tests).
   std::string host_root = "/";
 };

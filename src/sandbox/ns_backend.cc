@@ -197,7 +197,13 @@ class Spawner {
 };
 
 // A box command's PATH (NsBackendOptions::path_prefix goes first).
-constexpr char kBoxPath[] = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin";
+constexpr char kBoxPath[] =
+    "/workspace/.venv/bin:/workspace/node_modules/.bin:"  // seed 004: the workspace's installs
+    "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin";
+// The part of kBoxPath that goes before a --toolchain-path prefix.
+constexpr std::string_view kWorkspaceBins = "/workspace/.venv/bin:/workspace/node_modules/.bin";
+static_assert(std::string_view(kBoxPath).starts_with(kWorkspaceBins) &&
+              kBoxPath[kWorkspaceBins.size()] == ':');
 
 // What the backend and all its sandboxes share; sandboxes keep it alive.
 struct Core {
@@ -1343,6 +1349,17 @@ Result<std::unique_ptr<Sandbox>> NsBackend::create(BoxConfig config) {
   fs_spec.gid = gid;
   fs_spec.tmp_bytes = config.limits.tmp_mb ? *config.limits.tmp_mb << 20 : core_->opts.tmp_bytes;
   fs_spec.tmp_inodes = core_->opts.tmp_inodes;
+  fs_spec.cache_bytes = core_->opts.cache_bytes;
+  if (fs_spec.cache_bytes != 0) {
+    // Package caches on /cache, not in the workspace (the session's env may point them elsewhere).
+    const std::string cache = lx::kBoxCachePath;
+    for (auto [k, v] : {std::pair{"XDG_CACHE_HOME", cache}, std::pair{"PIP_CACHE_DIR", cache + "/pip"},
+                        std::pair{"UV_CACHE_DIR", cache + "/uv"},
+                        std::pair{"npm_config_cache", cache + "/npm"},
+                        std::pair{"BUN_INSTALL_CACHE_DIR", cache + "/bun"}}) {
+      config.env.emplace(k, std::move(v));
+    }
+  }
   for (const auto& m : config.mounts) {
     fs_spec.binds.push_back({m.host_path, m.box_path, m.read_only, m.what});
   }
@@ -1393,7 +1410,8 @@ Result<std::unique_ptr<Sandbox>> NsBackend::create(BoxConfig config) {
 
   // --toolchain-path: first in PATH unless the session sets PATH itself.
   if (!core_->opts.path_prefix.empty() && config.env.find("PATH") == config.env.end()) {
-    config.env["PATH"] = core_->opts.path_prefix + ":" + kBoxPath;
+    config.env["PATH"] = std::string(kWorkspaceBins) + ":" + core_->opts.path_prefix + ":" +
+                         (kBoxPath + kWorkspaceBins.size() + 1);
   }
   if (config.egress_policy) {
     // The proxy is the box's only way out; its variables win over the session's env.

@@ -69,6 +69,10 @@ struct NsBackendOptions {
   // Box defaults (BoxConfig::limits override memory, cpu, pids and open files).
   std::uint64_t tmp_bytes = 256ull << 20;
   std::uint64_t tmp_inodes = 65536;
+  // Seed 004: the size of every box's /cache tmpfs, where the package caches live (XDG_CACHE_HOME,
+  // PIP_CACHE_DIR, UV_CACHE_DIR, npm_config_cache, BUN_INSTALL_CACHE_DIR point there); its
+  // pages are memory charged to the box, not disk in its quota. 0 = no /cache.
+  std::uint64_t cache_bytes = 512ull << 20;
   // Where sandboxes run the blocking steps of an exec (artifact scans, releasing the exec
   // cgroup): the daemon's worker pool. Empty: on the exec's own executor (tests).
   boost::asio::any_io_executor blocking;

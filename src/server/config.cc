@@ -160,6 +160,10 @@ Status load_yaml(const std::string& file, DaemonConfig* c,
       c->max_running_boxes = root["max_running_boxes"].as<std::size_t>();
     }
     if (root["evict_idle"] && !given("evict_idle")) c->evict_idle = root["evict_idle"].as<bool>();
+    if (root["auto_repair"] && !given("auto_repair")) {
+      c->auto_repair = root["auto_repair"].as<bool>();
+    }
+    if (root["cache_mb"] && !given("cache_mb")) c->cache_mb = root["cache_mb"].as<std::uint64_t>();
     if (root["ttl_sec"] && !given("ttl_sec")) c->ttl_sec = root["ttl_sec"].as<std::int64_t>();
     if (root["ttl_action"] && !given("ttl_action")) {
       c->ttl_action = root["ttl_action"].as<std::string>();
@@ -439,6 +443,12 @@ ParseOutcome parse_daemon_args(int argc, const char* const* argv, std::ostream& 
   auto* o_evict = app.add_flag("--evict-idle", c.evict_idle,
                                "At --max-running-boxes, suspend the least recently used idle box "
                                "instead of answering 429");
+  auto* o_auto_repair = app.add_flag("--auto-repair", c.auto_repair,
+                                     "Run a session's health checks and repairs when it resumes");
+  auto* o_cache = app.add_option("--cache-mb", c.cache_mb,
+                                 "MiB of each box's /cache tmpfs for package caches (0: none)")
+                      ->capture_default_str()
+                      ->multi_option_policy(take_last);
   auto* o_allow_be = app.add_option("--allow-backend", c.allowed_backends,
                                     "Backend a session may ask for besides the default "
                                     "(repeatable); e.g. host (NO isolation)");
@@ -497,6 +507,8 @@ ParseOutcome parse_daemon_args(int argc, const char* const* argv, std::ostream& 
   if (o_boxes->count()) given.push_back("max_running_boxes");
   if (o_audit->count()) given.push_back("audit_max_mb");
   if (o_evict->count()) given.push_back("evict_idle");
+  if (o_auto_repair->count()) given.push_back("auto_repair");
+  if (o_cache->count()) given.push_back("cache_mb");
   if (o_allow_be->count()) given.push_back("allowed_backends");
   if (o_ttl->count()) given.push_back("ttl_sec");
   if (o_ttl_action->count()) given.push_back("ttl_action");
@@ -694,6 +706,9 @@ Status validate_config(const DaemonConfig& c) {
                     "across tenants: a token names exactly one tenant)");
       }
     }
+  }
+  if (c.cache_mb > (std::uint64_t{1} << 20)) {
+    return fail(Code::kInvalid, "--cache-mb must be at most 1048576");
   }
   if (c.audit_max_mb < 1 || c.audit_max_mb > (std::uint64_t{1} << 20)) {
     return fail(Code::kInvalid, "--audit-max-mb must be between 1 and 1048576");

@@ -103,6 +103,13 @@ struct DaemonConfig {
   std::string global_skills_dir;
   std::string agents_dir;
   std::uint64_t max_file_mb = 500;
+  // Seed 004: run every session's health checks, and the repairs of the failing ones, when it
+  // resumes (YAML `auto_repair`, flag --auto-repair).
+  bool auto_repair = false;
+  // Seed 004: MiB of each ns box's /cache tmpfs, where pip/uv/npm/bun keep their caches (not in
+  // the workspace's disk quota; memory charged to the box). YAML `cache_mb`, flag --cache-mb;
+  // 0 = no /cache (the caches then live in the workspace).
+  std::uint64_t cache_mb = 512;
   // YAML `default_limits: {memory_mb, cpu_percent, max_pids, disk_mb, max_open_files,
   // cpu_time_sec, tmp_mb}`: what a session's unset limits become (validated like a request's
   // `limits`; disk_mb and cpu_time_sec 0 = none); the keys not given keep sandbox's built-in

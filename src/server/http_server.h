@@ -63,6 +63,8 @@ struct ServerOptions {
   std::vector<std::string> allowed_origins;
   // How long shutdown waits for requests in flight.
   std::chrono::seconds shutdown_grace{10};
+  // Seed 004: run a session's health checks and repairs when it resumes (config auto_repair).
+  bool auto_repair = false;
 };
 
 class HttpServer {

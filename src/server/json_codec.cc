@@ -431,7 +431,7 @@ Result<CreateSessionRequest> decode_create_session(const json& body,
   AB_ASSIGN_OR_RETURN(auto backend, opt_string(body, "backend"));
   if (backend) spec.backend = std::move(*backend);
   AB_ASSIGN_OR_RETURN(auto tmpl, opt_string(body, "template"));
-  if (tmpl) return not_supported("template", "(templates)");
+  if (tmpl) spec.template_name = std::move(*tmpl);  // resolved by the session manager
 
   if (auto st = decode_mount_list(body, "mounts", &spec.mounts); !st) {
     return std::unexpected(st.error());
@@ -597,6 +597,9 @@ json encode_session(const session::SessionInfo& s) {
   j["skill_modes"] = std::move(skill_modes);
   if (!s.tenant.empty()) j["tenant"] = s.tenant;
   if (!s.spec.template_name.empty()) j["template"] = s.spec.template_name;
+  if (!s.spec.snapshot.empty()) {
+    j["snapshot"] = {{"id", s.spec.snapshot}, {"version", s.spec.template_version}};
+  }
   if (s.spec.ttl_sec) j["ttl_sec"] = *s.spec.ttl_sec;
   return j;
 }
@@ -787,6 +790,34 @@ json encode_process(const sandbox::ProcessInfo& p) {
   }
   j["stdin"] = p.stdin_open;
   return j;
+}
+
+Result<workspace::InstallRequest> decode_install(const json& body) {
+  workspace::InstallRequest req;
+  AB_ASSIGN_OR_RETURN(auto manager, req_string(body, "manager"));
+  AB_ASSIGN_OR_RETURN(req.manager, workspace::parse_manager(manager));
+  AB_ASSIGN_OR_RETURN(auto packages, opt_string_array(body, "packages"));
+  if (!packages) return missing("packages");
+  req.packages = std::move(*packages);
+  for (auto [key, field] : {std::pair{"persist", &req.persist},
+                             std::pair{"no_index", &req.python.no_index}}) {
+    const json* v = lookup(body, key);
+    if (v && !v->is_boolean()) return bad_field(key, "must be true or false");
+    if (v) *field = v->get<bool>();
+  }
+  AB_ASSIGN_OR_RETURN(auto index_url, opt_string(body, "index_url"));
+  if (index_url) req.python.index_url = std::move(*index_url);
+  AB_ASSIGN_OR_RETURN(auto find_links, opt_string_array(body, "find_links"));
+  if (find_links) req.python.find_links = std::move(*find_links);
+  AB_ASSIGN_OR_RETURN(auto timeout, opt_number(body, "timeout_sec"));
+  if (timeout) {
+    if (!(*timeout > 0) || *timeout > kMaxTimeoutSec) {
+      return bad_field("timeout_sec", "must be greater than 0 and at most 86400");
+    }
+    req.timeout = std::chrono::milliseconds(static_cast<std::int64_t>(*timeout * 1000));
+  }
+  if (auto st = workspace::validate_install(req); !st) return std::unexpected(st.error());
+  return req;
 }
 
 }  // namespace agentbox::server

@@ -17,6 +17,7 @@
 #include "sandbox/process_table.h"
 #include "sandbox/sandbox.h"
 #include "session/session_manager.h"
+#include "workspace/installers.h"
 
 namespace agentbox::server {
 
@@ -81,6 +82,9 @@ Result<CreateSessionRequest> decode_create_session(const json& body,
 // at least one mount or skill (EINVAL otherwise). The result's mounts, skills and
 // read_only_skills are what to add.
 Result<session::SessionSpec> decode_add_mounts(const json& body);
+// POST /v1/sessions/{id}/packages {"manager": "pip|npm", "packages": [..], "persist", and for
+// pip "index_url", "find_links", "no_index"; "timeout_sec"}: checked (workspace::validate_install).
+Result<workspace::InstallRequest> decode_install(const json& body);
 
 // POST /v1/sessions/{id}/exec and .../exec/stream: "command" or "argv" (exactly one), cwd, env,
 // stdin, timeout_sec, max_output_bytes, artifact_dir (no NUL, no '..'; see check_artifact_dir).

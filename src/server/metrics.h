@@ -28,10 +28,10 @@ inline constexpr Feature kFeatures[] = {
     {"sessions", true},          {"exec", true},           {"exec_stream", true},
     {"files", true},             {"seed001", true},        {"seed002_aliases", true},
     {"archives", true},          {"tenants", true},        {"default_limits", true},
-    {"templates", false},        {"processes", true},      {"pty", true},
-    {"live_mounts", true},       {"packages", false},      {"runners", false},
+    {"templates", true},         {"processes", true},      {"pty", true},
+    {"live_mounts", true},       {"packages", true},       {"runners", false},
     {"events", true},            {"langbot_rpc", false},   {"e2b", false},
-    {"mcp", true},               {"repair", false},        {"limits_cpu_time_sec", true},
+    {"mcp", true},               {"repair", true},         {"limits_cpu_time_sec", true},
     {"limits_tmp_mb", true},     {"managed_processes", true}, {"killed_by", true},
 };
 inline constexpr std::string_view kNetworkModes[] = {"none", "allowlist", "open"};

@@ -24,18 +24,6 @@ std::vector<RouteSpec> not_built_routes() {
   std::vector<RouteSpec> out = {
       // Processes and terminals: processes.cc; LangBot's relay
       {N, "GET", "/v1/sessions/{id}/managed-process/{process_id}/ws", B, true, not_built, K},
-      // Sessions: packages
-      {N, "POST", "/v1/sessions/{id}/packages", B, true, not_built, K},
-      // Templates
-      {N, "POST", "/v1/templates", B, true, not_built, K},
-      {N, "GET", "/v1/templates", B, true, not_built, K},
-      {N, "GET", "/v1/templates/{name}", B, true, not_built, K},
-      {N, "DELETE", "/v1/templates/{name}", B, true, not_built, K},
-      {N, "POST", "/v1/templates/{name}/build", B, true, not_built, K},
-      {N, "GET", "/v1/templates/{name}/builds/{build_id}", B, true, not_built, K},
-      {N, "GET", "/v1/templates/{name}/builds/{build_id}/log", B, true, not_built, K},
-      {N, "GET", "/v1/templates/{name}/snapshots", B, true, not_built, K},
-      {N, "POST", "/v1/templates/{name}/rollback", B, true, not_built, K},
       // Runners, LangBot
       {N, "GET", "/v1/runners", B, true, not_built, K},
       {N, "GET", "/ws/{user}", B, true, not_built, K},

@@ -29,6 +29,7 @@ enum class RouteId {
   kSessionRepair,
   kSessionNetwork,
   kSessionMounts,
+  kSessionPackages,
   // Exec
   kExec,
   kExecStream,
@@ -66,6 +67,16 @@ enum class RouteId {
   kMcpPost,
   kMcpDelete,
   kE2b,  // everything under /e2b (e2b.cc)
+  // Templates
+  kTemplateCreate,
+  kTemplateList,
+  kTemplateGet,
+  kTemplateDelete,
+  kTemplateBuild,
+  kTemplateBuildGet,
+  kTemplateBuildLog,
+  kTemplateSnapshots,
+  kTemplateRollback,
   // Routes of API.md not built yet: each answers 501 ENOTSUP naming itself.
   kNotBuilt,
 };

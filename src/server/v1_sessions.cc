@@ -112,32 +112,6 @@ asio::awaitable<Reply> lifecycle(Context* ctx, RouteId route, Request* rq) {
   co_return session_reply(200, *s);
 }
 
-asio::awaitable<Reply> session_health(Context* ctx, Request* req) {
-  auto sid = session_param(*req);
-  if (!sid) co_return error_reply(sid.error());
-  std::string id = *sid;
-  Caller caller = req->caller;
-  auto s = co_await get_session(ctx, id, caller);
-  if (!s) co_return error_reply(s.error());
-  json checks = json::array();
-  bool healthy = true;
-  auto add = [&](std::string name, bool ok, std::string detail) {
-    healthy = healthy && ok;
-    checks.push_back({{"name", std::move(name)}, {"ok", ok}, {"detail", std::move(detail)}});
-  };
-  auto sb = co_await acquire_sandbox(ctx, id, false, caller);
-  add("box", sb.has_value(), sb ? "backend " + s->backend + " is up" : sb.error().message);
-  if (sb) {
-    std::shared_ptr<sandbox::Sandbox> box = *sb;
-    auto job5 = run_blocking(ctx->pool, [box] { return box->stat(box->workspace()); });
-    auto ws = co_await std::move(job5);
-    add("workspace", ws && ws->is_dir,
-        ws ? (ws->is_dir ? "workspace is a directory" : "workspace is not a directory")
-           : ws.error().message);
-  }
-  co_return json_reply(200, {{"healthy", healthy}, {"checks", std::move(checks)}});
-}
-
 asio::awaitable<Reply> restore_session(Context* ctx, Request* rq) {
   Request& req = *rq;
   auto sid = session_param(req);
@@ -179,15 +153,6 @@ asio::awaitable<Reply> resume(Context* ctx, Request* req) {
 }
 asio::awaitable<Reply> keepalive(Context* ctx, Request* req) {
   co_return co_await lifecycle(ctx, RouteId::kSessionKeepalive, req);
-}
-
-// Not in this version: answered once the session is known to be the caller's.
-asio::awaitable<Reply> repair(Context* ctx, Request* req) {
-  auto id = session_param(*req);
-  if (!id) co_return error_reply(id.error());
-  auto s = co_await get_session(ctx, *id, req->caller);
-  if (!s) co_return error_reply(s.error());
-  co_return error_reply(not_implemented("repair"));
 }
 
 // POST /v1/sessions/{id}/network {"mode", "allow"}: the session's egress policy. A running box's
@@ -267,9 +232,6 @@ std::vector<RouteSpec> session_routes() {
        simple<keepalive>},
       {R::kSessionRestore, "POST", "/v1/sessions/{id}/restore", B::kJson, true,
        simple<restore_session>},
-      {R::kSessionHealth, "POST", "/v1/sessions/{id}/health", B::kJson, true,
-       simple<session_health>},
-      {R::kSessionRepair, "POST", "/v1/sessions/{id}/repair", B::kJson, true, simple<repair>},
       {R::kSessionNetwork, "POST", "/v1/sessions/{id}/network", B::kJson, true,
        simple<set_network>},
       {R::kSessionMounts, "POST", "/v1/sessions/{id}/mounts", B::kJson, true,

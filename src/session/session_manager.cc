@@ -18,6 +18,7 @@
 #include "sandbox/default_limits.h"
 #include "sandbox/rooted_fs.h"
 #include "session/store.h"
+#include "session/template_manager.h"
 
 namespace agentbox::session {
 namespace {
@@ -249,6 +250,7 @@ SessionManager::~SessionManager() {
   }
   reaper_cv_.notify_all();
   if (reaper_.joinable()) reaper_.join();
+  if (config_.templates) config_.templates->set_in_use(nullptr);
   shutdown_all();
   flush_used();
 }
@@ -279,6 +281,17 @@ Result<std::unique_ptr<SessionManager>> SessionManager::open(ManagerConfig confi
     sm->store_ = std::move(*store);
     std::lock_guard lk(sm->mu_);
     if (auto st = sm->load_locked(); !st) return std::unexpected(st.error());
+  }
+  if (sm->config_.templates) {
+    // What sessions use is never garbage-collected (nor its template deleted).
+    sm->config_.templates->set_in_use([raw = sm.get()] {
+      std::set<std::string> out;
+      std::lock_guard lk(raw->mu_);
+      for (const auto& [id, e] : raw->sessions_) {
+        if (!e->spec.snapshot.empty()) out.insert(e->spec.snapshot);
+      }
+      return out;
+    });
   }
   sm->reaper_ = std::thread([raw = sm.get()] { raw->reaper_loop(); });
   return sm;
@@ -786,6 +799,20 @@ Result<SessionManager::BoxStart> SessionManager::start_box(const Entry& e) {
   auto drop_new_dir = [&] {
     if (out.created_dir) (void)remove_workspace(e.id);
   };
+  if (!e.spec.snapshot.empty()) {
+    // The copy-on-write workspace over the template's snapshot; mounted once, kept while the
+    // session is suspended, mounted again after a daemon restart.
+    const workspace::Owner own =
+        owner_of(isolated, e.uid).value_or(workspace::Owner{::geteuid(), ::getegid()});
+    Status st = config_.templates
+                    ? config_.templates->mount_session(e.id, e.spec.snapshot,
+                                                       workspaces_.path(e.id), own.uid, own.gid)
+                    : Status(fail(Code::kNotSupported, "template (templates)"));
+    if (!st) {
+      drop_new_dir();
+      return std::unexpected(st.error());
+    }
+  }
 
   const std::shared_ptr<sandbox::Backend>& backend = config_.backends.at(e.backend);
   auto box = backend->create(std::move(cfg));
@@ -873,7 +900,18 @@ Result<std::pair<SessionInfo, bool>> SessionManager::create_or_get(const std::st
     if (sessions_.count(id) != 0) continue;  // made meanwhile, while room was being made
     break;
   }
-  auto e = create_locked(id, spec, caller);
+  SessionSpec resolved = spec;
+  if (!spec.template_name.empty()) {
+    if (!config_.templates) return fail(Code::kNotSupported, "template (templates)");
+    auto r = config_.templates->resolve(spec.template_name);
+    if (!r) return std::unexpected(r.error());
+    if (spec.limits.disk_mb) {
+      return fail(Code::kNotSupported, "limits.disk_mb with a template (not built yet)");
+    }
+    resolved.snapshot = r->snapshot;
+    resolved.template_version = r->version;
+  }
+  auto e = create_locked(id, resolved, caller);
   if (!e) return std::unexpected(e.error());
   lk.unlock();
   auto started = start_box(**e);
@@ -908,6 +946,9 @@ std::vector<SessionInfo> SessionManager::list(const Caller& caller) {
 Status SessionManager::remove_workspace(const std::string& id) {
   // A capped workspace is a mount: detach it (and drop its image) before removing the directory,
   // which remove_all below would otherwise refuse as a mount point.
+  if (config_.templates) {
+    if (auto st = config_.templates->drop_session(id, workspaces_.path(id)); !st) return st;
+  }
   if (auto st = workspaces_.drop_disk(id); !st) return st;
   auto root = workspaces_.dup_root();
   if (!root) return std::unexpected(root.error());
@@ -948,7 +989,19 @@ Result<std::string> SessionManager::destroy_impl(const std::string& id, const Ca
   // The archive is taken with the box down (nothing writes meanwhile) and is durable before
   // the workspace is removed.
   Result<std::string> archived = std::string();
-  if (archive) archived = workspaces_.archive(id);
+  if (archive && !e->spec.snapshot.empty() && config_.templates) {
+    // The archive holds the merged view (snapshot + the session's writes): it restores
+    // anywhere, also where the snapshot is gone.
+    const workspace::Owner own =
+        owner_of(config_.backends.at(e->backend)->isolated(), e->uid)
+            .value_or(workspace::Owner{::geteuid(), ::getegid()});
+    if (auto st = config_.templates->mount_session(id, e->spec.snapshot, workspaces_.path(id),
+                                                   own.uid, own.gid);
+        !st) {
+      archived = std::unexpected(st.error());
+    }
+  }
+  if (archive && archived) archived = workspaces_.archive(id);
   if (archive && archived) write_mounts_sidecar(*archived, e->spec);
   Status removed = archived ? remove_workspace(id) : Status(std::unexpected(archived.error()));
 
@@ -1386,11 +1439,13 @@ std::map<std::string, std::size_t> SessionManager::count_by_state() {
 void SessionManager::shutdown_all() {
   std::vector<std::shared_ptr<sandbox::Sandbox>> boxes;
   std::vector<std::string> capped;
+  std::vector<std::string> layered;
   {
     std::lock_guard lk(mu_);
     closed_ = true;
     for (auto& [id, e] : sessions_) {
       if (e->spec.limits.disk_mb) capped.push_back(id);
+      if (!e->spec.snapshot.empty()) layered.push_back(id);
       if (e->phase != Phase::kReady || !e->box) continue;
       boxes.push_back(std::move(e->box));
       // Not written: every session comes back suspended at the next start anyway.
@@ -1401,6 +1456,12 @@ void SessionManager::shutdown_all() {
   for (auto& b : boxes) b->shutdown();
   // A clean exit leaves no capped workspace mounted (nor its loop device attached): the next
   // start mounts the image again when the session is used.
+  for (const std::string& id : layered) {
+    if (!config_.templates) break;
+    if (auto st = config_.templates->unmount_session(workspaces_.path(id)); !st) {
+      spdlog::warn("session {}: unmounting its overlay: {}", id, st.error().message);
+    }
+  }
   for (const std::string& id : capped) {
     if (auto st = workspaces_.unmount_disk(id); !st) {
       spdlog::warn("session {}: unmounting its disk: {}", id, st.error().message);

@@ -30,6 +30,8 @@
 
 namespace agentbox::session {
 
+class TemplateManager;  // session/template_manager.h
+
 struct NetworkSpec {
   std::string mode = "none";  // none | allowlist | open
   std::vector<std::string> allow;
@@ -45,6 +47,10 @@ struct MountSpec {
 struct SessionSpec {
   std::string backend;  // "" = the daemon's default
   std::string template_name;
+  // The template's snapshot the session started on (resolved at create; kept for its life):
+  // its workspace is an overlay over it (session/template_manager.h). "" = a plain workspace.
+  std::string snapshot;
+  std::uint64_t template_version = 0;
   std::vector<MountSpec> mounts;
   std::map<std::string, std::string> skills;  // name -> host dir, at /workspace/.skills/<name>
   std::set<std::string> read_only_skills;     // skills mounted ro; the others rw (seed 002)
@@ -139,6 +145,9 @@ struct ManagerConfig {
   // the denial. Called on the backend's proxy thread; must not block. Empty: not reported.
   std::function<void(const std::string& id, const std::string& tenant, const net::DenyEvent&)>
       on_net_deny;
+  // Templates (session/template_manager.h): a spec's "template" is resolved there and its
+  // workspace mounted as an overlay over the snapshot. Null: a "template" is ENOTSUP.
+  std::shared_ptr<TemplateManager> templates;
   // How often the reaper looks, and how often batched last-used times reach the database.
   std::chrono::milliseconds reaper_interval{1000};
 };

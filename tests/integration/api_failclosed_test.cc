@@ -35,7 +35,6 @@ class FailClosedApi : public ::testing::Test {
 };
 
 TEST_F(FailClosedApi, UnbuiltFieldsAndValuesAre501NamingThem) {
-  expect_refused({{"id", "t"}, {"template", "python-data"}}, "template");
   // Seed 002's primary host_path in place of /workspace itself.
   expect_refused({{"id", "h"}, {"host_path", "/srv/project"}}, "host_path");
 }
@@ -106,7 +105,7 @@ TEST_F(FailClosedApi, ReadyzAndMetricsSayWhatIsBuilt) {
   auto r = api_.get("/readyz");
   ASSERT_EQ(r.status, 200) << r;
   EXPECT_EQ(r.body["features"]["network_modes"], json::array({"none", "allowlist", "open"})) << r;
-  EXPECT_EQ(r.body["features"]["templates"], false) << r;
+  EXPECT_EQ(r.body["features"]["templates"], true) << r;
   EXPECT_EQ(r.body["features"]["exec"], true) << r;
   ASSERT_TRUE(r.body["backends"].is_array()) << r;
   EXPECT_NE(std::find(r.body["backends"].begin(), r.body["backends"].end(), r.body["backend"]),
@@ -114,7 +113,7 @@ TEST_F(FailClosedApi, ReadyzAndMetricsSayWhatIsBuilt) {
       << r;
   auto m = api_.get("/metrics");
   ASSERT_EQ(m.status, 200);
-  EXPECT_NE(m.raw.find("agentbox_feature{name=\"templates\"} 0\n"), std::string::npos);
+  EXPECT_NE(m.raw.find("agentbox_feature{name=\"templates\"} 1\n"), std::string::npos);
   EXPECT_NE(m.raw.find("agentbox_network_mode{mode=\"none\"} 1\n"), std::string::npos);
   EXPECT_NE(m.raw.find("agentbox_network_mode{mode=\"allowlist\"} 1\n"), std::string::npos);
   EXPECT_NE(m.raw.find("agentbox_network_mode{mode=\"open\"} 1\n"), std::string::npos);

@@ -188,7 +188,9 @@ TEST_F(NsBackendTest, EnvironmentIsTheBoxesNotTheDaemons) {
   ASSERT_TRUE(r);
   EXPECT_EQ(r->stdout_data.find("daemon-secret"), std::string::npos) << r->stdout_data;
   for (const char* want : {"FROM_BOX=overridden\n", "FROM_EXEC=e\n", "LANG=C\n", "HOME=/workspace\n",
-                           "USER=agent\n", "PATH=/usr/local/sbin:"}) {
+                           "USER=agent\n",
+                           "PATH=/workspace/.venv/bin:/workspace/node_modules/.bin:/usr/local/sbin:",
+                           "XDG_CACHE_HOME=/cache\n", "npm_config_cache=/cache/npm\n"}) {
     EXPECT_NE(r->stdout_data.find(want), std::string::npos) << want << " in " << r->stdout_data;
   }
 }

@@ -318,7 +318,10 @@ TEST_F(PostureTest, EnvironmentIsOnlyWhatTheSessionSet) {
   std::istringstream in(env);
   for (std::string line; std::getline(in, line);) names.insert(line.substr(0, line.find('=')));
   EXPECT_EQ(names,
-            (std::set<std::string>{"FOO", "HOME", "LANG", "LOGNAME", "PATH", "TERM", "USER"}))
+            (std::set<std::string>{"FOO", "HOME", "LANG", "LOGNAME", "PATH", "TERM", "USER",
+                                   // seed 004: the package caches on the box's /cache tmpfs
+                                   "XDG_CACHE_HOME", "PIP_CACHE_DIR", "UV_CACHE_DIR",
+                                   "npm_config_cache", "BUN_INSTALL_CACHE_DIR"}))
       << env;
   EXPECT_THAT(env, HasSubstr("FOO=bar\n"));
   EXPECT_THAT(env, HasSubstr("HOME=/workspace\n"));

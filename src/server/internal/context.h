@@ -7,6 +7,7 @@
 #include <boost/asio/io_context.hpp>
 #include <boost/asio/thread_pool.hpp>
 #include <cstdint>
+#include <functional>
 #include <map>
 #include <memory>
 #include <optional>
@@ -21,6 +22,7 @@
 #include "server/metrics.h"
 #include "server/routes.h"
 #include "session/session_manager.h"
+#include "workspace/health.h"
 
 namespace agentbox::server::detail {
 
@@ -45,6 +47,11 @@ struct Context {
   bool stopping = false;         // shutdown() ran: replies say "Connection: close"
   std::shared_ptr<McpSessions> mcp;  // made by the MCP surface on first use
   std::shared_ptr<E2bProcesses> e2b_processes;  // made by the E2B surface on first use
+  // The template's own health checks of a session (template YAML `health:`), added to the
+  // built-in ones by /health, /repair and auto_repair (health.cc). Null: none. Called on a pool
+  // thread.
+  std::function<std::vector<workspace::HealthCheck>(const session::SessionInfo&)>
+      template_health_checks;
 };
 
 // Appends an audit line if the server has an audit log (thread-safe).

@@ -20,6 +20,8 @@ std::vector<RouteSpec> process_routes();   // processes.cc: /v1/sessions/{id}/pr
 std::vector<RouteSpec> event_routes();      // events.cc: GET /v1/events (WebSocket)
 std::vector<RouteSpec> mcp_routes();        // mcp.cc: /v1/sessions/{id}/mcp (MCP, streamable HTTP)
 std::vector<RouteSpec> e2b_routes();        // e2b.cc: /e2b/{path} (E2B control plane and envd)
+std::vector<RouteSpec> health_routes();     // health.cc: health, repair, packages
+std::vector<RouteSpec> template_routes();   // templates.cc: /v1/templates...
 std::vector<RouteSpec> not_built_routes();  // not_built.cc: API.md routes not built yet (501)
 
 // processes.cc: managed processes come back with their session. A kResumed event starts the
@@ -27,5 +29,7 @@ std::vector<RouteSpec> not_built_routes();  // not_built.cc: API.md routes not b
 // server starts) resumes the sessions that have some. Any thread.
 void on_session_event_for_processes(Context* ctx, const session::SessionEvent& ev);
 void resume_managed_sessions(Context* ctx);
+// health.cc: with the config's auto_repair, a kResumed event runs the session's repair. Any thread.
+void on_session_event_for_health(Context* ctx, const session::SessionEvent& ev);
 
 }  // namespace agentbox::server::detail

@@ -1,0 +1,329 @@
+// The templates surface (API.md "Templates, snapshots, health, packages"): template CRUD (YAML
+// bodies), builds with their logs, snapshots and rollback. The work is the template manager's
+// (session/template_manager.h); it is reached through the session manager's config.
+
+#include <cstdint>
+
+#include "common/log.h"
+#include "server/http_error.h"
+#include "server/internal/blocking.h"
+#include "server/internal/surfaces.h"
+#include "server/internal/transport.h"
+#include "session/template_manager.h"
+
+namespace agentbox::server::detail {
+namespace {
+
+using session::BuildInfo;
+using session::TemplateInfo;
+using session::TemplateManager;
+
+TemplateManager* manager(Context* ctx) { return ctx->sessions->config().templates.get(); }
+
+json encode_snapshot(const session::SnapshotInfo& s, std::uint64_t current) {
+  return {{"id", s.id},         {"version", s.version}, {"created_at", rfc3339(s.created_at)},
+          {"bytes", s.bytes},   {"files", s.files},     {"current", s.version == current},
+          {"build_id", s.build_id}};
+}
+
+json encode_template(const TemplateInfo& t) {
+  const workspace::Template& m = t.tmpl;
+  json files = json::array();
+  for (const auto& [p, c] : m.files) files.push_back(p);
+  json deps_py = m.python.dependencies;
+  json deps_node = json::object();
+  for (const auto& [n, v] : m.nodejs.dependencies) deps_node[n] = v;
+  json health = json::array();
+  for (const auto& h : m.health) {
+    health.push_back({{"name", h.name}, {"command", h.command}, {"repair", h.repair}});
+  }
+  json snaps = json::array();
+  for (const auto& s : t.snapshots) snaps.push_back(encode_snapshot(s, t.current));
+  json j = {{"name", m.name},
+            {"version", m.version},
+            {"description", m.description},
+            {"files", std::move(files)},
+            {"setup", m.setup},
+            {"env", m.env},
+            {"network", m.network},
+            {"health", std::move(health)},
+            {"created_at", rfc3339(t.created_at)},
+            {"updated_at", rfc3339(t.updated_at)},
+            {"current_version", t.current ? json(t.current) : json(nullptr)},
+            {"snapshots", std::move(snaps)},
+            {"warnings", t.warnings}};
+  if (m.python.present) {
+    j["python"] = {{"version", m.python.version}, {"dependencies", std::move(deps_py)}};
+  }
+  if (m.nodejs.present) {
+    j["nodejs"] = {{"version", m.nodejs.version},
+                   {"runtime", m.nodejs.runtime},
+                   {"dependencies", std::move(deps_node)}};
+  }
+  return j;
+}
+
+json encode_build(const BuildInfo& b) {
+  json j = {{"build_id", b.id},
+            {"template", b.template_name},
+            {"state", std::string(session::build_state_name(b.state))},
+            {"step", b.step},
+            {"exit_code", b.exit_code ? json(*b.exit_code) : json(nullptr)},
+            {"started_at", rfc3339(b.started_at)}};
+  if (b.state != session::BuildState::kRunning) j["ended_at"] = rfc3339(b.ended_at);
+  if (!b.error.empty()) j["error"] = b.error;
+  if (!b.snapshot.empty()) j["snapshot"] = {{"id", b.snapshot}, {"version", b.version}};
+  return j;
+}
+
+Result<std::string> name_param(const Request& req) {
+  auto it = req.params.find("name");
+  if (it == req.params.end()) return fail(Code::kInvalid, "missing template name");
+  AB_TRY(workspace::validate_template_name(it->second));
+  return it->second;
+}
+
+asio::awaitable<Reply> create_template(Context* ctx, Request* req) {
+  TemplateManager* tm = manager(ctx);
+  std::string yaml = std::move(req->body);
+  auto job = run_blocking(ctx->pool, [tm, yaml] { return tm->put(yaml); });
+  auto r = co_await std::move(job);
+  if (!r) co_return error_reply(r.error());
+  spdlog::info("req={} template {} {}", req->id, r->first.tmpl.name,
+               r->second ? "created" : "replaced");
+  co_return json_reply(r->second ? 201 : 200, encode_template(r->first));
+}
+
+asio::awaitable<Reply> list_templates(Context* ctx, Request* req) {
+  (void)req;
+  TemplateManager* tm = manager(ctx);
+  auto job = run_blocking(ctx->pool, [tm]() -> Result<std::vector<TemplateInfo>> {
+    return tm->list();
+  });
+  auto r = co_await std::move(job);
+  if (!r) co_return error_reply(r.error());
+  json arr = json::array();
+  for (const auto& t : *r) arr.push_back(encode_template(t));
+  co_return json_reply(200, {{"templates", std::move(arr)}});
+}
+
+asio::awaitable<Reply> get_template(Context* ctx, Request* req) {
+  auto name = name_param(*req);
+  if (!name) co_return error_reply(name.error());
+  TemplateManager* tm = manager(ctx);
+  auto job = run_blocking(ctx->pool, [tm, n = *name] { return tm->get(n); });
+  auto r = co_await std::move(job);
+  if (!r) co_return error_reply(r.error());
+  co_return json_reply(200, encode_template(*r));
+}
+
+asio::awaitable<Reply> delete_template(Context* ctx, Request* req) {
+  auto name = name_param(*req);
+  if (!name) co_return error_reply(name.error());
+  TemplateManager* tm = manager(ctx);
+  auto job = run_blocking(ctx->pool, [tm, n = *name] { return tm->remove(n); });
+  auto r = co_await std::move(job);
+  if (!r) co_return error_reply(r.error());
+  co_return json_reply(200, {{"name", *name}, {"deleted", true}});
+}
+
+asio::awaitable<Reply> build_template(Context* ctx, Request* req) {
+  auto name = name_param(*req);
+  if (!name) co_return error_reply(name.error());
+  auto wait = bool_query(*req, "wait");
+  if (!wait) co_return error_reply(wait.error());
+  TemplateManager* tm = manager(ctx);
+  auto job = run_blocking(ctx->pool, [tm, n = *name] { return tm->start_build(n); });
+  auto r = co_await std::move(job);
+  if (!r) co_return error_reply(r.error());
+  spdlog::info("req={} template {} build {} started", req->id, *name, r->id);
+  if (!*wait) {
+    co_return json_reply(202, {{"build_id", r->id},
+                               {"state", std::string(session::build_state_name(r->state))}});
+  }
+  // Polled in short waits, so a long build holds no pool thread for its whole length.
+  std::string id = r->id;
+  for (;;) {
+    auto job2 = run_blocking(ctx->pool, [tm, n = *name, id] {
+      return tm->build_log(n, id, SIZE_MAX, std::chrono::milliseconds(500));
+    });
+    auto chunk = co_await std::move(job2);
+    if (!chunk) co_return error_reply(chunk.error());
+    if (chunk->ended) break;
+  }
+  auto job3 = run_blocking(ctx->pool, [tm, n = *name, id] { return tm->build(n, id); });
+  auto done = co_await std::move(job3);
+  if (!done) co_return error_reply(done.error());
+  int status = done->state == session::BuildState::kSucceeded ? 201 : 422;
+  json body = encode_build(*done);
+  if (status != 201) {
+    body["error"] = {{"code", "EBUILD"}, {"message", done->error}};
+  }
+  co_return json_reply(status, body);
+}
+
+asio::awaitable<Reply> get_build(Context* ctx, Request* req) {
+  auto name = name_param(*req);
+  if (!name) co_return error_reply(name.error());
+  TemplateManager* tm = manager(ctx);
+  auto job = run_blocking(ctx->pool,
+                          [tm, n = *name, id = req->params["build_id"]] { return tm->build(n, id); });
+  auto r = co_await std::move(job);
+  if (!r) co_return error_reply(r.error());
+  co_return json_reply(200, encode_build(*r));
+}
+
+asio::awaitable<Reply> list_snapshots(Context* ctx, Request* req) {
+  auto name = name_param(*req);
+  if (!name) co_return error_reply(name.error());
+  TemplateManager* tm = manager(ctx);
+  auto job = run_blocking(ctx->pool, [tm, n = *name] { return tm->get(n); });
+  auto r = co_await std::move(job);
+  if (!r) co_return error_reply(r.error());
+  json arr = json::array();
+  for (const auto& s : r->snapshots) arr.push_back(encode_snapshot(s, r->current));
+  co_return json_reply(200, {{"snapshots", std::move(arr)}});
+}
+
+asio::awaitable<Reply> rollback_template(Context* ctx, Request* req) {
+  auto name = name_param(*req);
+  if (!name) co_return error_reply(name.error());
+  auto body = body_object(req);
+  if (!body) co_return error_reply(body.error());
+  auto it = body->find("version");
+  if (it == body->end() || !it->is_number_unsigned() || it->get<std::uint64_t>() == 0) {
+    co_return error_reply(
+        Error::make(Code::kInvalid, "field 'version' is required: a snapshot version number"));
+  }
+  std::uint64_t version = it->get<std::uint64_t>();
+  TemplateManager* tm = manager(ctx);
+  auto job = run_blocking(ctx->pool, [tm, n = *name, version] { return tm->rollback(n, version); });
+  auto r = co_await std::move(job);
+  if (!r) co_return error_reply(r.error());
+  co_return json_reply(200, encode_template(*r));
+}
+
+// GET .../builds/{build_id}/log[?follow=true]: NDJSON, one {"line": ...} per log line; with
+// follow, streamed until the build ends, then {"type": "end", "state", "exit_code"}.
+asio::awaitable<bool> build_log(Call* call) {
+  Context* ctx = call->ctx;
+  Conn* conn = call->conn;
+  Exchange* ex = &call->ex;
+  auto name = name_param(ex->req);
+  if (!name) co_return co_await send_error(call, name.error());
+  auto follow = bool_query(ex->req, "follow");
+  if (!follow) co_return co_await send_error(call, follow.error());
+  TemplateManager* tm = manager(ctx);
+  std::string id = ex->req.params["build_id"];
+  auto first = run_blocking(ctx->pool, [tm, n = *name, id] { return tm->build(n, id); });
+  auto exists = co_await std::move(first);
+  if (!exists) co_return co_await send_error(call, exists.error());
+
+  const bool chunked = ex->version >= 11;
+  const bool keep = ex->keep_alive && chunked && !ctx->stopping;
+  http::response<http::empty_body> res{http::status::ok, ex->version};
+  res.set(http::field::server, "agentboxd");
+  res.set(http::field::content_type, "application/x-ndjson");
+  res.set(http::field::cache_control, "no-store");
+  res.keep_alive(keep);
+  if (chunked) res.chunked(true);
+  http::response_serializer<http::empty_body> sr{res};
+  conn->stream.expires_after(ctx->opts.io_timeout);
+  auto [hec, hn] = co_await http::async_write_header(conn->stream, sr, kTuple);
+  ctx->metrics.add_bytes_out(hn);
+  if (hec) co_return false;
+  log_request(call, 200);
+
+  std::size_t from = 0;
+  for (;;) {
+    auto wait = *follow ? std::chrono::milliseconds(500) : std::chrono::milliseconds(0);
+    auto job = run_blocking(ctx->pool, [tm, n = *name, id, from, wait] {
+      return tm->build_log(n, id, from, wait);
+    });
+    auto chunk = co_await std::move(job);
+    if (!chunk) co_return false;
+    std::string out;
+    for (const std::string& l : chunk->lines) {
+      json line = json::object();
+      line["line"] = l;
+      out += to_wire(line) + "\n";
+    }
+    from += chunk->lines.size();
+    bool end = chunk->ended || !*follow;
+    if (end && chunk->ended) {
+      auto job2 = run_blocking(ctx->pool, [tm, n = *name, id] { return tm->build(n, id); });
+      auto b = co_await std::move(job2);
+      if (b) {
+        json last = encode_build(*b);
+        last["type"] = "end";
+        out += to_wire(last) + "\n";
+      }
+    }
+    if (!out.empty()) {
+      conn->stream.expires_after(ctx->opts.io_timeout);
+      beast::error_code ec;
+      std::size_t n = 0;
+      if (chunked) {
+        std::tie(ec, n) =
+            co_await asio::async_write(conn->stream, http::make_chunk(asio::buffer(out)), kTuple);
+      } else {
+        std::tie(ec, n) = co_await asio::async_write(conn->stream, asio::buffer(out), kTuple);
+      }
+      ctx->metrics.add_bytes_out(n);
+      if (ec) co_return false;
+    }
+    if (end) break;
+  }
+  if (chunked) {
+    conn->stream.expires_after(ctx->opts.io_timeout);
+    auto [ec, n] = co_await asio::async_write(conn->stream, http::make_chunk_last(), kTuple);
+    ctx->metrics.add_bytes_out(n);
+    if (ec) co_return false;
+  }
+  co_return keep;
+}
+
+// Every route answers 501 when the daemon runs without templates (a test fixture, --no-persist
+// builds without a data dir): nothing is half there.
+template <asio::awaitable<Reply> (*F)(Context*, Request*)>
+asio::awaitable<bool> guarded(Call* call) {
+  if (!manager(call->ctx)) {
+    co_return co_await send_error(
+        call, Error::make(Code::kNotSupported, "templates are not enabled on this daemon"));
+  }
+  co_return co_await simple<F>(call);
+}
+
+asio::awaitable<bool> guarded_log(Call* call) {
+  if (!manager(call->ctx)) {
+    co_return co_await send_error(
+        call, Error::make(Code::kNotSupported, "templates are not enabled on this daemon"));
+  }
+  co_return co_await build_log(call);
+}
+
+}  // namespace
+
+std::vector<RouteSpec> template_routes() {
+  constexpr BodyKind J = BodyKind::kJson;  // bounded; YAML for POST /v1/templates
+  constexpr BodyKind N = BodyKind::kNone;
+  return {
+      {RouteId::kTemplateCreate, "POST", "/v1/templates", J, true, guarded<create_template>},
+      {RouteId::kTemplateList, "GET", "/v1/templates", N, true, guarded<list_templates>},
+      {RouteId::kTemplateGet, "GET", "/v1/templates/{name}", N, true, guarded<get_template>},
+      {RouteId::kTemplateDelete, "DELETE", "/v1/templates/{name}", N, true,
+       guarded<delete_template>},
+      {RouteId::kTemplateBuild, "POST", "/v1/templates/{name}/build", N, true,
+       guarded<build_template>},
+      {RouteId::kTemplateBuildGet, "GET", "/v1/templates/{name}/builds/{build_id}", N, true,
+       guarded<get_build>},
+      {RouteId::kTemplateBuildLog, "GET", "/v1/templates/{name}/builds/{build_id}/log", N, true,
+       guarded_log},
+      {RouteId::kTemplateSnapshots, "GET", "/v1/templates/{name}/snapshots", N, true,
+       guarded<list_snapshots>},
+      {RouteId::kTemplateRollback, "POST", "/v1/templates/{name}/rollback", J, true,
+       guarded<rollback_template>},
+  };
+}
+
+}  // namespace agentbox::server::detail

@@ -1,0 +1,736 @@
+#include "session/template_manager.h"
+
+#include <fcntl.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <boost/asio/co_spawn.hpp>
+#include <boost/asio/io_context.hpp>
+#include <cerrno>
+#include <filesystem>
+#include <nlohmann/json.hpp>
+#include <random>
+
+#include "common/log.h"
+#include "linux/overlay.h"
+#include "net/policy.h"
+#include "sandbox/rooted_fs.h"
+#include "workspace/installers.h"
+#include "workspace/tree.h"
+
+namespace agentbox::session {
+
+namespace asio = boost::asio;
+using json = nlohmann::json;
+using Clock = std::chrono::system_clock;
+
+namespace {
+
+constexpr std::size_t kMaxLogLines = 20000;
+constexpr std::size_t kMaxLineBytes = 4096;
+
+std::int64_t to_ms(Clock::time_point t) {
+  return std::chrono::duration_cast<std::chrono::milliseconds>(t.time_since_epoch()).count();
+}
+Clock::time_point from_ms(std::int64_t ms) { return Clock::time_point(std::chrono::milliseconds(ms)); }
+
+std::string random_hex(std::size_t bytes) {
+  static thread_local std::mt19937_64 rng{std::random_device{}()};
+  static const char kHex[] = "0123456789abcdef";
+  std::string out;
+  for (std::size_t i = 0; i < bytes; ++i) {
+    auto b = static_cast<unsigned>(rng() & 0xff);
+    out.push_back(kHex[b >> 4]);
+    out.push_back(kHex[b & 15]);
+  }
+  return out;
+}
+
+Status mkdir_mode(const std::string& path, mode_t mode) {
+  if (::mkdir(path.c_str(), mode) != 0 && errno != EEXIST) {
+    return fail_errno(errno, "mkdir(" + path + ")");
+  }
+  if (::chmod(path.c_str(), mode) != 0) return fail_errno(errno, "chmod(" + path + ")");
+  return {};
+}
+
+// Removes data_dir/<dir>/<name> without following a link in it.
+Status remove_under(const std::string& dir, const std::string& name) {
+  UniqueFd root(::open(dir.c_str(), O_PATH | O_DIRECTORY | O_CLOEXEC));
+  if (!root) {
+    if (errno == ENOENT) return {};
+    return fail_errno(errno, "open(" + dir + ")");
+  }
+  sandbox::RootedFs fs(std::move(root), sandbox::RootMode::kBeneath);
+  auto st = fs.remove_all(name);
+  if (!st && st.error().code != Code::kNotFound) return st;
+  return {};
+}
+
+Status write_file_atomic(const std::string& path, const std::string& data) {
+  std::string tmp = path + ".tmp";
+  UniqueFd fd(::open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC | O_NOFOLLOW, 0600));
+  if (!fd) return fail_errno(errno, "open(" + tmp + ")");
+  std::size_t off = 0;
+  while (off < data.size()) {
+    ssize_t w = ::write(fd.get(), data.data() + off, data.size() - off);
+    if (w < 0 && errno == EINTR) continue;
+    if (w < 0) return fail_errno(errno, "write(" + tmp + ")");
+    off += static_cast<std::size_t>(w);
+  }
+  if (::fsync(fd.get()) != 0) return fail_errno(errno, "fsync(" + tmp + ")");
+  if (::rename(tmp.c_str(), path.c_str()) != 0) return fail_errno(errno, "rename(" + tmp + ")");
+  return {};
+}
+
+json encode(const TemplateInfo& t) {
+  json snaps = json::array();
+  for (const SnapshotInfo& s : t.snapshots) {
+    snaps.push_back({{"id", s.id}, {"version", s.version}, {"created_ms", to_ms(s.created_at)},
+                     {"bytes", s.bytes}, {"files", s.files}, {"build_id", s.build_id}});
+  }
+  return {{"yaml", t.tmpl.source},
+          {"created_ms", to_ms(t.created_at)},
+          {"updated_ms", to_ms(t.updated_at)},
+          {"current", t.current},
+          {"snapshots", std::move(snaps)}};
+}
+
+Result<TemplateInfo> decode(const std::string& text) {
+  json j = json::parse(text, nullptr, false);
+  if (j.is_discarded() || !j.is_object()) return fail(Code::kInternal, "not a JSON object");
+  TemplateInfo t;
+  try {
+    auto parsed = workspace::parse_template(j.at("yaml").get<std::string>());
+    if (!parsed) return std::unexpected(parsed.error());
+    t.tmpl = std::move(parsed->tmpl);
+    t.warnings = std::move(parsed->warnings);
+    t.created_at = from_ms(j.at("created_ms").get<std::int64_t>());
+    t.updated_at = from_ms(j.at("updated_ms").get<std::int64_t>());
+    t.current = j.at("current").get<std::uint64_t>();
+    for (const json& s : j.at("snapshots")) {
+      SnapshotInfo si;
+      si.id = s.at("id").get<std::string>();
+      si.version = s.at("version").get<std::uint64_t>();
+      si.created_at = from_ms(s.at("created_ms").get<std::int64_t>());
+      si.bytes = s.at("bytes").get<std::uint64_t>();
+      si.files = s.at("files").get<std::uint64_t>();
+      si.build_id = s.value("build_id", "");
+      t.snapshots.push_back(std::move(si));
+    }
+  } catch (const std::exception& e) {
+    return fail(Code::kInternal, std::string("malformed: ") + e.what());
+  }
+  return t;
+}
+
+}  // namespace
+
+std::string_view build_state_name(BuildState s) {
+  switch (s) {
+    case BuildState::kRunning: return "running";
+    case BuildState::kSucceeded: return "succeeded";
+    case BuildState::kFailed: return "failed";
+  }
+  return "";
+}
+
+struct TemplateManager::Build {
+  BuildInfo info;
+  std::vector<std::string> log;
+  std::string partial[2];  // unfinished stdout / stderr line
+};
+
+Result<std::shared_ptr<TemplateManager>> TemplateManager::open(Config config) {
+  if (!config.backend) return fail(Code::kInvalid, "templates: no backend for builds");
+  std::shared_ptr<TemplateManager> tm(new TemplateManager(std::move(config)));
+  const std::string& d = tm->config_.data_dir;
+  for (const char* sub : {"/templates", "/snapshots", "/builds", "/layers"}) {
+    AB_TRY(mkdir_mode(d + sub, 0700));
+  }
+  // A build the daemon did not finish (a crash, kill -9) left its workspace: never a snapshot.
+  std::error_code ec;
+  for (const auto& e : std::filesystem::directory_iterator(d + "/builds", ec)) {
+    spdlog::warn("templates: removing the unfinished build {}", e.path().filename().string());
+    (void)remove_under(d + "/builds", e.path().filename().string());
+  }
+  AB_TRY(tm->load());
+  return tm;
+}
+
+TemplateManager::~TemplateManager() {
+  {
+    std::lock_guard lk(mu_);
+    closing_ = true;
+  }
+  for (std::thread& t : threads_) t.join();
+}
+
+Status TemplateManager::load() {
+  std::error_code ec;
+  for (const auto& e : std::filesystem::directory_iterator(config_.data_dir + "/templates", ec)) {
+    if (e.path().extension() != ".json") continue;
+    std::string text;
+    {
+      UniqueFd fd(::open(e.path().c_str(), O_RDONLY | O_CLOEXEC | O_NOFOLLOW));
+      if (!fd) continue;
+      char buf[65536];
+      for (ssize_t r; (r = ::read(fd.get(), buf, sizeof buf)) > 0;) text.append(buf, r);
+    }
+    auto t = decode(text);
+    if (!t) {
+      spdlog::error("templates: {}: {}", e.path().string(), t.error().message);
+      continue;
+    }
+    std::string name = t->tmpl.name;
+    templates_[name] = std::move(*t);
+  }
+  return {};
+}
+
+Status TemplateManager::save_locked(const TemplateInfo& t) {
+  return write_file_atomic(config_.data_dir + "/templates/" + t.tmpl.name + ".json",
+                           encode(t).dump(-1, ' ', false, json::error_handler_t::replace));
+}
+
+Result<std::pair<TemplateInfo, bool>> TemplateManager::put(std::string_view yaml) {
+  auto parsed = workspace::parse_template(yaml);
+  if (!parsed) return std::unexpected(parsed.error());
+  if (parsed->tmpl.limits.disk_mb) {
+    return fail(Code::kNotSupported, "template field 'limits.disk_mb' (a build has no disk cap yet)");
+  }
+  std::lock_guard lk(mu_);
+  auto it = templates_.find(parsed->tmpl.name);
+  bool is_new = it == templates_.end();
+  TemplateInfo t = is_new ? TemplateInfo{} : it->second;
+  auto now = Clock::now();
+  if (is_new) t.created_at = now;
+  t.updated_at = now;
+  t.tmpl = std::move(parsed->tmpl);
+  t.warnings = std::move(parsed->warnings);
+  AB_TRY(save_locked(t));
+  templates_[t.tmpl.name] = t;
+  return std::pair{std::move(t), is_new};
+}
+
+Result<TemplateInfo> TemplateManager::get(const std::string& name) {
+  AB_TRY(workspace::validate_template_name(name));
+  std::lock_guard lk(mu_);
+  auto it = templates_.find(name);
+  if (it == templates_.end()) return fail(Code::kNotFound, "no such template: " + name);
+  return it->second;
+}
+
+std::vector<TemplateInfo> TemplateManager::list() {
+  std::lock_guard lk(mu_);
+  std::vector<TemplateInfo> out;
+  for (const auto& [n, t] : templates_) out.push_back(t);
+  return out;
+}
+
+std::set<std::string> TemplateManager::in_use() {
+  std::lock_guard lk(in_use_mu_);
+  return in_use_ ? in_use_() : std::set<std::string>{};
+}
+
+Status TemplateManager::remove(const std::string& name) {
+  AB_TRY(workspace::validate_template_name(name));
+  std::set<std::string> used = in_use();  // before mu_: it takes the session manager's lock
+  {
+    std::lock_guard lk(mu_);
+    auto it = templates_.find(name);
+    if (it == templates_.end()) return fail(Code::kNotFound, "no such template: " + name);
+    for (const auto& [id, b] : builds_) {
+      if (b->info.template_name == name && b->info.state == BuildState::kRunning) {
+        return fail(Code::kExists, "template " + name + ": build " + id + " is running");
+      }
+    }
+    for (const SnapshotInfo& s : it->second.snapshots) {
+      if (used.count(s.id)) {
+        return fail(Code::kExists, "template " + name + ": snapshot version " +
+                                       std::to_string(s.version) + " is in use by a session");
+      }
+    }
+    std::string path = config_.data_dir + "/templates/" + name + ".json";
+    if (::unlink(path.c_str()) != 0 && errno != ENOENT) return fail_errno(errno, "unlink(" + path + ")");
+    templates_.erase(it);
+  }
+  gc(used);
+  return {};
+}
+
+Result<TemplateInfo> TemplateManager::rollback(const std::string& name, std::uint64_t version) {
+  AB_TRY(workspace::validate_template_name(name));
+  std::lock_guard lk(mu_);
+  auto it = templates_.find(name);
+  if (it == templates_.end()) return fail(Code::kNotFound, "no such template: " + name);
+  bool found = false;
+  for (const SnapshotInfo& s : it->second.snapshots) found = found || s.version == version;
+  if (!found) {
+    return fail(Code::kNotFound,
+                "template " + name + " has no snapshot version " + std::to_string(version));
+  }
+  TemplateInfo t = it->second;
+  t.current = version;
+  t.updated_at = Clock::now();
+  AB_TRY(save_locked(t));
+  it->second = t;
+  return t;
+}
+
+void TemplateManager::gc(const std::set<std::string>& used) {
+  std::set<std::string> keep = used;
+  {
+    std::lock_guard lk(mu_);
+    for (const auto& [n, t] : templates_) {
+      for (const SnapshotInfo& s : t.snapshots) keep.insert(s.id);
+    }
+  }
+  std::error_code ec;
+  const std::string dir = config_.data_dir + "/snapshots";
+  for (const auto& e : std::filesystem::directory_iterator(dir, ec)) {
+    std::string id = e.path().filename().string();
+    if (keep.count(id)) continue;
+    spdlog::info("templates: removing unused snapshot {}", id);
+    if (auto st = remove_under(dir, id); !st) {
+      spdlog::warn("templates: removing snapshot {}: {}", id, st.error().message);
+    }
+  }
+}
+
+void TemplateManager::set_in_use(std::function<std::set<std::string>()> fn) {
+  {
+    std::lock_guard lk(in_use_mu_);
+    in_use_ = std::move(fn);
+    if (!in_use_) return;
+  }
+  gc(in_use());
+}
+
+// ---- builds -------------------------------------------------------------------------------
+
+Result<BuildInfo> TemplateManager::start_build(const std::string& name) {
+  AB_TRY(workspace::validate_template_name(name));
+  std::lock_guard lk(mu_);
+  if (closing_) return fail(Code::kUnavailable, "daemon is shutting down");
+  auto it = templates_.find(name);
+  if (it == templates_.end()) return fail(Code::kNotFound, "no such template: " + name);
+  const workspace::Template& tmpl = it->second.tmpl;
+  for (const auto& [id, b] : builds_) {
+    if (b->info.template_name == name && b->info.state == BuildState::kRunning) {
+      return fail(Code::kExists, "template " + name + ": build " + id + " is running");
+    }
+  }
+  auto b = std::make_shared<Build>();
+  b->info.id = random_hex(8);
+  b->info.template_name = name;
+  b->info.started_at = Clock::now();
+  b->info.step = "start";
+  builds_[b->info.id] = b;
+  threads_.emplace_back([this, b, tmpl] { run_build(b, tmpl); });
+  return b->info;
+}
+
+Result<BuildInfo> TemplateManager::build(const std::string& name, const std::string& build_id) {
+  std::lock_guard lk(mu_);
+  auto it = builds_.find(build_id);
+  if (it == builds_.end() || it->second->info.template_name != name) {
+    return fail(Code::kNotFound, "template " + name + " has no build " + build_id);
+  }
+  return it->second->info;
+}
+
+Result<BuildInfo> TemplateManager::wait_build(const std::string& name,
+                                              const std::string& build_id) {
+  std::unique_lock lk(mu_);
+  auto it = builds_.find(build_id);
+  if (it == builds_.end() || it->second->info.template_name != name) {
+    return fail(Code::kNotFound, "template " + name + " has no build " + build_id);
+  }
+  std::shared_ptr<Build> b = it->second;
+  cv_.wait(lk, [&] { return b->info.state != BuildState::kRunning; });
+  return b->info;
+}
+
+Result<TemplateManager::LogChunk> TemplateManager::build_log(const std::string& name,
+                                                            const std::string& build_id,
+                                                            std::size_t from,
+                                                            std::chrono::milliseconds wait) {
+  std::unique_lock lk(mu_);
+  auto it = builds_.find(build_id);
+  if (it == builds_.end() || it->second->info.template_name != name) {
+    return fail(Code::kNotFound, "template " + name + " has no build " + build_id);
+  }
+  std::shared_ptr<Build> b = it->second;
+  cv_.wait_for(lk, wait, [&] {
+    return b->log.size() > from || b->info.state != BuildState::kRunning;
+  });
+  LogChunk out;
+  for (std::size_t i = from; i < b->log.size(); ++i) out.lines.push_back(b->log[i]);
+  out.ended = b->info.state != BuildState::kRunning;
+  return out;
+}
+
+namespace {
+
+// Streams a step's output into the build log, a line at a time.
+class LogSink : public sandbox::OutputSink {
+ public:
+  explicit LogSink(std::function<void(int, std::string)> fn) : fn_(std::move(fn)) {}
+  asio::awaitable<bool> on_output(sandbox::StreamKind kind, std::string data) override {
+    fn_(kind == sandbox::StreamKind::kStdout ? 0 : 1, std::move(data));
+    co_return true;
+  }
+
+ private:
+  std::function<void(int, std::string)> fn_;
+};
+
+// Runs a box coroutine to completion on this (build) thread.
+template <typename T>
+Result<T> run_sync(asio::awaitable<Result<T>> aw) {
+  asio::io_context io{1};
+  Result<T> out = fail(Code::kInternal, "box call did not complete");
+  asio::co_spawn(io, std::move(aw), [&out](std::exception_ptr e, Result<T> r) {
+    if (!e) out = std::move(r);
+  });
+  io.run();
+  return out;
+}
+
+// The first line a command printed, or an error.
+Result<std::string> first_line(sandbox::Sandbox& box, const std::string& cmd) {
+  sandbox::ExecSpec es;
+  es.argv = {"/bin/sh", "-c", cmd};
+  es.cwd = box.workspace();
+  es.timeout = std::chrono::seconds(60);
+  auto r = run_sync(box.exec(std::move(es), nullptr));
+  if (!r) return std::unexpected(r.error());
+  if (r->exit_code != 0) return fail(Code::kInvalid, "`" + cmd + "` exited " + std::to_string(r->exit_code));
+  return r->stdout_data.substr(0, r->stdout_data.find('\n'));
+}
+
+// "3.12" asks for 3.12.x: `have` equals `want` or continues it after a dot.
+bool version_matches(const std::string& have, const std::string& want) {
+  return have == want || (have.rfind(want, 0) == 0 && have.size() > want.size() &&
+                          have[want.size()] == '.');
+}
+
+}  // namespace
+
+void TemplateManager::run_build(std::shared_ptr<Build> b, workspace::Template tmpl) {
+  auto log = [&](std::string line) {
+    std::lock_guard lk(mu_);
+    if (b->log.size() < kMaxLogLines) b->log.push_back(std::move(line));
+    cv_.notify_all();
+  };
+  auto output = [&](int stream, std::string data) {
+    std::lock_guard lk(mu_);
+    std::string& part = b->partial[stream];
+    part += data;
+    std::size_t nl;
+    while ((nl = part.find('\n')) != std::string::npos || part.size() > kMaxLineBytes) {
+      std::size_t cut = nl == std::string::npos ? kMaxLineBytes : nl;
+      if (b->log.size() < kMaxLogLines) {
+        b->log.push_back((stream ? "stderr: " : "") + part.substr(0, cut));
+      }
+      part.erase(0, nl == std::string::npos ? cut : cut + 1);
+    }
+    cv_.notify_all();
+  };
+  auto flush = [&] {
+    for (int s = 0; s < 2; ++s) {
+      if (!b->partial[s].empty()) output(s, "\n");
+    }
+  };
+  auto step = [&](const std::string& s) {
+    {
+      std::lock_guard lk(mu_);
+      b->info.step = s;
+    }
+    log("==> " + s);
+  };
+  const std::string builds = config_.data_dir + "/builds";
+  const std::string dir = builds + "/" + b->info.id;
+  const std::string ws = dir + "/ws";
+  std::shared_ptr<sandbox::Sandbox> box;
+  std::string step_detail;  // why a step that exited non-zero ended
+
+  auto run = [&]() -> Result<std::pair<SnapshotInfo, int>> {
+    step("workspace");
+    AB_TRY(mkdir_mode(dir, 0700));
+    AB_TRY(mkdir_mode(ws, 0700));
+    // An isolated backend builds as the build user (who then owns the snapshot on disk); one
+    // that is not runs everything as the daemon, which owns it.
+    const uid_t owner = config_.backend->isolated() ? config_.build_uid : ::geteuid();
+    if (::chown(ws.c_str(), owner, owner) != 0) {
+      return fail_errno(errno, "chown(" + ws + ")");
+    }
+    sandbox::BoxConfig cfg;
+    cfg.key = "build-" + b->info.id;
+    cfg.workspace_dir = ws;
+    cfg.limits = config_.default_limits;
+    const workspace::TemplateLimits& tl = tmpl.limits;
+    if (tl.memory_mb) cfg.limits.memory_mb = *tl.memory_mb;
+    if (tl.cpu_percent) cfg.limits.cpu_percent = static_cast<std::uint32_t>(*tl.cpu_percent);
+    if (tl.max_pids) cfg.limits.max_pids = static_cast<std::uint32_t>(*tl.max_pids);
+    if (tl.max_open_files) cfg.limits.max_open_files = static_cast<std::uint32_t>(*tl.max_open_files);
+    if (tl.cpu_time_sec) cfg.limits.cpu_time_sec = static_cast<std::uint32_t>(*tl.cpu_time_sec);
+    if (tl.tmp_mb) cfg.limits.tmp_mb = *tl.tmp_mb;
+    cfg.limits.disk_mb.reset();
+    cfg.env = tmpl.env;
+    cfg.uid = owner;
+    cfg.gid = owner;
+    cfg.mounts = config_.shared_dirs;
+    // SECURITY: the build has the template's network policy and nothing more.
+    if (tmpl.network == "allowlist") {
+      auto policy = net::Policy::parse(tmpl.allow);
+      if (!policy) return std::unexpected(policy.error());
+      cfg.egress_policy = std::make_shared<const net::Policy>(std::move(*policy));
+    } else if (tmpl.network == "open") {
+      cfg.open_network = true;
+    }
+    step("box (network " + tmpl.network + ")");
+    auto made = config_.backend->create(std::move(cfg));
+    if (!made) return std::unexpected(made.error());
+    box = std::shared_ptr<sandbox::Sandbox>(std::move(*made));
+
+    step("files (" + std::to_string(tmpl.files.size()) + ")");
+    for (const auto& [path, content] : tmpl.files) {
+      sandbox::WriteOptions wo;
+      wo.mkdirs = true;
+      auto w = box->create_file(box->workspace() + "/" + path, wo);
+      if (!w) {
+        return fail(w.error().code, "files." + path + ": " + w.error().message);
+      }
+      AB_TRY((*w)->write(content));
+      auto c = (*w)->commit();
+      if (!c) return fail(c.error().code, "files." + path + ": " + c.error().message);
+      log("wrote " + path + " (" + std::to_string(content.size()) + " bytes)");
+    }
+
+    // Seed 004's dependencies, with the installers sessions use (workspace/installers.h): a
+    // venv and pyproject.toml, node_modules and package.json, recorded for repair and rebuilds.
+    auto log_result = [&](const workspace::InstallResult& ir) {
+      output(0, ir.stdout_data);
+      output(1, ir.stderr_data);
+      flush();
+    };
+    if (tmpl.python.present && !tmpl.python.version.empty()) {
+      step("python.version " + tmpl.python.version);
+      auto have = first_line(*box, "python3 -c 'import sys; print(\"%d.%d.%d\" % sys.version_info[:3])'");
+      if (!have) return fail(Code::kInvalid, "python.version: " + have.error().message);
+      if (!version_matches(*have, tmpl.python.version)) {
+        return fail(Code::kInvalid, "python.version: " + tmpl.python.version +
+                                        " asked for, the box has Python " + *have);
+      }
+    }
+    if (tmpl.python.present && !tmpl.python.dependencies.empty()) {
+      step("python.dependencies (" + std::to_string(tmpl.python.dependencies.size()) + ")");
+      workspace::InstallRequest req;
+      req.manager = workspace::PackageManager::kPip;
+      req.packages = tmpl.python.dependencies;
+      req.python.index_url = tmpl.python.index_url;
+      req.python.find_links = tmpl.python.find_links;
+      // Under network "none" no index can be reached: only the find_links are looked in.
+      req.python.no_index = tmpl.network == "none" && req.python.index_url.empty() &&
+                            !req.python.find_links.empty();
+      req.timeout = config_.step_timeout;
+      if (auto st = workspace::validate_install(req); !st) {
+        return fail(Code::kInvalid, "python.dependencies: " + st.error().message);
+      }
+      auto r = run_sync(workspace::install_packages(*box, std::move(req)));
+      if (!r) return fail(r.error().code, "python.dependencies: " + r.error().message);
+      log_result(*r);
+      if (r->exit_code != 0) {
+        return fail(Code::kInvalid, "python.dependencies: " + r->error);
+      }
+    }
+    if (tmpl.nodejs.present && !tmpl.nodejs.version.empty()) {
+      step("nodejs.version " + tmpl.nodejs.version);
+      auto have = first_line(*box, "node --version");
+      if (!have) return fail(Code::kInvalid, "nodejs.version: " + have.error().message);
+      std::string v = have->size() > 1 && (*have)[0] == 'v' ? have->substr(1) : *have;
+      if (!version_matches(v, tmpl.nodejs.version)) {
+        return fail(Code::kInvalid, "nodejs.version: " + tmpl.nodejs.version +
+                                        " asked for, the box has Node " + v);
+      }
+    }
+    if (tmpl.nodejs.present && !tmpl.nodejs.dependencies.empty()) {
+      step("nodejs.dependencies (" + std::to_string(tmpl.nodejs.dependencies.size()) + ")");
+      workspace::InstallRequest req;
+      req.manager = workspace::PackageManager::kNpm;
+      for (const auto& [name, spec] : tmpl.nodejs.dependencies) {
+        // A local tarball or directory is installed as the path itself.
+        req.packages.push_back(spec.empty() ? name : spec.front() == '/' ? spec : name + "@" + spec);
+      }
+      req.timeout = config_.step_timeout;
+      if (auto st = workspace::validate_install(req); !st) {
+        return fail(Code::kInvalid, "nodejs.dependencies: " + st.error().message);
+      }
+      auto r = run_sync(workspace::install_packages(*box, std::move(req)));
+      if (!r) return fail(r.error().code, "nodejs.dependencies: " + r.error().message);
+      log_result(*r);
+      if (r->exit_code != 0) {
+        return fail(Code::kInvalid, "nodejs.dependencies: " + r->error);
+      }
+    }
+
+    LogSink sink(output);
+    for (std::size_t i = 0; i < tmpl.setup.size(); ++i) {
+      std::string name = "setup[" + std::to_string(i) + "]";
+      step(name + ": " + tmpl.setup[i]);
+      sandbox::ExecSpec es;
+      es.argv = {tmpl.shell, "-c", tmpl.setup[i]};
+      es.cwd = box->workspace();
+      es.timeout = config_.step_timeout;
+      es.max_output_bytes = 64u << 20;
+      auto r = run_sync(box->exec(std::move(es), &sink));
+      flush();
+      if (!r) return fail(r.error().code, name + ": " + r.error().message);
+      if (r->exit_code != 0) {
+        std::string why = r->timed_out ? " (timed out)" :
+                          r->killed_by != sandbox::KilledBy::kNone
+                              ? " (killed: " + std::string(sandbox::killed_by_name(r->killed_by)) + ")"
+                              : std::string();
+        step_detail = why;
+        return std::pair{SnapshotInfo{}, r->exit_code == 0 ? 1 : r->exit_code};
+      }
+    }
+    // Seed 004's marker: the workspace was configured completely.
+    AB_TRY(workspace::write_configured_marker(*box));
+    box->shutdown();
+    box.reset();
+
+    step("freeze");
+    UniqueFd wsfd(::open(ws.c_str(), O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC));
+    if (!wsfd) return fail_errno(errno, "open(" + ws + ")");
+    auto stats = workspace::hash_tree(wsfd.get());
+    if (!stats) return std::unexpected(stats.error());
+    if (::syncfs(wsfd.get()) != 0) return fail_errno(errno, "syncfs(" + ws + ")");
+    std::string target = snapshot_path(stats->hash);
+    if (::rename(ws.c_str(), target.c_str()) != 0) {
+      if (errno != EEXIST && errno != ENOTEMPTY) return fail_errno(errno, "rename(" + ws + ")");
+      log("same content as snapshot " + stats->hash + ": reused");
+    }
+    SnapshotInfo si;
+    si.id = stats->hash;
+    si.bytes = stats->bytes;
+    si.files = stats->files;
+    si.created_at = Clock::now();
+    si.build_id = b->info.id;
+    return std::pair{si, 0};
+  };
+
+  auto result = run();
+  if (box) box->shutdown();
+  box.reset();
+  std::string failed;
+  int exit_code = 0;
+  SnapshotInfo si;
+  if (!result) {
+    failed = result.error().message;
+    exit_code = -1;
+  } else if (result->second != 0) {
+    exit_code = result->second;
+    std::lock_guard lk(mu_);
+    failed = b->info.step + " exited " + std::to_string(exit_code) + step_detail;
+  } else {
+    si = result->first;
+    std::lock_guard lk(mu_);
+    auto it = templates_.find(b->info.template_name);
+    if (it == templates_.end()) {
+      failed = "the template was removed during the build";
+    } else {
+      TemplateInfo t = it->second;
+      std::uint64_t v = 0;
+      for (const SnapshotInfo& s : t.snapshots) v = std::max(v, s.version);
+      si.version = v + 1;
+      t.snapshots.push_back(si);
+      t.current = si.version;
+      t.updated_at = Clock::now();
+      if (auto st = save_locked(t); !st) {
+        failed = "recording the snapshot: " + st.error().message;
+      } else {
+        it->second = std::move(t);
+      }
+    }
+  }
+  (void)remove_under(builds, b->info.id);
+  {
+    std::lock_guard lk(mu_);
+    b->info.ended_at = Clock::now();
+    b->info.exit_code = exit_code;
+    if (failed.empty()) {
+      b->info.state = BuildState::kSucceeded;
+      b->info.snapshot = si.id;
+      b->info.version = si.version;
+      b->log.push_back("==> snapshot " + si.id + " version " + std::to_string(si.version) +
+                       " (" + std::to_string(si.files) + " files, " + std::to_string(si.bytes) +
+                       " bytes)");
+    } else {
+      b->info.state = BuildState::kFailed;
+      b->info.error = failed;
+      b->log.push_back("==> failed: " + failed);
+    }
+    cv_.notify_all();
+  }
+  spdlog::info("template {} build {}: {}", b->info.template_name, b->info.id,
+               failed.empty() ? "snapshot " + si.id : "failed: " + failed);
+  if (!failed.empty() && result && result->second == 0 && !si.id.empty()) gc(in_use());
+}
+
+// ---- sessions -----------------------------------------------------------------------------
+
+Result<ResolvedTemplate> TemplateManager::resolve(const std::string& ref) {
+  auto r = workspace::parse_template_ref(ref);
+  if (!r) return std::unexpected(r.error());
+  std::lock_guard lk(mu_);
+  auto it = templates_.find(r->name);
+  if (it == templates_.end()) return fail(Code::kNotFound, "no such template: " + r->name);
+  std::uint64_t want = r->version.value_or(it->second.current);
+  if (want == 0) {
+    return fail(Code::kExists, "template " + r->name + " has no built snapshot (build it first)");
+  }
+  for (const SnapshotInfo& s : it->second.snapshots) {
+    if (s.version == want) return ResolvedTemplate{s.id, s.version};
+  }
+  return fail(Code::kNotFound,
+              "template " + r->name + " has no snapshot version " + std::to_string(want));
+}
+
+Status TemplateManager::mount_session(const std::string& id, const std::string& snapshot,
+                                      const std::string& workspace_path, uid_t uid, gid_t gid) {
+  if (linux::is_overlay(workspace_path)) return {};
+  const std::string layer = config_.data_dir + "/layers/" + id;
+  AB_TRY(mkdir_mode(layer, 0700));
+  AB_TRY(mkdir_mode(layer + "/upper", 0700));
+  AB_TRY(mkdir_mode(layer + "/work", 0700));
+  if (::chown((layer + "/upper").c_str(), uid, gid) != 0) {
+    return fail_errno(errno, "chown(" + layer + "/upper)");
+  }
+  linux::OverlaySpec spec;
+  spec.lower = snapshot_path(snapshot);
+  spec.upper = layer + "/upper";
+  spec.work = layer + "/work";
+  spec.target = workspace_path;
+  struct stat st {};
+  if (::stat(spec.lower.c_str(), &st) != 0) {
+    return fail_errno(errno, "snapshot " + snapshot + " of session " + id);
+  }
+  if (st.st_uid != uid || st.st_gid != gid) {
+    spec.lower_idmap = linux::IdMap{st.st_uid, st.st_gid, uid, gid};
+  }
+  return linux::mount_overlay(spec);
+}
+
+Status TemplateManager::unmount_session(const std::string& workspace_path) {
+  return linux::unmount_overlay(workspace_path);
+}
+
+Status TemplateManager::drop_session(const std::string& id, const std::string& workspace_path) {
+  AB_TRY(linux::unmount_overlay(workspace_path));
+  return remove_under(config_.data_dir + "/layers", id);
+}
+
+}  // namespace agentbox::session

@@ -1,0 +1,153 @@
+#pragma once
+// Templates, builds and snapshots (API.md "Templates, snapshots, health, packages"; DESIGN.md
+// "Workspaces"). On disk, under the daemon's data dir (0700):
+//   templates/<name>.json   the template's YAML, its snapshot versions and which one is current
+//                           (written whole: temp file, fsync, rename)
+//   snapshots/<sha256>      a build's frozen workspace, content-addressed, never written again
+//   builds/<build_id>/ws    a build's workspace while it runs (removed when it ends; leftovers
+//                           of a crash are removed at the next start)
+//   layers/<session>/{upper,work}  a templated session's own copy-on-write layer
+// A build runs the template's files and setup in a box of the sessions' backend, as the build
+// user, under the template's network policy, and becomes a snapshot only when every step
+// succeeded: a failed (or killed) build never changes which version is current.
+//
+// Threading: every method may be called from any thread. Locking: mu_ is never held while
+// calling the in-use callback (which takes the session manager's lock), so the session manager
+// may call in here with its own lock held.
+
+#include <sys/types.h>
+
+#include <chrono>
+#include <condition_variable>
+#include <cstdint>
+#include <functional>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <optional>
+#include <set>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "common/error.h"
+#include "common/unique_fd.h"
+#include "sandbox/sandbox.h"
+#include "workspace/templates.h"
+
+namespace agentbox::session {
+
+struct SnapshotInfo {
+  std::string id;  // sha256 of the tree
+  std::uint64_t version = 0;
+  std::chrono::system_clock::time_point created_at;
+  std::uint64_t bytes = 0;
+  std::uint64_t files = 0;
+  std::string build_id;
+};
+
+struct TemplateInfo {
+  workspace::Template tmpl;
+  std::vector<std::string> warnings;  // of the last upload
+  std::chrono::system_clock::time_point created_at, updated_at;
+  std::vector<SnapshotInfo> snapshots;  // by version
+  std::uint64_t current = 0;            // 0: never built
+};
+
+enum class BuildState { kRunning, kSucceeded, kFailed };
+std::string_view build_state_name(BuildState s);
+
+struct BuildInfo {
+  std::string id;
+  std::string template_name;
+  BuildState state = BuildState::kRunning;
+  std::string step;                // the step running, or the one that failed
+  std::optional<int> exit_code;    // of the failing step, or 0 when it succeeded
+  std::string error;               // why it failed
+  std::string snapshot;            // the snapshot it made
+  std::uint64_t version = 0;       // its version
+  std::chrono::system_clock::time_point started_at, ended_at;
+};
+
+// A session's snapshot, as resolved at its creation.
+struct ResolvedTemplate {
+  std::string snapshot;
+  std::uint64_t version = 0;
+};
+
+class TemplateManager {
+ public:
+  struct Config {
+    std::string data_dir;                      // absolute, exists
+    std::shared_ptr<sandbox::Backend> backend;  // builds run in its boxes
+    uid_t build_uid = 9000;                     // owns every snapshot's files on disk
+    sandbox::Limits default_limits;             // of a build box, under the template's own
+    std::vector<sandbox::BindMount> shared_dirs;  // read-only in the build box, as in sessions
+    std::chrono::seconds step_timeout{1800};      // per setup line
+  };
+  static Result<std::shared_ptr<TemplateManager>> open(Config config);
+  ~TemplateManager();
+
+  // Stores (or replaces) a template from its YAML; true when it is new. Snapshots stay.
+  Result<std::pair<TemplateInfo, bool>> put(std::string_view yaml);
+  Result<TemplateInfo> get(const std::string& name);
+  std::vector<TemplateInfo> list();
+  // EEXIST (409) while a session uses one of its snapshots or a build runs; then its unused
+  // snapshots are removed.
+  Status remove(const std::string& name);
+  Result<TemplateInfo> rollback(const std::string& name, std::uint64_t version);
+
+  // Starts a build (EEXIST while one runs for this template).
+  Result<BuildInfo> start_build(const std::string& name);
+  Result<BuildInfo> build(const std::string& name, const std::string& build_id);
+  // Blocks until the build ended.
+  Result<BuildInfo> wait_build(const std::string& name, const std::string& build_id);
+  // The build's log lines from index `from`; waits up to `wait` for more while it runs.
+  // `ended`: the build is over and there are no lines past the returned ones.
+  struct LogChunk {
+    std::vector<std::string> lines;
+    bool ended = false;
+  };
+  Result<LogChunk> build_log(const std::string& name, const std::string& build_id,
+                             std::size_t from, std::chrono::milliseconds wait);
+
+  // Sessions. "name" or "name@version" -> the snapshot (ENOENT unknown template or version,
+  // EEXIST when it has no built snapshot).
+  Result<ResolvedTemplate> resolve(const std::string& ref);
+  // Mounts session `id`'s overlay (lower = the snapshot, upper/work = layers/<id>) at
+  // `workspace_path` unless one is mounted there already; the session user owns its view.
+  Status mount_session(const std::string& id, const std::string& snapshot,
+                       const std::string& workspace_path, uid_t uid, gid_t gid);
+  // Unmounts it (keeps the layer).
+  Status unmount_session(const std::string& workspace_path);
+  // Unmounts it and deletes the session's layer.
+  Status drop_session(const std::string& id, const std::string& workspace_path);
+  // The snapshots sessions use (set by the session manager); runs the startup GC once set.
+  void set_in_use(std::function<std::set<std::string>()> fn);
+
+  std::string snapshot_path(const std::string& id) const {
+    return config_.data_dir + "/snapshots/" + id;
+  }
+
+ private:
+  explicit TemplateManager(Config config) : config_(std::move(config)) {}
+  struct Build;
+  Status save_locked(const TemplateInfo& t);
+  Status load();
+  void run_build(std::shared_ptr<Build> b, workspace::Template tmpl);
+  // Removes snapshots no template version names and no session uses.
+  void gc(const std::set<std::string>& in_use);
+  std::set<std::string> in_use();
+
+  Config config_;
+  std::mutex mu_;
+  std::condition_variable cv_;  // a build logged a line or ended
+  std::map<std::string, TemplateInfo> templates_;
+  std::map<std::string, std::shared_ptr<Build>> builds_;  // by build id
+  std::vector<std::thread> threads_;
+  bool closing_ = false;
+  std::mutex in_use_mu_;
+  std::function<std::set<std::string>()> in_use_;
+};
+
+}  // namespace agentbox::session
