@@ -292,6 +292,7 @@ int main(int argc, char** argv) {
   opts.default_scope = cfg.default_scope;
   opts.shared_dirs = cfg.shared_dirs;
   opts.allowed_origins = cfg.allowed_origins;
+  opts.langbot = cfg.langbot;
   opts.max_file_bytes = cfg.max_file_mb << 20;
   opts.seed_shell = cfg.seed.shell;
   opts.seed_workspace_root = cfg.seed.workdir.empty() ? data_dir + "/workspaces" : cfg.seed.workdir;

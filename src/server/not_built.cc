@@ -22,8 +22,6 @@ std::vector<RouteSpec> not_built_routes() {
   constexpr RouteKind K = RouteKind::kNotBuilt;
   constexpr BodyKind B = BodyKind::kNone;
   std::vector<RouteSpec> out = {
-      // Processes and terminals: processes.cc; LangBot's relay
-      {N, "GET", "/v1/sessions/{id}/managed-process/{process_id}/ws", B, true, not_built, K},
       // Sessions: packages
       {N, "POST", "/v1/sessions/{id}/packages", B, true, not_built, K},
       // Templates
@@ -36,10 +34,9 @@ std::vector<RouteSpec> not_built_routes() {
       {N, "GET", "/v1/templates/{name}/builds/{build_id}/log", B, true, not_built, K},
       {N, "GET", "/v1/templates/{name}/snapshots", B, true, not_built, K},
       {N, "POST", "/v1/templates/{name}/rollback", B, true, not_built, K},
-      // Runners, LangBot
+      // Runners
       {N, "GET", "/v1/runners", B, true, not_built, K},
       {N, "GET", "/ws/{user}", B, true, not_built, K},
-      {N, "GET", "/rpc/ws", B, true, not_built, K},
   };
   // E2B: everything under /e2b/.
   for (std::string_view m : {"GET", "POST", "PUT", "PATCH", "DELETE"}) {

@@ -334,8 +334,6 @@ TEST_F(TransportApi, RoutesNotBuiltYetAre501NamingTheRoute) {
            {"POST", "/v1/sessions/nb/packages", "/packages"},
            {"GET", "/v1/runners", "/v1/runners"},
            {"GET", "/ws/someone", "/ws/{user}"},
-           {"GET", "/rpc/ws", "/rpc/ws"},
-           {"GET", "/v1/sessions/nb/managed-process/7/ws", "managed-process"},
            {"POST", "/e2b/sandboxes", "/e2b/"},
            {"GET", "/e2b/sandboxes/x/files/deep", "/e2b/"},
        }) {

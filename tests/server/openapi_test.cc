@@ -108,9 +108,6 @@ TEST_F(OpenApiTest, NotBuiltRoutesAreMarkedAndAnswer501) {
                               RouteKey{"POST", "/v1/templates"},
                               RouteKey{"GET", "/v1/runners"},
                               RouteKey{"GET", "/ws/{user}"},
-                              RouteKey{"GET", "/rpc/ws"},
-                              RouteKey{"GET", "/v1/sessions/{id}/managed-process/"
-                                              "{process_id}/ws"},
                               RouteKey{"POST", "/e2b/{path}"}}) {
     EXPECT_TRUE(unbuilt.count({method, path})) << method << " " << path << " not marked not-built";
   }

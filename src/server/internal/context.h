@@ -32,6 +32,7 @@ struct SharedFs {
 };
 
 class McpSessions;  // mcp.cc: the MCP surface's Mcp-Session-Ids
+class LangbotState;  // langbot.cc: the bound instance, generation fences, relays
 
 struct Context {
   asio::io_context* ioc = nullptr;
@@ -43,6 +44,7 @@ struct Context {
   std::vector<SharedFs> shared;  // longest prefix first
   bool stopping = false;         // shutdown() ran: replies say "Connection: close"
   std::shared_ptr<McpSessions> mcp;  // made by the MCP surface on first use
+  std::shared_ptr<LangbotState> langbot;  // made by the LangBot surface on first use
 };
 
 // Appends an audit line if the server has an audit log (thread-safe).
