@@ -652,6 +652,18 @@ LbError not_found(const std::string& physical) {
   return {"BoxSessionNotFoundError", "session " + physical + " not found"};
 }
 
+// An error of a call on session `physical`: no such session in LangBot's words, else mapped.
+LbError session_error(const Error& e, const std::string& physical) {
+  return e.code == Code::kNotFound ? not_found(physical) : lb_error(e, About::kSession);
+}
+
+// The physical id of the request's data.session_id (KeyError when missing).
+LbResult<std::string> data_session(const Act* a) {
+  auto sid = data_key(a, "session_id");
+  if (!sid) return std::unexpected(sid.error());
+  return physical_id(*a->place, *sid);
+}
+
 // The session of `spec` (runtime._get_or_create_session): made if missing; an existing one
 // must have the same fields (BoxSessionConflictError naming the first that differs), except
 // extra_mounts, whose change recreates it.
@@ -695,10 +707,7 @@ asio::awaitable<LbResult<SessionInfo>> ensure_session(Act* a, const BoxSpec& spe
 asio::awaitable<LbResult<std::shared_ptr<sandbox::Sandbox>>> box_of(Act* a, std::string physical,
                                                                     bool create) {
   auto box = co_await acquire_sandbox(a->ctx, physical, create, a->caller);
-  if (!box) {
-    if (box.error().code == Code::kNotFound) co_return std::unexpected(not_found(physical));
-    co_return std::unexpected(lb_error(box.error(), About::kSession));
-  }
+  if (!box) co_return std::unexpected(session_error(box.error(), physical));
   co_return *box;
 }
 
@@ -946,15 +955,10 @@ ActResult act_exec(Act* a) {
 }
 
 ActResult act_get_session(Act* a) {
-  auto sid = data_key(a, "session_id");
-  if (!sid) co_return std::unexpected(sid.error());
-  auto physical = physical_id(*a->place, *sid);
+  auto physical = data_session(a);
   if (!physical) co_return std::unexpected(physical.error());
   auto info = co_await get_info(a->ctx, *physical, a->caller);
-  if (!info) {
-    if (info.error().code == Code::kNotFound) co_return std::unexpected(not_found(*physical));
-    co_return std::unexpected(lb_error(info.error(), About::kSession));
-  }
+  if (!info) co_return std::unexpected(session_error(info.error(), *physical));
   ojson j = session_info(*a->place, *info);
   // The managed processes of a running box (a suspended one runs none).
   std::shared_ptr<sandbox::Sandbox> box = a->ctx->sessions->try_acquire_running(*physical, a->caller);
@@ -989,10 +993,7 @@ ActResult act_delete_session(Act* a) {
   auto physical = physical_id(*a->place, *sid);
   if (!physical) co_return std::unexpected(physical.error());
   auto st = co_await destroy(a->ctx, *physical, a->caller);
-  if (!st) {
-    if (st.error().code == Code::kNotFound) co_return std::unexpected(not_found(*physical));
-    co_return std::unexpected(lb_error(st.error(), About::kSession));
-  }
+  if (!st) co_return std::unexpected(session_error(st.error(), *physical));
   for (auto it = a->st->env_keys.lower_bound(*physical + "/");
        it != a->st->env_keys.end() && it->first.starts_with(*physical + "/");) {
     it = a->st->env_keys.erase(it);
@@ -1002,26 +1003,45 @@ ActResult act_delete_session(Act* a) {
   co_return r;
 }
 
+// The session's table and process `process_id` of a get/stop.
+struct Found {
+  std::shared_ptr<sandbox::Sandbox> box;
+  sandbox::ProcessTable* table = nullptr;
+  std::string physical;
+  std::string process_id;
+  sandbox::ProcessInfo info;
+};
+
+// The running box of session `physical` and its process table.
+asio::awaitable<LbResult<Found>> table_in(Act* a, std::string physical) {
+  auto box = co_await box_of(a, physical, false);
+  if (!box) co_return std::unexpected(box.error());
+  auto table = table_of(*box, physical);
+  if (!table) co_return std::unexpected(table.error());
+  Found f;
+  f.box = std::move(*box);
+  f.table = *table;
+  f.physical = std::move(physical);
+  co_return f;
+}
+
 ActResult act_start_process(Act* a) {
-  auto sid = data_key(a, "session_id");
-  if (!sid) co_return std::unexpected(sid.error());
+  auto physical = data_session(a);
+  if (!physical) co_return std::unexpected(physical.error());
   auto it = a->data.find("spec");
   if (it == a->data.end()) co_return lb_fail("KeyError", "'spec'");
   auto spec = decode_proc_spec(*it);
   if (!spec) co_return std::unexpected(spec.error());
-  auto physical = physical_id(*a->place, *sid);
-  if (!physical) co_return std::unexpected(physical.error());
-  auto box = co_await box_of(a, *physical, false);
-  if (!box) co_return std::unexpected(box.error());
-  auto table = table_of(*box, *physical);
-  if (!table) co_return std::unexpected(table.error());
+  auto found = co_await table_in(a, *physical);
+  if (!found) co_return std::unexpected(found.error());
+  sandbox::ProcessTable* table = found->table;
   sandbox::ProcessSpec ps;
   ps.argv = spec->argv;
   ps.cwd = spec->cwd;
   ps.env = spec->env;
   ps.tag = spec->process_id;
   ps.stdin_open = true;
-  auto started = co_await (*table)->start(std::move(ps));
+  auto started = co_await table->start(std::move(ps));
   if (!started) {
     if (started.error().code == Code::kExists) {
       co_return lb_fail("BoxManagedProcessConflictError",
@@ -1036,37 +1056,26 @@ ActResult act_start_process(Act* a) {
   audit(a->ctx, "process.start", a->caller, *physical,
         nlohmann::ordered_json{{"argv", started->argv}, {"pid", started->pid},
                                {"tag", started->tag}, {"via", "langbot"}});
-  co_return process_info(a, *physical, *table, *started);
+  co_return process_info(a, *physical, table, *started);
 }
 
-// The session's table and process `process_id` of a get/stop.
-struct Found {
-  std::shared_ptr<sandbox::Sandbox> box;
-  sandbox::ProcessTable* table = nullptr;
-  std::string physical;
-  std::string process_id;
-  sandbox::ProcessInfo info;
-};
-
 asio::awaitable<LbResult<Found>> find_process(Act* a) {
-  auto sid = data_key(a, "session_id");
-  if (!sid) co_return std::unexpected(sid.error());
+  auto physical = data_session(a);
+  if (!physical) co_return std::unexpected(physical.error());
   auto pit = a->data.find("process_id");
   if (pit == a->data.end()) co_return lb_fail("KeyError", "'process_id'");
   auto pid = process_id_of(*pit);
   if (!pid) co_return std::unexpected(pid.error());
-  auto physical = physical_id(*a->place, *sid);
-  if (!physical) co_return std::unexpected(physical.error());
-  auto box = co_await box_of(a, *physical, false);
-  if (!box) co_return std::unexpected(box.error());
-  auto table = table_of(*box, *physical);
-  if (!table) co_return std::unexpected(table.error());
-  auto info = (*table)->get(*pid);
+  auto found = co_await table_in(a, *physical);
+  if (!found) co_return std::unexpected(found.error());
+  auto info = found->table->get(*pid);
   if (!info) {
     co_return lb_fail("BoxManagedProcessNotFoundError",
                       "managed process " + *pid + " not found in session " + *physical);
   }
-  co_return Found{*box, *table, *physical, *pid, *info};
+  found->process_id = *pid;
+  found->info = *info;
+  co_return std::move(*found);
 }
 
 ActResult act_get_process(Act* a) {

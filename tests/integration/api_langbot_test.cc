@@ -18,6 +18,7 @@
 #include <vector>
 
 #include "integration/api_test_util.h"
+#include "integration/ws_test_util.h"
 
 namespace agentbox::testing {
 namespace {
@@ -80,13 +81,6 @@ class LbSocket {
 
   // The upgrade: 101, or the refusal's status (its body in refusal_body()).
   int open(const std::string& host_port, const std::string& target, const Headers& h) {
-    auto colon = host_port.rfind(':');
-    tcp::resolver resolver(ioc_);
-    beast::error_code ec;
-    auto eps = resolver.resolve(host_port.substr(0, colon), host_port.substr(colon + 1), ec);
-    if (ec) return -1;
-    asio::connect(ws_.next_layer(), eps, ec);
-    if (ec) return -1;
     ws_.set_option(websocket::stream_base::decorator([h](websocket::request_type& req) {
       if (!h.instance.empty()) req.set("X-LangBot-Instance-Id", h.instance);
       if (!h.token.empty()) req.set("X-LangBot-Box-Control-Token", h.token);
@@ -96,7 +90,8 @@ class LbSocket {
       if (h.offer_mcp) req.set(beast::http::field::sec_websocket_protocol, "mcp");
     }));
     ws_.read_message_max(64u << 20);
-    ws_.handshake(res_, host_port, target, ec);
+    auto ec = ws_connect(ioc_, ws_, host_port, target, res_);
+    if (ec && ec != websocket::error::upgrade_declined) return -1;
     return res_.result_int();
   }
   std::string refusal_body() const { return res_.body(); }
@@ -106,24 +101,11 @@ class LbSocket {
 
   // The next text frame, or nullopt when the socket closed or nothing came within `timeout`.
   std::optional<std::string> read(std::chrono::milliseconds timeout = std::chrono::seconds(30)) {
-    beast::flat_buffer buf;
-    std::optional<beast::error_code> done;
-    ws_.async_read(buf, [&](beast::error_code ec, std::size_t) { done = ec; });
-    ioc_.restart();
-    ioc_.run_for(timeout);
-    if (!done) {
-      beast::error_code ec;
-      ws_.next_layer().close(ec);
-      ioc_.restart();
-      ioc_.run();
-      timed_out_ = true;
-      return std::nullopt;
-    }
-    if (*done) {
-      closed_ = *done == websocket::error::closed;
-      return std::nullopt;
-    }
-    return beast::buffers_to_string(buf.data());
+    beast::error_code ec;
+    auto m = ws_read_for(ioc_, ws_, timeout, &ec);
+    timed_out_ = ec == asio::error::timed_out;
+    closed_ = ec == websocket::error::closed;
+    return m;
   }
 
   // One message; over 64 KiB it goes as a fragmented message (as the SDK client sends it).
@@ -141,14 +123,8 @@ class LbSocket {
     }
     EXPECT_FALSE(ec) << ec.message();
   }
-  void write_binary(const std::string& data) {
-    ws_.binary(true);
-    beast::error_code ec;
-    ws_.write(asio::buffer(data), ec);
-  }
   bool closed() const { return closed_; }
   bool timed_out() const { return timed_out_; }
-  websocket::close_reason reason() const { return ws_.reason(); }
 
  private:
   asio::io_context ioc_;
@@ -723,6 +699,56 @@ TEST_F(LangBotApi, AuthHeadersAndFirstInstanceBinding) {
   LangBot again;
   ASSERT_EQ(again.connect(daemon_), 101);
   EXPECT_TRUE(ok(again.call("__ping", ojson::object())));
+}
+
+TEST_F(LangBotApi, ShutdownSuspendsLangBotsSessionsAndTheNextUseResumesThem) {
+  LangBot lb;
+  connect(&lb);
+  ASSERT_TRUE(ok(lb.call("box_exec", box_spec("s1", "echo x > f"), context("w"))));
+  auto down = lb.call("box_shutdown", ojson::object());
+  ASSERT_TRUE(ok(down)) << down;
+  EXPECT_EQ(down["data"], ojson::object());
+  const std::string phys = physical("w", 1, "s1");
+  EXPECT_EQ(api_.get("/v1/sessions/" + phys).body.value("state", ""), "suspended");
+  auto again = lb.call("box_exec", box_spec("s1", "cat f"), context("w"));
+  EXPECT_EQ(again["data"]["stdout"], "x") << again;
+  auto unknown = lb.call("box_get_managed_process", {{"session_id", "s1"}, {"process_id", "nope"}},
+                         context("w"));
+  EXPECT_EQ(message(unknown),
+            "BoxManagedProcessNotFoundError: managed process nope not found in session " + phys);
+}
+
+// SECURITY.md T10: LangBot's sessions are its tenant's; another tenant can neither see, attach
+// to nor read them.
+TEST(LangBotTenancy, SessionsBelongToTheLangBotTenantOnly) {
+  TempDir dir("agentbox-lb-cfg");
+  const std::string cfg = dir.path() + "/config.yaml";
+  std::ofstream(cfg) << "tenants:\n"
+                        "  - {name: lb, tokens: [tok-lb-0123456789]}\n"
+                        "  - {name: other, tokens: [tok-other-0123456789]}\n"
+                        "langbot:\n"
+                        "  control_token: " << kToken << "\n"
+                        "  tenant: lb\n";
+  std::vector<std::string> a = {"--config", cfg};
+  if (test_backend() == "ns") a.insert(a.end(), {"--backend", "ns"});
+  Daemon d(a);
+  LangBot lb;
+  ASSERT_EQ(lb.connect(d), 101);
+  ASSERT_TRUE(ok(lb.call("box_create_session", box_spec("t"), context("w"))));
+  ojson start = {{"session_id", "t"}, {"spec", {{"process_id", "srv"}, {"command", "cat"}}}};
+  ASSERT_TRUE(ok(lb.call("box_start_managed_process", start, context("w"))));
+  auto created = lb.call("box_get_session", {{"session_id", "t"}}, context("w"));
+  const std::string phys = created["data"].value("backend_session_id", "");
+  ASSERT_FALSE(phys.empty()) << created;
+  Api owner(d, "tok-lb-0123456789");
+  EXPECT_EQ(owner.get("/v1/sessions/" + phys).status, 200);
+  Api other(d, "tok-other-0123456789");
+  EXPECT_EQ(other.get("/v1/sessions/" + phys).status, 404);
+  EXPECT_EQ(other.get("/v1/sessions").body["sessions"].size(), 0u);
+  EXPECT_EQ(other.get("/v1/sessions/" + phys + "/processes").status, 404);
+  EXPECT_EQ(other.get("/v1/sessions/" + phys + "/processes/srv/output").status, 404);
+  EXPECT_EQ(other.post("/v1/sessions/" + phys + "/processes/srv/signal", {{"signal", "TERM"}}).status,
+            404);
 }
 
 TEST(LangBotConfig, TrustedInstanceAndTokensWithoutAControlToken) {
