@@ -1365,6 +1365,11 @@ asio::awaitable<bool> rpc_ws(Call* call) {
   if (st->bound.empty()) {
     st->bound = instance;
     spdlog::info("langbot: instance {} bound", instance);
+  } else if (st->bound != instance) {
+    // Another instance bound first while this handshake ran: this one is not trusted.
+    ws->close(beast::websocket::close_code::policy_error, "Unauthorized");
+    co_await ws->run([](std::string, bool) {});
+    co_return false;
   }
   auto rc = std::make_shared<RpcConn>();
   rc->ws = ws;
