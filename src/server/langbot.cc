@@ -50,9 +50,9 @@ using ojson = nlohmann::ordered_json;
 using session::Caller;
 using session::SessionInfo;
 
-constexpr std::size_t kMaxInFlight = 128;          // actions per connection
-constexpr std::size_t kMaxErrorText = 4096;        // then "... [protocol error truncated]"
-constexpr std::size_t kExecOutputCap = 1u << 20;   // per stream, as the SDK's Docker backend
+constexpr std::size_t kMaxInFlight = 128;         // actions per connection
+constexpr std::size_t kMaxErrorText = 4096;       // then "... [protocol error truncated]"
+constexpr std::size_t kExecOutputCap = 1u << 20;  // per stream, as the SDK's Docker backend
 constexpr std::size_t kStderrPreview = 4000;
 constexpr char kDefaultImage[] = "rockchin/langbot-sandbox:latest";
 constexpr char kSpecLabel[] = "langbot.box";  // the session's BoxSpec fields, as JSON
@@ -78,23 +78,19 @@ LbError lb_error(const Error& e, About about) {
     case Code::kInvalid:
     case Code::kAccess:
     case Code::kNotDir:
-    case Code::kIsDir:
-      return {"BoxValidationError", e.message};
+    case Code::kIsDir: return {"BoxValidationError", e.message};
     case Code::kNotFound:
-      return {about == About::kProcess ? "BoxManagedProcessNotFoundError"
-                                       : "BoxSessionNotFoundError",
-              e.message};
+      return {
+          about == About::kProcess ? "BoxManagedProcessNotFoundError" : "BoxSessionNotFoundError",
+          e.message};
     case Code::kExists:
-      return {about == About::kProcess ? "BoxManagedProcessConflictError"
-                                       : "BoxSessionConflictError",
-              e.message};
+      return {
+          about == About::kProcess ? "BoxManagedProcessConflictError" : "BoxSessionConflictError",
+          e.message};
     case Code::kQuota:
-    case Code::kTooBig:
-      return {"BoxCapacityExceededError", e.message};
-    case Code::kUnavailable:
-      return {"BoxBackendUnavailableError", e.message};
-    default:
-      return {"BoxError", std::string(code_name(e.code)) + ": " + e.message};
+    case Code::kTooBig: return {"BoxCapacityExceededError", e.message};
+    case Code::kUnavailable: return {"BoxBackendUnavailableError", e.message};
+    default: return {"BoxError", std::string(code_name(e.code)) + ": " + e.message};
   }
 }
 
@@ -227,8 +223,8 @@ LbResult<std::string> physical_id(const Placement& p, const std::string& session
   std::string id = p.prefix + safe;
   if (auto st = session::validate_id(id); !st) {
     return lb_fail("BoxValidationError", "Box session_id '" + logical + "' gives the physical id " +
-                                             id + ", which agentbox cannot hold: " +
-                                             st.error().message);
+                                             id +
+                                             ", which agentbox cannot hold: " + st.error().message);
   }
   return id;
 }
@@ -296,8 +292,8 @@ LangbotState* lb_state(Context* ctx) {
 }
 
 Caller langbot_caller(const Context* ctx) {
-  std::string name = ctx->opts.langbot.tenant.empty() ? std::string(kDefaultTenant)
-                                                      : ctx->opts.langbot.tenant;
+  std::string name =
+      ctx->opts.langbot.tenant.empty() ? std::string(kDefaultTenant) : ctx->opts.langbot.tenant;
   for (const TenantConfig& t : ctx->opts.tenants) {
     if (t.name == name) return Caller(name, false, t.max_sessions);
   }
@@ -331,8 +327,7 @@ bool authenticated(const Call* call, std::string* instance) {
   const std::string& want = ctx->opts.langbot.control_token;
   if (want.empty()) return ctx->opts.tenants.empty();
   std::string given = header(call, "X-LangBot-Box-Control-Token");
-  return given.size() == want.size() &&
-         CRYPTO_memcmp(given.data(), want.data(), want.size()) == 0;
+  return given.size() == want.size() && CRYPTO_memcmp(given.data(), want.data(), want.size()) == 0;
 }
 
 Reply unauthorized() {
@@ -366,13 +361,15 @@ struct Fields {
   LbResult<std::string> str(const char* k, std::string fallback) const {
     const json* v = find(k);
     if (v == nullptr) return fallback;
-    if (!v->is_string()) return std::unexpected(validation(model, k, "Input should be a valid string"));
+    if (!v->is_string())
+      return std::unexpected(validation(model, k, "Input should be a valid string"));
     return v->get<std::string>();
   }
   LbResult<std::optional<std::string>> opt_str(const char* k) const {
     const json* v = find(k);
     if (v == nullptr || v->is_null()) return std::optional<std::string>{};
-    if (!v->is_string()) return std::unexpected(validation(model, k, "Input should be a valid string"));
+    if (!v->is_string())
+      return std::unexpected(validation(model, k, "Input should be a valid string"));
     return std::optional<std::string>(v->get<std::string>());
   }
   LbResult<std::int64_t> integer(const char* k, std::int64_t fallback, std::int64_t min,
@@ -390,13 +387,15 @@ struct Fields {
         return std::unexpected(validation(model, k, "Input should be a valid integer"));
       }
     }
-    if (n < min) return std::unexpected(validation(model, k, "Input should be " + std::string(bound)));
+    if (n < min)
+      return std::unexpected(validation(model, k, "Input should be " + std::string(bound)));
     return n;
   }
   LbResult<bool> boolean(const char* k, bool fallback) const {
     const json* v = find(k);
     if (v == nullptr) return fallback;
-    if (!v->is_boolean()) return std::unexpected(validation(model, k, "Input should be a valid boolean"));
+    if (!v->is_boolean())
+      return std::unexpected(validation(model, k, "Input should be a valid boolean"));
     return v->get<bool>();
   }
   // {str: str}, values coerced to str (numbers and booleans as Python prints them).
@@ -404,7 +403,8 @@ struct Fields {
     std::map<std::string, std::string> out;
     const json* v = find(k);
     if (v == nullptr) return out;
-    if (!v->is_object()) return std::unexpected(validation(model, k, "Input should be a valid dictionary"));
+    if (!v->is_object())
+      return std::unexpected(validation(model, k, "Input should be a valid dictionary"));
     for (auto it = v->begin(); it != v->end(); ++it) {
       const json& x = it.value();
       if (x.is_string()) {
@@ -414,15 +414,17 @@ struct Fields {
       } else if (x.is_number()) {
         out[it.key()] = x.dump();
       } else {
-        return std::unexpected(validation(model, std::string(k) + "." + it.key(),
-                                          "Input should be a valid string"));
+        return std::unexpected(
+            validation(model, std::string(k) + "." + it.key(), "Input should be a valid string"));
       }
     }
     return out;
   }
 };
 
-bool absolute(std::string_view p) { return !p.empty() && p.front() == '/'; }
+bool absolute(std::string_view p) {
+  return !p.empty() && p.front() == '/';
+}
 
 bool under_dir(std::string_view p, std::string_view dir) {
   while (dir.size() > 1 && dir.back() == '/') dir.remove_suffix(1);
@@ -438,8 +440,8 @@ LbResult<std::string> mount_mode(const Fields& f, const char* k) {
   return m;
 }
 
-#define LB_TRY(var, expr)                                 \
-  auto var##_r = (expr);                                  \
+#define LB_TRY(var, expr)                                \
+  auto var##_r = (expr);                                 \
   if (!var##_r) return std::unexpected(var##_r.error()); \
   auto var = std::move(*var##_r)
 
@@ -448,9 +450,12 @@ LbResult<BoxSpec> decode_box_spec(const json& data, bool need_cmd) {
   BoxSpec s;
   LB_TRY(cmd, f.str("cmd", ""));
   s.cmd = py_strip(cmd);
-  if (need_cmd && s.cmd.empty()) return std::unexpected(validation("BoxSpec", "cmd", "cmd must not be empty"));
+  if (need_cmd && s.cmd.empty())
+    return std::unexpected(validation("BoxSpec", "cmd", "cmd must not be empty"));
   LB_TRY(mount_path, f.str("mount_path", "/workspace"));
-  if (!absolute(mount_path)) return std::unexpected(validation("BoxSpec", "mount_path", "mount_path must be an absolute path"));
+  if (!absolute(mount_path))
+    return std::unexpected(
+        validation("BoxSpec", "mount_path", "mount_path must be an absolute path"));
   const json* wd = f.find("workdir");
   if (wd == nullptr) {
     s.workdir = "/workspace";
@@ -461,39 +466,54 @@ LbResult<BoxSpec> decode_box_spec(const json& data, bool need_cmd) {
   } else {
     s.workdir = wd->get<std::string>();
   }
-  if (!absolute(s.workdir)) return std::unexpected(validation("BoxSpec", "workdir", "workdir must be an absolute path"));
+  if (!absolute(s.workdir))
+    return std::unexpected(validation("BoxSpec", "workdir", "workdir must be an absolute path"));
   LB_TRY(timeout, f.integer("timeout_sec", 30, 1, "greater than 0"));
   if (timeout > static_cast<std::int64_t>(kMaxTimeoutSec)) {
-    return std::unexpected(validation("BoxSpec", "timeout_sec", "agentbox runs a command for at most 86400 s"));
+    return std::unexpected(
+        validation("BoxSpec", "timeout_sec", "agentbox runs a command for at most 86400 s"));
   }
   s.timeout_sec = timeout;
   LB_TRY(network, f.str("network", "off"));
-  if (network != "off" && network != "on") return std::unexpected(validation("BoxSpec", "network", "Input should be 'off' or 'on'"));
-  if (f.find("session_id") == nullptr) return std::unexpected(validation("BoxSpec", "session_id", "Field required"));
+  if (network != "off" && network != "on")
+    return std::unexpected(validation("BoxSpec", "network", "Input should be 'off' or 'on'"));
+  if (f.find("session_id") == nullptr)
+    return std::unexpected(validation("BoxSpec", "session_id", "Field required"));
   LB_TRY(sid, f.str("session_id", ""));
   s.session_id = py_strip(sid);
-  if (s.session_id.empty()) return std::unexpected(validation("BoxSpec", "session_id", "session_id must not be empty"));
+  if (s.session_id.empty())
+    return std::unexpected(validation("BoxSpec", "session_id", "session_id must not be empty"));
   LB_TRY(env, f.str_map("env"));
   s.env = std::move(env);
   LB_TRY(image, f.str("image", kDefaultImage));
   LB_TRY(host_path, f.opt_str("host_path"));
-  if (host_path && !absolute(*host_path)) return std::unexpected(validation("BoxSpec", "host_path", "host_path must be an absolute path"));
+  if (host_path && !absolute(*host_path))
+    return std::unexpected(
+        validation("BoxSpec", "host_path", "host_path must be an absolute path"));
   LB_TRY(host_mode, mount_mode(f, "host_path_mode"));
   if (host_path && host_mode != "none" && !under_dir(s.workdir, mount_path)) {
-    return std::unexpected(validation("BoxSpec", "workdir", "workdir must be mount_path or lie under it when host_path is mounted"));
+    return std::unexpected(
+        validation("BoxSpec", "workdir",
+                   "workdir must be mount_path or lie under it when host_path is mounted"));
   }
   json mounts = json::array();
   if (const json* em = f.find("extra_mounts"); em != nullptr) {
-    if (!em->is_array()) return std::unexpected(validation("BoxSpec", "extra_mounts", "Input should be a valid list"));
+    if (!em->is_array())
+      return std::unexpected(validation("BoxSpec", "extra_mounts", "Input should be a valid list"));
     for (std::size_t i = 0; i < em->size(); ++i) {
       const json& m = (*em)[i];
       std::string where = "BoxSpec.extra_mounts." + std::to_string(i);
-      if (!m.is_object()) return std::unexpected(validation(where, "", "Input should be a valid dictionary"));
+      if (!m.is_object())
+        return std::unexpected(validation(where, "", "Input should be a valid dictionary"));
       Fields mf{m, where};
       LB_TRY(hp, mf.str("host_path", ""));
       LB_TRY(mp, mf.str("mount_path", ""));
-      if (!absolute(hp)) return std::unexpected(validation(where, "host_path", "host_path must be an absolute path"));
-      if (!absolute(mp)) return std::unexpected(validation(where, "mount_path", "mount_path must be an absolute path"));
+      if (!absolute(hp))
+        return std::unexpected(
+            validation(where, "host_path", "host_path must be an absolute path"));
+      if (!absolute(mp))
+        return std::unexpected(
+            validation(where, "mount_path", "mount_path must be an absolute path"));
       LB_TRY(mode, mount_mode(mf, "mode"));
       mounts.push_back({{"host_path", hp}, {"mount_path", mp}, {"mode", mode}});
     }
@@ -501,15 +521,20 @@ LbResult<BoxSpec> decode_box_spec(const json& data, bool need_cmd) {
   LB_TRY(skill, f.opt_str("skill_name"));
   if (skill) {
     bool ok = !skill->empty() && skill->size() <= 64;
-    for (char c : *skill) ok = ok && (std::isalnum(static_cast<unsigned char>(c)) || c == '_' || c == '-');
-    if (!ok) return std::unexpected(validation("BoxSpec", "skill_name", "skill_name must be at most 64 characters of [A-Za-z0-9_-]"));
+    for (char c : *skill)
+      ok = ok && (std::isalnum(static_cast<unsigned char>(c)) || c == '_' || c == '-');
+    if (!ok)
+      return std::unexpected(validation(
+          "BoxSpec", "skill_name", "skill_name must be at most 64 characters of [A-Za-z0-9_-]"));
   }
   LB_TRY(persistent, f.boolean("persistent", false));
   double cpus = 1.0;
   if (const json* c = f.find("cpus"); c != nullptr) {
-    if (!c->is_number()) return std::unexpected(validation("BoxSpec", "cpus", "Input should be a valid number"));
+    if (!c->is_number())
+      return std::unexpected(validation("BoxSpec", "cpus", "Input should be a valid number"));
     cpus = c->get<double>();
-    if (!(cpus > 0) || !std::isfinite(cpus)) return std::unexpected(validation("BoxSpec", "cpus", "Input should be greater than 0"));
+    if (!(cpus > 0) || !std::isfinite(cpus))
+      return std::unexpected(validation("BoxSpec", "cpus", "Input should be greater than 0"));
   }
   LB_TRY(memory, f.integer("memory_mb", 512, 32, "greater than or equal to 32"));
   LB_TRY(pids, f.integer("pids_limit", 128, 1, "greater than or equal to 1"));
@@ -518,17 +543,21 @@ LbResult<BoxSpec> decode_box_spec(const json& data, bool need_cmd) {
 
   // Valid; now what agentbox does not do (never accepted and ignored).
   if (image != kDefaultImage) {
-    return lb_fail("BoxError", "image '" + image + "' is not supported: agentbox boxes run the "
-                               "host's read-only system, not container images (send the default '" +
-                               std::string(kDefaultImage) + "')");
+    return lb_fail("BoxError",
+                   "image '" + image +
+                       "' is not supported: agentbox boxes run the "
+                       "host's read-only system, not container images (send the default '" +
+                       std::string(kDefaultImage) + "')");
   }
   if (skill) {
-    return lb_fail("BoxError", "skill_name is not supported: agentbox has no skill store; mount "
-                               "the skill with extra_mounts");
+    return lb_fail("BoxError",
+                   "skill_name is not supported: agentbox has no skill store; mount "
+                   "the skill with extra_mounts");
   }
   if (!ro_root) {
-    return lb_fail("BoxError", "read_only_rootfs=false is not supported: an agentbox box's system "
-                               "is always read-only (the workspace and /tmp are writable)");
+    return lb_fail("BoxError",
+                   "read_only_rootfs=false is not supported: an agentbox box's system "
+                   "is always read-only (the workspace and /tmp are writable)");
   }
   ojson& sh = s.shape;
   sh["image"] = image;
@@ -593,9 +622,9 @@ ojson session_info(const Placement& p, const SessionInfo& s) {
   j["session_id"] = logical_id(p, s.id);
   j["backend_name"] = "agentbox-" + s.backend;
   j["backend_session_id"] = s.id;
-  for (const char* k : {"image", "network", "host_path", "host_path_mode", "mount_path",
-                        "persistent", "cpus", "memory_mb", "pids_limit", "read_only_rootfs",
-                        "workspace_quota_mb"}) {
+  for (const char* k :
+       {"image", "network", "host_path", "host_path_mode", "mount_path", "persistent", "cpus",
+        "memory_mb", "pids_limit", "read_only_rootfs", "workspace_quota_mb"}) {
     j[k] = field(k);
   }
   j["created_at"] = rfc3339(s.created_at);
@@ -724,24 +753,31 @@ bool valid_tag(std::string_view t) {
   if (t.empty() || t.size() > 64) return false;
   bool digits = true;
   for (char c : t) {
-    if (!std::isalnum(static_cast<unsigned char>(c)) && c != '.' && c != '_' && c != '-') return false;
+    if (!std::isalnum(static_cast<unsigned char>(c)) && c != '.' && c != '_' && c != '-')
+      return false;
     digits = digits && std::isdigit(static_cast<unsigned char>(c));
   }
   return !digits;
 }
 
 LbResult<std::string> process_id_of(const json& v) {
-  if (!v.is_string()) return std::unexpected(validation("BoxManagedProcessSpec", "process_id", "Input should be a valid string"));
+  if (!v.is_string())
+    return std::unexpected(
+        validation("BoxManagedProcessSpec", "process_id", "Input should be a valid string"));
   std::string id = v.get<std::string>();
   if (!valid_tag(id)) {
-    return lb_fail("BoxValidationError", "process_id '" + id + "': agentbox names a process by at "
-                                         "most 64 characters of [A-Za-z0-9._-], not all digits");
+    return lb_fail("BoxValidationError",
+                   "process_id '" + id +
+                       "': agentbox names a process by at "
+                       "most 64 characters of [A-Za-z0-9._-], not all digits");
   }
   return id;
 }
 
 LbResult<ProcSpec> decode_proc_spec(const json& v) {
-  if (!v.is_object()) return std::unexpected(validation("BoxManagedProcessSpec", "spec", "Input should be a valid dictionary"));
+  if (!v.is_object())
+    return std::unexpected(
+        validation("BoxManagedProcessSpec", "spec", "Input should be a valid dictionary"));
   Fields f{v, "BoxManagedProcessSpec"};
   ProcSpec p;
   json pid = v.contains("process_id") ? v["process_id"] : json("default");
@@ -749,24 +785,30 @@ LbResult<ProcSpec> decode_proc_spec(const json& v) {
   p.process_id = std::move(process_id);
   if (!f.find("command")) return std::unexpected(validation(f.model, "command", "Field required"));
   LB_TRY(command, f.str("command", ""));
-  if (py_strip(command).empty()) return std::unexpected(validation(f.model, "command", "command must not be empty"));
+  if (py_strip(command).empty())
+    return std::unexpected(validation(f.model, "command", "command must not be empty"));
   p.argv.push_back(command);
   if (const json* args = f.find("args"); args != nullptr) {
-    if (!args->is_array()) return std::unexpected(validation(f.model, "args", "Input should be a valid list"));
+    if (!args->is_array())
+      return std::unexpected(validation(f.model, "args", "Input should be a valid list"));
     for (std::size_t i = 0; i < args->size(); ++i) {
-      if (!(*args)[i].is_string()) return std::unexpected(validation(f.model, "args." + std::to_string(i), "Input should be a valid string"));
+      if (!(*args)[i].is_string())
+        return std::unexpected(
+            validation(f.model, "args." + std::to_string(i), "Input should be a valid string"));
       p.argv.push_back((*args)[i].get<std::string>());
     }
   }
   LB_TRY(env, f.str_map("env"));
   p.env = std::move(env);
   LB_TRY(cwd, f.str("cwd", "/workspace"));
-  if (!absolute(cwd)) return std::unexpected(validation(f.model, "cwd", "cwd must be an absolute path"));
+  if (!absolute(cwd))
+    return std::unexpected(validation(f.model, "cwd", "cwd must be an absolute path"));
   p.cwd = cwd;
   LB_TRY(memory, f.integer("memory_mb", 0, 0, "greater than or equal to 0"));
   if (memory != 0) {
-    return lb_fail("BoxError", "spec.memory_mb is not supported: a managed process shares its "
-                               "box's memory limit (send 0)");
+    return lb_fail("BoxError",
+                   "spec.memory_mb is not supported: a managed process shares its "
+                   "box's memory limit (send 0)");
   }
   return p;
 }
@@ -837,14 +879,18 @@ LbResult<sandbox::ProcessTable*> table_of(const std::shared_ptr<sandbox::Sandbox
 
 using ActResult = asio::awaitable<LbResult<ojson>>;
 
-ActResult act_ping(Act*) { co_return ojson::object(); }
+ActResult act_ping(Act*) {
+  co_return ojson::object();
+}
 
 ActResult act_init(Act* a) {
-  if (!a->data.is_object()) co_return lb_fail("BoxValidationError", "box_init data must be an object");
+  if (!a->data.is_object())
+    co_return lb_fail("BoxValidationError", "box_init data must be an object");
   // LangBot's `box` config section (backend, local, limits, profile): agentboxd's own config
   // governs its boxes; the keys are logged, never taken as applied.
   std::string keys;
-  for (auto it = a->data.begin(); it != a->data.end(); ++it) keys += (keys.empty() ? "" : ",") + it.key();
+  for (auto it = a->data.begin(); it != a->data.end(); ++it)
+    keys += (keys.empty() ? "" : ",") + it.key();
   spdlog::info("langbot: box_init (keys: {}); agentboxd's own config governs backend and limits",
                keys);
   ojson r = ojson::object();
@@ -930,7 +976,10 @@ ActResult act_exec(Act* a) {
   auto stop = wait_stop(a->ctl, &gone);
   auto ran = co_await run_collected_until(a->ctx, req, *box, *physical, std::move(es),
                                           std::move(stop), &gone);
-  if (!ran) co_return lb_fail("BoxError", "the command was stopped: its placement generation is stale or its connection closed");
+  if (!ran)
+    co_return lb_fail(
+        "BoxError",
+        "the command was stopped: its placement generation is stale or its connection closed");
   if (!*ran) co_return std::unexpected(lb_error(ran->error(), About::kSession));
   const sandbox::ExecResult& r = **ran;
   ojson j = ojson::object();
@@ -949,7 +998,9 @@ ActResult act_exec(Act* a) {
     // fresh one).
     box->reset();
     auto gone_st = co_await destroy(a->ctx, *physical, a->caller);
-    if (!gone_st) spdlog::warn("langbot: deleting timed-out session {}: {}", *physical, gone_st.error().message);
+    if (!gone_st)
+      spdlog::warn("langbot: deleting timed-out session {}: {}", *physical,
+                   gone_st.error().message);
   }
   co_return j;
 }
@@ -961,7 +1012,8 @@ ActResult act_get_session(Act* a) {
   if (!info) co_return std::unexpected(session_error(info.error(), *physical));
   ojson j = session_info(*a->place, *info);
   // The managed processes of a running box (a suspended one runs none).
-  std::shared_ptr<sandbox::Sandbox> box = a->ctx->sessions->try_acquire_running(*physical, a->caller);
+  std::shared_ptr<sandbox::Sandbox> box =
+      a->ctx->sessions->try_acquire_running(*physical, a->caller);
   if (box && box->processes() != nullptr) {
     sandbox::ProcessTable* t = box->processes();
     ojson procs = ojson::object();
@@ -1044,9 +1096,9 @@ ActResult act_start_process(Act* a) {
   auto started = co_await table->start(std::move(ps));
   if (!started) {
     if (started.error().code == Code::kExists) {
-      co_return lb_fail("BoxManagedProcessConflictError",
-                        "managed process " + spec->process_id + " is already running in session " +
-                            *physical);
+      co_return lb_fail(
+          "BoxManagedProcessConflictError",
+          "managed process " + spec->process_id + " is already running in session " + *physical);
     }
     co_return std::unexpected(lb_error(started.error(), About::kProcess));
   }
@@ -1054,8 +1106,10 @@ ActResult act_start_process(Act* a) {
   for (const auto& kv : spec->env) keys.push_back(kv.first);  // std::map: sorted
   a->st->env_keys[*physical + "/" + spec->process_id] = std::move(keys);
   audit(a->ctx, "process.start", a->caller, *physical,
-        nlohmann::ordered_json{{"argv", started->argv}, {"pid", started->pid},
-                               {"tag", started->tag}, {"via", "langbot"}});
+        nlohmann::ordered_json{{"argv", started->argv},
+                               {"pid", started->pid},
+                               {"tag", started->tag},
+                               {"via", "langbot"}});
   co_return process_info(a, *physical, table, *started);
 }
 
@@ -1121,13 +1175,15 @@ ActResult act_skill_store(Act* a) {
 }
 
 ActResult act_admission(Act* a) {
-  co_return lb_fail("BoxError", a->action + " is not built in agentbox: admission grants are "
-                                            "not supported (quotas are agentboxd's tenants)");
+  co_return lb_fail("BoxError", a->action +
+                                    " is not built in agentbox: admission grants are "
+                                    "not supported (quotas are agentboxd's tenants)");
 }
 
 ActResult act_file_chunk(Act*) {
-  co_return lb_fail("BoxError", "__file_chunk is not built in agentbox: file uploads serve only "
-                                "the skill store, which is not built");
+  co_return lb_fail("BoxError",
+                    "__file_chunk is not built in agentbox: file uploads serve only "
+                    "the skill store, which is not built");
 }
 
 using ActFn = ActResult (*)(Act*);
@@ -1186,7 +1242,8 @@ LbResult<Placement> decode_context(const json& c, const std::string& bound) {
   for (int i = 0; i < 2; ++i) {
     auto it = c.find(names[i]);
     if (it == c.end() || !it->is_string() || py_strip(it->get<std::string>()).empty()) {
-      return lb_fail("PermissionError", std::string("Box action context needs a non-empty ") + names[i]);
+      return lb_fail("PermissionError",
+                     std::string("Box action context needs a non-empty ") + names[i]);
     }
     ids[i] = py_strip(it->get<std::string>());
   }
@@ -1221,7 +1278,8 @@ asio::awaitable<LbResult<bool>> fence(Act* a) {
   }
   for (auto& r : st->relays) {
     if (r.ns != p.ns || r.gen >= p.gen) continue;
-    if (auto ws = r.ws.lock()) ws->close(beast::websocket::close_code::policy_error, "stale placement generation");
+    if (auto ws = r.ws.lock())
+      ws->close(beast::websocket::close_code::policy_error, "stale placement generation");
   }
   std::erase_if(st->relays, [](const LangbotRelay& r) { return r.ws.expired(); });
   auto list = co_await list_ns(a->ctx, a->caller, p.ns + "-g");
@@ -1256,7 +1314,8 @@ asio::awaitable<void> run_action(Context* ctx, std::shared_ptr<RpcConn> rc, json
     if (d.name == action) def = &d;
   }
   auto ctl = std::make_shared<LangbotAction>(co_await asio::this_coro::executor);
-  Act a{ctx, st, langbot_caller(ctx), std::nullopt, std::move(data), action, ctl, st->next_request++};
+  Act a{ctx,    st,  langbot_caller(ctx), std::nullopt, std::move(data),
+        action, ctl, st->next_request++};
   LbResult<ojson> result = lb_fail("BoxError", "unset");
   bool registered = false;
   if (def == nullptr) {
@@ -1316,9 +1375,10 @@ void log_action_error(std::exception_ptr p) {
 void on_frame(Context* ctx, const std::shared_ptr<RpcConn>& rc, std::string data) {
   json m = json::parse(data, nullptr, false);
   if (!m.is_object()) {
-    send_frame(rc, reply_frame(nullptr, 1,
-                               error_message({"BoxValidationError", "a frame must be a JSON object"}),
-                               ojson::object()));
+    send_frame(rc,
+               reply_frame(nullptr, 1,
+                           error_message({"BoxValidationError", "a frame must be a JSON object"}),
+                           ojson::object()));
     return;
   }
   if (m.contains("code")) return;  // a response: this runtime sends no requests
@@ -1330,9 +1390,9 @@ void on_frame(Context* ctx, const std::shared_ptr<RpcConn>& rc, std::string data
     return;
   }
   if (!m.contains("action") || !m["action"].is_string()) {
-    send_frame(rc, reply_frame(seq_id, 1,
-                               error_message({"BoxValidationError", "action must be a string"}),
-                               ojson::object()));
+    send_frame(
+        rc, reply_frame(seq_id, 1, error_message({"BoxValidationError", "action must be a string"}),
+                        ojson::object()));
     return;
   }
   if (rc->actions.size() >= kMaxInFlight) {
@@ -1380,7 +1440,8 @@ asio::awaitable<bool> rpc_ws(Call* call) {
   auto on_message = [ctx, rc, weak](std::string data, bool binary) {
     if (binary) {
       // As aiohttp's server: TEXT frames only.
-      if (auto s = weak.lock()) s->close(beast::websocket::close_code::unknown_data, "text frames only");
+      if (auto s = weak.lock())
+        s->close(beast::websocket::close_code::unknown_data, "text frames only");
       return;
     }
     on_frame(ctx, rc, std::move(data));
@@ -1436,23 +1497,24 @@ asio::awaitable<bool> relay(Call* call) {
   auto box = co_await acquire_sandbox(ctx, physical, false, caller);
   if (!box) {
     if (box.error().code == Code::kNotFound) {
-      co_return co_await send_reply(call, relay_error("BoxSessionNotFoundError",
-                                                      "session " + physical + " not found"));
+      co_return co_await send_reply(
+          call, relay_error("BoxSessionNotFoundError", "session " + physical + " not found"));
     }
     LbError e = lb_error(box.error(), About::kSession);
     co_return co_await send_reply(call, relay_error(e.cls, e.text));
   }
   sandbox::ProcessTable* table = (*box)->processes();
-  auto info = table ? table->get(process_id) : Result<sandbox::ProcessInfo>(fail(Code::kNotFound, ""));
+  auto info =
+      table ? table->get(process_id) : Result<sandbox::ProcessInfo>(fail(Code::kNotFound, ""));
   if (!info || !valid_tag(process_id)) {
     co_return co_await send_reply(
         call, relay_error("BoxManagedProcessNotFoundError",
                           "managed process " + process_id + " not found in session " + physical));
   }
   if (info->state != sandbox::ProcessState::kRunning || !info->stdin_open) {
-    co_return co_await send_reply(
-        call, relay_error("BoxManagedProcessConflictError",
-                          "managed process " + process_id + " is not running"));
+    co_return co_await send_reply(call,
+                                  relay_error("BoxManagedProcessConflictError",
+                                              "managed process " + process_id + " is not running"));
   }
   {
     auto probe = table->attach(std::to_string(info->pid));  // released at once
@@ -1469,7 +1531,8 @@ asio::awaitable<bool> relay(Call* call) {
     std::size_t start = 0;
     for (;;) {
       std::size_t comma = offered.find(',', start);
-      std::string one = py_strip(std::string_view(offered).substr(start, comma == std::string::npos ? std::string::npos : comma - start));
+      std::string one = py_strip(std::string_view(offered).substr(
+          start, comma == std::string::npos ? std::string::npos : comma - start));
       if (one == "mcp") hooks.subprotocol = "mcp";
       if (comma == std::string::npos) break;
       start = comma + 1;

@@ -217,8 +217,12 @@ ojson box_spec(const std::string& session_id, const std::string& cmd = "") {
   return s;
 }
 
-std::string message(const ojson& f) { return f.is_object() ? f.value("message", "") : ""; }
-bool ok(const ojson& f) { return f.is_object() && f.value("code", -1) == 0; }
+std::string message(const ojson& f) {
+  return f.is_object() ? f.value("message", "") : "";
+}
+bool ok(const ojson& f) {
+  return f.is_object() && f.value("code", -1) == 0;
+}
 
 class LangBotApi : public ::testing::Test {
  protected:
@@ -240,8 +244,8 @@ class LangBotApi : public ::testing::Test {
     std::string key = instance;
     key += '\0';
     key += workspace;
-    return "ws-" + sha256_hex(key, daemon_.temp_dir()).substr(0, 24) + "-g" +
-           std::to_string(gen) + "-" + id;
+    return "ws-" + sha256_hex(key, daemon_.temp_dir()).substr(0, 24) + "-g" + std::to_string(gen) +
+           "-" + id;
   }
 
   void connect(LangBot* lb) {
@@ -315,8 +319,8 @@ TEST_F(LangBotApi, SessionsCreateGetListStatusDeleteWithLogicalIds) {
   auto spec = box_spec("person_42");
   spec["memory_mb"] = 1024;
   auto conflict = lb.call("box_create_session", spec, context("w1"));
-  EXPECT_EQ(message(conflict), "BoxSessionConflictError: Box session " + phys +
-                                   " already exists with memory_mb=512")
+  EXPECT_EQ(message(conflict),
+            "BoxSessionConflictError: Box session " + phys + " already exists with memory_mb=512")
       << conflict;
 
   // Another workspace of the same instance: its own namespace.
@@ -389,7 +393,8 @@ TEST_F(LangBotApi, ExecResultsCarryLangBotFieldsAndTimeoutDeletesTheSession) {
   auto gone = lb.call("box_get_session", {{"session_id", "chat_1"}}, context("w"));
   EXPECT_TRUE(message(gone).starts_with("BoxSessionNotFoundError: ")) << gone;
   // The next exec starts a fresh one.
-  auto fresh = lb.call("box_exec", box_spec("chat_1", "cat f 2>/dev/null || echo none"), context("w"));
+  auto fresh =
+      lb.call("box_exec", box_spec("chat_1", "cat f 2>/dev/null || echo none"), context("w"));
   EXPECT_EQ(fresh["data"]["stdout"], "none") << fresh;
 }
 
@@ -441,7 +446,8 @@ TEST_F(LangBotApi, BadInputIsAnErrorReplyInLangBotsConventionAndTheConnectionSta
   expect_prefix("box_create_session", with(base, "skill_name", "bad name!"),
                 "BoxValidationError: ", ctx);
   // A host path outside the daemon's allowed mount roots.
-  auto hosted = with(with(with(base, "host_path", "/etc"), "mount_path", "/data"), "workdir", "/data");
+  auto hosted =
+      with(with(with(base, "host_path", "/etc"), "mount_path", "/data"), "workdir", "/data");
   expect_prefix("box_exec", hosted, "BoxValidationError: ", ctx);
   expect_prefix("box_exec", with(hosted, "workdir", "/workspace"), "BoxValidationError: ", ctx);
   // ... and over /workspace itself, which agentbox does not do.
@@ -563,7 +569,8 @@ TEST_F(LangBotApi, RelayCarriesOneJsonRpcLinePerFrameWhateverTheChunks) {
   EXPECT_EQ(echoed->size(), big.size());
   EXPECT_EQ(*echoed, big);
   // Several small messages: one frame each.
-  for (int i = 0; i < 50; ++i) relay_ws.write("{\"jsonrpc\": \"2.0\", \"id\": " + std::to_string(i) + "}");
+  for (int i = 0; i < 50; ++i)
+    relay_ws.write("{\"jsonrpc\": \"2.0\", \"id\": " + std::to_string(i) + "}");
   for (int i = 0; i < 50; ++i) {
     auto m = relay_ws.read();
     ASSERT_TRUE(m.has_value()) << i;
@@ -727,7 +734,9 @@ TEST(LangBotTenancy, SessionsBelongToTheLangBotTenantOnly) {
                         "  - {name: lb, tokens: [tok-lb-0123456789]}\n"
                         "  - {name: other, tokens: [tok-other-0123456789]}\n"
                         "langbot:\n"
-                        "  control_token: " << kToken << "\n"
+                        "  control_token: "
+                     << kToken
+                     << "\n"
                         "  tenant: lb\n";
   std::vector<std::string> a = {"--config", cfg};
   if (test_backend() == "ns") a.insert(a.end(), {"--backend", "ns"});
@@ -747,8 +756,9 @@ TEST(LangBotTenancy, SessionsBelongToTheLangBotTenantOnly) {
   EXPECT_EQ(other.get("/v1/sessions").body["sessions"].size(), 0u);
   EXPECT_EQ(other.get("/v1/sessions/" + phys + "/processes").status, 404);
   EXPECT_EQ(other.get("/v1/sessions/" + phys + "/processes/srv/output").status, 404);
-  EXPECT_EQ(other.post("/v1/sessions/" + phys + "/processes/srv/signal", {{"signal", "TERM"}}).status,
-            404);
+  EXPECT_EQ(
+      other.post("/v1/sessions/" + phys + "/processes/srv/signal", {{"signal", "TERM"}}).status,
+      404);
 }
 
 TEST(LangBotConfig, TrustedInstanceAndTokensWithoutAControlToken) {
@@ -779,8 +789,8 @@ TEST(LangBotConfig, TrustedInstanceAndTokensWithoutAControlToken) {
   }
   {
     std::string out;
-    int rc = Daemon::run_to_exit({"--langbot-control-token", "short", "--listen", "127.0.0.1:0"},
-                                 &out);
+    int rc =
+        Daemon::run_to_exit({"--langbot-control-token", "short", "--listen", "127.0.0.1:0"}, &out);
     EXPECT_NE(rc, 0);
     EXPECT_NE(out.find("langbot.control_token"), std::string::npos) << out;
   }

@@ -17,8 +17,7 @@ namespace agentbox::testing {
 // Resolves and connects "HOST:PORT", then upgrades to `target` (decorators set on `ws` apply).
 // The handshake's answer is in `res` (a refused upgrade: upgrade_declined, its status there).
 inline boost::beast::error_code ws_connect(
-    boost::asio::io_context& ioc,
-    boost::beast::websocket::stream<boost::asio::ip::tcp::socket>& ws,
+    boost::asio::io_context& ioc, boost::beast::websocket::stream<boost::asio::ip::tcp::socket>& ws,
     const std::string& host_port, const std::string& target,
     boost::beast::websocket::response_type& res) {
   auto colon = host_port.rfind(':');
@@ -36,8 +35,7 @@ inline boost::beast::error_code ws_connect(
 // `timeout`. nullopt when the read failed (*error: e.g. websocket::error::closed) or nothing
 // came in time (*error: timed_out, and the socket is closed).
 inline std::optional<std::string> ws_read_for(
-    boost::asio::io_context& ioc,
-    boost::beast::websocket::stream<boost::asio::ip::tcp::socket>& ws,
+    boost::asio::io_context& ioc, boost::beast::websocket::stream<boost::asio::ip::tcp::socket>& ws,
     std::chrono::milliseconds timeout, boost::beast::error_code* error) {
   boost::beast::flat_buffer buf;
   std::optional<boost::beast::error_code> done;
