@@ -38,10 +38,6 @@ std::vector<RouteSpec> not_built_routes() {
       {N, "GET", "/v1/runners", B, true, not_built, K},
       {N, "GET", "/ws/{user}", B, true, not_built, K},
   };
-  // E2B: everything under /e2b/.
-  for (std::string_view m : {"GET", "POST", "PUT", "PATCH", "DELETE"}) {
-    out.push_back({N, m, "/e2b/{path}", B, true, not_built, K, /*subtree=*/true});
-  }
   return out;
 }
 

@@ -68,6 +68,7 @@ enum class RouteId {
   kLangbotRpc,
   kLangbotRelay,
   kLangbotRelayLegacy,
+  kE2b,  // everything under /e2b (e2b.cc)
   // Routes of API.md not built yet: each answers 501 ENOTSUP naming itself.
   kNotBuilt,
 };

@@ -1,8 +1,10 @@
 #pragma once
 // What the process surface (processes.cc) shares with the MCP surface's process tools.
 
+#include <cstdint>
 #include <functional>
 #include <memory>
+#include <optional>
 #include <string>
 
 #include "sandbox/process_table.h"
@@ -34,5 +36,9 @@ struct AttachHooks {
 asio::awaitable<bool> attach_to_process(Call* call, std::shared_ptr<sandbox::Sandbox> box,
                                         std::string session, sandbox::ProcessInfo info,
                                         AttachHooks hooks);
+
+// The end of the output `pid` has kept now: where a client that wants only what comes next
+// starts following (an attacher in line mode, E2B's Connect).
+std::optional<std::uint64_t> output_end(sandbox::ProcessTable* table, const std::string& pid);
 
 }  // namespace agentbox::server::detail
