@@ -308,6 +308,7 @@ int main(int argc, char** argv) {
   opts.default_scope = cfg.default_scope;
   opts.shared_dirs = cfg.shared_dirs;
   opts.allowed_origins = cfg.allowed_origins;
+  opts.langbot = cfg.langbot;
   opts.max_file_bytes = cfg.max_file_mb << 20;
   opts.auto_repair = cfg.auto_repair;
   opts.seed_shell = cfg.seed.shell;

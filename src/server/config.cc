@@ -9,6 +9,7 @@
 
 #include <CLI/CLI.hpp>
 #include <algorithm>
+#include <cctype>
 #include <cstdlib>
 #include <filesystem>
 #include <ostream>
@@ -219,6 +220,24 @@ Status load_yaml(const std::string& file, DaemonConfig* c,
         if (t["max_sessions"]) tc.max_sessions = t["max_sessions"].as<std::size_t>();
         if (t["default_scope"]) tc.default_scope = t["default_scope"].as<std::string>();
         c->tenants.push_back(std::move(tc));
+      }
+    }
+    if (const YAML::Node& lb = root["langbot"]; lb) {
+      if (!lb.IsMap()) {
+        return fail(Code::kInvalid, "config " + file +
+                                        ": langbot must be a mapping {control_token, tenant, "
+                                        "trusted_instance}");
+      }
+      for (const auto& kv : lb) {
+        std::string key = kv.first.as<std::string>();
+        std::string* field = key == "control_token"      ? &c->langbot.control_token
+                             : key == "tenant"           ? &c->langbot.tenant
+                             : key == "trusted_instance" ? &c->langbot.trusted_instance
+                                                         : nullptr;
+        if (field == nullptr) {
+          return fail(Code::kInvalid, "config " + file + ": langbot: unknown key '" + key + "'");
+        }
+        if (!given("langbot." + key)) *field = kv.second.as<std::string>();
       }
     }
     if (const YAML::Node& ro = root["readonly_dirs"]; ro) {
@@ -483,6 +502,20 @@ ParseOutcome parse_daemon_args(int argc, const char* const* argv, std::ostream& 
   app.add_option("--check-backend", c.check_backend,
                  "Print whether this backend can run here (what is missing if not) and exit")
       ->multi_option_policy(take_last);
+  auto* o_lb_token = app.add_option("--langbot-control-token", c.langbot.control_token,
+                                    "LangBot Box runtime: the X-LangBot-Box-Control-Token "
+                                    "(32+ characters)")
+                        ->envname("LANGBOT_BOX_CONTROL_TOKEN")
+                        ->multi_option_policy(take_last);
+  auto* o_lb_tenant = app.add_option("--langbot-tenant", c.langbot.tenant,
+                                     "LangBot Box runtime: the tenant its sessions belong to")
+                          ->multi_option_policy(take_last);
+  auto* o_lb_instance =
+      app.add_option("--langbot-trusted-instance", c.langbot.trusted_instance,
+                     "LangBot Box runtime: the only X-LangBot-Instance-Id accepted (default: "
+                     "the first /rpc/ws connection binds it)")
+          ->envname("LANGBOT_BOX_TRUSTED_INSTANCE_UUID")
+          ->multi_option_policy(take_last);
   add_seed_flags(app, &c.seed);
   try {
     app.parse(argc, argv);
@@ -517,6 +550,9 @@ ParseOutcome parse_daemon_args(int argc, const char* const* argv, std::ostream& 
     c.persist = o_persist->count() > 0;
   }
   if (o_scope->count()) given.push_back("default_scope");
+  if (o_lb_token->count()) given.push_back("langbot.control_token");
+  if (o_lb_tenant->count()) given.push_back("langbot.tenant");
+  if (o_lb_instance->count()) given.push_back("langbot.trusted_instance");
 
   if (o_shared->count()) {
     std::string joined;
@@ -658,6 +694,43 @@ std::vector<TenantConfig> effective_tenants(const DaemonConfig& c) {
   return out;
 }
 
+namespace {
+
+// langbot: the token as LangBot's runtime requires it, a tenant that exists, an instance id of
+// LangBot's form. Never echoes the token.
+Status check_langbot(const DaemonConfig& c) {
+  const LangbotConfig& lb = c.langbot;
+  if (!lb.control_token.empty()) {
+    bool space = false;
+    for (char ch : lb.control_token) space = space || std::isspace(static_cast<unsigned char>(ch));
+    if (lb.control_token.size() < 32 || space) {
+      return fail(Code::kInvalid,
+                  "langbot.control_token must be at least 32 characters with no whitespace");
+    }
+  }
+  if (!lb.tenant.empty() && lb.tenant != kDefaultTenant) {
+    bool found = false;
+    for (const auto& t : c.tenants) found = found || t.name == lb.tenant;
+    if (!found) {
+      return fail(Code::kInvalid, "langbot.tenant '" + lb.tenant + "' is not a configured tenant");
+    }
+  }
+  const std::string& id = lb.trusted_instance;
+  bool ok = id.size() <= 128;
+  for (std::size_t i = 0; ok && i < id.size(); ++i) {
+    char ch = id[i];
+    ok = std::isalnum(static_cast<unsigned char>(ch)) ||
+         (i > 0 && (ch == '.' || ch == '_' || ch == ':' || ch == '-'));
+  }
+  if (!ok) {
+    return fail(Code::kInvalid,
+                "langbot.trusted_instance must match ^[A-Za-z0-9][A-Za-z0-9._:-]{0,127}$");
+  }
+  return {};
+}
+
+}  // namespace
+
 Status validate_config(const DaemonConfig& c) {
   auto listen = parse_listen(c.listen);
   if (!listen) return std::unexpected(listen.error());
@@ -727,6 +800,7 @@ Status validate_config(const DaemonConfig& c) {
   for (const auto& o : c.allowed_origins) {
     if (auto st = check_origin(o); !st) return st;
   }
+  if (auto st = check_langbot(c); !st) return st;
   return {};
 }
 

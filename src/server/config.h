@@ -38,6 +38,19 @@ struct TenantConfig {
   std::string default_scope;
 };
 
+// LangBot's Box runtime (langbot.cc, PROTOCOLS.md part 2): YAML `langbot: {control_token,
+// tenant, trusted_instance}`, flags --langbot-control-token (env LANGBOT_BOX_CONTROL_TOKEN),
+// --langbot-tenant, --langbot-trusted-instance (env LANGBOT_BOX_TRUSTED_INSTANCE_UUID).
+struct LangbotConfig {
+  // X-LangBot-Box-Control-Token: at least 32 characters, no whitespace. "" = none, and then
+  // /rpc/ws is refused (401) on a daemon that has tokens: a LangBot route never opens what the
+  // daemon's own auth closes.
+  std::string control_token;
+  std::string tenant;  // whose sessions LangBot's are; "" = "default"
+  // The one X-LangBot-Instance-Id accepted; "" = the first /rpc/ws connection binds it.
+  std::string trusted_instance;
+};
+
 // The name of the tenant that plain --token tokens (and, without tokens, every caller) belong to.
 inline constexpr char kDefaultTenant[] = "default";
 
@@ -127,6 +140,7 @@ struct DaemonConfig {
   // Host dirs every isolated box sees read-only at the same path (YAML `readonly_dirs`); unset:
   // /opt when it exists on the host (toolchains live there).
   std::optional<std::vector<std::string>> readonly_dirs;
+  LangbotConfig langbot;
 };
 
 // The host dirs boxes get read-only: c.readonly_dirs, or /opt when unset and it exists.

@@ -8,6 +8,7 @@
 #include <boost/beast/websocket/rfc6455.hpp>
 
 #include "common/log.h"
+#include "server/internal/processes.h"
 #include "server/internal/surfaces.h"
 #include "server/internal/transport.h"
 #include "server/websocket.h"
@@ -15,14 +16,6 @@
 
 namespace agentbox::server::detail {
 namespace {
-
-WsOptions ws_options(const ServerOptions& o) {
-  WsOptions w;
-  w.max_message_bytes = o.ws_max_message_bytes;
-  w.ping_interval = o.ws_ping_interval;
-  w.max_queued_bytes = o.ws_max_queued_bytes;
-  return w;
-}
 
 asio::awaitable<bool> events(Call* call) {
   Context* ctx = call->ctx;

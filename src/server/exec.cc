@@ -191,41 +191,46 @@ void record_exec(Context* ctx, const Result<sandbox::ExecResult>& r) {
 
 }  // namespace
 
-asio::awaitable<std::optional<Result<sandbox::ExecResult>>> run_collected(
-    Call* call, std::shared_ptr<sandbox::Sandbox> box, std::string session_id,
-    sandbox::ExecSpec spec) {
-  Context* ctx = call->ctx;
-  Conn* conn = call->conn;
-  // The command may run for a long time; the exec has its own timeout.
-  conn->stream.expires_never();
-  bool gone = false;
-  CollectingSink sink(&gone);
+asio::awaitable<std::optional<Result<sandbox::ExecResult>>> run_collected_until(
+    Context* ctx, const Request& req, std::shared_ptr<sandbox::Sandbox> box,
+    std::string session_id, sandbox::ExecSpec spec, asio::awaitable<void> stop, bool* gone) {
+  CollectingSink sink(gone);
   sandbox::ExecSpec audited = spec;  // what ran, for the audit line
   audited.stdin_data.clear();
   audited.env.clear();
-  auto op = run_exec(std::move(box), std::move(spec), &sink) ||
-            watch_disconnect(&conn->stream.socket(), &gone);
+  auto op = run_exec(std::move(box), std::move(spec), &sink) || std::move(stop);
   auto outcome = co_await std::move(op);
-  if (outcome.index() == 1 || gone) {
-    spdlog::info("conn={} req={} client went away; command in session {} killed", conn->id,
-                 call->ex.req.id, session_id);
+  if (outcome.index() == 1 || *gone) {
+    spdlog::info("req={} caller gone; command in session {} killed", req.id, session_id);
     if (outcome.index() == 0) {
       record_exec(ctx, std::get<0>(outcome));
-      audit_exec(ctx, call->ex.req, session_id, audited, std::get<0>(outcome), true);
+      audit_exec(ctx, req, session_id, audited, std::get<0>(outcome), true);
     }
     co_return std::nullopt;
   }
   auto r = std::get<0>(std::move(outcome));
   record_exec(ctx, r);
-  audit_exec(ctx, call->ex.req, session_id, audited, r, false);
+  audit_exec(ctx, req, session_id, audited, r, false);
   if (!r) {
-    spdlog::warn("conn={} req={} exec in session {}: {}", conn->id, call->ex.req.id, session_id,
-                 r.error().message);
+    spdlog::warn("req={} exec in session {}: {}", req.id, session_id, r.error().message);
     co_return r;
   }
   r->stdout_data = std::move(sink.stdout_);
   r->stderr_data = std::move(sink.stderr_);
   co_return r;
+}
+
+asio::awaitable<std::optional<Result<sandbox::ExecResult>>> run_collected(
+    Call* call, std::shared_ptr<sandbox::Sandbox> box, std::string session_id,
+    sandbox::ExecSpec spec) {
+  Conn* conn = call->conn;
+  // The command may run for a long time; the exec has its own timeout.
+  conn->stream.expires_never();
+  bool gone = false;
+  auto watch = watch_disconnect(&conn->stream.socket(), &gone);
+  co_return co_await run_collected_until(call->ctx, call->ex.req, std::move(box),
+                                         std::move(session_id), std::move(spec),
+                                         std::move(watch), &gone);
 }
 
 namespace {

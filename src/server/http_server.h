@@ -61,6 +61,8 @@ struct ServerOptions {
   // Browser origins allowed to open WebSocket routes (config.h allowed_origins); an upgrade
   // with any other Origin header is 403.
   std::vector<std::string> allowed_origins;
+  // LangBot's Box runtime (langbot.cc).
+  LangbotConfig langbot;
   // How long shutdown waits for requests in flight.
   std::chrono::seconds shutdown_grace{10};
   // Seed 004: run a session's health checks and repairs when it resumes (config auto_repair).

@@ -22,12 +22,9 @@ std::vector<RouteSpec> not_built_routes() {
   constexpr RouteKind K = RouteKind::kNotBuilt;
   constexpr BodyKind B = BodyKind::kNone;
   std::vector<RouteSpec> out = {
-      // Processes and terminals: processes.cc; LangBot's relay
-      {N, "GET", "/v1/sessions/{id}/managed-process/{process_id}/ws", B, true, not_built, K},
-      // Runners, LangBot
+      // Runners
       {N, "GET", "/v1/runners", B, true, not_built, K},
       {N, "GET", "/ws/{user}", B, true, not_built, K},
-      {N, "GET", "/rpc/ws", B, true, not_built, K},
   };
   return out;
 }

@@ -44,6 +44,14 @@ asio::awaitable<Result<sandbox::ProcessInfo>> kill_and_wait(sandbox::ProcessTabl
   co_return info;
 }
 
+WsOptions ws_options(const ServerOptions& o) {
+  WsOptions w;
+  w.max_message_bytes = o.ws_max_message_bytes;
+  w.ping_interval = o.ws_ping_interval;
+  w.max_queued_bytes = o.ws_max_queued_bytes;
+  return w;
+}
+
 std::optional<std::uint64_t> output_end(sandbox::ProcessTable* table, const std::string& pid) {
   std::optional<std::uint64_t> since;
   for (;;) {
@@ -439,14 +447,6 @@ asio::awaitable<bool> output_process(Call* call) {
 
 // --- WebSocket: attach and pty ---
 
-WsOptions ws_options(const ServerOptions& o) {
-  WsOptions w;
-  w.max_message_bytes = o.ws_max_message_bytes;
-  w.ping_interval = o.ws_ping_interval;
-  w.max_queued_bytes = o.ws_max_queued_bytes;
-  return w;
-}
-
 // A text frame must be UTF-8: invalid bytes become U+FFFD.
 std::string valid_utf8(const std::string& s) {
   std::string quoted = json(s).dump(-1, ' ', false, json::error_handler_t::replace);
@@ -495,7 +495,7 @@ asio::awaitable<void> attach_pump(std::shared_ptr<WsSession> ws, ProcessTable* t
 // Serves an attached socket until it or the process ends. `kill_at_end`: the pty route, whose
 // process ends with its socket.
 asio::awaitable<bool> serve_attached(Call* call, Procs procs, sandbox::ProcessInfo info,
-                                     bool kill_at_end) {
+                                     bool kill_at_end, AttachHooks hooks) {
   Context* ctx = call->ctx;
   Conn* conn = call->conn;
   ProcessTable* table = procs.table;
@@ -510,6 +510,7 @@ asio::awaitable<bool> serve_attached(Call* call, Procs procs, sandbox::ProcessIn
   std::optional<std::uint64_t> since;
   if (!pty) since = output_end(table, pid);
   auto ws = std::make_shared<WsSession>(std::move(conn->stream), ws_options(ctx->opts));
+  if (!hooks.subprotocol.empty()) ws->set_subprotocol(hooks.subprotocol);
   log_request(call, 101);
   auto ec = co_await ws->accept(call->hp->release());
   if (ec) {
@@ -517,12 +518,14 @@ asio::awaitable<bool> serve_attached(Call* call, Procs procs, sandbox::ProcessIn
     co_return false;
   }
   std::weak_ptr<WsSession> weak = ws;
+  if (hooks.opened) hooks.opened(weak);
+  const bool ignore_binary = hooks.ignore_binary;
   conn->on_shutdown = [weak] {
     if (auto s = weak.lock()) s->close(beast::websocket::close_code::going_away, "shutting down");
   };
-  auto on_message = [table, pid, pty, weak](std::string data, bool binary) {
+  auto on_message = [table, pid, pty, weak, ignore_binary](std::string data, bool binary) {
     auto s = weak.lock();
-    if (!s) return;
+    if (!s || (binary && ignore_binary)) return;
     Status st;
     if (pty && !binary) {
       json m = json::parse(data, nullptr, false);
@@ -558,7 +561,9 @@ asio::awaitable<bool> attach_process(Call* call) {
   if (!procs) co_return co_await send_error(call, procs.error());
   auto info = procs->table->get(ref_param(call->ex.req));
   if (!info) co_return co_await send_error(call, info.error());
-  co_return co_await serve_attached(call, std::move(*procs), std::move(*info), false);
+  AttachHooks plain;
+  co_return co_await serve_attached(call, std::move(*procs), std::move(*info), false,
+                                    std::move(plain));
 }
 
 // GET /v1/sessions/{id}/pty?cols=&rows=&command= (WebSocket): a pty process, attached; it ends
@@ -597,10 +602,23 @@ asio::awaitable<bool> pty_session(Call* call) {
   auto info = co_await procs->table->start(std::move(*spec));
   if (!info) co_return co_await send_error(call, info.error());
   audit_start(call->ctx, req, procs->session, *info);
-  co_return co_await serve_attached(call, std::move(*procs), std::move(*info), true);
+  AttachHooks plain;
+  co_return co_await serve_attached(call, std::move(*procs), std::move(*info), true,
+                                    std::move(plain));
 }
 
 }  // namespace
+
+asio::awaitable<bool> attach_to_process(Call* call, std::shared_ptr<sandbox::Sandbox> box,
+                                        std::string session, sandbox::ProcessInfo info,
+                                        AttachHooks hooks) {
+  Procs procs;
+  procs.table = box->processes();
+  procs.box = std::move(box);
+  procs.session = std::move(session);
+  co_return co_await serve_attached(call, std::move(procs), std::move(info), false,
+                                    std::move(hooks));
+}
 
 void on_session_event_for_processes(Context* ctx, const session::SessionEvent& ev) {
   if (ev.kind != session::EventKind::kResumed) return;

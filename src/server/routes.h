@@ -66,6 +66,9 @@ enum class RouteId {
   // Dialects
   kMcpPost,
   kMcpDelete,
+  kLangbotRpc,
+  kLangbotRelay,
+  kLangbotRelayLegacy,
   kE2b,  // everything under /e2b (e2b.cc)
   // Templates
   kTemplateCreate,

@@ -37,6 +37,13 @@ WsSession::WsSession(beast::tcp_stream stream, WsOptions opts)
       [](websocket::response_type& res) { res.set(beast::http::field::server, "agentboxd"); }));
 }
 
+void WsSession::set_subprotocol(std::string protocol) {
+  ws_.set_option(websocket::stream_base::decorator([protocol](websocket::response_type& res) {
+    res.set(beast::http::field::server, "agentboxd");
+    if (!protocol.empty()) res.set(beast::http::field::sec_websocket_protocol, protocol);
+  }));
+}
+
 asio::awaitable<beast::error_code> WsSession::accept(
     beast::http::request<beast::http::empty_body> req) {
   auto [ec] = co_await ws_.async_accept(req, kTuple);

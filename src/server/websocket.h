@@ -42,6 +42,8 @@ class WsSession : public std::enable_shared_from_this<WsSession> {
 
   WsSession(boost::beast::tcp_stream stream, WsOptions opts);
 
+  // Before accept(): the subprotocol the 101 selects (Sec-WebSocket-Protocol); "" = none.
+  void set_subprotocol(std::string protocol);
   // Answers the upgrade request `req` (101). An error: the socket is unusable, drop it.
   boost::asio::awaitable<boost::beast::error_code> accept(
       boost::beast::http::request<boost::beast::http::empty_body> req);

@@ -23,6 +23,7 @@
 #include <unistd.h>
 
 #include "integration/api_test_util.h"
+#include "integration/ws_test_util.h"
 
 namespace agentbox::testing {
 namespace {
@@ -36,34 +37,15 @@ using tcp = asio::ip::tcp;
 class Ws {
  public:
   beast::error_code open(const std::string& host_port, const std::string& target) {
-    auto colon = host_port.rfind(':');
-    tcp::resolver resolver(ioc_);
-    beast::error_code ec;
-    auto eps = resolver.resolve(host_port.substr(0, colon), host_port.substr(colon + 1), ec);
-    if (ec) return ec;
-    asio::connect(ws_.next_layer(), eps, ec);
-    if (ec) return ec;
-    ws_.handshake(res_, host_port, target, ec);
-    return ec;
+    return ws_connect(ioc_, ws_, host_port, target, res_);
   }
   int status() const { return res_.result_int(); }
   // The next message, or nullopt when the socket closed or nothing came within `timeout`.
   std::optional<std::string> read(std::chrono::milliseconds timeout = std::chrono::seconds(20)) {
-    beast::flat_buffer buf;
-    std::optional<beast::error_code> done;
-    ws_.async_read(buf, [&](beast::error_code ec, std::size_t) { done = ec; });
-    ioc_.restart();
-    ioc_.run_for(timeout);
-    if (!done) {
-      beast::error_code ec;
-      ws_.next_layer().close(ec);
-      ioc_.restart();
-      ioc_.run();
-      return std::nullopt;
-    }
-    if (*done) return std::nullopt;
-    binary_ = ws_.got_binary();
-    return beast::buffers_to_string(buf.data());
+    beast::error_code ec;
+    auto m = ws_read_for(ioc_, ws_, timeout, &ec);
+    if (m) binary_ = ws_.got_binary();
+    return m;
   }
   // Reads until the frames seen so far contain `want` (or the socket ends); returns them.
   std::string read_until(const std::string& want) {

@@ -18,6 +18,7 @@
 #include <optional>
 
 #include "integration/api_test_util.h"
+#include "integration/ws_test_util.h"
 
 namespace agentbox::testing {
 namespace {
@@ -61,41 +62,22 @@ class WsClient {
   // Returns the handshake error (upgrade_declined with the HTTP answer in response()).
   beast::error_code open(const std::string& host_port, const std::string& target,
                          const std::string& bearer) {
-    auto colon = host_port.rfind(':');
-    tcp::resolver resolver(ioc_);
-    beast::error_code ec;
-    auto eps = resolver.resolve(host_port.substr(0, colon), host_port.substr(colon + 1), ec);
-    if (ec) return ec;
-    asio::connect(ws_.next_layer(), eps, ec);
-    if (ec) return ec;
     if (!bearer.empty()) {
       ws_.set_option(websocket::stream_base::decorator([bearer](websocket::request_type& req) {
         req.set(beast::http::field::authorization, "Bearer " + bearer);
       }));
     }
-    ws_.handshake(res_, host_port, target, ec);
-    return ec;
+    return ws_connect(ioc_, ws_, host_port, target, res_);
   }
   const websocket::response_type& response() const { return res_; }
 
   // The next message, or nullopt when the socket closed (reason() says why) or nothing came
   // within `timeout`.
   std::optional<std::string> read(std::chrono::milliseconds timeout = std::chrono::seconds(20)) {
-    beast::flat_buffer buf;
-    std::optional<beast::error_code> done;
-    ws_.async_read(buf, [&](beast::error_code ec, std::size_t) { done = ec; });
-    ioc_.restart();
-    ioc_.run_for(timeout);
-    if (!done) {
-      beast::error_code ec;
-      ws_.next_layer().close(ec);
-      ioc_.restart();
-      ioc_.run();
-      return std::nullopt;
-    }
-    last_error_ = *done;
-    if (*done) return std::nullopt;
-    return beast::buffers_to_string(buf.data());
+    beast::error_code ec;
+    auto m = ws_read_for(ioc_, ws_, timeout, &ec);
+    if (ec != asio::error::timed_out) last_error_ = ec;
+    return m;
   }
   beast::error_code write(const std::string& data) {
     beast::error_code ec;
@@ -334,8 +316,6 @@ TEST_F(TransportApi, RoutesNotBuiltYetAre501NamingTheRoute) {
            {"POST", "/v1/sessions/nb/packages", "/packages"},
            {"GET", "/v1/runners", "/v1/runners"},
            {"GET", "/ws/someone", "/ws/{user}"},
-           {"GET", "/rpc/ws", "/rpc/ws"},
-           {"GET", "/v1/sessions/nb/managed-process/7/ws", "managed-process"},
        }) {
     auto r = a_.call(c.method, c.target, "{}");
     EXPECT_EQ(r.status, 501) << c.method << " " << c.target << ": " << r;

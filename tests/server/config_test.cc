@@ -504,3 +504,53 @@ TEST(ConfigNetwork, HostsAndAllowPrivate) {
 
 }  // namespace
 }  // namespace agentbox::server
+
+namespace agentbox::server {
+namespace {
+
+// langbot: {control_token, tenant, trusted_instance} (LangBot's Box runtime): YAML, flags over
+// it, and the checks (token length, a tenant that exists, an instance id of LangBot's form).
+TEST(ConfigLangbot, YamlFlagsAndValidation) {
+  const std::string token(32, 'k');
+  std::string path = temp_yaml("tenants:\n  - {name: lb, tokens: [t1]}\n"
+                               "langbot:\n  control_token: " + token +
+                               "\n  tenant: lb\n  trusted_instance: inst-1\n");
+  auto r = parse({"--config", path});
+  ASSERT_TRUE(r.config);
+  EXPECT_EQ(r.config->langbot.control_token, token);
+  EXPECT_EQ(r.config->langbot.tenant, "lb");
+  EXPECT_EQ(r.config->langbot.trusted_instance, "inst-1");
+  EXPECT_TRUE(validate_config(*r.config).has_value());
+  auto flags = parse({"--config", path, "--langbot-trusted-instance", "inst-2"});
+  ASSERT_TRUE(flags.config);
+  EXPECT_EQ(flags.config->langbot.trusted_instance, "inst-2");
+  unlink(path.c_str());
+
+  std::string bad = temp_yaml("langbot:\n  token: x\n");
+  std::string err;
+  EXPECT_FALSE(parse({"--config", bad}, &err).config);
+  EXPECT_NE(err.find("langbot: unknown key 'token'"), std::string::npos) << err;
+  unlink(bad.c_str());
+
+  auto check = [](DaemonConfig c, const std::string& needle) {
+    auto st = validate_config(c);
+    ASSERT_FALSE(st.has_value()) << needle;
+    EXPECT_NE(st.error().message.find(needle), std::string::npos) << st.error().message;
+  };
+  DaemonConfig c;
+  c.langbot.control_token = "short";
+  check(c, "langbot.control_token");
+  c.langbot.control_token = std::string(31, 'a') + " b";
+  check(c, "no whitespace");
+  c.langbot.control_token = token;
+  c.langbot.tenant = "nobody";
+  check(c, "langbot.tenant 'nobody'");
+  c.langbot.tenant.clear();
+  c.langbot.trusted_instance = "-x";
+  check(c, "langbot.trusted_instance");
+  c.langbot.trusted_instance = "inst:1.a_b";
+  EXPECT_TRUE(validate_config(c).has_value());
+}
+
+}  // namespace
+}  // namespace agentbox::server

@@ -34,6 +34,7 @@ struct SharedFs {
 };
 
 class McpSessions;  // mcp.cc: the MCP surface's Mcp-Session-Ids
+class LangbotState;  // langbot.cc: the bound instance, generation fences, relays
 class E2bProcesses;  // e2b_process.cc: what E2B's process.Process keeps beside the tables
 
 struct Context {
@@ -46,6 +47,7 @@ struct Context {
   std::vector<SharedFs> shared;  // longest prefix first
   bool stopping = false;         // shutdown() ran: replies say "Connection: close"
   std::shared_ptr<McpSessions> mcp;  // made by the MCP surface on first use
+  std::shared_ptr<LangbotState> langbot;  // made by the LangBot surface on first use
   std::shared_ptr<E2bProcesses> e2b_processes;  // made by the E2B surface on first use
   // The template's own health checks of a session (template YAML `health:`), added to the
   // built-in ones by /health, /repair and auto_repair (health.cc). Null: none. Called on a pool

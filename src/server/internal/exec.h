@@ -19,4 +19,11 @@ asio::awaitable<std::optional<Result<sandbox::ExecResult>>> run_collected(
     Call* call, std::shared_ptr<sandbox::Sandbox> box, std::string session_id,
     sandbox::ExecSpec spec);
 
+// run_collected for a caller that is not an HTTP request of its own (the LangBot RPC): `req`
+// names the caller for the audit line, and the command's tree is killed when `stop` completes
+// first with *gone set (nullopt then). The sink stops taking output once *gone is set.
+asio::awaitable<std::optional<Result<sandbox::ExecResult>>> run_collected_until(
+    Context* ctx, const Request& req, std::shared_ptr<sandbox::Sandbox> box,
+    std::string session_id, sandbox::ExecSpec spec, asio::awaitable<void> stop, bool* gone);
+
 }  // namespace agentbox::server::detail
