@@ -104,8 +104,7 @@ TEST_F(OpenApiTest, EveryDocumentedRouteIsServed) {
 // document, marked, each with its 501 ENOTSUP answer.
 TEST_F(OpenApiTest, NotBuiltRoutesAreMarkedAndAnswer501) {
   std::set<RouteKey> unbuilt = not_built(doc_);
-  for (auto [method, path] : {RouteKey{"POST", "/v1/sessions/{id}/packages"},
-                              RouteKey{"POST", "/v1/templates"},
+  for (auto [method, path] : {RouteKey{"POST", "/v1/templates"},
                               RouteKey{"GET", "/v1/runners"},
                               RouteKey{"GET", "/ws/{user}"},
                               RouteKey{"GET", "/rpc/ws"},
@@ -177,7 +176,7 @@ TEST_F(OpenApiTest, StatusesBeyondTheApiTableAreDocumented) {
   };
   for (auto [path, method] :
        {std::pair{"/v1/sessions", "post"}, std::pair{"/exec", "post"},
-        std::pair{"/v1/sessions/{id}/repair", "post"}, std::pair{"/v1/sessions/{id}/pty", "get"}}) {
+        std::pair{"/v1/sessions/{id}/network", "post"}, std::pair{"/v1/sessions/{id}/pty", "get"}}) {
     EXPECT_TRUE(status_of(path, method, "501")) << method << " " << path << ": no 501";
   }
   for (auto [path, method] :
