@@ -26,12 +26,6 @@ print(" ".join(missing))
 sys.exit(1 if missing else 0)
 )py";
 
-std::string in_box(const Sandbox& box, std::string_view name) {
-  std::string ws = box.workspace();
-  if (!ws.empty() && ws.back() == '/') ws.pop_back();
-  return ws + "/" + std::string(name);
-}
-
 std::string last_line(std::string_view s) {
   while (!s.empty() && (s.back() == '\n' || s.back() == '\r' || s.back() == ' ')) {
     s.remove_suffix(1);
@@ -93,7 +87,7 @@ asio::awaitable<CheckResult> check_workspace(Sandbox& box) {
 // `required`: the workspace was configured (a template, or manifests listing dependencies); a
 // workspace nothing configured needs no marker.
 asio::awaitable<CheckResult> check_marker(Sandbox& box, bool required) {
-  const std::string path = in_box(box, kConfiguredMarker);
+  const std::string path = workspace_path(box, kConfiguredMarker);
   auto st = box.stat(path);
   if (!st && st.error().code == Code::kNotFound && !required) {
     co_return result("marker", true, "no template and no dependencies: nothing to configure");
@@ -109,7 +103,7 @@ asio::awaitable<CheckResult> check_marker(Sandbox& box, bool required) {
 asio::awaitable<Repaired> repair_marker(Sandbox& box) {
   auto st = write_configured_marker(box);
   co_return Repaired{st.has_value(),
-                     st ? "wrote " + in_box(box, kConfiguredMarker) : st.error().message};
+                     st ? "wrote " + workspace_path(box, kConfiguredMarker) : st.error().message};
 }
 
 asio::awaitable<CheckResult> check_disk(Sandbox& box, std::chrono::milliseconds timeout) {
@@ -139,10 +133,10 @@ asio::awaitable<CheckResult> check_disk(Sandbox& box, std::chrono::milliseconds 
 
 asio::awaitable<CheckResult> check_python(Sandbox& box, std::vector<std::string> deps,
                                           std::chrono::milliseconds timeout) {
-  const std::string python = in_box(box, std::string(kVenvDir) + "/bin/python");
+  const std::string python = workspace_path(box, std::string(kVenvDir) + "/bin/python");
   if (auto st = box.stat(python); !st) {
     co_return result("python", false,
-                     in_box(box, kVenvDir) + " has no bin/python (" + std::to_string(deps.size()) +
+                     workspace_path(box, kVenvDir) + " has no bin/python (" + std::to_string(deps.size()) +
                          " dependencies in pyproject.toml)");
   }
   std::vector<std::string> argv = {python, "-c", kMissingDistributions};
@@ -167,11 +161,11 @@ asio::awaitable<CheckResult> check_node(Sandbox& box,
   std::string missing;
   for (const auto& [name, spec] : deps) {
     (void)spec;
-    std::string pj = in_box(box, std::string(kNodeModulesDir) + "/" + name + "/package.json");
+    std::string pj = workspace_path(box, std::string(kNodeModulesDir) + "/" + name + "/package.json");
     if (!box.stat(pj)) missing += (missing.empty() ? "" : " ") + name;
   }
   if (!missing.empty()) {
-    co_return result("node", false, "not in " + in_box(box, kNodeModulesDir) + ": " + missing);
+    co_return result("node", false, "not in " + workspace_path(box, kNodeModulesDir) + ": " + missing);
   }
   co_return result("node", true,
                    "the " + std::to_string(deps.size()) +

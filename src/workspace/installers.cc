@@ -385,12 +385,6 @@ case "$mode" in
 esac
 )sh";
 
-std::string in_box(Sandbox& box, std::string_view name) {
-  std::string ws = box.workspace();
-  if (!ws.empty() && ws.back() == '/') ws.pop_back();
-  return ws + "/" + std::string(name);
-}
-
 // The last line of `err` that says ERROR, else its last non-empty line.
 std::string last_error_line(std::string_view err) {
   std::string last, last_error;
@@ -488,6 +482,12 @@ std::string normalise_name(std::string_view name) {
 }
 
 }  // namespace
+
+std::string workspace_path(const Sandbox& box, std::string_view name) {
+  std::string ws = box.workspace();
+  if (!ws.empty() && ws.back() == '/') ws.pop_back();
+  return ws + "/" + std::string(name);
+}
 
 std::string_view manager_name(PackageManager m) {
   return m == PackageManager::kPip ? "pip" : "npm";
@@ -656,13 +656,13 @@ Result<std::string> render_package_json(
 }
 
 Result<PythonManifest> read_python_manifest(Sandbox& box) {
-  auto text = read_optional(box, in_box(box, kPyproject));
+  auto text = read_optional(box, workspace_path(box, kPyproject));
   if (!text) return std::unexpected(text.error());
   return parse_pyproject(*text);
 }
 
 Status write_python_manifest(Sandbox& box, const PythonManifest& m) {
-  const std::string path = in_box(box, kPyproject);
+  const std::string path = workspace_path(box, kPyproject);
   auto old = read_optional(box, path);
   if (!old) return std::unexpected(old.error());
   auto text = render_pyproject(*old, m);
@@ -673,14 +673,14 @@ Status write_python_manifest(Sandbox& box, const PythonManifest& m) {
 }
 
 Result<std::vector<std::pair<std::string, std::string>>> read_node_manifest(Sandbox& box) {
-  auto text = read_optional(box, in_box(box, kPackageJson));
+  auto text = read_optional(box, workspace_path(box, kPackageJson));
   if (!text) return std::unexpected(text.error());
   return parse_package_json(*text);
 }
 
 Status write_node_manifest(Sandbox& box,
                            const std::vector<std::pair<std::string, std::string>>& deps) {
-  const std::string path = in_box(box, kPackageJson);
+  const std::string path = workspace_path(box, kPackageJson);
   auto old = read_optional(box, path);
   if (!old) return std::unexpected(old.error());
   auto text = render_package_json(*old, deps);
@@ -696,7 +696,7 @@ Status write_configured_marker(Sandbox& box) {
   ::gmtime_r(&now, &tm);
   char buf[32];
   std::strftime(buf, sizeof buf, "%Y-%m-%dT%H:%M:%SZ\n", &tm);
-  const std::string path = in_box(box, kConfiguredMarker);
+  const std::string path = workspace_path(box, kConfiguredMarker);
   auto w = box.write_file(path, buf, sandbox::WriteOptions{});
   if (!w) return std::unexpected(w.error());
   return {};

@@ -128,6 +128,9 @@ Result<std::vector<std::pair<std::string, std::string>>> read_node_manifest(sand
 Status write_node_manifest(sandbox::Sandbox& box,
                            const std::vector<std::pair<std::string, std::string>>& deps);
 
+// The in-box path of `name` (relative) in the box's workspace: "/workspace/" + name on ns.
+std::string workspace_path(const sandbox::Sandbox& box, std::string_view name);
+
 // Writes the `.workspace_configured` marker (its content: the UTC time).
 Status write_configured_marker(sandbox::Sandbox& box);
 

@@ -249,12 +249,11 @@ TEST_F(SessionsApi, LifecycleRoutes) {
   ASSERT_EQ(resume2.status, 200) << resume2;
   EXPECT_EQ(resume2.body["state"], "running");
 
-  // Not in this version: a clear 501 ENOTSUP, never a 500.
+  // repair (api_packages_test has the rest): a healthy session stays healthy.
   {
     auto r = api_.call("POST", "/v1/sessions/life/repair");
-    EXPECT_EQ(r.status, 501) << r;
-    EXPECT_EQ(r.code(), "ENOTSUP");
-    EXPECT_NE(r.message().find("not implemented"), std::string::npos) << r;
+    EXPECT_EQ(r.status, 200) << r;
+    EXPECT_EQ(r.body["healthy"], true) << r;
   }
   // restore: 409 when the session exists (before the archive is looked at), 400 without an
   // archive, 403 for an archive outside data_dir/archives (api_archive_test has the rest).

@@ -136,6 +136,7 @@ std::map<std::string, std::string> designed_mounts() {
       {"/", sys},
       {"/workspace", "rw,nosuid,nodev"},
       {"/tmp", "rw,nosuid,nodev"},
+      {"/cache", "rw,nosuid,nodev"},  // seed 004: package caches, a capped tmpfs
       {"/proc", "rw,nosuid,nodev,noexec"},
       {"/dev", "rw,nosuid,nodev,noexec"},
       {"/dev/pts", "rw,nosuid,noexec"},

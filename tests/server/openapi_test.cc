@@ -171,7 +171,7 @@ TEST_F(OpenApiTest, StatusesBeyondTheApiTableAreDocumented) {
   };
   for (auto [path, method] :
        {std::pair{"/v1/sessions", "post"}, std::pair{"/exec", "post"},
-        std::pair{"/v1/sessions/{id}/pty", "get"}}) {
+        std::pair{"/v1/sessions/{id}/network", "post"}, std::pair{"/v1/sessions/{id}/pty", "get"}}) {
     EXPECT_TRUE(status_of(path, method, "501")) << method << " " << path << ": no 501";
   }
   for (auto [path, method] :
