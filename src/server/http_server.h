@@ -24,6 +24,7 @@
 namespace agentbox::server {
 
 class AuditLog;
+class RunnerHub;  // runner_hub.h
 
 struct ServerOptions {
   std::string address = "127.0.0.1";
@@ -61,6 +62,10 @@ struct ServerOptions {
   // Browser origins allowed to open WebSocket routes (config.h allowed_origins); an upgrade
   // with any other Origin header is 403.
   std::vector<std::string> allowed_origins;
+  // Remote runners (runner_hub.h): GET /ws/{user}, GET /v1/runners, the remote backend. Null:
+  // no runner is accepted. Runner frames are bounded by runner_max_frame_bytes.
+  std::shared_ptr<RunnerHub> runners;
+  std::size_t runner_max_frame_bytes = 64u << 20;
   // How long shutdown waits for requests in flight.
   std::chrono::seconds shutdown_grace{10};
 };

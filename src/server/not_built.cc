@@ -36,9 +36,7 @@ std::vector<RouteSpec> not_built_routes() {
       {N, "GET", "/v1/templates/{name}/builds/{build_id}/log", B, true, not_built, K},
       {N, "GET", "/v1/templates/{name}/snapshots", B, true, not_built, K},
       {N, "POST", "/v1/templates/{name}/rollback", B, true, not_built, K},
-      // Runners, LangBot
-      {N, "GET", "/v1/runners", B, true, not_built, K},
-      {N, "GET", "/ws/{user}", B, true, not_built, K},
+      // LangBot
       {N, "GET", "/rpc/ws", B, true, not_built, K},
   };
   // E2B: everything under /e2b/.

@@ -65,6 +65,9 @@ enum class RouteId {
   // Dialects
   kMcpPost,
   kMcpDelete,
+  // Runners
+  kRunnerWs,
+  kRunnerList,
   // Routes of API.md not built yet: each answers 501 ENOTSUP naming itself.
   kNotBuilt,
 };

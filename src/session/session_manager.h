@@ -45,6 +45,7 @@ struct MountSpec {
 struct SessionSpec {
   std::string backend;  // "" = the daemon's default
   std::string template_name;
+  std::string runner;  // backend "remote": the runner user serving the session
   std::vector<MountSpec> mounts;
   std::map<std::string, std::string> skills;  // name -> host dir, at /workspace/.skills/<name>
   std::set<std::string> read_only_skills;     // skills mounted ro; the others rw (seed 002)

@@ -98,6 +98,7 @@ std::string encode_spec(const SessionSpec& spec) {
   json j;
   j["backend"] = spec.backend;
   j["template"] = spec.template_name;
+  if (!spec.runner.empty()) j["runner"] = spec.runner;
   json mounts = json::array();
   for (const MountSpec& m : spec.mounts) {
     mounts.push_back({{"host_path", m.host_path}, {"mount_path", m.mount_path}, {"mode", m.mode}});
@@ -132,6 +133,7 @@ Result<SessionSpec> decode_spec(std::string_view text) {
   };
   spec.backend = str("backend");
   spec.template_name = str("template");
+  spec.runner = str("runner");
   if (auto it = j.find("mounts"); it != j.end() && it->is_array()) {
     for (const json& m : *it) {
       if (!m.is_object()) continue;

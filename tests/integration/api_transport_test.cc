@@ -332,8 +332,6 @@ TEST_F(TransportApi, RoutesNotBuiltYetAre501NamingTheRoute) {
   for (const Case& c : std::vector<Case>{
            {"GET", "/v1/templates", "/v1/templates"},
            {"POST", "/v1/sessions/nb/packages", "/packages"},
-           {"GET", "/v1/runners", "/v1/runners"},
-           {"GET", "/ws/someone", "/ws/{user}"},
            {"GET", "/rpc/ws", "/rpc/ws"},
            {"GET", "/v1/sessions/nb/managed-process/7/ws", "managed-process"},
            {"POST", "/e2b/sandboxes", "/e2b/"},

@@ -106,8 +106,6 @@ TEST_F(OpenApiTest, NotBuiltRoutesAreMarkedAndAnswer501) {
   std::set<RouteKey> unbuilt = not_built(doc_);
   for (auto [method, path] : {RouteKey{"POST", "/v1/sessions/{id}/packages"},
                               RouteKey{"POST", "/v1/templates"},
-                              RouteKey{"GET", "/v1/runners"},
-                              RouteKey{"GET", "/ws/{user}"},
                               RouteKey{"GET", "/rpc/ws"},
                               RouteKey{"GET", "/v1/sessions/{id}/managed-process/"
                                               "{process_id}/ws"},

@@ -18,6 +18,7 @@ std::vector<RouteSpec> seed001_routes();    // seed001.cc: /exec, /exec-stream, 
 std::vector<RouteSpec> ops_routes();        // ops.cc: /healthz, /readyz, /metrics
 std::vector<RouteSpec> process_routes();   // processes.cc: /v1/sessions/{id}/processes..., /pty
 std::vector<RouteSpec> event_routes();      // events.cc: GET /v1/events (WebSocket)
+std::vector<RouteSpec> runner_routes();     // runners.cc: GET /ws/{user}, GET /v1/runners
 std::vector<RouteSpec> mcp_routes();        // mcp.cc: /v1/sessions/{id}/mcp (MCP, streamable HTTP)
 std::vector<RouteSpec> not_built_routes();  // not_built.cc: API.md routes not built yet (501)
 
