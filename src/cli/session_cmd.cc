@@ -115,6 +115,7 @@ int session_create(const Globals& g, const SessionCreateArgs& a) {
     body["variables"] = *vars;
   }
   if (!a.backend.empty()) body["backend"] = a.backend;
+  if (!a.runner.empty()) body["runner"] = a.runner;
   if (!env->empty()) body["env"] = *env;
   if (!labels->empty()) body["labels"] = *labels;
   json limits = json::object();
@@ -169,6 +170,33 @@ int session_ls(const Globals& g, bool as_json) {
     rows.push_back({field(s, "id"), field(s, "state"), field(s, "backend"), field(s, "uid"),
                     since(s, "created_at", now), since(s, "last_used_at", now), field(s, "ttl_sec"),
                     labels_of(s)});
+  }
+  print_table(rows);
+  return kExitOk;
+}
+
+int runners_ls(const Globals& g, bool as_json) {
+  client::Client c(g.options());
+  auto r = c.request("GET", "/v1/runners");
+  if (!r) return report(r.error());
+  if (!ok(*r)) return report(*r);
+  auto j = parse_reply(*r);
+  if (!j) return kExitServerError;
+  if (as_json) {
+    std::cout << dump(*j) << '\n';
+    return kExitOk;
+  }
+  auto runners = j->find("runners");
+  if (runners == j->end() || !runners->is_array()) {
+    return report(Error::make(Code::kInternal, "server reply has no \"runners\" array"));
+  }
+  std::vector<std::vector<std::string>> rows{
+      {"USER", "CONNECTED", "WORKSPACE", "VERSION", "CONNECTED_AT", "LAST_SEEN"}};
+  for (const json& x : *runners) {
+    if (!x.is_object()) continue;
+    rows.push_back({field(x, "user"), x.value("connected", false) ? "yes" : "no",
+                    field(x, "workspace"), field(x, "version"), field(x, "connected_at"),
+                    field(x, "last_seen")});
   }
   print_table(rows);
   return kExitOk;

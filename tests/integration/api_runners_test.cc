@@ -347,5 +347,38 @@ TEST(RunnerApiSync, GlobalSkillsAndAgentsAreSyncedOnRegistration) {
   EXPECT_FALSE(std::filesystem::exists(ws.path() + "/.skills/noskill"));
 }
 
+// The CLI: `agentbox runners` and `agentbox session create --runner`.
+TEST(RunnerApiCli, RunnersTableAndSessionCreateWithRunner) {
+  Daemon d(runner_args());
+  Workspace ws;
+  FakeRunner r(d, "alice", "alice-secret", ws.path());
+  ASSERT_EQ(r.start()["type"], "register_ok");
+  std::string cli = std::filesystem::path(Daemon::binary()).parent_path() / "agentbox";
+  auto run = [&](const std::string& args) {
+    std::string out;
+    FILE* p = ::popen((cli + " --server " + d.url() + " " + args + " 2>&1").c_str(), "r");
+    char buf[4096];
+    std::size_t n;
+    while ((n = std::fread(buf, 1, sizeof buf, p)) > 0) out.append(buf, n);
+    int rc = ::pclose(p);
+    return std::make_pair(WEXITSTATUS(rc), out);
+  };
+  auto [rc, out] = run("runners");
+  EXPECT_EQ(rc, 0) << out;
+  EXPECT_NE(out.find("USER"), std::string::npos) << out;
+  EXPECT_NE(out.find("alice"), std::string::npos) << out;
+  EXPECT_NE(out.find(ws.path()), std::string::npos) << out;
+  EXPECT_NE(out.find("bob"), std::string::npos) << out;
+  auto [rc2, out2] = run("session create rc --runner alice");
+  EXPECT_EQ(rc2, 0) << out2;
+  json s = json::parse(out2, nullptr, false);
+  EXPECT_EQ(s["backend"], "remote") << out2;
+  EXPECT_EQ(s["workspace"], ws.path()) << out2;
+  auto [rc3, out3] = run("exec rc -- sh -c 'echo via-cli > f.txt; cat f.txt'");
+  EXPECT_EQ(rc3, 0) << out3;
+  EXPECT_NE(out3.find("via-cli"), std::string::npos) << out3;
+  EXPECT_EQ(read_host_file(ws.path() + "/f.txt"), "via-cli\n");
+}
+
 }  // namespace
 }  // namespace agentbox::testing
