@@ -1,0 +1,957 @@
+#include "runner/runner.h"
+
+#include <fcntl.h>
+#include <poll.h>
+#include <signal.h>
+#include <stdlib.h>
+#include <sys/ioctl.h>
+#include <termios.h>
+#include <unistd.h>
+
+#include <atomic>
+#include <condition_variable>
+#include <deque>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <random>
+#include <set>
+#include <thread>
+
+#include <boost/asio.hpp>
+#include <boost/asio/ssl.hpp>
+#include <boost/beast/core.hpp>
+#include <boost/beast/ssl.hpp>
+#include <boost/beast/websocket.hpp>
+#include <boost/beast/websocket/ssl.hpp>
+
+#include "common/log.h"
+#include "runner/protocol.h"
+#include "runner/spawn.h"
+#include "runner/workspace_fs.h"
+
+namespace agentbox::runner {
+namespace asio = boost::asio;
+namespace beast = boost::beast;
+namespace ws = boost::beast::websocket;
+namespace ssl = boost::asio::ssl;
+using namespace std::chrono_literals;
+namespace p = proto;
+
+namespace {
+
+constexpr std::size_t kPushLimit = 4 << 20;          // outbox bytes before pushes wait
+constexpr std::size_t kExecOutputCap = 32 << 20;     // per stream of one exec
+constexpr std::size_t kBgOutputCap = 16 << 20;       // per stream of one bg task
+constexpr std::size_t kMaxMessage = 768u << 20;      // a 500 MB file as plain base64 fits
+constexpr std::size_t kStreamRead = 32 << 10;        // xbot's push size
+
+std::string first_shell() {
+  for (const char* s : {"/bin/bash", "/usr/bin/bash", "/bin/sh"}) {
+    if (access(s, X_OK) == 0) return s;
+  }
+  return "/bin/sh";
+}
+
+// The outbox: frames for the one writer on the I/O thread.
+class Outbox {
+ public:
+  explicit Outbox(asio::any_io_executor ex) : ex_(std::move(ex)), wake_(ex_) {
+    wake_.expires_at(asio::steady_timer::time_point::max());
+  }
+  // A reply: queued at once. false when the connection is gone.
+  bool send(std::string f) { return put(std::move(f), false); }
+  // A push: waits while the outbox is over kPushLimit (a slow server slows the child).
+  bool push(std::string f) { return put(std::move(f), true); }
+  void close() {
+    {
+      std::lock_guard l(mu_);
+      closed_ = true;
+    }
+    cv_.notify_all();
+    kick();
+  }
+  bool closed() {
+    std::lock_guard l(mu_);
+    return closed_;
+  }
+  // I/O thread only.
+  std::optional<std::string> pop() {
+    std::lock_guard l(mu_);
+    if (q_.empty()) return std::nullopt;
+    std::string f = std::move(q_.front());
+    q_.pop_front();
+    bytes_ -= f.size();
+    cv_.notify_all();
+    return f;
+  }
+  asio::steady_timer& wake() { return wake_; }
+
+ private:
+  bool put(std::string f, bool wait) {
+    {
+      std::unique_lock l(mu_);
+      if (wait) cv_.wait(l, [&] { return closed_ || bytes_ < kPushLimit; });
+      if (closed_) return false;
+      bytes_ += f.size();
+      q_.push_back(std::move(f));
+    }
+    kick();
+    return true;
+  }
+  void kick() {
+    asio::post(ex_, [this] { wake_.cancel(); });
+  }
+
+  asio::any_io_executor ex_;
+  asio::steady_timer wake_;
+  std::mutex mu_;
+  std::condition_variable cv_;
+  std::deque<std::string> q_;
+  std::size_t bytes_ = 0;
+  bool closed_ = false;
+};
+
+// Input for a child (stdio stdin, pty master), written in order by its own thread.
+class InputQueue {
+ public:
+  InputQueue(int fd, bool close_fd) : fd_(fd), close_fd_(close_fd) {
+    thread_ = std::thread([this] { loop(); });
+  }
+  ~InputQueue() {
+    finish();
+    thread_.join();
+  }
+  void add(std::string data) {
+    {
+      std::lock_guard l(mu_);
+      if (done_) return;
+      q_.push_back(std::move(data));
+    }
+    cv_.notify_all();
+  }
+  // No more input: the fd is closed (if owned) once what is queued is written.
+  void finish() {
+    {
+      std::lock_guard l(mu_);
+      done_ = true;
+    }
+    cv_.notify_all();
+  }
+
+ private:
+  void loop() {
+    for (;;) {
+      std::string d;
+      {
+        std::unique_lock l(mu_);
+        cv_.wait(l, [&] { return done_ || !q_.empty(); });
+        if (q_.empty()) break;
+        d = std::move(q_.front());
+        q_.pop_front();
+      }
+      std::string_view v = d;
+      while (!v.empty()) {
+        ssize_t n = ::write(fd_, v.data(), v.size());
+        if (n < 0 && errno == EINTR) continue;
+        if (n <= 0) break;
+        v.remove_prefix(static_cast<std::size_t>(n));
+      }
+    }
+    if (close_fd_) ::close(fd_);
+  }
+  int fd_;
+  bool close_fd_;
+  std::mutex mu_;
+  std::condition_variable cv_;
+  std::deque<std::string> q_;
+  bool done_ = false;
+  std::thread thread_;
+};
+
+struct BgTask {
+  std::mutex mu;
+  pid_t pid = -1;
+  std::string status = "running";
+  int exit_code = 0;
+  std::string out, err;
+};
+
+struct Stream {
+  bool pty = false;
+  pid_t pid = -1;
+  UniqueFd master;  // pty only
+  std::unique_ptr<InputQueue> input;
+  std::mutex mu;
+  std::condition_variable cv;
+  bool finished = false;
+  bool wait_finished(std::chrono::milliseconds d) {
+    std::unique_lock l(mu);
+    return cv.wait_for(l, d, [&] { return finished; });
+  }
+};
+
+// One connection's state. Request threads hold it by shared_ptr; shutdown() on disconnect.
+class Conn : public std::enable_shared_from_this<Conn> {
+ public:
+  Conn(asio::any_io_executor ex, const WorkspaceFs& fs) : outbox(std::move(ex)), fs_(fs) {}
+
+  Outbox outbox;
+
+  void shutdown() {
+    outbox.close();
+    std::lock_guard l(mu_);
+    closed_ = true;
+    for (pid_t pg : execs_) kill_group(pg);
+    for (auto& [id, t] : tasks_) {
+      std::lock_guard tl(t->mu);
+      if (t->status == "running") kill_group(t->pid);
+    }
+    for (auto& [id, s] : streams_) kill_group(s->pid);
+    tasks_.clear();
+    streams_.clear();
+  }
+
+  // On the I/O thread, for every frame.
+  void dispatch(p::Envelope e) {
+    const std::string& t = e.type;
+    if (t == p::type::kStdioWrite || t == p::type::kPtyStdin || t == p::type::kPtyResize) {
+      fire_and_forget(e);  // in order, no reply (xbot: pty_stdin's reply is dropped anyway)
+      return;
+    }
+    auto self = shared_from_this();
+    std::thread([self, env = std::move(e)]() mutable { self->handle(std::move(env)); }).detach();
+  }
+
+ private:
+  void reply(const std::string& id, std::string_view type, std::optional<p::Json> body) {
+    outbox.send(p::frame(id, type, std::move(body)));
+  }
+  void reply_error(const std::string& id, const Error& err) {
+    std::string_view c;
+    if (err.sys_errno != 0) {
+      c = p::code_for_errno(err.sys_errno);
+    } else {
+      switch (err.code) {
+        case Code::kInvalid: c = p::code::kInvalid; break;
+        case Code::kAccess: c = p::code::kPerm; break;
+        case Code::kNotFound: c = p::code::kNotFound; break;
+        case Code::kExists: c = p::code::kExists; break;
+        case Code::kNotSupported: c = p::code::kNotSupported; break;
+        case Code::kTooBig: c = p::code::kTooBig; break;
+        default: c = p::code::kIO; break;
+      }
+    }
+    outbox.send(p::error_frame(id, c, err.message));
+  }
+  void reply_error(const std::string& id, std::string_view code, std::string msg) {
+    outbox.send(p::error_frame(id, code, msg));
+  }
+
+  template <typename T>
+  std::optional<T> body(const p::Envelope& e) {
+    auto b = p::body_as<T>(e);
+    if (!b) {
+      reply_error(e.id, p::code::kInvalid, b.error().message);
+      return std::nullopt;
+    }
+    return std::move(*b);
+  }
+
+  void handle(p::Envelope e) {
+    const std::string& t = e.type;
+    const std::string& id = e.id;
+    if (t == p::type::kExec) return exec(e);
+    if (t == p::type::kReadFile) {
+      auto b = body<p::PathRequest>(e);
+      if (!b) return;
+      auto r = fs_.read_file(b->path);
+      if (!r) return reply_error(id, r.error());
+      return reply(id, p::type::kFileContent, p::to_json(p::FileContent{std::move(*r)}));
+    }
+    if (t == p::type::kWriteFile) {
+      auto b = p::body_as<p::WriteFileRequest>(e);
+      if (!b) return reply_error(id, b.error().code == Code::kInternal ? p::code::kIO : p::code::kInvalid, b.error().message);
+      auto r = fs_.write_file(b->path, b->data, b->perm);
+      if (!r) return reply_error(id, r.error());
+      return reply(id, p::type::kOk, std::nullopt);
+    }
+    if (t == p::type::kStat) {
+      auto b = body<p::PathRequest>(e);
+      if (!b) return;
+      auto r = fs_.stat(b->path);
+      if (!r) return reply_error(id, r.error());
+      return reply(id, p::type::kFileInfo, p::to_json(*r));
+    }
+    if (t == p::type::kReadDir) {
+      auto b = body<p::PathRequest>(e);
+      if (!b) return;
+      auto r = fs_.read_dir(b->path);
+      if (!r) return reply_error(id, r.error());
+      return reply(id, p::type::kDirEntries, p::to_json(*r));
+    }
+    if (t == p::type::kMkdirAll) {
+      auto b = body<p::MkdirAllRequest>(e);
+      if (!b) return;
+      auto r = fs_.mkdir_all(b->path, b->perm);
+      if (!r) return reply_error(id, r.error());
+      return reply(id, p::type::kOk, std::nullopt);
+    }
+    if (t == p::type::kRemove || t == p::type::kRemoveAll) {
+      auto b = body<p::PathRequest>(e);
+      if (!b) return;
+      auto r = t == p::type::kRemove ? fs_.remove(b->path) : fs_.remove_all(b->path);
+      if (!r) return reply_error(id, r.error());
+      return reply(id, p::type::kOk, std::nullopt);
+    }
+    if (t == p::type::kBgExec) return bg_exec(e);
+    if (t == p::type::kBgStatus || t == p::type::kBgKill) return bg_other(e);
+    if (t == p::type::kStdioStart) return stream_start(e, false);
+    if (t == p::type::kPtyCreate) return stream_start(e, true);
+    if (t == p::type::kStdioClose || t == p::type::kPtyClose) return stream_close(e);
+    if (t == p::type::kLlmGenerate || t == p::type::kLlmModels) {
+      return reply_error(id, p::code::kNotSupported, "local LLM not configured on this runner");
+    }
+    if (t == p::type::kDownloadFile) {
+      return reply_error(id, p::code::kNotSupported,
+                         "download_file is not supported by agentbox-runner");
+    }
+    reply_error(id, p::code::kInvalid, "unknown request type: " + t);
+  }
+
+  // The child's cwd: the workspace, or `dir` beneath it. Unlike xbot, a bad dir is an error.
+  Result<UniqueFd> cwd_for(const std::string& dir) {
+    auto fd = fs_.open_dir(dir.empty() ? fs_.path() : dir);
+    if (!fd && fd.error().code != Code::kAccess) {
+      return fail(Code::kInternal, "exec error: " + fd.error().message);
+    }
+    return fd;
+  }
+
+  bool track_exec(pid_t pid) {
+    std::lock_guard l(mu_);
+    if (closed_) return false;
+    execs_.insert(pid);
+    return true;
+  }
+  void untrack_exec(pid_t pid) {
+    std::lock_guard l(mu_);
+    execs_.erase(pid);
+  }
+
+  void exec(const p::Envelope& e) {
+    auto b = body<p::ExecRequest>(e);
+    if (!b) return;
+    SpawnSpec spec;
+    if (b->shell) {
+      spec.argv = {"/bin/sh", "-c", b->command};
+    } else {
+      if (b->args.empty()) {
+        return reply_error(e.id, p::code::kIO, "exec error: non-shell exec requires args to be set");
+      }
+      spec.argv = b->args;
+    }
+    if (!b->run_as_user.empty()) {
+      std::vector<std::string> sudo = {"sudo", "-n", "-H", "-u", b->run_as_user, "--"};
+      spec.argv.insert(spec.argv.begin(), sudo.begin(), sudo.end());
+    }
+    spec.env = environment_with(b->env);
+    auto cwd = cwd_for(b->dir);
+    if (!cwd) return reply_error(e.id, cwd.error());
+    spec.cwd_fd = cwd->get();
+    int out[2], err[2], in[2] = {-1, -1};
+    if (pipe2(out, O_CLOEXEC) != 0 || pipe2(err, O_CLOEXEC) != 0) {
+      return reply_error(e.id, p::code::kIO, "exec error: pipe");
+    }
+    UniqueFd out_r(out[0]), out_w(out[1]), err_r(err[0]), err_w(err[1]), in_r, in_w;
+    if (!b->stdin_data.empty()) {
+      if (pipe2(in, O_CLOEXEC) != 0) return reply_error(e.id, p::code::kIO, "exec error: pipe");
+      in_r = UniqueFd(in[0]);
+      in_w = UniqueFd(in[1]);
+      spec.stdin_fd = in_r.get();
+    }
+    spec.stdout_fd = out_w.get();
+    spec.stderr_fd = err_w.get();
+    auto pid = spawn(spec);
+    if (!pid) return reply_error(e.id, p::code::kIO, "exec error: " + pid.error().message);
+    out_w.reset();
+    err_w.reset();
+    in_r.reset();
+    if (!track_exec(*pid)) kill_group(*pid);
+    std::thread feeder;
+    if (in_w) {
+      feeder = std::thread([fd = std::move(in_w), data = b->stdin_data]() {
+        std::string_view v = data;
+        while (!v.empty()) {
+          ssize_t n = ::write(fd.get(), v.data(), v.size());
+          if (n < 0 && errno == EINTR) continue;
+          if (n <= 0) break;
+          v.remove_prefix(static_cast<std::size_t>(n));
+        }
+      });
+    }
+    std::int64_t secs = b->timeout <= 0 || b->timeout > 3600 ? 60 : b->timeout;
+    p::ExecResult res;
+    bool in_time = drain(out_r.get(), err_r.get(), res.stdout_data, res.stderr_data, kExecOutputCap,
+                         std::chrono::steady_clock::now() + std::chrono::seconds(secs));
+    if (!in_time) {
+      // SECURITY/correctness: the whole group, not only the direct child (xbot's bug, 1.4).
+      kill_group(*pid);
+      drain(out_r.get(), err_r.get(), res.stdout_data, res.stderr_data, kExecOutputCap,
+            std::chrono::steady_clock::now() + 1s);
+    }
+    int status = wait_for(*pid);
+    untrack_exec(*pid);
+    if (feeder.joinable()) {
+      if (!in_time) kill_group(*pid);
+      feeder.join();
+    }
+    res.exit_code = in_time ? exit_code_of(status) : -1;
+    res.timed_out = !in_time;
+    reply(e.id, p::type::kExecResult, p::to_json(res));
+  }
+
+  void bg_exec(const p::Envelope& e) {
+    auto b = body<p::BgExecRequest>(e);
+    if (!b) return;
+    SpawnSpec spec;
+    if (b->shell) {
+      spec.argv = {"sh", "-c", b->command};
+    } else if (b->args.empty()) {
+      return reply_error(e.id, p::code::kIO, "bg_exec failed: non-shell exec requires args to be set");
+    } else {
+      spec.argv = b->args;
+    }
+    spec.env = environment_with(b->env);
+    auto cwd = cwd_for(b->dir);
+    if (!cwd) return reply_error(e.id, cwd.error());
+    spec.cwd_fd = cwd->get();
+    int out[2], err[2], in[2] = {-1, -1};
+    if (pipe2(out, O_CLOEXEC) != 0 || pipe2(err, O_CLOEXEC) != 0 || pipe2(in, O_CLOEXEC) != 0) {
+      return reply_error(e.id, p::code::kIO, "bg_exec failed: pipe");
+    }
+    UniqueFd out_r(out[0]), out_w(out[1]), err_r(err[0]), err_w(err[1]), in_r(in[0]), in_w(in[1]);
+    spec.stdout_fd = out_w.get();
+    spec.stderr_fd = err_w.get();
+    spec.stdin_fd = in_r.get();
+    auto task = std::make_shared<BgTask>();
+    {
+      std::lock_guard l(mu_);
+      if (closed_) return;
+      if (tasks_.count(b->task_id)) {
+        return reply_error(e.id, p::code::kExists, "bg_exec failed: task " + b->task_id + " exists");
+      }
+      auto pid = spawn(spec);
+      if (!pid) return reply_error(e.id, p::code::kIO, "bg_exec failed: " + pid.error().message);
+      task->pid = *pid;
+      tasks_[b->task_id] = task;
+    }
+    out_w.reset();
+    err_w.reset();
+    in_r.reset();
+    std::string data = b->stdin_data;
+    std::thread([fd = std::move(in_w), data]() {
+      std::string_view v = data;
+      while (!v.empty()) {
+        ssize_t n = ::write(fd.get(), v.data(), v.size());
+        if (n <= 0 && errno != EINTR) break;
+        if (n > 0) v.remove_prefix(static_cast<std::size_t>(n));
+      }
+    }).detach();
+    std::thread([task, o = std::move(out_r), er = std::move(err_r)]() {
+      char buf[65536];
+      pollfd pf[2] = {{o.get(), POLLIN, 0}, {er.get(), POLLIN, 0}};
+      while (pf[0].fd >= 0 || pf[1].fd >= 0) {
+        if (poll(pf, 2, -1) < 0 && errno != EINTR) break;
+        for (int i = 0; i < 2; ++i) {
+          if (pf[i].fd < 0 || pf[i].revents == 0) continue;
+          ssize_t n = ::read(pf[i].fd, buf, sizeof buf);
+          if (n < 0 && errno == EINTR) continue;
+          if (n <= 0) {
+            pf[i].fd = -1;
+            continue;
+          }
+          std::lock_guard l(task->mu);
+          std::string& s = i == 0 ? task->out : task->err;
+          if (s.size() < kBgOutputCap) s.append(buf, std::min<std::size_t>(n, kBgOutputCap - s.size()));
+        }
+      }
+      int status = wait_for(task->pid);
+      std::lock_guard l(task->mu);
+      if (task->status == "running") {
+        task->exit_code = exit_code_of(status);
+        task->status = task->exit_code == 0 ? "completed" : "failed";
+      }
+    }).detach();
+    reply(e.id, p::type::kBgStarted, p::to_json(p::TaskRequest{b->task_id}));
+  }
+
+  void bg_other(const p::Envelope& e) {
+    auto b = body<p::TaskRequest>(e);
+    if (!b) return;
+    bool kill = e.type == p::type::kBgKill;
+    std::shared_ptr<BgTask> task;
+    {
+      std::lock_guard l(mu_);
+      if (auto it = tasks_.find(b->task_id); it != tasks_.end()) task = it->second;
+    }
+    std::string op = kill ? "bg_kill failed: " : "bg_status failed: ";
+    if (!task) return reply_error(e.id, p::code::kIO, op + "task " + b->task_id + " not found");
+    std::unique_lock l(task->mu);
+    if (kill) {
+      if (task->status != "running") {
+        return reply_error(e.id, p::code::kIO, op + "task " + b->task_id +
+                                                   " is not running (status=" + task->status + ")");
+      }
+      kill_group(task->pid);
+      task->status = "killed";
+      task->exit_code = -1;
+      l.unlock();
+      return reply(e.id, p::type::kOk, std::nullopt);
+    }
+    p::BgOutput o{b->task_id, task->status, task->exit_code, task->out, task->err};
+    l.unlock();
+    reply(e.id, p::type::kBgOutput, p::to_json(o));
+  }
+
+  void stream_start(const p::Envelope& e, bool pty) {
+    p::PtyCreate req;
+    if (pty) {
+      auto b = body<p::PtyCreate>(e);
+      if (!b) return;
+      req = std::move(*b);
+    } else {
+      auto b = body<p::StdioStart>(e);
+      if (!b) return;
+      req.stream_id = b->stream_id;
+      req.command = b->command;
+      req.args = b->args;
+      req.env = b->env;
+      req.dir = b->dir;
+    }
+    if (req.stream_id.empty()) return reply_error(e.id, p::code::kInvalid, "missing stream_id");
+    auto cwd = cwd_for(req.dir);
+    if (!cwd) return reply_error(e.id, cwd.error());
+    SpawnSpec spec;
+    spec.cwd_fd = cwd->get();
+    if (pty && req.command.empty()) req.command = "bash";
+    spec.argv = {req.command};
+    spec.argv.insert(spec.argv.end(), req.args.begin(), req.args.end());
+    auto st = std::make_shared<Stream>();
+    st->pty = pty;
+    UniqueFd read_end, slave, in_r, out_w;
+    if (pty) {
+      std::vector<std::string> env = {"TERM=xterm-256color"};
+      for (const char* k : {"PATH", "HOME", "USER", "SHELL", "LANG"}) {
+        if (const char* v = getenv(k)) env.push_back(std::string(k) + "=" + v);
+      }
+      env.insert(env.end(), req.env.begin(), req.env.end());
+      spec.env = std::move(env);
+      st->master = UniqueFd(posix_openpt(O_RDWR | O_NOCTTY | O_CLOEXEC));
+      if (!st->master || grantpt(st->master.get()) != 0 || unlockpt(st->master.get()) != 0) {
+        return reply_error(e.id, p::code::kIO, "start pty: " + std::string(strerror(errno)));
+      }
+      char name[128];
+      if (ptsname_r(st->master.get(), name, sizeof name) != 0) {
+        return reply_error(e.id, p::code::kIO, "start pty: ptsname");
+      }
+      slave = UniqueFd(::open(name, O_RDWR | O_NOCTTY | O_CLOEXEC));
+      if (!slave) return reply_error(e.id, p::code::kIO, "start pty: open " + std::string(name));
+      winsize ws{};
+      ws.ws_col = req.cols ? req.cols : 80;
+      ws.ws_row = req.rows ? req.rows : 24;
+      ioctl(st->master.get(), TIOCSWINSZ, &ws);
+      spec.stdin_fd = spec.stdout_fd = spec.stderr_fd = slave.get();
+      spec.pty = true;
+    } else {
+      spec.env = environment_with(req.env);
+      int in[2], out[2];
+      if (pipe2(in, O_CLOEXEC) != 0 || pipe2(out, O_CLOEXEC) != 0) {
+        return reply_error(e.id, p::code::kIO, "start process: pipe");
+      }
+      in_r = UniqueFd(in[0]);
+      out_w = UniqueFd(out[1]);
+      read_end = UniqueFd(out[0]);
+      st->input = std::make_unique<InputQueue>(in[1], true);
+      spec.stdin_fd = in_r.get();
+      spec.stdout_fd = out_w.get();
+    }
+    {
+      std::lock_guard l(mu_);
+      if (closed_) return;
+      if (auto it = streams_.find(req.stream_id); it != streams_.end()) {
+        if (st->input) st->input->finish();
+        return reply_error(e.id, p::code::kExists, "stream " + req.stream_id + " already exists");
+      }
+      auto pid = spawn(spec);
+      if (!pid) {
+        if (st->input) st->input->finish();
+        return reply_error(e.id, p::code::kIO,
+                           std::string(pty ? "start pty: " : "start process: ") + pid.error().message);
+      }
+      st->pid = *pid;
+      if (pty) {
+        int wfd = fcntl(st->master.get(), F_DUPFD_CLOEXEC, 0);
+        st->input = std::make_unique<InputQueue>(wfd, true);
+        read_end = UniqueFd(fcntl(st->master.get(), F_DUPFD_CLOEXEC, 0));
+      }
+      streams_[req.stream_id] = st;
+    }
+    slave.reset();
+    in_r.reset();
+    out_w.reset();
+    auto self = shared_from_this();
+    std::thread([self, st, id = req.stream_id, fd = std::move(read_end)]() {
+      self->forward(st, id, fd.get());
+    }).detach();
+    reply(e.id, p::type::kOk, p::to_json(p::StreamRequest{req.stream_id}));
+  }
+
+  // Pushes the child's output until EOF (a pty: EIO once every slave holder is gone), then
+  // its exit.
+  void forward(std::shared_ptr<Stream> st, std::string id, int fd) {
+    std::string buf(kStreamRead, '\0');
+    auto data_type = st->pty ? p::type::kPtyData : p::type::kStdioData;
+    for (;;) {
+      ssize_t n = ::read(fd, buf.data(), buf.size());
+      if (n < 0 && errno == EINTR) continue;
+      if (n <= 0) break;
+      outbox.push(p::frame("", data_type,
+                           p::to_json(p::StreamData{id, buf.substr(0, static_cast<std::size_t>(n))})));
+    }
+    int status = wait_for(st->pid);
+    p::StreamExit x{id, exit_code_of(status), ""};
+    if (WIFSIGNALED(status)) x.error = std::string("signal: ") + strsignal(WTERMSIG(status));
+    outbox.push(p::frame("", st->pty ? p::type::kPtyExit : p::type::kStdioExit, p::to_json(x)));
+    {
+      std::lock_guard l(st->mu);
+      st->finished = true;
+    }
+    st->cv.notify_all();
+  }
+
+  std::shared_ptr<Stream> find_stream(const std::string& id) {
+    std::lock_guard l(mu_);
+    auto it = streams_.find(id);
+    return it == streams_.end() ? nullptr : it->second;
+  }
+
+  void stream_close(const p::Envelope& e) {
+    auto b = body<p::StreamRequest>(e);
+    if (!b) return;
+    if (b->stream_id.empty()) return reply_error(e.id, p::code::kInvalid, "missing stream_id");
+    auto st = find_stream(b->stream_id);
+    if (!st) return reply_error(e.id, p::code::kNotFound, "stream " + b->stream_id + " not found");
+    if (st->pty) {
+      kill_group(st->pid, SIGHUP);
+    } else {
+      st->input->finish();  // EOF on the child's stdin
+    }
+    if (!st->wait_finished(st->pty ? 3s : 5s)) {
+      kill_group(st->pid, SIGTERM);
+      if (!st->wait_finished(3s)) {
+        kill_group(st->pid, SIGKILL);
+        st->wait_finished(3s);
+      }
+    }
+    {
+      std::lock_guard l(mu_);
+      streams_.erase(b->stream_id);
+    }
+    reply(e.id, p::type::kOk, std::nullopt);
+  }
+
+  void fire_and_forget(const p::Envelope& e) {
+    if (e.type == p::type::kPtyResize) {
+      auto b = p::body_as<p::PtyResize>(e);
+      if (!b) return;
+      auto st = find_stream(b->stream_id);
+      if (!st || !st->pty) return;
+      winsize ws{};
+      ws.ws_col = b->cols ? b->cols : 80;
+      ws.ws_row = b->rows ? b->rows : 24;
+      ioctl(st->master.get(), TIOCSWINSZ, &ws);
+      return;
+    }
+    auto b = p::body_as<p::StreamData>(e);
+    if (!b) return;
+    auto st = find_stream(b->stream_id);
+    if (!st || st->pty != (e.type == p::type::kPtyStdin) || !st->input) return;
+    st->input->add(std::move(b->data));
+  }
+
+  const WorkspaceFs& fs_;
+  std::mutex mu_;
+  bool closed_ = false;
+  std::set<pid_t> execs_;
+  std::map<std::string, std::shared_ptr<BgTask>> tasks_;
+  std::map<std::string, std::shared_ptr<Stream>> streams_;
+};
+
+struct Url {
+  bool tls = false;
+  std::string host, port, target;
+};
+
+std::optional<Url> parse_url(const std::string& s) {
+  Url u;
+  std::string rest;
+  if (s.rfind("ws://", 0) == 0) {
+    rest = s.substr(5);
+  } else if (s.rfind("wss://", 0) == 0) {
+    u.tls = true;
+    rest = s.substr(6);
+  } else {
+    return std::nullopt;
+  }
+  std::size_t slash = rest.find('/');
+  std::string authority = rest.substr(0, slash);
+  u.target = slash == std::string::npos ? "/" : rest.substr(slash);
+  if (!authority.empty() && authority[0] == '[') {
+    std::size_t close = authority.find(']');
+    if (close == std::string::npos) return std::nullopt;
+    u.host = authority.substr(1, close - 1);
+    if (close + 1 < authority.size() && authority[close + 1] == ':') u.port = authority.substr(close + 2);
+  } else if (std::size_t colon = authority.rfind(':'); colon != std::string::npos) {
+    u.host = authority.substr(0, colon);
+    u.port = authority.substr(colon + 1);
+  } else {
+    u.host = authority;
+  }
+  if (u.port.empty()) u.port = u.tls ? "443" : "80";
+  if (u.host.empty()) return std::nullopt;
+  return u;
+}
+
+class Runner {
+ public:
+  Runner(const RunnerOptions& o, WorkspaceFs fs, Url url)
+      : opts_(o), fs_(std::move(fs)), url_(std::move(url)), ssl_(ssl::context::tls_client) {
+    ssl_.set_default_verify_paths();
+    if (!o.ca_file.empty()) ssl_.load_verify_file(o.ca_file);
+    ssl_.set_verify_mode(ssl::verify_peer);
+  }
+
+  int run() {
+    asio::signal_set signals(io_, SIGINT, SIGTERM);
+    signals.async_wait([this](const boost::system::error_code& ec, int sig) {
+      if (ec) return;
+      spdlog::info("signal {}: stopping", sig);
+      stopping_ = true;
+      if (conn_) conn_->shutdown();
+      io_.stop();
+    });
+    asio::co_spawn(io_, loop(), asio::detached);
+    io_.run();
+    if (conn_) conn_->shutdown();
+    return 0;
+  }
+
+ private:
+  asio::awaitable<void> loop() {
+    std::mt19937_64 rng{std::random_device{}()};
+    int attempt = 0;
+    asio::steady_timer timer(io_);
+    for (;;) {
+      bool registered = false;
+      if (url_.tls) {
+        registered = co_await session_tls();
+      } else {
+        registered = co_await session_plain();
+      }
+      if (stopping_) co_return;
+      // A registration that succeeded starts the back-off again (xbot's never resets, 1.4).
+      if (registered) attempt = 0;
+      ++attempt;
+      auto base = opts_.backoff_base.count();
+      long long delay = base;
+      for (int i = 1; i < attempt && delay < opts_.backoff_max.count(); ++i) delay *= 2;
+      delay = std::min<long long>(delay, opts_.backoff_max.count());
+      long long jitter = delay / 4 > 0 ? static_cast<long long>(rng() % (delay / 4)) : 0;
+      spdlog::info("reconnecting in {} ms (attempt {})", delay + jitter, attempt);
+      timer.expires_after(std::chrono::milliseconds(delay + jitter));
+      boost::system::error_code ec;
+      co_await timer.async_wait(asio::redirect_error(asio::use_awaitable, ec));
+    }
+  }
+
+  asio::awaitable<bool> session_plain() {
+    ws::stream<beast::tcp_stream> s(io_);
+    boost::system::error_code ec;
+    asio::ip::tcp::resolver res(io_);
+    auto eps = co_await res.async_resolve(url_.host, url_.port,
+                                          asio::redirect_error(asio::use_awaitable, ec));
+    if (ec) {
+      spdlog::warn("resolve {}: {}", url_.host, ec.message());
+      co_return false;
+    }
+    beast::get_lowest_layer(s).expires_after(10s);
+    co_await beast::get_lowest_layer(s).async_connect(eps, asio::redirect_error(asio::use_awaitable, ec));
+    if (ec) {
+      spdlog::warn("connect {}:{}: {}", url_.host, url_.port, ec.message());
+      co_return false;
+    }
+    beast::get_lowest_layer(s).expires_never();
+    bool r = co_await serve(s);
+    co_return r;
+  }
+
+  asio::awaitable<bool> session_tls() {
+    ws::stream<beast::ssl_stream<beast::tcp_stream>> s(io_, ssl_);
+    boost::system::error_code ec;
+    asio::ip::tcp::resolver res(io_);
+    auto eps = co_await res.async_resolve(url_.host, url_.port,
+                                          asio::redirect_error(asio::use_awaitable, ec));
+    if (ec) {
+      spdlog::warn("resolve {}: {}", url_.host, ec.message());
+      co_return false;
+    }
+    beast::get_lowest_layer(s).expires_after(10s);
+    co_await beast::get_lowest_layer(s).async_connect(eps, asio::redirect_error(asio::use_awaitable, ec));
+    if (ec) {
+      spdlog::warn("connect {}:{}: {}", url_.host, url_.port, ec.message());
+      co_return false;
+    }
+    SSL_set_tlsext_host_name(s.next_layer().native_handle(), url_.host.c_str());
+    s.next_layer().set_verify_callback(ssl::host_name_verification(url_.host));
+    co_await s.next_layer().async_handshake(ssl::stream_base::client,
+                                            asio::redirect_error(asio::use_awaitable, ec));
+    if (ec) {
+      spdlog::warn("TLS handshake with {}: {}", url_.host, ec.message());
+      co_return false;
+    }
+    beast::get_lowest_layer(s).expires_never();
+    bool r = co_await serve(s);
+    co_return r;
+  }
+
+  std::string user_id() const {
+    if (!opts_.user_id.empty()) return opts_.user_id;
+    return url_.target.substr(url_.target.rfind('/') + 1);
+  }
+
+  // Handshake, register, serve until the connection ends. true when the registration succeeded.
+  template <typename WS>
+  asio::awaitable<bool> serve(WS& s) {
+    boost::system::error_code ec;
+    s.set_option(ws::stream_base::timeout{10s, 60s, true});  // pings every 30 s, 60 s deadline
+    s.read_message_max(kMaxMessage);
+    std::string host = url_.host + ":" + url_.port;
+    co_await s.async_handshake(host, url_.target, asio::redirect_error(asio::use_awaitable, ec));
+    if (ec) {
+      spdlog::warn("websocket handshake {}{}: {}", host, url_.target, ec.message());
+      co_return false;
+    }
+    p::RegisterBody reg{.user_id = user_id(), .auth_token = opts_.token, .workspace = fs_.path(),
+                        .shell = first_shell()};
+    p::Envelope env{.id = "", .type = std::string(p::type::kRegister), .user_id = user_id(),
+                    .body = p::to_json(reg)};
+    std::string first = p::encode(env);
+    co_await s.async_write(asio::buffer(first), asio::redirect_error(asio::use_awaitable, ec));
+    if (ec) co_return false;
+    // 10 s for the answer; anything but `error` counts as success (as xbot's runner).
+    beast::flat_buffer buf;
+    asio::steady_timer guard(io_);
+    guard.expires_after(10s);
+    guard.async_wait([&s](const boost::system::error_code& e) {
+      if (!e) beast::get_lowest_layer(s).close();
+    });
+    co_await s.async_read(buf, asio::redirect_error(asio::use_awaitable, ec));
+    guard.cancel();
+    if (ec) {
+      spdlog::warn("no answer to register: {}", ec.message());
+      co_return false;
+    }
+    auto answer = p::decode(beast::buffers_to_string(buf.data()));
+    if (answer && answer->type == p::type::kError) {
+      auto eb = p::body_as<p::ErrorBody>(*answer);
+      spdlog::warn("registration refused: {} {}", eb ? eb->code : "", eb ? eb->message : "");
+      beast::get_lowest_layer(s).close();
+      co_return false;
+    }
+    spdlog::info("registered as {} with workspace {}", user_id(), fs_.path());
+    auto conn = std::make_shared<Conn>(io_.get_executor(), fs_);
+    conn_ = conn;
+    auto writer_done = std::make_shared<bool>(false);
+    asio::co_spawn(io_, writer(s, conn, writer_done), asio::detached);
+    for (;;) {
+      buf.consume(buf.size());
+      co_await s.async_read(buf, asio::redirect_error(asio::use_awaitable, ec));
+      if (ec) break;
+      auto e = p::decode(beast::buffers_to_string(buf.data()));
+      if (!e) {
+        spdlog::warn("bad frame: {}", e.error().message);
+        continue;
+      }
+      conn->dispatch(std::move(*e));
+    }
+    spdlog::warn("connection lost: {}", ec.message());
+    // Kill every child of this connection and stop its writer.
+    conn->shutdown();
+    conn_.reset();
+    beast::get_lowest_layer(s).close();
+    asio::steady_timer wait(io_);
+    while (!*writer_done) {
+      wait.expires_after(20ms);
+      co_await wait.async_wait(asio::redirect_error(asio::use_awaitable, ec));
+    }
+    co_return true;
+  }
+
+  template <typename WS>
+  asio::awaitable<void> writer(WS& s, std::shared_ptr<Conn> conn, std::shared_ptr<bool> done) {
+    boost::system::error_code ec;
+    for (;;) {
+      auto f = conn->outbox.pop();
+      if (!f) {
+        if (conn->outbox.closed()) break;
+        conn->outbox.wake().expires_at(asio::steady_timer::time_point::max());
+        co_await conn->outbox.wake().async_wait(asio::redirect_error(asio::use_awaitable, ec));
+        continue;
+      }
+      co_await s.async_write(asio::buffer(*f), asio::redirect_error(asio::use_awaitable, ec));
+      if (ec) {
+        conn->outbox.close();
+        break;
+      }
+    }
+    *done = true;
+  }
+
+  RunnerOptions opts_;
+  WorkspaceFs fs_;
+  Url url_;
+  asio::io_context io_;
+  ssl::context ssl_;
+  std::shared_ptr<Conn> conn_;
+  bool stopping_ = false;
+};
+
+}  // namespace
+
+int run(const RunnerOptions& opts) {
+  auto url = parse_url(opts.server);
+  if (!url) {
+    spdlog::error("--server {}: want ws://host[:port]/ws/<user> or wss://...", opts.server);
+    return 2;
+  }
+  auto fs = WorkspaceFs::open(opts.workspace);
+  if (!fs) {
+    spdlog::error("--workspace: {}", fs.error().message);
+    return 2;
+  }
+  if (opts.user_id.empty() && url->target.substr(url->target.rfind('/') + 1).empty()) {
+    spdlog::error("--server {}: the URL must end in /ws/<user> (or give --user-id)", opts.server);
+    return 2;
+  }
+  signal(SIGPIPE, SIG_IGN);
+  try {
+    Runner r(opts, std::move(*fs), std::move(*url));
+    return r.run();
+  } catch (const std::exception& e) {
+    spdlog::error("{}", e.what());
+    return 1;
+  }
+}
+
+}  // namespace agentbox::runner
