@@ -186,9 +186,9 @@ asio::awaitable<bool> runner_ws(Call* call) {
         });
     state->conn = rc;
     timer->cancel();
-    // To an xbot runner exactly xbot's answer; to one that speaks version 1, ours.
+    // xbot's answer, without `version`: this daemon does not do the chunked transfers of
+    // version 1 yet (docs/runner-protocol.md), so both sides keep to the plain form.
     proto::RegisterOk ok;
-    if (id.version >= proto::kProtocolVersion) ok.version = proto::kProtocolVersion;
     ws->send(proto::frame("", proto::type::kRegisterOk, proto::to_json(ok)));
     hub->attach(rc);
     audit(ctx, "runner.register", session::Caller(who->tenant, false, 0), "",
