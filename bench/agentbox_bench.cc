@@ -1428,6 +1428,161 @@ void section_network(const std::string& bin, int starts) {
   if (!WIFEXITED(st) || WEXITSTATUS(st) != 0) die("network section failed");
 }
 
+// ---- runners (issue 14): daemon -> agentbox-runner on loopback ----------------------------------
+
+long hwm_kib(pid_t pid) {
+  std::ifstream f("/proc/" + std::to_string(pid) + "/status");
+  std::string line;
+  while (std::getline(f, line)) {
+    if (line.rfind("VmHWM:", 0) == 0) return std::strtol(line.c_str() + 6, nullptr, 10);
+  }
+  return -1;
+}
+
+pid_t start_runner(const std::string& bin, const std::string& url, const std::string& token,
+                   const fs::path& ws) {
+  fs::create_directories(ws);
+  std::vector<std::string> args = {bin, "--server", url, "--token", token, "--workspace",
+                                   ws.string(), "--log-level", "error"};
+  std::vector<char*> argv;
+  for (auto& a : args) argv.push_back(a.data());
+  argv.push_back(nullptr);
+  posix_spawn_file_actions_t fa;
+  posix_spawn_file_actions_init(&fa);
+  posix_spawn_file_actions_addopen(&fa, 1, "/dev/null", O_WRONLY, 0);
+  pid_t pid = -1;
+  int rc = posix_spawn(&pid, argv[0], &fa, nullptr, argv.data(), environ);
+  posix_spawn_file_actions_destroy(&fa);
+  if (rc != 0) die("cannot start " + bin);
+  return pid;
+}
+
+int connected_runners(Client& c) {
+  auto r = c.request("GET", "/v1/runners");
+  if (!r || r->status != 200) return 0;
+  auto j = nlohmann::json::parse(r->body, nullptr, false);
+  int n = 0;
+  if (j.is_object() && j["runners"].is_array()) {
+    for (const auto& x : j["runners"]) n += x.value("connected", false) ? 1 : 0;
+  }
+  return n;
+}
+
+std::vector<double> time_execs(Client& c, const std::string& id, int n) {
+  std::vector<double> v;
+  for (int i = 0; i < n; ++i) {
+    auto t0 = Clock::now();
+    if (!exec_true(c, id)) die("exec /bin/true on " + id + " failed");
+    v.push_back(ms_since(t0));
+  }
+  return v;
+}
+
+void section_runners(const std::string& bin, int n, std::uint64_t mb, int count) {
+  std::printf("\n[runners] daemon -> agentbox-runner on loopback (xbot's protocol, plain form)\n");
+  const std::string runner_bin = (fs::path(bin).parent_path() / "agentbox-runner").string();
+  if (!fs::exists(runner_bin)) die("no " + runner_bin);
+  std::vector<std::string> extra;
+  for (int i = 0; i < count; ++i) {
+    extra.push_back("--runner-token");
+    extra.push_back("r" + std::to_string(i) + "=tok" + std::to_string(i));
+  }
+  Daemon d(bin, "host", extra);
+  const std::string ws_url = "ws://" + d.url().substr(7) + "/ws/";
+  std::vector<pid_t> runners;
+  struct Stop {
+    std::vector<pid_t>* p;
+    ~Stop() {
+      for (pid_t x : *p) kill(x, SIGTERM);
+      for (pid_t x : *p) waitpid(x, nullptr, 0);
+    }
+  } stop{&runners};
+  runners.push_back(start_runner(runner_bin, ws_url + "r0", "tok0", d.dir() / "ws0"));
+  Client c = make_client(d);
+  for (int i = 0; i < 10000 && connected_runners(c) < 1; ++i) usleep(1000);
+  if (connected_runners(c) < 1) die("agentbox-runner did not register");
+  create_session(c, "bench-host");
+  nlohmann::json body = {{"id", "bench-remote"}, {"runner", "r0"}};
+  auto cr = c.request("POST", "/v1/sessions", body.dump());
+  if (!cr || cr->status != 201) die("remote session: " + (cr ? cr->body : cr.error().message));
+  for (int i = 0; i < 20; ++i) {
+    exec_true(c, "bench-host");
+    exec_true(c, "bench-remote");
+  }
+  std::vector<double> host, remote;
+  for (int i = 0; i < n; ++i) {  // interleaved: the noise hits both alike
+    auto h = time_execs(c, "bench-host", 1);
+    auto r = time_execs(c, "bench-remote", 1);
+    host.push_back(h[0]);
+    remote.push_back(r[0]);
+  }
+  double mh = median(host), mr = median(remote);
+  std::printf("  exec /bin/true, %d iterations, medians\n", n);
+  row("host backend session (HTTP -> spawn)", mh, "ms");
+  row("remote session (HTTP -> daemon -> runner -> spawn)", mr, "ms",
+      ratio_note(mr / mh, "<= 1.5"));
+
+  // Many runners connected: the daemon's memory per connection and routing time.
+  long rss0 = rss_kib(d.pid());
+  for (int i = 1; i < count; ++i) {
+    runners.push_back(start_runner(runner_bin, ws_url + "r" + std::to_string(i),
+                                   "tok" + std::to_string(i),
+                                   d.dir() / ("ws" + std::to_string(i))));
+  }
+  for (int i = 0; i < 600 && connected_runners(c) < count; ++i) usleep(100000);
+  int connected = connected_runners(c);
+  long rss1 = rss_kib(d.pid());
+  std::printf("  %d runners connected\n", connected);
+  row("daemon RSS with them", static_cast<double>(rss1) / 1024.0, "MiB",
+      "(+" + std::to_string((rss1 - rss0) / std::max(1, connected - 1)) + " KiB per runner)");
+  nlohmann::json last = {{"id", "bench-last"}, {"runner", "r" + std::to_string(count - 1)}};
+  auto cl = c.request("POST", "/v1/sessions", last.dump());
+  if (!cl || cl->status != 201) die("session on the last runner failed");
+  for (int i = 0; i < 20; ++i) exec_true(c, "bench-last");
+  std::vector<double> first_r, last_r;
+  for (int i = 0; i < n / 2; ++i) {
+    first_r.push_back(time_execs(c, "bench-remote", 1)[0]);
+    last_r.push_back(time_execs(c, "bench-last", 1)[0]);
+  }
+  row("exec /bin/true on runner r0 with all connected", median(first_r), "ms",
+      ratio_note(median(first_r) / mr, "~1 (vs one runner)"));
+  row("exec /bin/true on the last runner registered", median(last_r), "ms");
+  // Files: one base64 frame each way (the plain form; chunking is not built in the daemon).
+  const std::uint64_t size = mb << 20;
+  std::string data(size, '\0');
+  std::uint64_t x = 88172645463325252ull;
+  for (auto& ch : data) {
+    x ^= x << 13, x ^= x >> 7, x ^= x << 17;
+    ch = static_cast<char>(x);
+  }
+  auto t0 = Clock::now();
+  auto up = c.request("PUT", "/v1/sessions/bench-remote/files?path=big.bin", data,
+                      "application/octet-stream");
+  double up_ms = ms_since(t0);
+  if (!up || up->status != 200) die("remote upload: " + (up ? up->body : up.error().message));
+  std::uint64_t got = 0;
+  t0 = Clock::now();
+  auto g = c.request_stream("GET", "/v1/sessions/bench-remote/files?path=big.bin", "",
+                            [&got](std::string_view chunk) {
+                              got += chunk.size();
+                              return true;
+                            });
+  double down_ms = ms_since(t0);
+  if (!g || g->status != 200 || got != size) die("remote download failed");
+  double tcp = median({raw_tcp_ms(size, {}, {}), raw_tcp_ms(size, {}, {}), raw_tcp_ms(size, {}, {})});
+  auto mbps = [&](double ms) { return static_cast<double>(mb) / (ms / 1000.0); };
+  std::printf("  %llu MiB file through a remote session, MB/s\n",
+              static_cast<unsigned long long>(mb));
+  row("raw loopback TCP, memory -> memory", mbps(tcp), "MB/s");
+  row("upload (PUT -> daemon -> runner -> disk)", mbps(up_ms), "MB/s",
+      ratio_note(tcp / up_ms, ">= 0.5"));
+  row("download (runner -> daemon -> GET)", mbps(down_ms), "MB/s",
+      ratio_note(tcp / down_ms, ">= 0.5"));
+  row("daemon peak RSS (VmHWM)", static_cast<double>(hwm_kib(d.pid())) / 1024.0, "MiB");
+  row("runner r0 peak RSS (VmHWM)", static_cast<double>(hwm_kib(runners[0])) / 1024.0, "MiB");
+
+}
+
 int main(int argc, char** argv) {
   CLI::App app{"agentbox benchmarks, side by side with their baselines"};
   std::string daemon = "build/bin/agentboxd", backend = "host";
@@ -1442,7 +1597,7 @@ int main(int argc, char** argv) {
   app.add_option("--daemon", daemon, "agentboxd binary");
   app.add_option("--backend", backend, "backend to measure");
   app.add_option("--section", sections,
-                 "exec files sessions idle rate lifecycle attach keys procs ab network")
+                 "exec files sessions idle rate lifecycle attach keys procs ab network runners")
       ->delimiter(',');
   int net_starts = 20;
   app.add_option("--net-starts", net_starts, "box starts per network mode (network section)");
@@ -1456,6 +1611,10 @@ int main(int argc, char** argv) {
   app.add_option("--idle-seconds", idle_seconds, "how long the procs section measures idle CPU");
   app.add_option("--keys", keys, "keystrokes of the keys section");
   app.add_option("--attaches", attaches, "runs of the attach section");
+  std::uint64_t runner_file_mb = 32;
+  int runner_count = 100;
+  app.add_option("--runner-file-mb", runner_file_mb, "runners section: file size, MiB");
+  app.add_option("--runners", runner_count, "runners section: runners connected at once");
   app.add_option("--ab-daemon", ab_daemon, "section ab: the agentboxd to compare --daemon with");
   CLI11_PARSE(app, argc, argv);
   signal(SIGPIPE, SIG_IGN);
@@ -1487,6 +1646,8 @@ int main(int argc, char** argv) {
       die("section ab needs --ab-daemon");
     else if (s == "network")
       section_network(daemon, net_starts);
+    else if (s == "runners")
+      section_runners(daemon, iterations, runner_file_mb, runner_count);
     else
       die("unknown section " + s);
     std::fflush(stdout);
