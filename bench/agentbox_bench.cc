@@ -129,14 +129,16 @@ std::vector<double> time_spawns(const std::vector<std::string>& args, int n) {
   return out;
 }
 
-long rss_kib(pid_t pid) {
+// A "Vm...:" field of /proc/PID/status, KiB (-1 if absent).
+long status_kib(pid_t pid, const std::string& field) {
   std::ifstream f("/proc/" + std::to_string(pid) + "/status");
   std::string line;
   while (std::getline(f, line)) {
-    if (line.rfind("VmRSS:", 0) == 0) return std::strtol(line.c_str() + 6, nullptr, 10);
+    if (line.rfind(field, 0) == 0) return std::strtol(line.c_str() + field.size(), nullptr, 10);
   }
   return -1;
 }
+long rss_kib(pid_t pid) { return status_kib(pid, "VmRSS:"); }
 
 // The daemon under test: started on port 0 with a fresh data dir, stopped with SIGTERM.
 class Daemon {
@@ -1430,14 +1432,7 @@ void section_network(const std::string& bin, int starts) {
 
 // ---- runners (issue 14): daemon -> agentbox-runner on loopback ----------------------------------
 
-long hwm_kib(pid_t pid) {
-  std::ifstream f("/proc/" + std::to_string(pid) + "/status");
-  std::string line;
-  while (std::getline(f, line)) {
-    if (line.rfind("VmHWM:", 0) == 0) return std::strtol(line.c_str() + 6, nullptr, 10);
-  }
-  return -1;
-}
+long hwm_kib(pid_t pid) { return status_kib(pid, "VmHWM:"); }
 
 pid_t start_runner(const std::string& bin, const std::string& url, const std::string& token,
                    const fs::path& ws) {

@@ -147,17 +147,40 @@ int session_create(const Globals& g, const SessionCreateArgs& a) {
   return kExitOk;
 }
 
-int session_ls(const Globals& g, bool as_json) {
+namespace {
+
+// GET `target`; with as_json prints the reply and returns nullopt (rc 0). nullopt with *rc set:
+// an error (reported). Else the reply, for a table.
+std::optional<json> get_listing(const Globals& g, const char* target, bool as_json, int* rc) {
   client::Client c(g.options());
-  auto r = c.request("GET", "/v1/sessions");
-  if (!r) return report(r.error());
-  if (!ok(*r)) return report(*r);
+  auto r = c.request("GET", target);
+  if (!r) {
+    *rc = report(r.error());
+    return std::nullopt;
+  }
+  if (!ok(*r)) {
+    *rc = report(*r);
+    return std::nullopt;
+  }
   auto j = parse_reply(*r);
-  if (!j) return kExitServerError;
+  if (!j) {
+    *rc = kExitServerError;
+    return std::nullopt;
+  }
   if (as_json) {
     std::cout << dump(*j) << '\n';
-    return kExitOk;
+    *rc = kExitOk;
+    return std::nullopt;
   }
+  return j;
+}
+
+}  // namespace
+
+int session_ls(const Globals& g, bool as_json) {
+  int rc = kExitOk;
+  auto j = get_listing(g, "/v1/sessions", as_json, &rc);
+  if (!j) return rc;
   auto sessions = j->find("sessions");
   if (sessions == j->end() || !sessions->is_array()) {
     return report(Error::make(Code::kInternal, "server reply has no \"sessions\" array"));
@@ -176,16 +199,9 @@ int session_ls(const Globals& g, bool as_json) {
 }
 
 int runners_ls(const Globals& g, bool as_json) {
-  client::Client c(g.options());
-  auto r = c.request("GET", "/v1/runners");
-  if (!r) return report(r.error());
-  if (!ok(*r)) return report(*r);
-  auto j = parse_reply(*r);
-  if (!j) return kExitServerError;
-  if (as_json) {
-    std::cout << dump(*j) << '\n';
-    return kExitOk;
-  }
+  int rc = kExitOk;
+  auto j = get_listing(g, "/v1/runners", as_json, &rc);
+  if (!j) return rc;
   auto runners = j->find("runners");
   if (runners == j->end() || !runners->is_array()) {
     return report(Error::make(Code::kInternal, "server reply has no \"runners\" array"));

@@ -273,6 +273,61 @@ TEST(RunnerApiFaults, GarbageReplyFailsThatRequestAndClosesOnlyThatConnection) {
   EXPECT_EQ(fine.body["stdout"], "ok\n");
 }
 
+// SECURITY.md T8: a frame over the runner frame cap (64 MiB) closes that connection only; the
+// request on it fails, the daemon stays small, another runner keeps working.
+TEST(RunnerApiFaults, OversizedFrameClosesOnlyThatConnection) {
+  Daemon d(runner_args());
+  Api api(d);
+  Workspace wa, wb;
+  FakeRunner alice(d, "alice", "alice-secret", wa.path());
+  FakeRunner bob(d, "bob", "bob-secret", wb.path());
+  ASSERT_EQ(alice.start()["type"], "register_ok");
+  ASSERT_EQ(bob.start()["type"], "register_ok");
+  ASSERT_EQ(api.post("/v1/sessions", {{"id", "a"}, {"runner", "alice"}}).status, 201);
+  ASSERT_EQ(api.post("/v1/sessions", {{"id", "b"}, {"runner", "bob"}}).status, 201);
+  alice.on("exec", [](const json&) {
+    json body = {{"stdout", std::string(70u << 20, 'x')}, {"stderr", ""}, {"exit_code", 0},
+                 {"timed_out", false}};
+    return FakeRunner::Outcome{FakeRunner::Action::kReply,
+                               {{"type", "exec_result"}, {"body", std::move(body)}}};
+  });
+  auto e = api.exec("a", {{"command", "true"}});
+  EXPECT_EQ(e.status, 503) << e;
+  EXPECT_TRUE(eventually([&] { return alice.ended(); }, 10));
+  auto fine = api.exec("b", {{"command", "echo ok"}});
+  EXPECT_EQ(fine.status, 200) << fine;
+  EXPECT_TRUE(d.running());
+}
+
+// SECURITY.md T8: many refused registrations leave the daemon up and its memory flat.
+TEST(RunnerApiFaults, ManyBadRegistrationsDoNotGrowTheDaemon) {
+  Daemon d(runner_args());
+  Api api(d);
+  Workspace ws;
+  auto rss = [&] {
+    std::ifstream f("/proc/" + std::to_string(d.pid()) + "/status");
+    std::string line;
+    while (std::getline(f, line)) {
+      if (line.rfind("VmRSS:", 0) == 0) return std::strtol(line.c_str() + 6, nullptr, 10);
+    }
+    return -1L;
+  };
+  for (int i = 0; i < 50; ++i) {
+    FakeRunner r(d, "alice", "wrong", ws.path());
+    (void)r.start();
+  }
+  long before = rss();
+  for (int i = 0; i < 1000; ++i) {
+    FakeRunner r(d, i % 2 ? "alice" : "nobody", "wrong", ws.path());
+    json a = r.start();
+    ASSERT_EQ(a["body"]["code"], "AUTH_FAILED") << i << " " << a;
+  }
+  long after = rss();
+  EXPECT_LT(after - before, 8 * 1024) << before << " KiB -> " << after << " KiB";
+  FakeRunner good(d, "alice", "alice-secret", ws.path());
+  EXPECT_EQ(good.start()["type"], "register_ok");
+}
+
 TEST(RunnerApiFaults, RepliesInAnyOrderAndUnknownIdsAreDropped) {
   Daemon d(runner_args());
   Api api(d);

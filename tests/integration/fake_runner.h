@@ -68,7 +68,10 @@ class FakeRunner {
   // ({"type":"register_ok",...} or {"type":"error",...}), or a discarded json on no answer.
   json start(std::chrono::seconds wait = std::chrono::seconds(10)) {
     thread_ = std::thread([this] { run(); });
-    eventually([this] { return answered_.load() || ended_.load(); }, wait.count());
+    auto deadline = std::chrono::steady_clock::now() + wait;
+    while (!answered_.load() && !ended_.load() && std::chrono::steady_clock::now() < deadline) {
+      std::this_thread::sleep_for(std::chrono::milliseconds(1));
+    }
     std::lock_guard lk(mu_);
     return register_answer_;
   }
