@@ -190,17 +190,24 @@ asio::awaitable<bool> runner_ws(Call* call) {
     // version 1 yet (docs/runner-protocol.md), so both sides keep to the plain form.
     proto::RegisterOk ok;
     ws->send(proto::frame("", proto::type::kRegisterOk, proto::to_json(ok)));
-    hub->attach(rc);
-    audit(ctx, "runner.register", session::Caller(who->tenant, false, 0), "",
-          {{"user", user}, {"workspace", id.workspace}, {"version", id.version}});
-    spdlog::info("runner {} registered (workspace {}, version {})", user, id.workspace,
-                 id.version);
-    const auto& mc = ctx->sessions->config();
-    if (!mc.global_skills_dir.empty() || !mc.agents_dir.empty()) {
-      asio::post(*ctx->pool, [rc, skills = mc.global_skills_dir, agents = mc.agents_dir] {
-        sync_to_runner(rc, skills, agents);
-      });
-    }
+    // No request may reach the runner before register_ok (xbot's runner takes whatever comes
+    // first as the answer to its register): the connection is handed out only once register_ok
+    // is queued. send() posts from this thread; so does this, so it runs after that enqueue (a
+    // post from a pool thread could overtake it).
+    asio::post(ws->get_executor(), [ctx, hub, rc, user, id, tenant = who->tenant] {
+      if (!rc->open()) return;  // gone already (both run on this thread: no race)
+      hub->attach(rc);
+      audit(ctx, "runner.register", session::Caller(tenant, false, 0), "",
+            {{"user", user}, {"workspace", id.workspace}, {"version", id.version}});
+      spdlog::info("runner {} registered (workspace {}, version {})", user, id.workspace,
+                   id.version);
+      const auto& mc = ctx->sessions->config();
+      if (!mc.global_skills_dir.empty() || !mc.agents_dir.empty()) {
+        asio::post(*ctx->pool, [rc, skills = mc.global_skills_dir, agents = mc.agents_dir] {
+          sync_to_runner(rc, skills, agents);
+        });
+      }
+    });
   };
   co_await ws->run(on_message);
   timer->cancel();
