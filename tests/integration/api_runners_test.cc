@@ -166,6 +166,11 @@ TEST(RunnerApiSessions, ExecAndFilesOnARemoteSession) {
   auto mv = api.post("/v1/sessions/rs/rename", {{"from", "a"}, {"to", "b"}});
   EXPECT_EQ(mv.status, 501) << mv;
   EXPECT_NE(mv.message().find("rename"), std::string::npos) << mv;
+  auto proc = api.post("/v1/sessions/rs/processes", {{"command", "sleep 1"}});
+  EXPECT_EQ(proc.status, 501) << proc;
+  auto art = api.exec("rs", {{"command", "true"}, {"artifact_dir", "out"}});
+  EXPECT_EQ(art.status, 501) << art;
+  EXPECT_NE(art.message().find("artifact_dir"), std::string::npos) << art;
 }
 
 TEST(RunnerApiSessions, GoFileModeBitsBecomePosixModes) {
