@@ -25,6 +25,9 @@
 //             the host directly; connection setup through the proxy (CONNECT -> 200) vs a direct
 //             TCP connect; box start (create -> first exec) with network none / allowlist /
 //             open. Runs in a network namespace of its own (nothing left on the host).
+//   e2b       the stock e2b SDK (tests/node/e2b_bench.mjs): commands.run("true") vs the native
+//             /v1 exec of the same command (/bin/bash -l -c true) and of /bin/true from the same
+//             Node process; Sandbox.create() -> first command, p50/p99
 
 #include <arpa/inet.h>
 #include <fcntl.h>
@@ -1575,7 +1578,36 @@ void section_runners(const std::string& bin, int n, std::uint64_t mb, int count)
       ratio_note(tcp / down_ms, ">= 0.5"));
   row("daemon peak RSS (VmHWM)", static_cast<double>(hwm_kib(d.pid())) / 1024.0, "MiB");
   row("runner r0 peak RSS (VmHWM)", static_cast<double>(hwm_kib(runners[0])) / 1024.0, "MiB");
+}
 
+// The E2B dialect through the stock `e2b` SDK (tests/node/e2b_bench.mjs, which also times the
+// native /v1 exec from the same Node process so both sides pay the same client runtime).
+void section_e2b(const Daemon& d, int runs, int creates) {
+  std::printf("\n[e2b] stock e2b SDK vs native /v1 exec (same Node client), %d runs, "
+              "%d creates, p50 (p99)\n",
+              runs, creates);
+  std::string cmd = std::string("cd ") + AGENTBOX_NODE_DIR + " && node e2b_bench.mjs " + d.url() +
+                    " " + std::to_string(runs) + " " + std::to_string(creates);
+  std::string out;
+  FILE* p = ::popen(cmd.c_str(), "r");
+  if (p == nullptr) die("e2b: cannot run node");
+  char buf[4096];
+  while (std::size_t n = std::fread(buf, 1, sizeof buf, p)) out.append(buf, n);
+  if (::pclose(p) != 0) die("e2b: the node bench failed: " + out);
+  auto j = nlohmann::json::parse(out, nullptr, false);
+  if (j.is_discarded()) die("e2b: bad output: " + out);
+  auto v = [&](const char* k) { return j[k].get<std::vector<double>>(); };
+  auto sdk = v("sdk_run"), bash = v("native_bash"), tru = v("native_true"), cf = v("create_first");
+  auto ncf = v("native_create_first");
+  row_p("native /v1 exec argv /bin/true", tru);
+  row_p("native /v1 exec /bin/bash -l -c true (what the SDK runs)", bash);
+  row_p("e2b commands.run(\"true\")", sdk,
+        ratio_note(median(sdk) / median(bash), "<= 1.3 vs the same command native") + ", " +
+            std::to_string(median(sdk) / median(tru)).substr(0, 4) + "x vs /bin/true");
+  row_p("native POST /v1/sessions -> first exec of /bin/bash -l -c true", ncf);
+  row_p("Sandbox.create() -> first commands.run(\"true\")", cf,
+        "(target p50 <= 20 ms), " + std::to_string(median(cf) / median(ncf)).substr(0, 4) +
+            "x the native");
 }
 
 int main(int argc, char** argv) {
@@ -1592,7 +1624,7 @@ int main(int argc, char** argv) {
   app.add_option("--daemon", daemon, "agentboxd binary");
   app.add_option("--backend", backend, "backend to measure");
   app.add_option("--section", sections,
-                 "exec files sessions idle rate lifecycle attach keys procs ab network runners")
+                 "exec files sessions idle rate lifecycle attach keys procs ab network e2b runners")
       ->delimiter(',');
   int net_starts = 20;
   app.add_option("--net-starts", net_starts, "box starts per network mode (network section)");
@@ -1611,6 +1643,9 @@ int main(int argc, char** argv) {
   app.add_option("--runner-file-mb", runner_file_mb, "runners section: file size, MiB");
   app.add_option("--runners", runner_count, "runners section: runners connected at once");
   app.add_option("--ab-daemon", ab_daemon, "section ab: the agentboxd to compare --daemon with");
+  int e2b_runs = 300, e2b_creates = 50;
+  app.add_option("--e2b-runs", e2b_runs, "commands.run calls of the e2b section");
+  app.add_option("--e2b-creates", e2b_creates, "Sandbox.create calls of the e2b section");
   CLI11_PARSE(app, argc, argv);
   signal(SIGPIPE, SIG_IGN);
 
@@ -1643,6 +1678,8 @@ int main(int argc, char** argv) {
       section_network(daemon, net_starts);
     else if (s == "runners")
       section_runners(daemon, iterations, runner_file_mb, runner_count);
+    else if (s == "e2b")
+      section_e2b(d, e2b_runs, e2b_creates);
     else
       die("unknown section " + s);
     std::fflush(stdout);

@@ -11,7 +11,8 @@ constexpr char kAlphabet[] = "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwx
 constexpr std::array<std::int8_t, 256> make_table() {
   std::array<std::int8_t, 256> t{};
   for (auto& v : t) v = -1;
-  for (int i = 0; i < 64; ++i) t[static_cast<unsigned char>(kAlphabet[i])] = static_cast<std::int8_t>(i);
+  for (int i = 0; i < 64; ++i)
+    t[static_cast<unsigned char>(kAlphabet[i])] = static_cast<std::int8_t>(i);
   return t;
 }
 constexpr auto kTable = make_table();
@@ -45,8 +46,8 @@ std::optional<std::string> base64_decode(std::string_view text) {
   std::string out;
   out.reserve(text.size() / 4 * 3);
   std::uint32_t quad[4];
-  int n = 0;     // symbols in the current quantum
-  int pad = 0;   // '=' seen in the current quantum
+  int n = 0;           // symbols in the current quantum
+  int pad = 0;         // '=' seen in the current quantum
   bool ended = false;  // a padded quantum was completed: nothing may follow
   for (char c : text) {
     if (c == '\r' || c == '\n') continue;

@@ -1,10 +1,11 @@
 #include "runner/protocol.h"
 
+#include <sys/stat.h>
+
 #include <cerrno>
 #include <cstdio>
 #include <ctime>
 #include <random>
-#include <sys/stat.h>
 
 namespace agentbox::runner::proto {
 namespace {
@@ -219,8 +220,7 @@ std::string frame(std::string_view id, std::string_view t, std::optional<Json> b
   return encode(e);
 }
 
-std::string error_frame(std::string_view id, std::string_view wire_code,
-                        std::string_view message) {
+std::string error_frame(std::string_view id, std::string_view wire_code, std::string_view message) {
   ErrorBody b{std::string(message), std::string(wire_code)};
   return frame(id, type::kError, to_json(b));
 }
@@ -306,8 +306,12 @@ Json to_json(const ExecResult& b) {
   return j;
 }
 
-Json to_json(const PathRequest& b) { return Json{{"path", b.path}}; }
-Json to_json(const FileContent& b) { return Json{{"data", base64_encode(b.data)}}; }
+Json to_json(const PathRequest& b) {
+  return Json{{"path", b.path}};
+}
+Json to_json(const FileContent& b) {
+  return Json{{"data", base64_encode(b.data)}};
+}
 
 Json to_json(const WriteFileRequest& b) {
   Json j = Json::object();
@@ -355,7 +359,9 @@ Json to_json(const DownloadRequest& b) {
   return j;
 }
 
-Json to_json(const SizeBody& b) { return Json{{"size", b.size}}; }
+Json to_json(const SizeBody& b) {
+  return Json{{"size", b.size}};
+}
 
 Json to_json(const BgExecRequest& b) {
   Json j = Json::object();
@@ -369,7 +375,9 @@ Json to_json(const BgExecRequest& b) {
   return j;
 }
 
-Json to_json(const TaskRequest& b) { return Json{{"task_id", b.task_id}}; }
+Json to_json(const TaskRequest& b) {
+  return Json{{"task_id", b.task_id}};
+}
 
 Json to_json(const BgOutput& b) {
   Json j = Json::object();
@@ -398,7 +406,9 @@ Json to_json(const StreamData& b) {
   return j;
 }
 
-Json to_json(const StreamRequest& b) { return Json{{"stream_id", b.stream_id}}; }
+Json to_json(const StreamRequest& b) {
+  return Json{{"stream_id", b.stream_id}};
+}
 
 Json to_json(const StreamExit& b) {
   Json j = Json::object();
@@ -428,7 +438,9 @@ Json to_json(const PtyResize& b) {
   return j;
 }
 
-Json to_json(const LlmModels& b) { return Json{{"models", strings(b.models)}}; }
+Json to_json(const LlmModels& b) {
+  return Json{{"models", strings(b.models)}};
+}
 
 Json to_json(const FileBegin& b) {
   Json j = Json::object();
@@ -447,8 +459,12 @@ Json to_json(const FileChunk& b) {
   return j;
 }
 
-Json to_json(const FileEnd& b) { return Json{{"size", b.size}}; }
-Json to_json(const Ack& b) { return Json{{"offset", b.offset}}; }
+Json to_json(const FileEnd& b) {
+  return Json{{"size", b.size}};
+}
+Json to_json(const Ack& b) {
+  return Json{{"offset", b.offset}};
+}
 
 // ---- bodies: decoding ----
 
@@ -784,8 +800,7 @@ Result<std::int64_t> parse_mod_time(std::string_view s) {
   long off = 0;
   if (i < s.size() && (s[i] == 'Z' || s[i] == 'z') && i + 1 == s.size()) {
     off = 0;
-  } else if (i < s.size() && (s[i] == '+' || s[i] == '-') && i + 6 == s.size() &&
-             s[i + 3] == ':') {
+  } else if (i < s.size() && (s[i] == '+' || s[i] == '-') && i + 6 == s.size() && s[i + 3] == ':') {
     int oh, om;
     if (!digits(i + 1, 2, oh) || !digits(i + 4, 2, om)) return bad_time();
     off = (oh * 3600L + om * 60L) * (s[i] == '-' ? -1 : 1);

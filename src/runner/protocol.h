@@ -12,14 +12,14 @@
 // EINVAL naming it; a request without `body` is EINVAL, a `null` body is all zero values.
 // Nothing throws: every decoder returns a Result whose error names the bad field.
 
+#include <sys/types.h>
+
 #include <cstdint>
+#include <nlohmann/json.hpp>
 #include <optional>
 #include <string>
 #include <string_view>
-#include <sys/types.h>
 #include <vector>
-
-#include <nlohmann/json.hpp>
 
 #include "common/base64.h"
 #include "common/error.h"
@@ -114,9 +114,9 @@ Code to_code(std::string_view wire_code);
 // ---- the envelope ----
 // {"id","type","user_id","body"}; id, user_id and body are omitempty.
 struct Envelope {
-  std::string id;       // "" -> omitted
+  std::string id;  // "" -> omitted
   std::string type;
-  std::string user_id;  // "" -> omitted
+  std::string user_id;       // "" -> omitted
   std::optional<Json> body;  // nullopt -> omitted; a JSON null is kept as null
 };
 
@@ -155,11 +155,11 @@ struct ExecRequest {
   std::string command;
   std::vector<std::string> args;  // omitempty
   bool shell = false;
-  std::string dir;                // omitempty
-  std::vector<std::string> env;   // omitempty, "KEY=VALUE"
-  std::string stdin_data;         // "stdin", omitempty
-  std::int64_t timeout = 0;       // seconds; <=0 or >3600 means 60
-  std::string run_as_user;        // omitempty
+  std::string dir;               // omitempty
+  std::vector<std::string> env;  // omitempty, "KEY=VALUE"
+  std::string stdin_data;        // "stdin", omitempty
+  std::int64_t timeout = 0;      // seconds; <=0 or >3600 means 60
+  std::string run_as_user;       // omitempty
 };
 struct ExecResult {
   std::string stdout_data;  // "stdout"
@@ -176,7 +176,7 @@ struct FileContent {
 };
 struct WriteFileRequest {
   std::string path;
-  std::string data;  // base64 on the wire; raw bytes here (bad base64 is EIO, as xbot)
+  std::string data;        // base64 on the wire; raw bytes here (bad base64 is EIO, as xbot)
   std::uint32_t perm = 0;  // Go FileMode
 };
 struct MkdirAllRequest {

@@ -5,10 +5,17 @@
 #include <signal.h>
 #include <stdlib.h>
 #include <sys/ioctl.h>
+#include <sys/stat.h>
 #include <termios.h>
 #include <unistd.h>
 
 #include <atomic>
+#include <boost/asio.hpp>
+#include <boost/asio/ssl.hpp>
+#include <boost/beast/core.hpp>
+#include <boost/beast/ssl.hpp>
+#include <boost/beast/websocket.hpp>
+#include <boost/beast/websocket/ssl.hpp>
 #include <condition_variable>
 #include <deque>
 #include <map>
@@ -18,16 +25,11 @@
 #include <set>
 #include <thread>
 
-#include <boost/asio.hpp>
-#include <boost/asio/ssl.hpp>
-#include <boost/beast/core.hpp>
-#include <boost/beast/ssl.hpp>
-#include <boost/beast/websocket.hpp>
-#include <boost/beast/websocket/ssl.hpp>
-
 #include "common/log.h"
+#include "runner/download.h"
 #include "runner/protocol.h"
 #include "runner/spawn.h"
+#include "runner/url.h"
 #include "runner/workspace_fs.h"
 
 namespace agentbox::runner {
@@ -40,11 +42,11 @@ namespace p = proto;
 
 namespace {
 
-constexpr std::size_t kPushLimit = 4 << 20;          // outbox bytes before pushes wait
-constexpr std::size_t kExecOutputCap = 32 << 20;     // per stream of one exec
-constexpr std::size_t kBgOutputCap = 16 << 20;       // per stream of one bg task
-constexpr std::size_t kMaxMessage = 768u << 20;      // a 500 MB file as plain base64 fits
-constexpr std::size_t kStreamRead = 32 << 10;        // xbot's push size
+constexpr std::size_t kPushLimit = 4 << 20;       // outbox bytes before pushes wait
+constexpr std::size_t kExecOutputCap = 32 << 20;  // per stream of one exec
+constexpr std::size_t kBgOutputCap = 16 << 20;    // per stream of one bg task
+constexpr std::size_t kMaxMessage = 768u << 20;   // a 500 MB file as plain base64 fits
+constexpr std::size_t kStreamRead = 32 << 10;     // xbot's push size
 
 std::string first_shell() {
   for (const char* s : {"/bin/bash", "/usr/bin/bash", "/bin/sh"}) {
@@ -56,8 +58,9 @@ std::string first_shell() {
 // The outbox: frames for the one writer on the I/O thread.
 class Outbox {
  public:
-  explicit Outbox(asio::any_io_executor ex) : ex_(std::move(ex)), wake_(ex_) {
-    wake_.expires_at(asio::steady_timer::time_point::max());
+  explicit Outbox(asio::any_io_executor ex)
+      : ex_(std::move(ex)), wake_(std::make_shared<asio::steady_timer>(ex_)) {
+    wake_->expires_at(asio::steady_timer::time_point::max());
   }
   // A reply: queued at once. false when the connection is gone.
   bool send(std::string f) { return put(std::move(f), false); }
@@ -85,7 +88,7 @@ class Outbox {
     cv_.notify_all();
     return f;
   }
-  asio::steady_timer& wake() { return wake_; }
+  asio::steady_timer& wake() { return *wake_; }
 
  private:
   bool put(std::string f, bool wait) {
@@ -99,12 +102,13 @@ class Outbox {
     kick();
     return true;
   }
+  // The posted handler owns the timer: it may run after this Outbox (and its Conn) are gone.
   void kick() {
-    asio::post(ex_, [this] { wake_.cancel(); });
+    asio::post(ex_, [w = wake_] { w->cancel(); });
   }
 
   asio::any_io_executor ex_;
-  asio::steady_timer wake_;
+  std::shared_ptr<asio::steady_timer> wake_;
   std::mutex mu_;
   std::condition_variable cv_;
   std::deque<std::string> q_;
@@ -191,17 +195,42 @@ struct Stream {
   }
 };
 
+// A chunked download in flight (version 1): the runner sends, the server acks.
+struct Download {
+  std::mutex mu;
+  std::condition_variable cv;
+  std::int64_t acked = 0;
+  bool cancelled = false;
+};
+
+// A chunked upload in flight (version 1); I/O thread only.
+struct Upload {
+  WorkspaceFs::Writer writer;
+  std::int64_t size = 0;
+};
+
 // One connection's state. Request threads hold it by shared_ptr; shutdown() on disconnect.
 class Conn : public std::enable_shared_from_this<Conn> {
  public:
-  Conn(asio::any_io_executor ex, const WorkspaceFs& fs) : outbox(std::move(ex)), fs_(fs) {}
+  Conn(asio::any_io_executor ex, const WorkspaceFs& fs, ssl::context& tls)
+      : outbox(std::move(ex)), fs_(fs), tls_(tls) {}
 
   Outbox outbox;
+
+  // Version 1 (chunked files) is in force: both register and register_ok said 1.
+  void set_chunked(bool on) { chunked_ = on; }
 
   void shutdown() {
     outbox.close();
     std::lock_guard l(mu_);
     closed_ = true;
+    for (auto& [id, d] : downloads_) {
+      std::lock_guard dl(d->mu);
+      d->cancelled = true;
+      d->cv.notify_all();
+    }
+    downloads_.clear();
+    uploads_.clear();  // temp files go
     for (pid_t pg : execs_) kill_group(pg);
     for (auto& [id, t] : tasks_) {
       std::lock_guard tl(t->mu);
@@ -217,6 +246,11 @@ class Conn : public std::enable_shared_from_this<Conn> {
     const std::string& t = e.type;
     if (t == p::type::kStdioWrite || t == p::type::kPtyStdin || t == p::type::kPtyResize) {
       fire_and_forget(e);  // in order, no reply (xbot: pty_stdin's reply is dropped anyway)
+      return;
+    }
+    if (chunked_ && (t == p::type::kFileBegin || t == p::type::kFileChunk ||
+                     t == p::type::kFileEnd || t == p::type::kAck || t == p::type::kError)) {
+      transfer_frame(e);  // in order, on the I/O thread
       return;
     }
     auto self = shared_from_this();
@@ -265,13 +299,16 @@ class Conn : public std::enable_shared_from_this<Conn> {
     if (t == p::type::kReadFile) {
       auto b = body<p::PathRequest>(e);
       if (!b) return;
+      if (chunked_ && send_chunked(id, b->path)) return;
       auto r = fs_.read_file(b->path);
       if (!r) return reply_error(id, r.error());
       return reply(id, p::type::kFileContent, p::to_json(p::FileContent{std::move(*r)}));
     }
     if (t == p::type::kWriteFile) {
       auto b = p::body_as<p::WriteFileRequest>(e);
-      if (!b) return reply_error(id, b.error().code == Code::kInternal ? p::code::kIO : p::code::kInvalid, b.error().message);
+      if (!b)
+        return reply_error(id, b.error().code == Code::kInternal ? p::code::kIO : p::code::kInvalid,
+                           b.error().message);
       auto r = fs_.write_file(b->path, b->data, b->perm);
       if (!r) return reply_error(id, r.error());
       return reply(id, p::type::kOk, std::nullopt);
@@ -313,8 +350,11 @@ class Conn : public std::enable_shared_from_this<Conn> {
       return reply_error(id, p::code::kNotSupported, "local LLM not configured on this runner");
     }
     if (t == p::type::kDownloadFile) {
-      return reply_error(id, p::code::kNotSupported,
-                         "download_file is not supported by agentbox-runner");
+      auto b = body<p::DownloadRequest>(e);
+      if (!b) return;
+      auto r = download_file(b->url, fs_, b->output_path, tls_);
+      if (!r) return reply_error(id, r.error());
+      return reply(id, p::type::kOk, p::to_json(p::SizeBody{*r}));
     }
     reply_error(id, p::code::kInvalid, "unknown request type: " + t);
   }
@@ -347,7 +387,8 @@ class Conn : public std::enable_shared_from_this<Conn> {
       spec.argv = {"/bin/sh", "-c", b->command};
     } else {
       if (b->args.empty()) {
-        return reply_error(e.id, p::code::kIO, "exec error: non-shell exec requires args to be set");
+        return reply_error(e.id, p::code::kIO,
+                           "exec error: non-shell exec requires args to be set");
       }
       spec.argv = b->args;
     }
@@ -418,7 +459,8 @@ class Conn : public std::enable_shared_from_this<Conn> {
     if (b->shell) {
       spec.argv = {"sh", "-c", b->command};
     } else if (b->args.empty()) {
-      return reply_error(e.id, p::code::kIO, "bg_exec failed: non-shell exec requires args to be set");
+      return reply_error(e.id, p::code::kIO,
+                         "bg_exec failed: non-shell exec requires args to be set");
     } else {
       spec.argv = b->args;
     }
@@ -439,7 +481,8 @@ class Conn : public std::enable_shared_from_this<Conn> {
       std::lock_guard l(mu_);
       if (closed_) return;
       if (tasks_.count(b->task_id)) {
-        return reply_error(e.id, p::code::kExists, "bg_exec failed: task " + b->task_id + " exists");
+        return reply_error(e.id, p::code::kExists,
+                           "bg_exec failed: task " + b->task_id + " exists");
       }
       auto pid = spawn(spec);
       if (!pid) return reply_error(e.id, p::code::kIO, "bg_exec failed: " + pid.error().message);
@@ -473,7 +516,8 @@ class Conn : public std::enable_shared_from_this<Conn> {
           }
           std::lock_guard l(task->mu);
           std::string& s = i == 0 ? task->out : task->err;
-          if (s.size() < kBgOutputCap) s.append(buf, std::min<std::size_t>(n, kBgOutputCap - s.size()));
+          if (s.size() < kBgOutputCap)
+            s.append(buf, std::min<std::size_t>(n, kBgOutputCap - s.size()));
         }
       }
       int status = wait_for(task->pid);
@@ -500,8 +544,9 @@ class Conn : public std::enable_shared_from_this<Conn> {
     std::unique_lock l(task->mu);
     if (kill) {
       if (task->status != "running") {
-        return reply_error(e.id, p::code::kIO, op + "task " + b->task_id +
-                                                   " is not running (status=" + task->status + ")");
+        return reply_error(
+            e.id, p::code::kIO,
+            op + "task " + b->task_id + " is not running (status=" + task->status + ")");
       }
       kill_group(task->pid);
       task->status = "killed";
@@ -586,8 +631,9 @@ class Conn : public std::enable_shared_from_this<Conn> {
       auto pid = spawn(spec);
       if (!pid) {
         if (st->input) st->input->finish();
-        return reply_error(e.id, p::code::kIO,
-                           std::string(pty ? "start pty: " : "start process: ") + pid.error().message);
+        return reply_error(
+            e.id, p::code::kIO,
+            std::string(pty ? "start pty: " : "start process: ") + pid.error().message);
       }
       st->pid = *pid;
       if (pty) {
@@ -616,8 +662,9 @@ class Conn : public std::enable_shared_from_this<Conn> {
       ssize_t n = ::read(fd, buf.data(), buf.size());
       if (n < 0 && errno == EINTR) continue;
       if (n <= 0) break;
-      outbox.push(p::frame("", data_type,
-                           p::to_json(p::StreamData{id, buf.substr(0, static_cast<std::size_t>(n))})));
+      outbox.push(
+          p::frame("", data_type,
+                   p::to_json(p::StreamData{id, buf.substr(0, static_cast<std::size_t>(n))})));
     }
     int status = wait_for(st->pid);
     p::StreamExit x{id, exit_code_of(status), ""};
@@ -661,6 +708,135 @@ class Conn : public std::enable_shared_from_this<Conn> {
     reply(e.id, p::type::kOk, std::nullopt);
   }
 
+  // ---- version 1: chunked files (docs/runner-protocol.md) ----
+
+  // A read_file of a file over kChunkThreshold as file_begin / file_chunk... / file_end, at most
+  // kWindowBytes ahead of the server's acks. false: not big (the caller sends file_content).
+  bool send_chunked(const std::string& id, const std::string& path) {
+    auto fd = fs_.open_at(path, O_RDONLY | O_NONBLOCK);
+    if (!fd) return false;  // the plain path reports the error
+    struct stat st {};
+    if (fstat(fd->get(), &st) != 0 || !S_ISREG(st.st_mode) || st.st_size <= p::kChunkThreshold) {
+      return false;
+    }
+    if (st.st_size > p::kMaxFileSize) {
+      reply_error(id, p::code::kTooBig,
+                  "read " + path + ": " + std::to_string(st.st_size) + " bytes is over the " +
+                      std::to_string(p::kMaxFileSize) + "-byte limit");
+      return true;
+    }
+    auto d = std::make_shared<Download>();
+    {
+      std::lock_guard l(mu_);
+      if (closed_) return true;
+      downloads_[id] = d;
+    }
+    std::int64_t size = st.st_size, sent = 0;
+    reply(id, p::type::kFileBegin, p::to_json(p::FileBegin{"", 0, size}));
+    std::string buf;
+    while (sent < size) {
+      {
+        std::unique_lock l(d->mu);
+        d->cv.wait(l, [&] { return d->cancelled || sent - d->acked < p::kWindowBytes; });
+        if (d->cancelled) break;
+      }
+      buf.resize(static_cast<std::size_t>(std::min(p::kChunkSize, size - sent)));
+      ssize_t n = pread(fd->get(), buf.data(), buf.size(), sent);
+      if (n < 0 && errno == EINTR) continue;
+      if (n < 0) {
+        reply_error(id, Error::from_errno(errno, "read " + path));
+        break;
+      }
+      if (n == 0) break;  // the file shrank: end here, file_end says how much came
+      buf.resize(static_cast<std::size_t>(n));
+      reply(id, p::type::kFileChunk, p::to_json(p::FileChunk{sent, buf}));
+      sent += n;
+    }
+    bool cancelled;
+    {
+      std::lock_guard l(d->mu);
+      cancelled = d->cancelled;
+    }
+    if (!cancelled) reply(id, p::type::kFileEnd, p::to_json(p::FileEnd{sent}));
+    std::lock_guard l(mu_);
+    downloads_.erase(id);
+    return true;
+  }
+
+  void transfer_frame(const p::Envelope& e) {
+    const std::string& t = e.type;
+    const std::string& id = e.id;
+    if (t == p::type::kAck || t == p::type::kError) {
+      std::shared_ptr<Download> d;
+      {
+        std::lock_guard l(mu_);
+        if (auto it = downloads_.find(id); it != downloads_.end()) d = it->second;
+      }
+      if (d) {
+        std::lock_guard l(d->mu);
+        if (t == p::type::kError) {
+          d->cancelled = true;
+        } else if (auto a = p::body_as<p::Ack>(e); a) {
+          d->acked = std::max(d->acked, a->offset);
+        }
+        d->cv.notify_all();
+      }
+      if (t == p::type::kError) uploads_.erase(id);
+      return;
+    }
+    if (t == p::type::kFileBegin) {
+      auto b = body<p::FileBegin>(e);
+      if (!b) return;
+      if (b->size > p::kMaxFileSize) {
+        return reply_error(id, p::code::kTooBig,
+                           "write " + b->path + ": " + std::to_string(b->size) +
+                               " bytes is over the " + std::to_string(p::kMaxFileSize) +
+                               "-byte limit");
+      }
+      if (uploads_.count(id))
+        return reply_error(id, p::code::kInvalid, "transfer " + id + " exists");
+      auto w = fs_.create(b->path, b->perm);
+      if (!w) return reply_error(id, w.error());
+      uploads_[id] = Upload{std::move(*w), b->size};
+      return reply(id, p::type::kAck, p::to_json(p::Ack{0}));
+    }
+    auto it = uploads_.find(id);
+    if (it == uploads_.end()) {
+      return reply_error(id, p::code::kInvalid, "no transfer " + id + " in progress");
+    }
+    Upload& u = it->second;
+    auto abort = [&](std::string_view code, std::string msg) {
+      uploads_.erase(it);  // the temp file goes; the target is untouched
+      reply_error(id, code, std::move(msg));
+    };
+    if (t == p::type::kFileChunk) {
+      auto c = p::body_as<p::FileChunk>(e);
+      if (!c) return abort(p::code::kInvalid, c.error().message);
+      if (c->offset != u.writer.written()) {
+        return abort(p::code::kInvalid, "file_chunk at offset " + std::to_string(c->offset) +
+                                            ", expected " + std::to_string(u.writer.written()));
+      }
+      if (u.writer.written() + static_cast<std::int64_t>(c->data.size()) > u.size) {
+        return abort(p::code::kInvalid,
+                     "file_chunk beyond the announced size " + std::to_string(u.size));
+      }
+      if (auto s = u.writer.write(c->data); !s)
+        return abort(p::code_for_errno(s.error().sys_errno), s.error().message);
+      return reply(id, p::type::kAck, p::to_json(p::Ack{u.writer.written()}));
+    }
+    // file_end
+    auto end = p::body_as<p::FileEnd>(e);
+    if (!end) return abort(p::code::kInvalid, end.error().message);
+    if (end->size != u.size || u.writer.written() != u.size) {
+      return abort(p::code::kInvalid, "file_end after " + std::to_string(u.writer.written()) +
+                                          " bytes, announced " + std::to_string(u.size));
+    }
+    if (auto s = u.writer.commit(); !s)
+      return abort(p::code_for_errno(s.error().sys_errno), s.error().message);
+    uploads_.erase(it);
+    reply(id, p::type::kOk, std::nullopt);
+  }
+
   void fire_and_forget(const p::Envelope& e) {
     if (e.type == p::type::kPtyResize) {
       auto b = p::body_as<p::PtyResize>(e);
@@ -681,47 +857,16 @@ class Conn : public std::enable_shared_from_this<Conn> {
   }
 
   const WorkspaceFs& fs_;
+  ssl::context& tls_;  // download_file's https (shared: OpenSSL contexts are thread-safe to use)
+  std::atomic<bool> chunked_{false};
+  std::map<std::string, Upload> uploads_;  // I/O thread only
   std::mutex mu_;
+  std::map<std::string, std::shared_ptr<Download>> downloads_;
   bool closed_ = false;
   std::set<pid_t> execs_;
   std::map<std::string, std::shared_ptr<BgTask>> tasks_;
   std::map<std::string, std::shared_ptr<Stream>> streams_;
 };
-
-struct Url {
-  bool tls = false;
-  std::string host, port, target;
-};
-
-std::optional<Url> parse_url(const std::string& s) {
-  Url u;
-  std::string rest;
-  if (s.rfind("ws://", 0) == 0) {
-    rest = s.substr(5);
-  } else if (s.rfind("wss://", 0) == 0) {
-    u.tls = true;
-    rest = s.substr(6);
-  } else {
-    return std::nullopt;
-  }
-  std::size_t slash = rest.find('/');
-  std::string authority = rest.substr(0, slash);
-  u.target = slash == std::string::npos ? "/" : rest.substr(slash);
-  if (!authority.empty() && authority[0] == '[') {
-    std::size_t close = authority.find(']');
-    if (close == std::string::npos) return std::nullopt;
-    u.host = authority.substr(1, close - 1);
-    if (close + 1 < authority.size() && authority[close + 1] == ':') u.port = authority.substr(close + 2);
-  } else if (std::size_t colon = authority.rfind(':'); colon != std::string::npos) {
-    u.host = authority.substr(0, colon);
-    u.port = authority.substr(colon + 1);
-  } else {
-    u.host = authority;
-  }
-  if (u.port.empty()) u.port = u.tls ? "443" : "80";
-  if (u.host.empty()) return std::nullopt;
-  return u;
-}
 
 class Runner {
  public:
@@ -775,8 +920,9 @@ class Runner {
     }
   }
 
-  asio::awaitable<bool> session_plain() {
-    ws::stream<beast::tcp_stream> s(io_);
+  // Resolves --server's host and connects the TCP layer of `s` (10 s). false: logged.
+  template <typename WS>
+  asio::awaitable<bool> connect_tcp(WS& s) {
     boost::system::error_code ec;
     asio::ip::tcp::resolver res(io_);
     auto eps = co_await res.async_resolve(url_.host, url_.port,
@@ -786,11 +932,19 @@ class Runner {
       co_return false;
     }
     beast::get_lowest_layer(s).expires_after(10s);
-    co_await beast::get_lowest_layer(s).async_connect(eps, asio::redirect_error(asio::use_awaitable, ec));
+    co_await beast::get_lowest_layer(s).async_connect(
+        eps, asio::redirect_error(asio::use_awaitable, ec));
     if (ec) {
       spdlog::warn("connect {}:{}: {}", url_.host, url_.port, ec.message());
       co_return false;
     }
+    co_return true;
+  }
+
+  asio::awaitable<bool> session_plain() {
+    ws::stream<beast::tcp_stream> s(io_);
+    bool connected = co_await connect_tcp(s);
+    if (!connected) co_return false;
     beast::get_lowest_layer(s).expires_never();
     bool r = co_await serve(s);
     co_return r;
@@ -798,20 +952,9 @@ class Runner {
 
   asio::awaitable<bool> session_tls() {
     ws::stream<beast::ssl_stream<beast::tcp_stream>> s(io_, ssl_);
+    bool connected = co_await connect_tcp(s);
+    if (!connected) co_return false;
     boost::system::error_code ec;
-    asio::ip::tcp::resolver res(io_);
-    auto eps = co_await res.async_resolve(url_.host, url_.port,
-                                          asio::redirect_error(asio::use_awaitable, ec));
-    if (ec) {
-      spdlog::warn("resolve {}: {}", url_.host, ec.message());
-      co_return false;
-    }
-    beast::get_lowest_layer(s).expires_after(10s);
-    co_await beast::get_lowest_layer(s).async_connect(eps, asio::redirect_error(asio::use_awaitable, ec));
-    if (ec) {
-      spdlog::warn("connect {}:{}: {}", url_.host, url_.port, ec.message());
-      co_return false;
-    }
     SSL_set_tlsext_host_name(s.next_layer().native_handle(), url_.host.c_str());
     s.next_layer().set_verify_callback(ssl::host_name_verification(url_.host));
     co_await s.next_layer().async_handshake(ssl::stream_base::client,
@@ -842,9 +985,14 @@ class Runner {
       spdlog::warn("websocket handshake {}{}: {}", host, url_.target, ec.message());
       co_return false;
     }
-    p::RegisterBody reg{.user_id = user_id(), .auth_token = opts_.token, .workspace = fs_.path(),
-                        .shell = first_shell()};
-    p::Envelope env{.id = "", .type = std::string(p::type::kRegister), .user_id = user_id(),
+    p::RegisterBody reg{.user_id = user_id(),
+                        .auth_token = opts_.token,
+                        .workspace = fs_.path(),
+                        .shell = first_shell(),
+                        .version = p::kProtocolVersion};
+    p::Envelope env{.id = "",
+                    .type = std::string(p::type::kRegister),
+                    .user_id = user_id(),
                     .body = p::to_json(reg)};
     std::string first = p::encode(env);
     co_await s.async_write(asio::buffer(first), asio::redirect_error(asio::use_awaitable, ec));
@@ -870,7 +1018,11 @@ class Runner {
       co_return false;
     }
     spdlog::info("registered as {} with workspace {}", user_id(), fs_.path());
-    auto conn = std::make_shared<Conn>(io_.get_executor(), fs_);
+    auto conn = std::make_shared<Conn>(io_.get_executor(), fs_, ssl_);
+    if (answer && answer->type == p::type::kRegisterOk) {
+      auto ok = p::body_as<p::RegisterOk>(*answer);
+      conn->set_chunked(ok && ok->version == p::kProtocolVersion);
+    }
     conn_ = conn;
     auto writer_done = std::make_shared<bool>(false);
     asio::co_spawn(io_, writer(s, conn, writer_done), asio::detached);
@@ -930,7 +1082,7 @@ class Runner {
 }  // namespace
 
 int run(const RunnerOptions& opts) {
-  auto url = parse_url(opts.server);
+  auto url = parse_url(opts.server, "ws", "wss");
   if (!url) {
     spdlog::error("--server {}: want ws://host[:port]/ws/<user> or wss://...", opts.server);
     return 2;

@@ -16,7 +16,7 @@
 namespace agentbox::runner {
 
 struct RunnerOptions {
-  std::string server;     // ws[s]://host[:port]/ws/<user>
+  std::string server;  // ws[s]://host[:port]/ws/<user>
   std::string token;
   std::string workspace;  // must exist
   std::string user_id;    // default: the last path segment of `server`

@@ -71,9 +71,9 @@ Result<WorkspaceFs> WorkspaceFs::open(const std::string& dir) {
 }
 
 Error WorkspaceFs::escape(const std::string& p, const std::string& resolved) const {
-  return Error{Code::kAccess, EPERM,
-               "path \"" + p + "\" (resolved to \"" + resolved + "\") escapes workspace \"" +
-                   path_ + "\""};
+  return Error{
+      Code::kAccess, EPERM,
+      "path \"" + p + "\" (resolved to \"" + resolved + "\") escapes workspace \"" + path_ + "\""};
 }
 
 Error WorkspaceFs::os_error(int err, const char* op, const std::string& p) const {
@@ -276,8 +276,12 @@ Status WorkspaceFs::remove_all(const std::string& p) const {
 // ---- chunked-upload writer ----
 
 WorkspaceFs::Writer::Writer(Writer&& o) noexcept
-    : dir_(std::move(o.dir_)), fd_(std::move(o.fd_)), tmp_(std::move(o.tmp_)),
-      name_(std::move(o.name_)), shown_(std::move(o.shown_)), written_(o.written_) {
+    : dir_(std::move(o.dir_)),
+      fd_(std::move(o.fd_)),
+      tmp_(std::move(o.tmp_)),
+      name_(std::move(o.name_)),
+      shown_(std::move(o.shown_)),
+      written_(o.written_) {
   o.tmp_.clear();
 }
 

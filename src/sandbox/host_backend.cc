@@ -294,6 +294,13 @@ Result<std::vector<DirEntry>> HostSandbox::read_dir(const std::string& path) {
   return fs_.read_dir(m->rel);
 }
 
+Result<UniqueFd> HostSandbox::open_dir(const std::string& path) {
+  if (auto s = check_open(); !s) return std::unexpected(s.error());
+  auto m = map_path(path);
+  if (!m) return std::unexpected(m.error());
+  return fs_.open_dir(m->rel);
+}
+
 Status HostSandbox::mkdir_all(const std::string& path) {
   if (auto s = check_open(); !s) return s;
   auto m = map_path(path);

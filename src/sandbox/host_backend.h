@@ -74,6 +74,7 @@ class HostSandbox : public Sandbox, private ProcessLauncher {
   Status remove(const std::string& path) override;
   Status remove_all(const std::string& path) override;
   Status rename(const std::string& from, const std::string& to) override;
+  Result<UniqueFd> open_dir(const std::string& path) override;
 
   // Kills the process group of every command this sandbox started that may still have members
   // (background children of finished commands included). Idempotent; later calls fail with

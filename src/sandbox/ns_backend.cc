@@ -703,6 +703,14 @@ class NsSandbox final : public Sandbox, private ProcessLauncher {
     return fs_.rename(*f, *t);
   }
 
+  Result<UniqueFd> open_dir(const std::string& path) override {
+    auto abs = map_path(path);
+    if (!abs) return std::unexpected(abs.error());
+    ScopedFsIdentity as_user(uid_, gid_);
+    if (!as_user.ok()) return identity_error();
+    return fs_.open_dir(*abs);
+  }
+
   void shutdown() override {
     {
       std::lock_guard lock(mu_);

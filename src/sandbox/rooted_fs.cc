@@ -23,7 +23,7 @@ namespace agentbox::sandbox {
 
 namespace {
 
-constexpr std::string_view kTempPrefix = ".agentbox-tmp-";
+constexpr std::string_view kTempPrefix = kAtomicTempPrefix;
 constexpr int kTempNameAttempts = 8;
 constexpr mode_t kDefaultFileMode = 0644;
 constexpr mode_t kDirMode = 0755;
@@ -328,6 +328,14 @@ Result<FileInfo> RootedFs::stat(const std::string& path) const {
   info.mod_time_ns = mtime_ns(st);
   info.is_dir = S_ISDIR(st.st_mode);
   info.is_symlink = S_ISLNK(st.st_mode);
+  info.uid = st.st_uid;
+  info.gid = st.st_gid;
+  if (info.is_symlink) {
+    // The link itself (O_PATH|O_NOFOLLOW): readlinkat with an empty name reads it.
+    char target[kMaxPathBytes];
+    ssize_t n = ::readlinkat(fd->get(), "", target, sizeof target);
+    if (n > 0) info.symlink_target.assign(target, static_cast<std::size_t>(n));
+  }
   return info;
 }
 
@@ -354,6 +362,8 @@ Result<std::vector<DirEntry>> RootedFs::read_dir(const std::string& path,
     e.size = static_cast<std::uint64_t>(st.st_size);
     e.mode = st.st_mode;
     e.mod_time_ns = mtime_ns(st);
+    e.uid = st.st_uid;
+    e.gid = st.st_gid;
     entries.push_back(std::move(e));
   }
   return entries;

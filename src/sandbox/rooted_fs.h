@@ -20,6 +20,7 @@
 #include <memory>
 #include <optional>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "common/error.h"
@@ -27,6 +28,9 @@
 #include "sandbox/sandbox.h"
 
 namespace agentbox::sandbox {
+
+// The name prefix of create_file()'s temp files.
+inline constexpr std::string_view kAtomicTempPrefix = ".agentbox-tmp-";
 
 enum class RootMode {
   // RESOLVE_BENEATH|RESOLVE_NO_MAGICLINKS: the root is the workspace dir (host backend);

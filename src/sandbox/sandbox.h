@@ -101,6 +101,9 @@ struct FileInfo {
   std::int64_t mod_time_ns = 0;  // since the Unix epoch
   bool is_dir = false;
   bool is_symlink = false;
+  uid_t uid = 0;  // owner, as the host sees it
+  gid_t gid = 0;
+  std::string symlink_target;  // what a symlink holds (readlink), "" otherwise
 };
 
 struct DirEntry {
@@ -110,6 +113,8 @@ struct DirEntry {
   std::uint64_t size = 0;
   std::uint32_t mode = 0;
   std::int64_t mod_time_ns = 0;
+  uid_t uid = 0;
+  gid_t gid = 0;
 };
 
 // An open regular file for streaming out.
@@ -197,6 +202,13 @@ class Sandbox {
   virtual Status remove(const std::string& path) = 0;  // file or empty dir
   virtual Status remove_all(const std::string& path) = 0;
   virtual Status rename(const std::string& from, const std::string& to) = 0;
+  // An fd of the directory at `path`, resolved as the calls above resolve paths (what a
+  // DirWatch watches, sandbox/dir_watch.h). ENOTSUP on a backend without one.
+  virtual Result<UniqueFd> open_dir(const std::string& path) {
+    (void)path;
+    return fail(Code::kNotSupported, "watching directories on the " + std::string(name()) +
+                                         " backend");
+  }
 
   // Kills every process of the box and releases its resources (box torn down). The workspace
   // stays on disk. Idempotent. The Sandbox is unusable afterwards.

@@ -17,6 +17,7 @@
 #include "common/no_sigpipe.h"
 #include "server/http_error.h"
 #include "server/internal/blocking.h"
+#include "server/internal/files.h"
 #include "server/internal/surfaces.h"
 #include "server/internal/transport.h"
 
@@ -83,7 +84,6 @@ Result<SendfileStep> sendfile_step(int sock_fd, int file_fd, std::uint64_t offse
 // page cache to the socket (no copy through our memory, no buffer: RSS stays flat).
 asio::awaitable<bool> get_file(Call* call) {
   Context* ctx = call->ctx;
-  Conn* conn = call->conn;
   Exchange* ex = &call->ex;
   auto id = session_param(ex->req);
   if (!id) co_return co_await send_error(call, id.error());
@@ -96,7 +96,16 @@ asio::awaitable<bool> get_file(Call* call) {
   auto open_job = run_blocking(ctx->pool, [sb, p] { return sb->open_file(p); });
   auto reader = co_await std::move(open_job);
   if (!reader) co_return co_await send_error(call, reader.error());
+  co_return co_await send_file(call, std::move(*reader), p);
+}
 
+}  // namespace
+
+asio::awaitable<bool> send_file(Call* call, sandbox::FileReader file, std::string p) {
+  Context* ctx = call->ctx;
+  Conn* conn = call->conn;
+  Exchange* ex = &call->ex;
+  const sandbox::FileReader* reader = &file;
   http::response<http::empty_body> res{http::status::ok, ex->version};
   res.set(http::field::server, "agentboxd");
   res.set(http::field::content_type, "application/octet-stream");
@@ -162,6 +171,8 @@ asio::awaitable<bool> get_file(Call* call) {
   }
   co_return keep;
 }
+
+namespace {
 
 // PUT /v1/sessions/{id}/files?path=P[&mkdirs=true][&mode=0644]: the body streams into an atomic
 // writer; the target changes only when the whole body has arrived and been committed.

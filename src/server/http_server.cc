@@ -240,6 +240,10 @@ asio::awaitable<bool> serve_one(Impl* impl, Conn* conn, beast::flat_buffer* buff
     std::string token = ws_query_token(target);
     if (!token.empty()) caller = authenticate(ctx->opts.tenants, "Bearer " + token);
   }
+  // E2B's SDKs send the token as X-API-KEY (E2B-MCP.md 1.4).
+  if (!caller && m.route && m.route->id == RouteId::kE2b && h.find("X-API-KEY") != h.end()) {
+    caller = authenticate(ctx->opts.tenants, "Bearer " + std::string(h["X-API-KEY"]));
+  }
   if (caller) ex.req.caller = std::move(*caller);
   if ((!m.route || m.route->needs_auth) && !caller) {
     Reply r = error_reply(Error::make(Code::kUnauthorized, "missing or invalid bearer token"));

@@ -14,7 +14,6 @@
 // same audit lines); a command that ran is a result whatever its exit code, a failed file
 // operation an `isError` result whose text starts with the agentbox error code.
 
-#include <sys/random.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -26,8 +25,8 @@
 #include <string>
 #include <vector>
 
-#include "common/base64.h"
 #include "common/log.h"
+#include "server/base64.h"
 #include "server/internal/blocking.h"
 #include "server/internal/exec.h"
 #include "server/internal/processes.h"
@@ -59,28 +58,8 @@ bool supported_protocol(std::string_view v) {
   return std::find(kProtocols.begin(), kProtocols.end(), v) != kProtocols.end();
 }
 
-std::string header(const Call* call, std::string_view name) {
-  const auto& h = call->hp->get();
-  auto it = h.find(name);
-  return it == h.end() ? std::string() : std::string(it->value());
-}
-
 // 128 random bits, hex.
-std::string new_session_id() {
-  unsigned char b[16];
-  std::size_t got = 0;
-  while (got < sizeof b) {
-    ssize_t n = ::getrandom(b + got, sizeof b - got, 0);
-    if (n > 0) got += static_cast<std::size_t>(n);
-  }
-  static constexpr char kHex[] = "0123456789abcdef";
-  std::string s;
-  for (unsigned char c : b) {
-    s += kHex[c >> 4];
-    s += kHex[c & 15];
-  }
-  return s;
-}
+std::string new_session_id() { return random_hex(16); }
 
 Reply rpc_reply(int status, const json& id, json result) {
   json j = {{"jsonrpc", "2.0"}, {"id", id}, {"result", std::move(result)}};
@@ -160,17 +139,6 @@ Result<bool> base64_encoding(const json& args) {
   if (enc == "utf-8" || enc == "utf8") return false;
   if (enc == "base64") return true;
   return fail(Code::kInvalid, "argument 'encoding' must be \"utf-8\" or \"base64\"");
-}
-
-// The tool's base64 may be wrapped (spaces, line breaks).
-Result<std::string> decode_content_base64(std::string_view in) {
-  std::string s;
-  for (char c : in) {
-    if (c != '\n' && c != '\r' && c != ' ') s += c;
-  }
-  auto out = base64_decode(s);
-  if (!out) return fail(Code::kInvalid, "argument 'content' is not valid base64");
-  return std::move(*out);
 }
 
 bool valid_utf8(std::string_view s) {
@@ -395,7 +363,7 @@ asio::awaitable<json> tool_write_file(ToolCall* tc) {
   if (!mkdirs) co_return tool_error(mkdirs.error());
   std::string data = std::move(*content);
   if (*b64) {
-    auto d = decode_content_base64(data);
+    auto d = base64_decode(data, "argument 'content'");
     if (!d) co_return tool_error(d.error());
     data = std::move(*d);
   }
@@ -667,32 +635,6 @@ McpSessions* mcp_sessions(Context* ctx) {
   return ctx->mcp.get();
 }
 
-// Reads the whole body (Content-Length or chunked) up to the JSON cap.
-asio::awaitable<Result<std::string>> read_whole_body(Call* call) {
-  Exchange* ex = &call->ex;
-  std::string out;
-  if (!ex->body_pending) co_return out;
-  std::size_t cap = call->ctx->opts.max_json_bytes;
-  Error too_big = Error::make(
-      Code::kTooBig, "request body is over the limit of " + std::to_string(cap) + " bytes");
-  if (ex->content_length && *ex->content_length > cap) co_return std::unexpected(too_big);
-  if (!co_await maybe_continue(call)) {
-    co_return std::unexpected(Error::make(Code::kUnavailable, "client gone"));
-  }
-  BodyReader body;
-  start_body(call, &body, cap);
-  std::vector<char> buf(64 * 1024);
-  while (!body.done()) {
-    BodyChunk chunk = co_await read_body_chunk(&body, buf.data(), buf.size());
-    call->ctx->metrics.add_bytes_in(chunk.wire_bytes);
-    if (chunk.ec) co_return std::unexpected(body_error(chunk.ec, too_big));
-    if (out.size() + chunk.got > cap) co_return std::unexpected(too_big);
-    out.append(buf.data(), chunk.got);
-  }
-  ex->body_pending = false;
-  co_return out;
-}
-
 json server_tools();
 
 // One JSON-RPC request (not a notification) of an initialized MCP session.
@@ -741,9 +683,9 @@ asio::awaitable<bool> mcp_post(Call* call) {
   Request& req = call->ex.req;
   auto session = session_param(req);
   if (!session) co_return co_await send_error(call, session.error());
-  const std::string mcp_id = header(call, "Mcp-Session-Id");
-  const std::string version = header(call, "MCP-Protocol-Version");
-  auto body = co_await read_whole_body(call);
+  const std::string mcp_id = header_value(call, "Mcp-Session-Id");
+  const std::string version = header_value(call, "MCP-Protocol-Version");
+  auto body = co_await read_whole_body(call, call->ctx->opts.max_json_bytes);
   if (!body) {
     if (body.error().code == Code::kUnavailable) co_return false;
     co_return co_await send_error(call, body.error());
@@ -829,7 +771,7 @@ asio::awaitable<bool> mcp_delete(Call* call) {
   Request& req = call->ex.req;
   auto session = session_param(req);
   if (!session) co_return co_await send_error(call, session.error());
-  const std::string mcp_id = header(call, "Mcp-Session-Id");
+  const std::string mcp_id = header_value(call, "Mcp-Session-Id");
   if (mcp_id.empty()) {
     co_return co_await send_error(
         call, Error::make(Code::kInvalid, "Mcp-Session-Id header is required"));

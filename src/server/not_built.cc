@@ -39,10 +39,6 @@ std::vector<RouteSpec> not_built_routes() {
       // LangBot
       {N, "GET", "/rpc/ws", B, true, not_built, K},
   };
-  // E2B: everything under /e2b/.
-  for (std::string_view m : {"GET", "POST", "PUT", "PATCH", "DELETE"}) {
-    out.push_back({N, m, "/e2b/{path}", B, true, not_built, K, /*subtree=*/true});
-  }
   return out;
 }
 

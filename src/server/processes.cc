@@ -44,6 +44,16 @@ asio::awaitable<Result<sandbox::ProcessInfo>> kill_and_wait(sandbox::ProcessTabl
   co_return info;
 }
 
+std::optional<std::uint64_t> output_end(sandbox::ProcessTable* table, const std::string& pid) {
+  std::optional<std::uint64_t> since;
+  for (;;) {
+    auto b = table->output(pid, since, 1u << 20);
+    if (!b || b->ended) return since;
+    if (b->records.empty()) return b->next;
+    since = b->next;
+  }
+}
+
 namespace {
 
 using namespace boost::asio::experimental::awaitable_operators;
@@ -478,17 +488,6 @@ asio::awaitable<void> attach_pump(std::shared_ptr<WsSession> ws, ProcessTable* t
       }
       line.erase(0, start);
     }
-    since = b->next;
-  }
-}
-
-// The end of the output kept now (where a line-mode attacher starts).
-std::optional<std::uint64_t> output_end(ProcessTable* table, const std::string& pid) {
-  std::optional<std::uint64_t> since;
-  for (;;) {
-    auto b = table->output(pid, since, 1u << 20);
-    if (!b || b->ended) return since;
-    if (b->records.empty()) return b->next;
     since = b->next;
   }
 }

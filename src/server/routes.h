@@ -65,6 +65,7 @@ enum class RouteId {
   // Dialects
   kMcpPost,
   kMcpDelete,
+  kE2b,  // everything under /e2b (e2b.cc)
   // Runners
   kRunnerWs,
   kRunnerList,

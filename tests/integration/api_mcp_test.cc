@@ -16,16 +16,7 @@
 namespace agentbox::testing {
 namespace {
 
-// Runs `cmd` through the shell; its stdout, and its exit status in *status.
-std::string run(const std::string& cmd, int* status) {
-  std::string out;
-  FILE* p = ::popen(cmd.c_str(), "r");
-  if (p == nullptr) return out;
-  char buf[4096];
-  while (std::size_t n = std::fread(buf, 1, sizeof buf, p)) out.append(buf, n);
-  *status = ::pclose(p);
-  return out;
-}
+std::string run(const std::string& cmd, int* status) { return run_shell(cmd, status); }
 
 struct Raw {
   int status = 0;

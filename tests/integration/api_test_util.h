@@ -5,6 +5,7 @@
 #include <gtest/gtest.h>
 
 #include <chrono>
+#include <cstdio>
 #include <cstdlib>
 #include <fstream>
 #include <functional>
@@ -46,8 +47,9 @@ class Api {
   explicit Api(const Daemon& d, std::string token = "") : client_(d.options(std::move(token))) {}
 
   ApiReply call(std::string_view method, std::string_view target, std::string_view body = {},
-                std::string_view content_type = "application/json") {
-    auto r = client_.request(method, target, body, content_type);
+                std::string_view content_type = "application/json",
+                const client::Client::Headers& headers = {}) {
+    auto r = client_.request(method, target, body, content_type, headers);
     if (!r) {
       ADD_FAILURE() << method << " " << target << ": " << r.error().message;
       return {};
@@ -89,6 +91,18 @@ class Api {
 inline std::string files_target(const std::string& id, const std::string& path,
                                 const std::string& extra = "") {
   return "/v1/sessions/" + id + "/files?path=" + client::url_encode(path) + extra;
+}
+
+// Runs `cmd` through the shell (a test client, e.g. a Node script); its stdout, and its exit
+// status in *status.
+inline std::string run_shell(const std::string& cmd, int* status) {
+  std::string out;
+  FILE* p = ::popen(cmd.c_str(), "r");
+  if (p == nullptr) return out;
+  char buf[4096];
+  while (std::size_t n = std::fread(buf, 1, sizeof buf, p)) out.append(buf, n);
+  *status = ::pclose(p);
+  return out;
 }
 
 // The backend the fixture's daemons run (AGENTBOX_TEST_BACKEND, default host).

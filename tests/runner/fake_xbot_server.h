@@ -9,7 +9,6 @@
 #include <boost/beast/core.hpp>
 #include <boost/beast/http.hpp>
 #include <boost/beast/websocket.hpp>
-
 #include <chrono>
 #include <condition_variable>
 #include <deque>
@@ -64,7 +63,9 @@ class FakeXbotServer {
   }
 
   int port() const { return port_; }
-  std::string url() const { return "ws://127.0.0.1:" + std::to_string(port_) + "/ws/" + opts_.user; }
+  std::string url() const {
+    return "ws://127.0.0.1:" + std::to_string(port_) + "/ws/" + opts_.user;
+  }
 
   // Every register frame seen, accepted or not; the time of each connection.
   std::vector<fx::p::Envelope> registrations() {
@@ -95,6 +96,10 @@ class FakeXbotServer {
       if (cur_) cur_->write(std::move(f));
     });
   }
+  // Sends a frame with the given id (a transfer's follow-up frames).
+  void send_with_id(const std::string& id, std::string_view type, fx::p::Json body) {
+    send(fx::p::frame(id, type, std::move(body)));
+  }
   // Sends a request with a fresh id; returns the id.
   std::string send_request(std::string_view type, fx::p::Json body) {
     std::string id = fx::p::generate_id();
@@ -103,12 +108,14 @@ class FakeXbotServer {
     return id;
   }
   // The reply to `id`; nullopt after `limit`.
-  std::optional<fx::p::Envelope> wait_reply(const std::string& id,
-                                            std::chrono::milliseconds limit = std::chrono::seconds(30)) {
+  std::optional<fx::p::Envelope> wait_reply(
+      const std::string& id, std::chrono::milliseconds limit = std::chrono::seconds(30)) {
     std::unique_lock l(mu_);
     if (!cv_.wait_for(l, limit, [&] { return replies_.count(id) > 0; })) return std::nullopt;
-    auto e = std::move(replies_[id]);
-    replies_.erase(id);
+    auto& q = replies_[id];
+    auto e = std::move(q.front());
+    q.pop_front();
+    if (q.empty()) replies_.erase(id);
     return e;
   }
   // Request and reply; a missing reply is an envelope of type "timeout".
@@ -146,7 +153,9 @@ class FakeXbotServer {
   // Frames with an id nobody asked for, e.g. a reply to a fire-and-forget frame.
   int unexpected_replies() {
     std::lock_guard l(mu_);
-    return static_cast<int>(replies_.size());
+    int n = 0;
+    for (const auto& [id, q] : replies_) n += static_cast<int>(q.size());
+    return n;
   }
   // Drops the current connection without a close frame (as a dead server would).
   void drop() {
@@ -257,7 +266,7 @@ class FakeXbotServer {
       if (fx::p::is_push(e->type)) {
         pushes_.push_back(std::move(*e));
       } else if (!e->id.empty()) {
-        replies_[e->id] = std::move(*e);
+        replies_[e->id].push_back(std::move(*e));  // a transfer has several frames per id
       }
     }
     cv_.notify_all();
@@ -274,7 +283,7 @@ class FakeXbotServer {
   std::vector<fx::p::Envelope> registrations_;
   std::vector<std::chrono::steady_clock::time_point> connect_times_;
   int accepted_ = 0;
-  std::map<std::string, fx::p::Envelope> replies_;
+  std::map<std::string, std::deque<fx::p::Envelope>> replies_;
   std::vector<fx::p::Envelope> pushes_;
 };
 

@@ -12,12 +12,14 @@ namespace {
 TEST(RunnerProtocol, RegisterFrameIsXbotsBytes) {
   RegisterBody b{.user_id = "U", .auth_token = "T", .workspace = "/abs/ws", .shell = "/bin/bash"};
   Envelope e{.id = "", .type = "register", .user_id = "U", .body = to_json(b)};
-  EXPECT_EQ(encode(e),
-            R"({"type":"register","user_id":"U","body":{"user_id":"U","auth_token":"T","workspace":"/abs/ws","shell":"/bin/bash"}})");
+  EXPECT_EQ(
+      encode(e),
+      R"({"type":"register","user_id":"U","body":{"user_id":"U","auth_token":"T","workspace":"/abs/ws","shell":"/bin/bash"}})");
   b.version = kProtocolVersion;
   e.body = to_json(b);
-  EXPECT_EQ(encode(e),
-            R"({"type":"register","user_id":"U","body":{"user_id":"U","auth_token":"T","workspace":"/abs/ws","shell":"/bin/bash","version":1}})");
+  EXPECT_EQ(
+      encode(e),
+      R"({"type":"register","user_id":"U","body":{"user_id":"U","auth_token":"T","workspace":"/abs/ws","shell":"/bin/bash","version":1}})");
 }
 
 TEST(RunnerProtocol, RegisterOkAndErrorAreXbotsBytes) {
@@ -25,7 +27,8 @@ TEST(RunnerProtocol, RegisterOkAndErrorAreXbotsBytes) {
             R"({"type":"register_ok","body":{"status":"ok"}})");
   EXPECT_EQ(error_frame("", "AUTH_FAILED", "authentication failed"),
             R"({"type":"error","body":{"message":"authentication failed","code":"AUTH_FAILED"}})");
-  EXPECT_EQ(error_frame("req_1", "", "x"), R"({"id":"req_1","type":"error","body":{"message":"x"}})");
+  EXPECT_EQ(error_frame("req_1", "", "x"),
+            R"({"id":"req_1","type":"error","body":{"message":"x"}})");
 }
 
 TEST(RunnerProtocol, DecodesXbotsRegisterOkWithoutVersion) {
@@ -40,7 +43,8 @@ TEST(RunnerProtocol, DecodesXbotsRegisterOkWithoutVersion) {
 }
 
 TEST(RunnerProtocol, DecodesXbotsPtyStdinErrorReply) {
-  auto e = decode(R"({"type":"error","body":{"code":"EINVAL","message":"unknown request type: pty_stdin"}})");
+  auto e = decode(
+      R"({"type":"error","body":{"code":"EINVAL","message":"unknown request type: pty_stdin"}})");
   ASSERT_TRUE(e);
   auto b = body_as<ErrorBody>(*e);
   ASSERT_TRUE(b);
@@ -74,8 +78,9 @@ TEST(RunnerProtocol, ExecRequestBothWays) {
 }
 
 TEST(RunnerProtocol, ExecResultHasAllFourFields) {
-  EXPECT_EQ(frame("req_1", type::kExecResult, to_json(ExecResult{})),
-            R"({"id":"req_1","type":"exec_result","body":{"stdout":"","stderr":"","exit_code":0,"timed_out":false}})");
+  EXPECT_EQ(
+      frame("req_1", type::kExecResult, to_json(ExecResult{})),
+      R"({"id":"req_1","type":"exec_result","body":{"stdout":"","stderr":"","exit_code":0,"timed_out":false}})");
 }
 
 TEST(RunnerProtocol, GoEscapesHtmlAndReplacesInvalidUtf8) {
@@ -97,15 +102,17 @@ TEST(RunnerProtocol, OkRepliesWithAndWithoutBody) {
 }
 
 TEST(RunnerProtocol, FileBodies) {
-  auto e = decode(R"({"id":"req_1","type":"write_file","user_id":"u","body":{"path":"/ws/a.txt","data":"aGVsbG8=","perm":420}})");
+  auto e = decode(
+      R"({"id":"req_1","type":"write_file","user_id":"u","body":{"path":"/ws/a.txt","data":"aGVsbG8=","perm":420}})");
   ASSERT_TRUE(e);
   auto w = body_as<WriteFileRequest>(*e);
   ASSERT_TRUE(w);
   EXPECT_EQ(w->path, "/ws/a.txt");
   EXPECT_EQ(w->data, "hello");
   EXPECT_EQ(w->perm, 420u);
-  EXPECT_EQ(encode(Envelope{"req_1", "write_file", "u", to_json(*w)}),
-            R"({"id":"req_1","type":"write_file","user_id":"u","body":{"path":"/ws/a.txt","data":"aGVsbG8=","perm":420}})");
+  EXPECT_EQ(
+      encode(Envelope{"req_1", "write_file", "u", to_json(*w)}),
+      R"({"id":"req_1","type":"write_file","user_id":"u","body":{"path":"/ws/a.txt","data":"aGVsbG8=","perm":420}})");
   // bad base64 in write_file is EIO, as xbot's os error mapping gives
   auto bad = decode(R"({"id":"r","type":"write_file","body":{"path":"a","data":"!!"}})");
   auto wb = body_as<WriteFileRequest>(*bad);
@@ -114,14 +121,21 @@ TEST(RunnerProtocol, FileBodies) {
 
   EXPECT_EQ(frame("r", type::kFileContent, to_json(FileContent{"hello"})),
             R"({"id":"r","type":"file_content","body":{"data":"aGVsbG8="}})");
-  FileInfo fi{.name = "d", .size = 4096, .mode = 2147484141u, .mod_time = "2026-08-23T10:00:00Z", .is_dir = true};
-  EXPECT_EQ(frame("r", type::kFileInfo, to_json(fi)),
-            R"({"id":"r","type":"file_info","body":{"name":"d","size":4096,"mode":2147484141,"mod_time":"2026-08-23T10:00:00Z","is_dir":true}})");
+  FileInfo fi{.name = "d",
+              .size = 4096,
+              .mode = 2147484141u,
+              .mod_time = "2026-08-23T10:00:00Z",
+              .is_dir = true};
+  EXPECT_EQ(
+      frame("r", type::kFileInfo, to_json(fi)),
+      R"({"id":"r","type":"file_info","body":{"name":"d","size":4096,"mode":2147484141,"mod_time":"2026-08-23T10:00:00Z","is_dir":true}})");
   EXPECT_EQ(frame("r", type::kDirEntries, to_json(DirEntries{})),
             R"({"id":"r","type":"dir_entries","body":{"entries":[]}})");
   DirEntries de{{{"a", false, 3}, {"b", true, 4096}}};
   std::string t = frame("r", type::kDirEntries, to_json(de));
-  EXPECT_EQ(t, R"({"id":"r","type":"dir_entries","body":{"entries":[{"name":"a","is_dir":false,"size":3},{"name":"b","is_dir":true,"size":4096}]}})");
+  EXPECT_EQ(
+      t,
+      R"({"id":"r","type":"dir_entries","body":{"entries":[{"name":"a","is_dir":false,"size":3},{"name":"b","is_dir":true,"size":4096}]}})");
   auto de2 = body_as<DirEntries>(*decode(t));
   ASSERT_TRUE(de2);
   ASSERT_EQ(de2->entries.size(), 2u);
@@ -131,18 +145,21 @@ TEST(RunnerProtocol, FileBodies) {
             R"({"id":"r","type":"mkdir_all","body":{"path":"/ws/d"}})");
   EXPECT_EQ(frame("r", type::kMkdirAll, to_json(MkdirAllRequest{"/ws/d", 0755})),
             R"({"id":"r","type":"mkdir_all","body":{"path":"/ws/d","perm":493}})");
-  EXPECT_EQ(frame("r", type::kDownloadFile, to_json(DownloadRequest{"http://127.0.0.1:1/x", "o"})),
-            R"({"id":"r","type":"download_file","body":{"url":"http://127.0.0.1:1/x","output_path":"o"}})");
+  EXPECT_EQ(
+      frame("r", type::kDownloadFile, to_json(DownloadRequest{"http://127.0.0.1:1/x", "o"})),
+      R"({"id":"r","type":"download_file","body":{"url":"http://127.0.0.1:1/x","output_path":"o"}})");
 }
 
 TEST(RunnerProtocol, BackgroundAndStreamBodies) {
   BgOutput o{.task_id = "t1", .status = "running", .stdout_data = "x"};
-  EXPECT_EQ(frame("r", type::kBgOutput, to_json(o)),
-            R"({"id":"r","type":"bg_output","body":{"task_id":"t1","status":"running","stdout":"x","stderr":""}})");
+  EXPECT_EQ(
+      frame("r", type::kBgOutput, to_json(o)),
+      R"({"id":"r","type":"bg_output","body":{"task_id":"t1","status":"running","stdout":"x","stderr":""}})");
   o.status = "completed";
   o.exit_code = 3;
-  EXPECT_EQ(frame("r", type::kBgOutput, to_json(o)),
-            R"({"id":"r","type":"bg_output","body":{"task_id":"t1","status":"completed","exit_code":3,"stdout":"x","stderr":""}})");
+  EXPECT_EQ(
+      frame("r", type::kBgOutput, to_json(o)),
+      R"({"id":"r","type":"bg_output","body":{"task_id":"t1","status":"completed","exit_code":3,"stdout":"x","stderr":""}})");
   EXPECT_EQ(frame("r", type::kBgStarted, to_json(TaskRequest{"t1"})),
             R"({"id":"r","type":"bg_started","body":{"task_id":"t1"}})");
   // stdio_write comes without an id
@@ -156,14 +173,16 @@ TEST(RunnerProtocol, BackgroundAndStreamBodies) {
             R"({"type":"stdio_data","body":{"stream_id":"s","data":"aGk="}})");
   EXPECT_EQ(frame("", type::kStdioExit, to_json(StreamExit{"s", 0, ""})),
             R"({"type":"stdio_exit","body":{"stream_id":"s","exit_code":0}})");
-  EXPECT_EQ(frame("", type::kPtyExit, to_json(StreamExit{"p", -1, "signal: killed"})),
-            R"({"type":"pty_exit","body":{"stream_id":"p","exit_code":-1,"error":"signal: killed"}})");
+  EXPECT_EQ(
+      frame("", type::kPtyExit, to_json(StreamExit{"p", -1, "signal: killed"})),
+      R"({"type":"pty_exit","body":{"stream_id":"p","exit_code":-1,"error":"signal: killed"}})");
   auto pc = body_as<PtyCreate>(*decode(
       R"({"id":"r","type":"pty_create","body":{"stream_id":"p","command":"bash","cols":100,"rows":30}})"));
   ASSERT_TRUE(pc);
   EXPECT_EQ(pc->cols, 100);
   EXPECT_EQ(pc->rows, 30);
-  auto big = body_as<PtyResize>(*decode(R"({"type":"pty_resize","body":{"stream_id":"p","cols":70000}})"));
+  auto big =
+      body_as<PtyResize>(*decode(R"({"type":"pty_resize","body":{"stream_id":"p","cols":70000}})"));
   ASSERT_FALSE(big);
   EXPECT_NE(big.error().message.find("'cols'"), std::string::npos);
   EXPECT_TRUE(is_push("stdio_data"));
@@ -180,7 +199,8 @@ TEST(RunnerProtocol, BodiesDecodeAsGoUnmarshals) {
   ASSERT_TRUE(null);
   EXPECT_EQ(null->command, "");
   EXPECT_EQ(null->timeout, 0);
-  auto extra = body_as<PathRequest>(*decode(R"({"id":"r","type":"remove","body":{"path":"p","perm":0,"zzz":[1]}})"));
+  auto extra = body_as<PathRequest>(
+      *decode(R"({"id":"r","type":"remove","body":{"path":"p","perm":0,"zzz":[1]}})"));
   ASSERT_TRUE(extra);
   EXPECT_EQ(extra->path, "p");
   auto wrong = body_as<ExecRequest>(*decode(R"({"id":"r","type":"exec","body":{"command":5}})"));
@@ -198,8 +218,9 @@ TEST(RunnerProtocol, BodiesDecodeAsGoUnmarshals) {
 }
 
 TEST(RunnerProtocol, ChunkedTransferBodies) {
-  EXPECT_EQ(frame("r", type::kFileBegin, to_json(FileBegin{"/ws/big", 0644, 5000000})),
-            R"({"id":"r","type":"file_begin","body":{"path":"/ws/big","perm":420,"size":5000000}})");
+  EXPECT_EQ(
+      frame("r", type::kFileBegin, to_json(FileBegin{"/ws/big", 0644, 5000000})),
+      R"({"id":"r","type":"file_begin","body":{"path":"/ws/big","perm":420,"size":5000000}})");
   EXPECT_EQ(frame("r", type::kFileBegin, to_json(FileBegin{"", 0, 5000000})),
             R"({"id":"r","type":"file_begin","body":{"size":5000000}})");
   EXPECT_EQ(frame("r", type::kFileChunk, to_json(FileChunk{1048576, "abc"})),
@@ -208,7 +229,8 @@ TEST(RunnerProtocol, ChunkedTransferBodies) {
             R"({"id":"r","type":"file_end","body":{"size":5000000}})");
   EXPECT_EQ(frame("r", type::kAck, to_json(Ack{2097152})),
             R"({"id":"r","type":"ack","body":{"offset":2097152}})");
-  auto neg = body_as<FileChunk>(*decode(R"({"id":"r","type":"file_chunk","body":{"offset":-1,"data":""}})"));
+  auto neg = body_as<FileChunk>(
+      *decode(R"({"id":"r","type":"file_chunk","body":{"offset":-1,"data":""}})"));
   EXPECT_FALSE(neg);
 }
 
@@ -221,8 +243,10 @@ TEST(RunnerProtocol, GoFileModeBits) {
   EXPECT_EQ(go_mode_from_st_mode(S_IFREG | S_ISUID | 0755), gomode::kSetuid | 0755);
   EXPECT_EQ(st_mode_from_go_mode(2147484141u), static_cast<mode_t>(S_IFDIR | 0755));
   EXPECT_EQ(st_mode_from_go_mode(420u), static_cast<mode_t>(S_IFREG | 0644));
-  EXPECT_EQ(st_mode_from_go_mode(gomode::kDevice | gomode::kCharDevice | 0600), static_cast<mode_t>(S_IFCHR | 0600));
-  EXPECT_EQ(perm_from_go(gomode::kDir | gomode::kSetgid | 0750), static_cast<mode_t>(S_ISGID | 0750));
+  EXPECT_EQ(st_mode_from_go_mode(gomode::kDevice | gomode::kCharDevice | 0600),
+            static_cast<mode_t>(S_IFCHR | 0600));
+  EXPECT_EQ(perm_from_go(gomode::kDir | gomode::kSetgid | 0750),
+            static_cast<mode_t>(S_ISGID | 0750));
   EXPECT_EQ(go_perm_from_mode(S_ISVTX | 01777), gomode::kSticky | 0777);
 }
 
@@ -269,7 +293,10 @@ TEST(RunnerProtocol, ModTimeIsRfc3339LocalSeconds) {
   setenv("TZ", "CET-1CEST,M3.5.0,M10.5.0/3", 1);
   tzset();
   EXPECT_EQ(format_mod_time(1787479200), "2026-08-23T12:00:00+02:00");
-  if (old) setenv("TZ", saved.c_str(), 1); else unsetenv("TZ");
+  if (old)
+    setenv("TZ", saved.c_str(), 1);
+  else
+    unsetenv("TZ");
   tzset();
   EXPECT_EQ(parse_mod_time("2026-08-23T12:00:00+02:00").value(), 1787479200);
   EXPECT_EQ(parse_mod_time("2026-08-23T10:00:00.123456Z").value(), 1787479200);

@@ -2,14 +2,16 @@
 // every request type of PROTOCOLS.md 1.3, the path guard of SECURITY.md T8, timeouts that kill
 // the process group, children killed on disconnect, reconnect with back-off.
 #include <fcntl.h>
+#include <gtest/gtest.h>
 #include <signal.h>
 #include <spawn.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
-#include <gtest/gtest.h>
-
+#include <boost/asio/ssl.hpp>
+#include <boost/beast/http.hpp>
+#include <boost/beast/websocket/ssl.hpp>
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
@@ -36,8 +38,8 @@ class RunnerProcess {
  public:
   RunnerProcess(const std::string& url, const std::string& token, const std::string& ws,
                 std::vector<std::string> extra = {}) {
-    std::vector<std::string> args = {runner_bin(), "--server", url, "--token", token,
-                                     "--workspace", ws, "--log-level", "warn"};
+    std::vector<std::string> args = {runner_bin(),  "--server", url,           "--token", token,
+                                     "--workspace", ws,         "--log-level", "warn"};
     args.insert(args.end(), extra.begin(), extra.end());
     std::vector<char*> argv;
     for (auto& a : args) argv.push_back(a.data());
@@ -115,6 +117,7 @@ TEST_F(RunnerTest, RegistersAsXbotsRunnerDoes) {
   EXPECT_EQ(b->auth_token, "T");
   EXPECT_EQ(b->workspace, std::filesystem::canonical(ws_).string());
   EXPECT_EQ(b->shell, access("/bin/bash", X_OK) == 0 ? "/bin/bash" : "/bin/sh");
+  EXPECT_EQ(b->version, 1);  // agentbox's extension; xbot's server ignores it
 }
 
 TEST_F(RunnerTest, ExecShellAndArgvForms) {
@@ -127,8 +130,10 @@ TEST_F(RunnerTest, ExecShellAndArgvForms) {
   EXPECT_FALSE(res->timed_out);
 
   // argv form: args[0] is the program, command is ignored (xbot's callers send both)
-  p::ExecRequest a{.command = "ignored", .args = {"/bin/sh", "-c", "echo \"$0|$X|$(pwd)\"", "zero"},
-                   .env = {"X=1"}, .timeout = 10};
+  p::ExecRequest a{.command = "ignored",
+                   .args = {"/bin/sh", "-c", "echo \"$0|$X|$(pwd)\"", "zero"},
+                   .env = {"X=1"},
+                   .timeout = 10};
   auto ra = server_.request(p::type::kExec, p::to_json(a));
   ASSERT_EQ(ra.type, "exec_result") << p::encode(ra);
   EXPECT_EQ(p::body_as<p::ExecResult>(ra)->stdout_data,
@@ -161,7 +166,8 @@ TEST_F(RunnerTest, ExecWithABadDirIsAnErrorAndRunsNothing) {
   EXPECT_FALSE(std::filesystem::exists(ws_ + "/ran"));
   EXPECT_FALSE(std::filesystem::exists(tmp_ / "outside/ran"));
   EXPECT_FALSE(std::filesystem::exists(tmp_ / "ws2/ran"));
-  p::BgExecRequest bg{.task_id = "t", .command = "touch ran", .shell = true, .dir = tmp_ / "outside"};
+  p::BgExecRequest bg{
+      .task_id = "t", .command = "touch ran", .shell = true, .dir = tmp_ / "outside"};
   EXPECT_EQ(code_of(server_.request(p::type::kBgExec, p::to_json(bg))), "EPERM");
   p::StdioStart st{.stream_id = "s", .command = "touch", .args = {"ran"}, .dir = tmp_ / "outside"};
   EXPECT_EQ(code_of(server_.request(p::type::kStdioStart, p::to_json(st))), "EPERM");
@@ -248,8 +254,10 @@ TEST_F(RunnerTest, FileRequests) {
   EXPECT_EQ(path_req(p::type::kRemoveAll, "d").type, "ok");  // missing is ok
   EXPECT_EQ(code_of(path_req(p::type::kReadFile, "nope")), "ENOENT");
   EXPECT_EQ(code_of(path_req(p::type::kStat, "nope")), "ENOENT");
-  EXPECT_EQ(code_of(server_.request(p::type::kWriteFile, Json{{"path", "x"}, {"data", "!!"}})), "EIO");
-  EXPECT_EQ(code_of(server_.request(p::type::kWriteFile, p::to_json(p::WriteFileRequest{"no/such/x", "1", 0644}))),
+  EXPECT_EQ(code_of(server_.request(p::type::kWriteFile, Json{{"path", "x"}, {"data", "!!"}})),
+            "EIO");
+  EXPECT_EQ(code_of(server_.request(p::type::kWriteFile,
+                                    p::to_json(p::WriteFileRequest{"no/such/x", "1", 0644}))),
             "ENOENT");  // write_file does not create parents (xbot)
 }
 
@@ -266,12 +274,15 @@ TEST_F(RunnerTest, PathGuardRefusesEveryEscape) {  // SECURITY.md T8
   expect_eperm(path_req(p::type::kReadFile, "link/canary"), "read through a symlink out");
   expect_eperm(path_req(p::type::kStat, "link/canary"), "stat through a symlink out");
   expect_eperm(path_req(p::type::kReadDir, "link"), "read_dir through a symlink out");
-  expect_eperm(server_.request(p::type::kWriteFile, p::to_json(p::WriteFileRequest{"link/new.txt", "x", 0644})),
+  expect_eperm(server_.request(p::type::kWriteFile,
+                               p::to_json(p::WriteFileRequest{"link/new.txt", "x", 0644})),
                "write a new file through a symlink out");
-  expect_eperm(server_.request(p::type::kWriteFile, p::to_json(p::WriteFileRequest{"link/canary", "x", 0644})),
+  expect_eperm(server_.request(p::type::kWriteFile,
+                               p::to_json(p::WriteFileRequest{"link/canary", "x", 0644})),
                "overwrite through a symlink out");
-  expect_eperm(server_.request(p::type::kMkdirAll, p::to_json(p::MkdirAllRequest{"link/newdir", 0755})),
-               "mkdir_all through a symlink out");
+  expect_eperm(
+      server_.request(p::type::kMkdirAll, p::to_json(p::MkdirAllRequest{"link/newdir", 0755})),
+      "mkdir_all through a symlink out");
   expect_eperm(path_req(p::type::kRemoveAll, "link/canary"), "remove_all through a symlink out");
   expect_eperm(path_req(p::type::kRemove, tmp_ / "ws2/secret"), "remove by the prefix trick");
   auto msg = data_of(path_req(p::type::kReadFile, "/etc/passwd"), "message");
@@ -283,7 +294,10 @@ TEST_F(RunnerTest, PathGuardRefusesEveryEscape) {  // SECURITY.md T8
   // a ".." that stays inside, and a symlink that stays inside, are fine
   std::filesystem::create_directories(ws_ + "/in");
   std::filesystem::create_symlink("in", ws_ + "/inlink");
-  EXPECT_EQ(server_.request(p::type::kWriteFile, p::to_json(p::WriteFileRequest{"in/../inlink/f", "ok", 0644})).type,
+  EXPECT_EQ(server_
+                .request(p::type::kWriteFile,
+                         p::to_json(p::WriteFileRequest{"in/../inlink/f", "ok", 0644}))
+                .type,
             "ok");
   EXPECT_EQ(slurp(ws_ + "/in/f"), "ok");
   // remove_all of the link removes the link, not the target
@@ -292,13 +306,16 @@ TEST_F(RunnerTest, PathGuardRefusesEveryEscape) {  // SECURITY.md T8
 }
 
 TEST_F(RunnerTest, BackgroundTasks) {
-  p::BgExecRequest b{.task_id = "t1", .command = "echo out; echo err >&2; echo $$ > bgpid; sleep 30",
+  p::BgExecRequest b{.task_id = "t1",
+                     .command = "echo out; echo err >&2; echo $$ > bgpid; sleep 30",
                      .shell = true};
   auto r = server_.request(p::type::kBgExec, p::to_json(b));
-  EXPECT_EQ(p::encode(r), R"({"id":")" + r.id + R"(","type":"bg_started","body":{"task_id":"t1"}})");
+  EXPECT_EQ(p::encode(r),
+            R"({"id":")" + r.id + R"(","type":"bg_started","body":{"task_id":"t1"}})");
   p::BgOutput o;
   for (int i = 0; i < 100; ++i) {
-    o = *p::body_as<p::BgOutput>(server_.request(p::type::kBgStatus, p::to_json(p::TaskRequest{"t1"})));
+    o = *p::body_as<p::BgOutput>(
+        server_.request(p::type::kBgStatus, p::to_json(p::TaskRequest{"t1"})));
     if (!o.stdout_data.empty() && !o.stderr_data.empty()) break;
     usleep(50000);
   }
@@ -308,7 +325,8 @@ TEST_F(RunnerTest, BackgroundTasks) {
   pid_t pid = std::atoi(slurp(ws_ + "/bgpid").c_str());
   EXPECT_EQ(server_.request(p::type::kBgKill, p::to_json(p::TaskRequest{"t1"})).type, "ok");
   EXPECT_TRUE(wait_dead(pid, 5000ms));
-  o = *p::body_as<p::BgOutput>(server_.request(p::type::kBgStatus, p::to_json(p::TaskRequest{"t1"})));
+  o = *p::body_as<p::BgOutput>(
+      server_.request(p::type::kBgStatus, p::to_json(p::TaskRequest{"t1"})));
   EXPECT_EQ(o.status, "killed");
   auto again = server_.request(p::type::kBgKill, p::to_json(p::TaskRequest{"t1"}));
   EXPECT_EQ(code_of(again), "EIO");
@@ -317,7 +335,8 @@ TEST_F(RunnerTest, BackgroundTasks) {
   p::BgExecRequest done{.task_id = "t2", .command = "exit 4", .shell = true};
   server_.request(p::type::kBgExec, p::to_json(done));
   for (int i = 0; i < 100 && o.status != "failed"; ++i) {
-    o = *p::body_as<p::BgOutput>(server_.request(p::type::kBgStatus, p::to_json(p::TaskRequest{"t2"})));
+    o = *p::body_as<p::BgOutput>(
+        server_.request(p::type::kBgStatus, p::to_json(p::TaskRequest{"t2"})));
     usleep(20000);
   }
   EXPECT_EQ(o.status, "failed");
@@ -344,9 +363,11 @@ TEST_F(RunnerTest, StdioStreams) {
     }
     return false;
   }));
-  EXPECT_EQ(code_of(server_.request(p::type::kStdioClose, p::to_json(p::StreamRequest{"s1"}))), "ENOENT");
-  EXPECT_EQ(code_of(server_.request(p::type::kStdioStart, p::to_json(p::StdioStart{.command = "cat"}))),
-            "EINVAL");
+  EXPECT_EQ(code_of(server_.request(p::type::kStdioClose, p::to_json(p::StreamRequest{"s1"}))),
+            "ENOENT");
+  EXPECT_EQ(
+      code_of(server_.request(p::type::kStdioStart, p::to_json(p::StdioStart{.command = "cat"}))),
+      "EINVAL");
 }
 
 TEST_F(RunnerTest, PtyInputAndResizeWork) {
@@ -354,7 +375,8 @@ TEST_F(RunnerTest, PtyInputAndResizeWork) {
   auto r = server_.request(p::type::kPtyCreate, p::to_json(c));
   ASSERT_EQ(p::encode(r), R"({"id":")" + r.id + R"(","type":"ok","body":{"stream_id":"p1"}})");
   // xbot's server sends pty_stdin WITH an id and never waits (1.7): the input must arrive.
-  server_.send_request(p::type::kPtyStdin, p::to_json(p::StreamData{"p1", "echo $((6*7))x; stty size\n"}));
+  server_.send_request(p::type::kPtyStdin,
+                       p::to_json(p::StreamData{"p1", "echo $((6*7))x; stty size\n"}));
   EXPECT_TRUE(server_.wait_push([&](const auto& v) {
     auto d = FakeXbotServer::data_in(v, "pty_data", "p1");
     return d.find("42x") != std::string::npos && d.find("30 100") != std::string::npos;
@@ -376,8 +398,10 @@ TEST_F(RunnerTest, PtyInputAndResizeWork) {
 
 TEST_F(RunnerTest, LlmUnknownAndMalformedRequests) {
   auto llm = server_.request(p::type::kLlmModels, Json::object());
-  EXPECT_EQ(p::encode(llm), R"({"id":")" + llm.id +
-                                R"(","type":"error","body":{"message":"local LLM not configured on this runner","code":"ENOTSUP"}})");
+  EXPECT_EQ(
+      p::encode(llm),
+      R"({"id":")" + llm.id +
+          R"(","type":"error","body":{"message":"local LLM not configured on this runner","code":"ENOTSUP"}})");
   EXPECT_EQ(code_of(server_.request(p::type::kLlmGenerate, Json::object())), "ENOTSUP");
   auto unk = server_.request("frobnicate", Json::object());
   EXPECT_EQ(data_of(unk, "message"), "unknown request type: frobnicate");
@@ -388,15 +412,92 @@ TEST_F(RunnerTest, LlmUnknownAndMalformedRequests) {
   ASSERT_TRUE(nb);
   EXPECT_EQ(code_of(*nb), "EINVAL");
   EXPECT_EQ(code_of(server_.request(p::type::kExec, Json{{"command", 5}})), "EINVAL");
-  EXPECT_EQ(code_of(server_.request(p::type::kDownloadFile,
-                                    p::to_json(p::DownloadRequest{"http://127.0.0.1:1/x", "o"}))),
-            "ENOTSUP");
+}
+
+// A loopback HTTP server for download_file: /f (a body), /r (302 to /f), /404, /huge (a
+// Content-Length over the 100 MiB cap).
+class TinyHttp {
+ public:
+  TinyHttp() : acceptor_(io_, {fx::asio::ip::make_address("127.0.0.1"), 0}) {
+    port_ = acceptor_.local_endpoint().port();
+    thread_ = std::thread([this] { serve(); });
+  }
+  ~TinyHttp() {
+    stop_ = true;
+    boost::system::error_code ec;
+    fx::tcp::socket s(io_);
+    s.connect(acceptor_.local_endpoint(), ec);  // wakes accept()
+    thread_.join();
+  }
+  std::string url(const std::string& path) const {
+    return "http://127.0.0.1:" + std::to_string(port_) + path;
+  }
+
+ private:
+  void serve() {
+    while (!stop_) {
+      boost::system::error_code ec;
+      fx::tcp::socket s(io_);
+      acceptor_.accept(s, ec);
+      if (ec || stop_) return;
+      fx::beast::flat_buffer buf;
+      fx::http::request<fx::http::string_body> req;
+      fx::http::read(s, buf, req, ec);
+      if (ec) continue;
+      fx::http::response<fx::http::string_body> res{fx::http::status::ok, 11};
+      std::string t(req.target());
+      if (t == "/f") {
+        res.body() = "payload\n";
+      } else if (t == "/r") {
+        res.result(fx::http::status::found);
+        res.set(fx::http::field::location, "/f");
+      } else if (t == "/huge") {
+        std::string head = "HTTP/1.1 200 OK\r\nContent-Length: 209715200\r\n\r\nxx";
+        fx::asio::write(s, fx::asio::buffer(head), ec);
+        continue;
+      } else {
+        res.result(fx::http::status::not_found);
+      }
+      res.prepare_payload();
+      fx::http::write(s, res, ec);
+    }
+  }
+  fx::asio::io_context io_;
+  fx::tcp::acceptor acceptor_;
+  int port_ = 0;
+  std::atomic<bool> stop_{false};
+  std::thread thread_;
+};
+
+TEST_F(RunnerTest, DownloadFile) {
+  TinyHttp web;
+  auto r = server_.request(p::type::kDownloadFile,
+                           p::to_json(p::DownloadRequest{web.url("/r"), "dl/sub/out.txt"}));
+  EXPECT_EQ(p::encode(r), R"({"id":")" + r.id + R"(","type":"ok","body":{"size":8}})");
+  EXPECT_EQ(slurp(ws_ + "/dl/sub/out.txt"), "payload\n");  // parents created, redirect followed
+  auto nf = server_.request(p::type::kDownloadFile,
+                            p::to_json(p::DownloadRequest{web.url("/404"), "nf"}));
+  EXPECT_EQ(code_of(nf), "EIO");
+  EXPECT_NE(data_of(nf, "message").find("HTTP 404"), std::string::npos);
+  auto huge = server_.request(p::type::kDownloadFile,
+                              p::to_json(p::DownloadRequest{web.url("/huge"), "huge"}));
+  EXPECT_EQ(code_of(huge), "ETOOBIG");
+  auto out = server_.request(p::type::kDownloadFile,
+                             p::to_json(p::DownloadRequest{web.url("/f"), tmp_ / "outside/dl"}));
+  EXPECT_EQ(code_of(out), "EPERM");
+  EXPECT_FALSE(std::filesystem::exists(ws_ + "/nf"));
+  EXPECT_FALSE(std::filesystem::exists(ws_ + "/huge"));
+  EXPECT_FALSE(std::filesystem::exists(tmp_ / "outside/dl"));
+  auto bad =
+      server_.request(p::type::kDownloadFile, p::to_json(p::DownloadRequest{"ftp://x/y", "z"}));
+  EXPECT_EQ(code_of(bad), "EINVAL");
 }
 
 TEST_F(RunnerTest, PlainBase64FilesOfAnySize) {
   std::string big(10 << 20, '\0');
   for (std::size_t i = 0; i < big.size(); ++i) big[i] = static_cast<char>((i * 7919) >> 3);
-  auto w = server_.request(p::type::kWriteFile, p::to_json(p::WriteFileRequest{"big.bin", big, 0644}), 60s);
+  auto w = server_.request(p::type::kWriteFile,
+                           p::to_json(p::WriteFileRequest{"big.bin", big, 0644}), 60s);
   ASSERT_EQ(w.type, "ok");
   EXPECT_EQ(slurp(ws_ + "/big.bin") == big, true);
   auto r = path_req(p::type::kReadFile, "big.bin");
@@ -407,7 +508,8 @@ TEST_F(RunnerTest, PlainBase64FilesOfAnySize) {
 TEST_F(RunnerTest, DisconnectKillsChildrenAndReconnects) {
   p::BgExecRequest b{.task_id = "t", .command = "echo $$ > bgpid; exec sleep 300", .shell = true};
   ASSERT_EQ(server_.request(p::type::kBgExec, p::to_json(b)).type, "bg_started");
-  p::StdioStart s{.stream_id = "s", .command = "sh", .args = {"-c", "echo $$ > stdiopid; exec sleep 300"}};
+  p::StdioStart s{
+      .stream_id = "s", .command = "sh", .args = {"-c", "echo $$ > stdiopid; exec sleep 300"}};
   ASSERT_EQ(server_.request(p::type::kStdioStart, p::to_json(s)).type, "ok");
   p::ExecRequest e{.command = "echo $$ > execpid; exec sleep 300", .shell = true, .timeout = 600};
   server_.send_request(p::type::kExec, p::to_json(e));
@@ -430,6 +532,214 @@ TEST_F(RunnerTest, DisconnectKillsChildrenAndReconnects) {
   // the new connection serves requests; the old tasks are forgotten
   EXPECT_EQ(p::body_as<p::ExecResult>(exec("echo back"))->stdout_data, "back\n");
   EXPECT_EQ(code_of(server_.request(p::type::kBgStatus, p::to_json(p::TaskRequest{"t"}))), "EIO");
+}
+
+// A peer that answers register_ok with version 1 (agentboxd): files over 4 MiB in chunks.
+class RunnerChunkedTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    ws_ = tmp_ / "ws";
+    std::filesystem::create_directories(ws_);
+    runner_ = std::make_unique<RunnerProcess>(server_.url(), "T", ws_);
+    ASSERT_TRUE(server_.wait_accepted(1)) << "the runner did not register";
+  }
+  static std::string pattern(std::size_t n) {
+    std::string s(n, '\0');
+    for (std::size_t i = 0; i < n; ++i) s[i] = static_cast<char>((i * 2654435761u) >> 13);
+    return s;
+  }
+  std::size_t files_in_ws() {
+    std::size_t n = 0;
+    for (auto& e : std::filesystem::directory_iterator(ws_)) n += e.is_regular_file() ? 1 : 0;
+    return n;
+  }
+  TempDir tmp_{"agentbox-runner-test"};
+  std::string ws_;
+  FakeXbotServer server_{FakeXbotServer::Options{.send_version = true}};
+  std::unique_ptr<RunnerProcess> runner_;
+};
+
+TEST_F(RunnerChunkedTest, UploadInChunksWithAcks) {
+  std::string data = pattern((9 << 20) + 123);
+  std::string id = server_.send_request(
+      p::type::kFileBegin,
+      p::to_json(p::FileBegin{"big.bin", 0644, static_cast<std::int64_t>(data.size())}));
+  auto a0 = server_.wait_reply(id);
+  ASSERT_TRUE(a0);
+  ASSERT_EQ(p::encode(*a0), R"({"id":")" + id + R"(","type":"ack","body":{"offset":0}})");
+  std::int64_t off = 0;
+  while (off < static_cast<std::int64_t>(data.size())) {
+    std::size_t n = std::min<std::size_t>(p::kChunkSize, data.size() - off);
+    server_.send_with_id(id, p::type::kFileChunk,
+                         p::to_json(p::FileChunk{off, data.substr(off, n)}));
+    off += static_cast<std::int64_t>(n);
+    auto a = server_.wait_reply(id);
+    ASSERT_TRUE(a);
+    ASSERT_EQ(a->type, "ack") << p::encode(*a);
+    EXPECT_EQ(p::body_as<p::Ack>(*a)->offset, off);
+  }
+  EXPECT_FALSE(std::filesystem::exists(ws_ + "/big.bin")) << "visible before file_end";
+  server_.send_with_id(id, p::type::kFileEnd, p::to_json(p::FileEnd{off}));
+  auto ok = server_.wait_reply(id);
+  ASSERT_TRUE(ok);
+  EXPECT_EQ(ok->type, "ok");
+  EXPECT_TRUE(slurp(ws_ + "/big.bin") == data);
+  EXPECT_EQ(files_in_ws(), 1u) << "a temp file was left";
+}
+
+TEST_F(RunnerChunkedTest, BadUploadsLeaveNothing) {
+  spit(ws_ + "/keep.bin", "old");
+  std::string id = server_.send_request(p::type::kFileBegin,
+                                        p::to_json(p::FileBegin{"keep.bin", 0644, 5 << 20}));
+  ASSERT_EQ(server_.wait_reply(id)->type, "ack");
+  server_.send_with_id(id, p::type::kFileChunk,
+                       p::to_json(p::FileChunk{0, std::string(1000, 'x')}));
+  ASSERT_EQ(server_.wait_reply(id)->type, "ack");
+  server_.send_with_id(id, p::type::kFileChunk, p::to_json(p::FileChunk{5, "y"}));  // out of order
+  auto err = server_.wait_reply(id);
+  ASSERT_TRUE(err);
+  EXPECT_EQ(code_of(*err), "EINVAL");
+  EXPECT_EQ(slurp(ws_ + "/keep.bin"), "old");
+  EXPECT_EQ(files_in_ws(), 1u);
+  // over the cap, and through a symlink out
+  auto big = server_.request(p::type::kFileBegin,
+                             p::to_json(p::FileBegin{"x", 0644, p::kMaxFileSize + 1}));
+  EXPECT_EQ(code_of(big), "ETOOBIG");
+  std::filesystem::create_directories(tmp_ / "outside");
+  std::filesystem::create_symlink(tmp_ / "outside", ws_ + "/link");
+  auto out =
+      server_.request(p::type::kFileBegin, p::to_json(p::FileBegin{"link/x", 0644, 5 << 20}));
+  EXPECT_EQ(code_of(out), "EPERM");
+  EXPECT_TRUE(std::filesystem::is_empty(tmp_ / "outside"));
+  // abandoned by the server: an error frame of the transfer's id
+  std::string id2 = server_.send_request(p::type::kFileBegin,
+                                         p::to_json(p::FileBegin{"gone.bin", 0644, 5 << 20}));
+  ASSERT_EQ(server_.wait_reply(id2)->type, "ack");
+  server_.send(p::error_frame(id2, "EIO", "client went away"));
+  std::string probe = server_.send_request(p::type::kStat, p::to_json(p::PathRequest{"keep.bin"}));
+  ASSERT_TRUE(server_.wait_reply(probe));
+  EXPECT_EQ(files_in_ws(), 1u);
+}
+
+TEST_F(RunnerChunkedTest, DownloadInChunksWithinTheWindow) {
+  std::string data = pattern((12 << 20) + 7);
+  ASSERT_TRUE(spit(ws_ + "/big.bin", data));
+  std::string id = server_.send_request(p::type::kReadFile, p::to_json(p::PathRequest{"big.bin"}));
+  auto begin = server_.wait_reply(id);
+  ASSERT_TRUE(begin);
+  ASSERT_EQ(p::encode(*begin), R"({"id":")" + id + R"(","type":"file_begin","body":{"size":)" +
+                                   std::to_string(data.size()) + "}}");
+  // without acks the runner stops at the window (8 MiB)
+  std::string got;
+  for (;;) {
+    auto c = server_.wait_reply(id, 1000ms);
+    if (!c) break;
+    ASSERT_EQ(c->type, "file_chunk");
+    auto fc = p::body_as<p::FileChunk>(*c);
+    EXPECT_EQ(fc->offset, static_cast<std::int64_t>(got.size()));
+    got += fc->data;
+  }
+  EXPECT_EQ(got.size(), static_cast<std::size_t>(p::kWindowBytes));
+  server_.send_with_id(id, p::type::kAck,
+                       p::to_json(p::Ack{static_cast<std::int64_t>(got.size())}));
+  for (;;) {
+    auto c = server_.wait_reply(id, 10s);
+    ASSERT_TRUE(c);
+    if (c->type == "file_end") {
+      EXPECT_EQ(p::body_as<p::FileEnd>(*c)->size, static_cast<std::int64_t>(data.size()));
+      break;
+    }
+    ASSERT_EQ(c->type, "file_chunk");
+    got += p::body_as<p::FileChunk>(*c)->data;
+    server_.send_with_id(id, p::type::kAck,
+                         p::to_json(p::Ack{static_cast<std::int64_t>(got.size())}));
+  }
+  EXPECT_TRUE(got == data);
+  // a small file is still plain file_content
+  spit(ws_ + "/small", "abc");
+  auto small = server_.request(p::type::kReadFile, p::to_json(p::PathRequest{"small"}));
+  EXPECT_EQ(small.type, "file_content");
+}
+
+// wss:// with a CA given by --ca: a TLS WebSocket server (a self-signed certificate for
+// 127.0.0.1 made here with the openssl tool) registers the runner and gets an exec answered.
+TEST(RunnerTls, WssWithAnExtraCa) {
+  TempDir tmp{"agentbox-runner-test"};
+  std::filesystem::create_directories(tmp / "ws");
+  std::string cmd =
+      "openssl req -x509 -newkey rsa:2048 -nodes -days 1 -subj /CN=127.0.0.1 "
+      "-addext subjectAltName=IP:127.0.0.1 -keyout " +
+      (tmp / "key.pem") + " -out " + (tmp / "cert.pem") + " >/dev/null 2>&1";
+  ASSERT_EQ(std::system(cmd.c_str()), 0) << cmd;
+  namespace ssl = boost::asio::ssl;
+  ssl::context ctx(ssl::context::tls_server);
+  ctx.use_certificate_chain_file(tmp / "cert.pem");
+  ctx.use_private_key_file(tmp / "key.pem", ssl::context::pem);
+  fx::asio::io_context io;
+  fx::tcp::acceptor acc(io, {fx::asio::ip::make_address("127.0.0.1"), 0});
+  int port = acc.local_endpoint().port();
+  std::string reg_text, reply_text, error;
+  std::thread srv([&] {
+    try {
+      fx::tcp::socket sock(io);
+      acc.accept(sock);
+      fx::websocket::stream<ssl::stream<fx::tcp::socket>> ws(std::move(sock), ctx);
+      ws.next_layer().handshake(ssl::stream_base::server);
+      ws.accept();
+      fx::beast::flat_buffer buf;
+      ws.read(buf);
+      reg_text = fx::beast::buffers_to_string(buf.data());
+      ws.text(true);
+      ws.write(fx::asio::buffer(p::frame("", p::type::kRegisterOk, p::to_json(p::RegisterOk{}))));
+      p::ExecRequest e{.command = "echo tls", .shell = true, .timeout = 10};
+      ws.write(fx::asio::buffer(p::frame("req_1", p::type::kExec, p::to_json(e))));
+      buf.consume(buf.size());
+      ws.read(buf);
+      reply_text = fx::beast::buffers_to_string(buf.data());
+    } catch (const std::exception& ex) {
+      error = ex.what();
+    }
+  });
+  {
+    RunnerProcess runner("wss://127.0.0.1:" + std::to_string(port) + "/ws/alice", "T", tmp / "ws",
+                         {"--ca", tmp / "cert.pem"});
+    srv.join();
+  }
+  EXPECT_EQ(error, "");
+  EXPECT_NE(reg_text.find(R"("type":"register")"), std::string::npos) << reg_text;
+  EXPECT_EQ(
+      reply_text,
+      R"({"id":"req_1","type":"exec_result","body":{"stdout":"tls\n","stderr":"","exit_code":0,"timed_out":false}})");
+}
+
+TEST(RunnerTls, AnUntrustedCertificateIsRefused) {
+  TempDir tmp{"agentbox-runner-test"};
+  std::string cmd =
+      "openssl req -x509 -newkey rsa:2048 -nodes -days 1 -subj /CN=127.0.0.1 "
+      "-addext subjectAltName=IP:127.0.0.1 -keyout " +
+      (tmp / "key.pem") + " -out " + (tmp / "cert.pem") + " >/dev/null 2>&1";
+  ASSERT_EQ(std::system(cmd.c_str()), 0);
+  namespace ssl = boost::asio::ssl;
+  ssl::context ctx(ssl::context::tls_server);
+  ctx.use_certificate_chain_file(tmp / "cert.pem");
+  ctx.use_private_key_file(tmp / "key.pem", ssl::context::pem);
+  fx::asio::io_context io;
+  fx::tcp::acceptor acc(io, {fx::asio::ip::make_address("127.0.0.1"), 0});
+  int port = acc.local_endpoint().port();
+  bool handshake_ok = true;
+  std::thread srv([&] {
+    fx::tcp::socket sock(io);
+    acc.accept(sock);
+    ssl::stream<fx::tcp::socket> s(std::move(sock), ctx);
+    boost::system::error_code ec;
+    s.handshake(ssl::stream_base::server, ec);
+    handshake_ok = !ec;
+  });
+  {
+    RunnerProcess runner("wss://127.0.0.1:" + std::to_string(port) + "/ws/alice", "T", tmp.path());
+    srv.join();
+  }
+  EXPECT_FALSE(handshake_ok) << "the runner accepted a certificate no CA vouches for";
 }
 
 std::vector<long> gaps_ms(const std::vector<std::chrono::steady_clock::time_point>& t) {
@@ -476,7 +786,8 @@ TEST(RunnerReconnect, ServerRefusalsAsXbot) {
   TempDir tmp{"agentbox-runner-test"};
   FakeXbotServer server;
   // user_id from --user-id that does not match the URL: FORBIDDEN, and the runner keeps trying
-  RunnerProcess runner(server.url(), "T", tmp.path(), {"--user-id", "bob", "--backoff-base-ms", "100"});
+  RunnerProcess runner(server.url(), "T", tmp.path(),
+                       {"--user-id", "bob", "--backoff-base-ms", "100"});
   ASSERT_TRUE(server.wait_connections(2, 10s));
   EXPECT_EQ(server.accepted(), 0);
   auto regs = server.registrations();

@@ -32,6 +32,7 @@ struct SharedFs {
 };
 
 class McpSessions;  // mcp.cc: the MCP surface's Mcp-Session-Ids
+class E2bProcesses;  // e2b_process.cc: what E2B's process.Process keeps beside the tables
 
 struct Context {
   asio::io_context* ioc = nullptr;
@@ -43,6 +44,7 @@ struct Context {
   std::vector<SharedFs> shared;  // longest prefix first
   bool stopping = false;         // shutdown() ran: replies say "Connection: close"
   std::shared_ptr<McpSessions> mcp;  // made by the MCP surface on first use
+  std::shared_ptr<E2bProcesses> e2b_processes;  // made by the E2B surface on first use
 };
 
 // Appends an audit line if the server has an audit log (thread-safe).

@@ -20,6 +20,7 @@ std::vector<RouteSpec> process_routes();   // processes.cc: /v1/sessions/{id}/pr
 std::vector<RouteSpec> event_routes();      // events.cc: GET /v1/events (WebSocket)
 std::vector<RouteSpec> runner_routes();     // runners.cc: GET /ws/{user}, GET /v1/runners
 std::vector<RouteSpec> mcp_routes();        // mcp.cc: /v1/sessions/{id}/mcp (MCP, streamable HTTP)
+std::vector<RouteSpec> e2b_routes();        // e2b.cc: /e2b/{path} (E2B control plane and envd)
 std::vector<RouteSpec> not_built_routes();  // not_built.cc: API.md routes not built yet (501)
 
 // processes.cc: managed processes come back with their session. A kResumed event starts the

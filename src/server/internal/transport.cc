@@ -154,6 +154,44 @@ asio::awaitable<BodyChunk> read_body_chunk(BodyReader* r, char* dst, std::size_t
   co_return out;
 }
 
+std::string header_value(const Call* call, std::string_view name) {
+  const auto& h = call->hp->get();
+  auto it = h.find(name);
+  return it == h.end() ? std::string() : std::string(it->value());
+}
+
+bool has_header(const Call* call, std::string_view name) {
+  const auto& h = call->hp->get();
+  return h.find(name) != h.end();
+}
+
+asio::awaitable<Result<std::string>> read_whole_body(Call* call, std::size_t cap) {
+  Exchange* ex = &call->ex;
+  std::string out;
+  if (!ex->body_pending) co_return out;
+  Error too_big = Error::make(
+      Code::kTooBig, "request body is over the limit of " + std::to_string(cap) + " bytes");
+  if (ex->content_length && *ex->content_length > cap) co_return std::unexpected(too_big);
+  if (!co_await maybe_continue(call)) {
+    co_return std::unexpected(Error::make(Code::kUnavailable, "client gone"));
+  }
+  BodyReader body;
+  start_body(call, &body, cap);
+  std::vector<char> buf(64 * 1024);
+  while (!body.done()) {
+    BodyChunk chunk = co_await read_body_chunk(&body, buf.data(), buf.size());
+    call->ctx->metrics.add_bytes_in(chunk.wire_bytes);
+    if (chunk.ec && is_disconnect(chunk.ec)) {
+      co_return std::unexpected(Error::make(Code::kUnavailable, "client gone"));
+    }
+    if (chunk.ec) co_return std::unexpected(body_error(chunk.ec, too_big));
+    if (out.size() + chunk.got > cap) co_return std::unexpected(too_big);
+    out.append(buf.data(), chunk.got);
+  }
+  ex->body_pending = false;
+  co_return out;
+}
+
 Error body_error(const beast::error_code& ec, const Error& too_big) {
   if (ec == http::error::body_limit) return too_big;
   return Error::make(Code::kInvalid, "malformed request body: " + ec.message());

@@ -106,6 +106,15 @@ asio::awaitable<BodyChunk> read_body_chunk(BodyReader* r, char* dst, std::size_t
 // 400 EINVAL naming the framing fault, e.g. a malformed chunk.
 Error body_error(const beast::error_code& ec, const Error& too_big);
 
+// A request header's value ("" when absent), and whether it is present. Only before the body is
+// read: a chunked body's parser takes the head over (start_body).
+std::string header_value(const Call* call, std::string_view name);
+bool has_header(const Call* call, std::string_view name);
+
+// Reads the whole request body (Content-Length or chunked), at most `cap` bytes: ETOOBIG beyond,
+// EINVAL naming a framing fault, EUNAVAILABLE when the client left (send nothing then).
+asio::awaitable<Result<std::string>> read_whole_body(Call* call, std::size_t cap);
+
 // A handler whose reply is one small body, adapted to the route table's Handler.
 template <asio::awaitable<Reply> (*F)(Context*, Request*)>
 asio::awaitable<bool> simple(Call* call) {

@@ -1,0 +1,1038 @@
+// The files side of the E2B dialect (shared/E2B-MCP.md 3.3, 3.4): envd's REST /files (download,
+// and uploads as multipart/form-data or application/octet-stream, either optionally gzip) and
+// filesystem.Filesystem over Connect (Stat, ListDir, MakeDir, Move, Remove, the WatchDir stream
+// and the polling watchers CreateWatcher / GetWatcherEvents / RemoveWatcher). Everything maps
+// onto the session's Sandbox file calls (sandbox.h), which resolve every path inside the box; a
+// watch is a DirWatch (sandbox/dir_watch.h) on a directory fd the sandbox opened.
+//
+// Paths: relative ones (and "~") resolve to /workspace, the E2B home of every sandbox; replies
+// name absolute in-box paths. Errors: REST answers {"code":<status>,"message"} with envd's
+// statuses (404 missing, 400 a directory or bad input, 507 no space); Connect answers Connect
+// codes, as envd does (invalid_argument for "not a directory", already_exists from MakeDir).
+//
+// Refused, by name: signed URLs (signature=...), X-Metadata-* headers (file metadata, envd
+// 0.6.2), includeEntry on watches (envd 0.6.3).
+//
+// Threading: handlers run on the io thread; every file-system call goes to the pool.
+
+#include <fcntl.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <boost/asio/experimental/awaitable_operators.hpp>
+#include <boost/asio/posix/stream_descriptor.hpp>
+#include <boost/asio/steady_timer.hpp>
+#include <cctype>
+#include <chrono>
+#include <cstdio>
+#include <ctime>
+#include <deque>
+#include <functional>
+#include <initializer_list>
+#include <map>
+#include <mutex>
+#include <set>
+
+#include "common/log.h"
+#include "sandbox/dir_watch.h"
+#include "sandbox/path.h"
+#include "server/base64.h"
+#include "server/gzip.h"
+#include "server/internal/blocking.h"
+#include "server/internal/e2b.h"
+#include "server/internal/files.h"
+#include "server/multipart.h"
+
+namespace agentbox::server::detail {
+namespace {
+
+using namespace boost::asio::experimental::awaitable_operators;
+using connectrpc::CallKind;
+using connectrpc::RpcError;
+namespace rpc = connectrpc;
+using SandboxPtr = std::shared_ptr<sandbox::Sandbox>;
+
+// Entries one ListDir may return (a depth-unbounded walk of a huge tree is refused, not sent).
+constexpr std::size_t kMaxListEntries = 100000;
+// Polling watchers (CreateWatcher): at most this many per sandbox; one not polled for
+// kWatcherIdle is dropped (a client that forgot RemoveWatcher).
+constexpr std::size_t kMaxWatchersPerSandbox = 16;
+constexpr std::chrono::minutes kWatcherIdle{10};
+// Upload bodies move in pieces of this size through inflate, multipart and the writers.
+constexpr std::size_t kUploadChunk = 256u << 10;
+// Downloads bigger than this are read and gzipped in pieces of this size.
+constexpr std::size_t kDownloadChunk = 256u << 10;
+
+// ---- paths and users
+
+// The E2B home of every sandbox (upstream: the user's home): relative paths resolve here.
+constexpr std::string_view kE2bHome = "/workspace";
+
+// An envd path as an absolute in-box path: relative ones and "~" are under /workspace.
+Result<std::string> box_path(std::string_view p) {
+  std::string s(p);
+  if (s.empty() || s == "~") return std::string(kE2bHome);
+  if (s.rfind("~/", 0) == 0) s = std::string(kE2bHome) + s.substr(1);
+  return sandbox::normalize_box_path(s, kE2bHome);
+}
+
+std::string parent_of(const std::string& abs) {
+  auto slash = abs.find_last_of('/');
+  return slash == 0 || slash == std::string::npos ? "/" : abs.substr(0, slash);
+}
+
+std::string base_of(const std::string& abs) {
+  auto slash = abs.find_last_of('/');
+  return slash == std::string::npos ? abs : abs.substr(slash + 1);
+}
+
+// The in-box user name of a uid: the session's own is "user" (E2B's default user).
+std::string user_name(const sandbox::Sandbox& sb, uid_t id) {
+  std::optional<uid_t> own = sb.uid();
+  if (own ? id == *own : id == ::geteuid()) return "user";
+  if (id == 0) return "root";
+  return std::to_string(id);
+}
+
+// ?username= and Authorization's user name a user; agentbox has one per sandbox (e2b.cc).
+std::optional<std::string> bad_user(const EnvdCall* env, const std::string& username) {
+  if (username.empty() || username == "user" || username == "root" ||
+      username == env->sandbox_id) {
+    return std::nullopt;
+  }
+  return "user '" + username +
+         "' does not exist in this sandbox (it has one user: 'user', also known as 'root')";
+}
+
+// ---- EntryInfo
+
+// Go's os.FileMode.String() of a stat mode ("drwxr-xr-x", "-rw-r--r--", "Lrwxrwxrwx").
+std::string permissions_string(std::uint32_t st_mode) {
+  std::string s;
+  switch (st_mode & S_IFMT) {
+    case S_IFDIR: s += 'd'; break;
+    case S_IFLNK: s += 'L'; break;
+    case S_IFBLK: s += 'D'; break;
+    case S_IFCHR: s += "Dc"; break;
+    case S_IFIFO: s += 'p'; break;
+    case S_IFSOCK: s += 'S'; break;
+    default: break;
+  }
+  if (st_mode & S_ISUID) s += 'u';
+  if (st_mode & S_ISGID) s += 'g';
+  if (st_mode & S_ISVTX) s += 't';
+  if (s.empty()) s = "-";
+  static constexpr char kRwx[] = "rwxrwxrwx";
+  for (int i = 0; i < 9; ++i) s += (st_mode & (0400u >> i)) ? kRwx[i] : '-';
+  return s;
+}
+
+// protobuf's Timestamp JSON: RFC 3339 in UTC with 0, 3, 6 or 9 fractional digits.
+std::string rfc3339(std::int64_t ns) {
+  std::int64_t sec = ns >= 0 ? ns / 1000000000 : (ns - 999999999) / 1000000000;
+  auto frac = static_cast<long>(ns - sec * 1000000000);
+  time_t t = static_cast<time_t>(sec);
+  struct tm tm {};
+  ::gmtime_r(&t, &tm);
+  char buf[64];
+  std::size_t n = std::strftime(buf, sizeof buf, "%Y-%m-%dT%H:%M:%S", &tm);
+  std::string out(buf, n);
+  if (frac != 0) {
+    char f[16];
+    std::snprintf(f, sizeof f, ".%09ld", frac);
+    std::string fs(f);
+    while (fs.size() > 4 && fs.compare(fs.size() - 3, 3, "000") == 0) fs.resize(fs.size() - 3);
+    out += fs;
+  }
+  return out + "Z";
+}
+
+struct Entry {
+  std::string name;
+  std::string path;  // absolute in-box
+  std::uint32_t st_mode = 0;
+  std::uint64_t size = 0;
+  std::int64_t mod_time_ns = 0;
+  uid_t uid = 0;
+  gid_t gid = 0;
+  std::string symlink_target;  // absolute; symlinks only
+  std::string type;            // FILE_TYPE_*
+};
+
+std::string type_of(std::uint32_t st_mode) {
+  if (S_ISREG(st_mode)) return "FILE_TYPE_FILE";
+  if (S_ISDIR(st_mode)) return "FILE_TYPE_DIRECTORY";
+  if (S_ISLNK(st_mode)) return "FILE_TYPE_SYMLINK";
+  return "FILE_TYPE_UNSPECIFIED";
+}
+
+// Fills in a symlink's target (made absolute) and, like envd, reports the type of what it
+// points to when that can be found. Blocking.
+void resolve_symlink(sandbox::Sandbox& sb, Entry* e, const std::string& raw_target) {
+  if (raw_target.empty()) return;
+  std::string t = raw_target.front() == '/' ? raw_target : parent_of(e->path) + "/" + raw_target;
+  auto norm = sandbox::normalize_box_path(t, kE2bHome);
+  e->symlink_target = norm ? *norm : t;
+  if (!norm) return;
+  auto target = sb.stat(*norm);
+  if (target && !target->is_symlink) e->type = type_of(target->mode);
+}
+
+// Stat as envd reports it. Blocking.
+Result<Entry> stat_entry(sandbox::Sandbox& sb, const std::string& abs) {
+  auto info = sb.stat(abs);
+  if (!info) return std::unexpected(info.error());
+  Entry e;
+  e.name = abs == "/" ? "/" : base_of(abs);
+  e.path = abs;
+  e.st_mode = info->mode;
+  e.size = info->size;
+  e.mod_time_ns = info->mod_time_ns;
+  e.uid = info->uid;
+  e.gid = info->gid;
+  e.type = type_of(info->mode);
+  if (info->is_symlink) resolve_symlink(sb, &e, info->symlink_target);
+  return e;
+}
+
+json entry_json(const sandbox::Sandbox& sb, const Entry& e) {
+  json j = json::object();
+  j["name"] = e.name;
+  j["type"] = e.type;
+  j["path"] = e.path;
+  j["size"] = std::to_string(e.size);  // int64: a decimal string in proto3 JSON
+  j["mode"] = e.st_mode & 07777u;      // envd sends FileMode.Perm()
+  j["permissions"] = permissions_string(e.st_mode);
+  j["owner"] = user_name(sb, e.uid);
+  j["group"] = user_name(sb, static_cast<uid_t>(e.gid));
+  j["modifiedTime"] = rfc3339(e.mod_time_ns);
+  if (!e.symlink_target.empty()) j["symlinkTarget"] = e.symlink_target;
+  return j;
+}
+
+// ---- errors
+
+// envd's Connect codes for file errors: "not a directory" and "is a directory" are
+// invalid_argument there (connect's default mapping of ours says failed_precondition).
+RpcError fs_error(const Error& e) {
+  RpcError r = rpc::from_error(e);
+  if (e.code == Code::kNotDir || e.code == Code::kIsDir) r.code = rpc::Code::kInvalidArgument;
+  return r;
+}
+
+// envd REST statuses (E2B-MCP.md 3.4): the SDK turns 400 into InvalidArgumentError, 404 into
+// FileNotFoundError, 507 into NotEnoughSpaceError.
+int rest_status(const Error& e) {
+  switch (e.code) {
+    case Code::kInvalid:
+    case Code::kNotDir:
+    case Code::kIsDir:
+    case Code::kNotEmpty:
+      return 400;
+    case Code::kUnauthorized: return 401;
+    case Code::kAccess: return 403;
+    case Code::kNotFound: return 404;
+    case Code::kExists: return 409;
+    case Code::kTooBig: return 413;
+    case Code::kQuota: return 507;
+    case Code::kTimedOut: return 504;
+    case Code::kUnavailable: return 503;
+    case Code::kInternal: return 500;
+    case Code::kNotSupported: return 501;
+  }
+  return 500;
+}
+
+Reply rest_error(int status, std::string message) { return e2b_error(status, std::move(message)); }
+
+Reply rest_error(const Error& e) {
+  return e2b_error(rest_status(e), std::string(code_name(e.code)) + ": " + e.message);
+}
+
+// ---- request fields (proto3 JSON: lowerCamelCase or the proto name)
+
+const json* field(const json& msg, const char* camel, const char* proto = nullptr) {
+  auto it = msg.find(camel);
+  if (it == msg.end() && proto) it = msg.find(proto);
+  return it == msg.end() || it->is_null() ? nullptr : &*it;
+}
+
+std::expected<std::string, RpcError> string_field(const json& msg, const char* camel,
+                                                  const char* proto = nullptr) {
+  const json* v = field(msg, camel, proto);
+  if (!v) return std::string();
+  if (!v->is_string()) {
+    return std::unexpected(
+        RpcError::make(rpc::Code::kInvalidArgument, std::string(camel) + " must be a string"));
+  }
+  return v->get<std::string>();
+}
+
+std::expected<bool, RpcError> bool_field(const json& msg, const char* camel) {
+  const json* v = field(msg, camel);
+  if (!v) return false;
+  if (!v->is_boolean()) {
+    return std::unexpected(
+        RpcError::make(rpc::Code::kInvalidArgument, std::string(camel) + " must be a boolean"));
+  }
+  return v->get<bool>();
+}
+
+// Fields this version does not know: refused when they ask for something (a value other than
+// the default), so a newer SDK's new options are never silently dropped; defaults (false, 0,
+// "", empty) ask for nothing and pass, as connect's own decoder would let them.
+std::optional<RpcError> unknown_fields(const json& msg, std::initializer_list<const char*> known) {
+  for (auto it = msg.begin(); it != msg.end(); ++it) {
+    bool ok = false;
+    for (const char* k : known) ok = ok || it.key() == k;
+    if (ok) continue;
+    const json& v = it.value();
+    const bool is_default = v.is_null() || (v.is_boolean() && !v.get<bool>()) ||
+                            (v.is_number() && v == 0) || (v.is_string() && v.empty()) ||
+                            ((v.is_object() || v.is_array()) && v.empty());
+    if (!is_default) {
+      return RpcError::make(rpc::Code::kUnimplemented,
+                            "field '" + it.key() + "' is not supported by agentbox");
+    }
+  }
+  return std::nullopt;
+}
+
+// A path field as an absolute in-box path; `required` refuses "" (Move's ends).
+std::expected<std::string, RpcError> path_field(const json& msg, const char* camel,
+                                                bool required = false) {
+  auto s = string_field(msg, camel);
+  if (!s) return std::unexpected(s.error());
+  if (required && s->empty()) {
+    return std::unexpected(
+        RpcError::make(rpc::Code::kInvalidArgument, std::string(camel) + " is required"));
+  }
+  auto abs = box_path(*s);
+  if (!abs) {
+    RpcError e = rpc::from_error(abs.error());
+    e.message = std::string(camel) + ": " + e.message;
+    return std::unexpected(e);
+  }
+  return *abs;
+}
+
+// ---- filesystem.Filesystem unary methods (each runs in the pool; the reply message or error)
+
+using RpcResult = std::expected<json, RpcError>;
+
+RpcResult do_stat(sandbox::Sandbox& sb, const std::string& abs) {
+  auto e = stat_entry(sb, abs);
+  if (!e) return std::unexpected(fs_error(e.error()));
+  json out = json::object();
+  out["entry"] = entry_json(sb, *e);
+  return out;
+}
+
+RpcResult do_list(sandbox::Sandbox& sb, const std::string& abs, std::uint32_t depth) {
+  json entries = json::array();
+  // Breadth first; each level's directories (not symlinks to them: envd does not follow them
+  // either) are read while the depth allows.
+  std::deque<std::pair<std::string, std::uint32_t>> todo{{abs, 1}};
+  bool first = true;
+  while (!todo.empty()) {
+    auto [dir, level] = todo.front();
+    todo.pop_front();
+    auto list = sb.read_dir(dir);
+    if (!list) {
+      if (!first && list.error().code == Code::kNotFound) continue;  // gone meanwhile
+      return std::unexpected(fs_error(list.error()));
+    }
+    first = false;
+    for (const sandbox::DirEntry& d : *list) {
+      Entry e;
+      e.name = d.name;
+      e.path = dir == "/" ? "/" + d.name : dir + "/" + d.name;
+      e.st_mode = d.mode;
+      e.size = d.size;
+      e.mod_time_ns = d.mod_time_ns;
+      e.uid = d.uid;
+      e.gid = d.gid;
+      e.type = type_of(d.mode);
+      if (d.is_symlink) {
+        auto info = sb.stat(e.path);
+        if (info) resolve_symlink(sb, &e, info->symlink_target);
+      }
+      if (entries.size() >= kMaxListEntries) {
+        return std::unexpected(RpcError::make(
+            rpc::Code::kResourceExhausted,
+            "ListDir: more than " + std::to_string(kMaxListEntries) + " entries; ask for less depth"));
+      }
+      entries.push_back(entry_json(sb, e));
+      if (d.is_dir && !d.is_symlink && level < depth) todo.emplace_back(e.path, level + 1);
+    }
+  }
+  json out = json::object();
+  out["entries"] = std::move(entries);
+  return out;
+}
+
+RpcResult do_make_dir(sandbox::Sandbox& sb, const std::string& abs) {
+  if (auto existing = sb.stat(abs); existing) {
+    if (existing->is_dir) {
+      return std::unexpected(
+          RpcError::make(rpc::Code::kAlreadyExists, "directory already exists: " + abs));
+    }
+    return std::unexpected(RpcError::make(
+        rpc::Code::kInvalidArgument, "path already exists but it is not a directory: " + abs));
+  }
+  if (auto s = sb.mkdir_all(abs); !s) return std::unexpected(fs_error(s.error()));
+  return do_stat(sb, abs);
+}
+
+RpcResult do_move(sandbox::Sandbox& sb, const std::string& from, const std::string& to) {
+  // envd creates the destination's parents; the source must exist first (not_found).
+  if (auto src = sb.stat(from); !src) return std::unexpected(fs_error(src.error()));
+  if (auto s = sb.mkdir_all(parent_of(to)); !s) return std::unexpected(fs_error(s.error()));
+  if (auto s = sb.rename(from, to); !s) return std::unexpected(fs_error(s.error()));
+  return do_stat(sb, to);
+}
+
+RpcResult do_remove(sandbox::Sandbox& sb, const std::string& abs) {
+  // envd is os.RemoveAll: recursive, and a missing path is fine.
+  auto s = sb.remove_all(abs);
+  if (!s && s.error().code != Code::kNotFound) return std::unexpected(fs_error(s.error()));
+  return json::object();
+}
+
+// ---- watches
+
+json event_json(const sandbox::WatchEvent& ev) {
+  static constexpr const char* kTypes[] = {"EVENT_TYPE_CREATE", "EVENT_TYPE_WRITE",
+                                           "EVENT_TYPE_REMOVE", "EVENT_TYPE_RENAME",
+                                           "EVENT_TYPE_CHMOD"};
+  json j = json::object();
+  j["name"] = ev.name;
+  j["type"] = kTypes[static_cast<int>(ev.op)];
+  return j;
+}
+
+struct WatchSpec {
+  std::string path;
+  bool recursive = false;
+};
+
+std::expected<WatchSpec, RpcError> decode_watch(const json& msg) {
+  if (auto bad = unknown_fields(msg, {"path", "recursive", "includeEntry", "include_entry",
+                                      "allowNetworkMounts", "allow_network_mounts"})) {
+    return std::unexpected(*bad);
+  }
+  WatchSpec w;
+  auto path = path_field(msg, "path");
+  if (!path) return std::unexpected(path.error());
+  w.path = *path;
+  auto rec = bool_field(msg, "recursive");
+  if (!rec) return std::unexpected(rec.error());
+  w.recursive = *rec;
+  auto entry = bool_field(msg, field(msg, "includeEntry") ? "includeEntry" : "include_entry");
+  if (!entry) return std::unexpected(entry.error());
+  if (*entry) {
+    return std::unexpected(RpcError::make(
+        rpc::Code::kUnimplemented, "includeEntry (entries in watch events) is not supported"));
+  }
+  // allowNetworkMounts: a box has no network file systems to refuse; nothing to do either way.
+  return w;
+}
+
+// Opens a DirWatch on the sandbox's directory. Blocking.
+Result<std::unique_ptr<sandbox::DirWatch>> open_watch(sandbox::Sandbox& sb, const WatchSpec& w) {
+  auto fd = sb.open_dir(w.path);
+  if (!fd) return std::unexpected(fd.error());
+  sandbox::DirWatchOptions opts;
+  opts.recursive = w.recursive;
+  return sandbox::DirWatch::open(std::move(*fd), w.path, opts);
+}
+
+// The polling watchers of CreateWatcher, by id (any sandbox; the id is checked against it).
+struct PollWatcher {
+  std::string sandbox_id;
+  std::shared_ptr<sandbox::DirWatch> watch;
+  std::chrono::steady_clock::time_point used;
+  bool busy = false;  // a GetWatcherEvents is reading it in the pool
+};
+
+class PollWatchers {
+ public:
+  // Used on the io thread only.
+  std::map<std::string, PollWatcher> all;
+
+  void drop_idle() {
+    auto now = std::chrono::steady_clock::now();
+    for (auto it = all.begin(); it != all.end();) {
+      if (!it->second.busy && now - it->second.used > kWatcherIdle) {
+        it = all.erase(it);
+      } else {
+        ++it;
+      }
+    }
+  }
+  std::size_t count(const std::string& sandbox_id) const {
+    std::size_t n = 0;
+    for (const auto& [id, w] : all) n += w.sandbox_id == sandbox_id;
+    return n;
+  }
+};
+
+PollWatchers& poll_watchers() {
+  static PollWatchers w;  // io thread only
+  return w;
+}
+
+std::string new_watcher_id() { return "w-" + random_hex(8); }
+
+// The WatchDir stream: start, then events as they happen, keepalives when quiet, until the
+// client leaves, Connect-Timeout-Ms passes (deadline_exceeded, as envd), or the directory is
+// gone (the stream ends cleanly).
+asio::awaitable<bool> watch_dir(EnvdCall* env, RpcRequest req) {
+  Call* call = env->call;
+  Context* ctx = call->ctx;
+  auto spec = decode_watch(req.message);
+  if (!spec) co_return co_await reply_rpc_error(env, CallKind::kServerStream, spec.error());
+  auto box = co_await envd_sandbox(env);
+  if (!box) {
+    co_return co_await reply_rpc_error(env, CallKind::kServerStream, fs_error(box.error()));
+  }
+  SandboxPtr sb = std::move(*box);
+  WatchSpec w = *spec;
+  auto open_job = run_blocking(ctx->pool, [sb, w] { return open_watch(*sb, w); });
+  auto opened = co_await std::move(open_job);
+  if (!opened) {
+    co_return co_await reply_rpc_error(env, CallKind::kServerStream, fs_error(opened.error()));
+  }
+  std::shared_ptr<sandbox::DirWatch> watch = std::move(*opened);
+
+  rpc::StreamWriter out(call);
+  json start = {{"start", json::object()}};
+  if (!co_await out.send(start)) co_return false;
+
+  auto exec = call->conn->stream.get_executor();
+  UniqueFd dup_fd(::fcntl(watch->fd(), F_DUPFD_CLOEXEC, 3));
+  if (!dup_fd) {
+    co_return co_await out.end(RpcError::make(rpc::Code::kInternal, "dup of the inotify fd"));
+  }
+  asio::posix::stream_descriptor ready(exec, dup_fd.release());
+  const auto deadline = req.timeout ? std::chrono::steady_clock::now() + *req.timeout
+                                    : std::chrono::steady_clock::time_point::max();
+  asio::steady_timer deadline_timer(exec, deadline);
+  asio::steady_timer keepalive(exec);
+  bool gone = false;
+  tcp::socket* sock = &call->conn->stream.socket();
+  std::optional<RpcError> end_error;
+  for (;;) {
+    keepalive.expires_after(req.keepalive);
+    auto readable = ready.async_wait(asio::posix::stream_descriptor::wait_read, kTuple);
+    auto ping = keepalive.async_wait(kTuple);
+    auto expire = deadline_timer.async_wait(kTuple);
+    auto left = watch_disconnect(sock, &gone);
+    auto any = std::move(readable) || std::move(ping) || std::move(expire) || std::move(left);
+    auto which = co_await std::move(any);
+    if (which.index() == 3 || gone) co_return false;  // the client left: nothing to send
+    if (which.index() == 2) {
+      end_error = RpcError::make(rpc::Code::kDeadlineExceeded,
+                                 "the watch reached its Connect-Timeout-Ms");
+      break;
+    }
+    if (which.index() == 1) {
+      json k = {{"keepalive", json::object()}};
+      if (!co_await out.send(k)) co_return false;
+      continue;
+    }
+    std::shared_ptr<sandbox::DirWatch> wp = watch;
+    auto read_job = run_blocking(ctx->pool, [wp] {
+      std::vector<sandbox::WatchEvent> evs;
+      auto alive = wp->read(&evs);
+      using R = Result<std::pair<bool, std::vector<sandbox::WatchEvent>>>;
+      if (!alive) return R(std::unexpected(alive.error()));
+      return R(std::make_pair(*alive, std::move(evs)));
+    });
+    auto got = co_await std::move(read_job);
+    if (!got) {
+      end_error = fs_error(got.error());
+      break;
+    }
+    bool sent = true;
+    for (const auto& ev : got->second) {
+      json msg = json::object();
+      msg["filesystem"] = event_json(ev);
+      sent = co_await out.send(msg);
+      if (!sent) break;
+    }
+    if (!sent) co_return false;
+    if (!got->first) break;  // the watched directory is gone
+  }
+  co_return co_await out.end(std::move(end_error));
+}
+
+// ---- the unary dispatch
+
+asio::awaitable<bool> unary(EnvdCall* env, std::string method, RpcRequest req) {
+  Call* call = env->call;
+  Context* ctx = call->ctx;
+  const json& msg = req.message;
+  auto reply_err = [env](RpcError e) { return reply_rpc_error(env, CallKind::kUnary, e); };
+
+  std::optional<RpcError> bad;
+  if (method == "GetWatcherEvents" || method == "RemoveWatcher") {
+    bad = unknown_fields(msg, {"watcherId", "watcher_id"});
+  } else if (method == "Stat" || method == "MakeDir" || method == "Remove") {
+    bad = unknown_fields(msg, {"path"});
+  } else if (method == "ListDir") {
+    bad = unknown_fields(msg, {"path", "depth"});
+  } else if (method == "Move") {
+    bad = unknown_fields(msg, {"source", "destination"});
+  }
+  if (bad) co_return co_await reply_err(*bad);
+
+  if (method == "GetWatcherEvents" || method == "RemoveWatcher") {
+    auto id = string_field(msg, "watcherId", "watcher_id");
+    if (!id) co_return co_await reply_err(id.error());
+    PollWatchers& pw = poll_watchers();
+    auto it = pw.all.find(*id);
+    if (it == pw.all.end() || it->second.sandbox_id != env->sandbox_id) {
+      co_return co_await reply_err(
+          RpcError::make(rpc::Code::kNotFound, "watcher '" + *id + "' not found"));
+    }
+    if (method == "RemoveWatcher") {
+      pw.all.erase(it);
+      co_return co_await send_reply(call, rpc::unary_ok(json::object()));
+    }
+    if (it->second.busy) {
+      co_return co_await reply_err(RpcError::make(
+          rpc::Code::kAborted, "watcher '" + *id + "' is being read by another call"));
+    }
+    it->second.busy = true;
+    it->second.used = std::chrono::steady_clock::now();
+    std::shared_ptr<sandbox::DirWatch> wp = it->second.watch;
+    auto read_job = run_blocking(ctx->pool, [wp] {
+      std::vector<sandbox::WatchEvent> evs;
+      auto alive = wp->read(&evs);
+      if (!alive) return Result<std::vector<sandbox::WatchEvent>>(std::unexpected(alive.error()));
+      return Result<std::vector<sandbox::WatchEvent>>(std::move(evs));
+    });
+    auto got = co_await std::move(read_job);
+    // Looked up again: RemoveWatcher may have run meanwhile.
+    auto again = pw.all.find(*id);
+    if (again != pw.all.end()) again->second.busy = false;
+    if (!got) {
+      if (again != pw.all.end()) pw.all.erase(again);  // lost events: the watcher is spent
+      co_return co_await reply_err(fs_error(got.error()));
+    }
+    json events = json::array();
+    for (const auto& ev : *got) events.push_back(event_json(ev));
+    json out = json::object();
+    out["events"] = std::move(events);
+    co_return co_await send_reply(call, rpc::unary_ok(out));
+  }
+
+  auto box = co_await envd_sandbox(env);
+  if (!box) co_return co_await reply_err(fs_error(box.error()));
+  SandboxPtr sb = std::move(*box);
+
+  if (method == "CreateWatcher") {
+    auto spec = decode_watch(msg);
+    if (!spec) co_return co_await reply_err(spec.error());
+    PollWatchers& pw = poll_watchers();
+    pw.drop_idle();
+    if (pw.count(env->sandbox_id) >= kMaxWatchersPerSandbox) {
+      co_return co_await reply_err(RpcError::make(
+          rpc::Code::kResourceExhausted,
+          "this sandbox has " + std::to_string(kMaxWatchersPerSandbox) +
+              " watchers already; remove one (RemoveWatcher) first"));
+    }
+    WatchSpec w = *spec;
+    auto open_job = run_blocking(ctx->pool, [sb, w] { return open_watch(*sb, w); });
+    auto opened = co_await std::move(open_job);
+    if (!opened) co_return co_await reply_err(fs_error(opened.error()));
+    std::string id = new_watcher_id();
+    pw.all[id] = PollWatcher{env->sandbox_id, std::move(*opened),
+                             std::chrono::steady_clock::now(), false};
+    json out = json::object();
+    out["watcherId"] = id;
+    co_return co_await send_reply(call, rpc::unary_ok(out));
+  }
+
+  std::function<RpcResult()> job;
+  if (method == "Stat" || method == "MakeDir" || method == "Remove") {
+    auto p = path_field(msg, "path");
+    if (!p) co_return co_await reply_err(p.error());
+    std::string abs = *p;
+    if (method == "Stat") job = [sb, abs] { return do_stat(*sb, abs); };
+    if (method == "MakeDir") job = [sb, abs] { return do_make_dir(*sb, abs); };
+    if (method == "Remove") job = [sb, abs] { return do_remove(*sb, abs); };
+  } else if (method == "ListDir") {
+    auto p = path_field(msg, "path");
+    if (!p) co_return co_await reply_err(p.error());
+    std::uint32_t depth = 1;
+    if (const json* d = field(msg, "depth")) {
+      std::optional<long long> v;
+      if (d->is_number_integer()) v = d->get<long long>();
+      if (d->is_string()) {
+        const std::string& s = d->get_ref<const std::string&>();
+        if (!s.empty() && s.size() <= 10 && s.find_first_not_of("0123456789") == std::string::npos) {
+          v = std::stoll(s);
+        }
+      }
+      if (!v || *v < 0 || *v > 0xffffffffLL) {
+        co_return co_await reply_err(RpcError::make(rpc::Code::kInvalidArgument,
+                                                    "depth must be a non-negative integer"));
+      }
+      if (*v > 0) depth = static_cast<std::uint32_t>(*v);  // 0: envd's default, 1
+    }
+    std::string abs = *p;
+    job = [sb, abs, depth] { return do_list(*sb, abs, depth); };
+  } else if (method == "Move") {
+    auto from = path_field(msg, "source", true);
+    if (!from) co_return co_await reply_err(from.error());
+    auto to = path_field(msg, "destination", true);
+    if (!to) co_return co_await reply_err(to.error());
+    std::string a = *from;
+    std::string b = *to;
+    job = [sb, a, b] { return do_move(*sb, a, b); };
+  } else {
+    co_return co_await reply_err(RpcError::make(
+        rpc::Code::kUnimplemented, "filesystem.Filesystem/" + method + " does not exist"));
+  }
+  auto run = run_blocking(ctx->pool, [job] {
+    // run_blocking wants a Result: carry the RPC outcome inside one.
+    return Result<RpcResult>(std::in_place, job());
+  });
+  auto done = co_await std::move(run);
+  if (!done) co_return co_await reply_err(fs_error(done.error()));
+  if (!*done) co_return co_await reply_err(done->error());
+  if (method == "MakeDir" || method == "Move" || method == "Remove") {
+    nlohmann::ordered_json fields = {{"method", method}, {"request", msg.dump()}};
+    audit(ctx, "e2b.filesystem", env->owner, env->sandbox_id, fields);
+  }
+  co_return co_await send_reply(call, rpc::unary_ok(**done));
+}
+
+// ---- REST /files
+
+// GET /files?path=P: the file's bytes; gzip when the client takes it (envd does the same; every
+// SDK request says Accept-Encoding: gzip), else sendfile(2).
+asio::awaitable<bool> get_files(EnvdCall* env, std::string abs, bool gzip) {
+  Call* call = env->call;
+  Context* ctx = call->ctx;
+  auto box = co_await envd_sandbox(env);
+  if (!box) co_return co_await send_reply(call, rest_error(box.error()));
+  SandboxPtr sb = std::move(*box);
+  auto open_job = run_blocking(ctx->pool, [sb, abs] { return sb->open_file(abs); });
+  auto reader = co_await std::move(open_job);
+  if (!reader) co_return co_await send_reply(call, rest_error(reader.error()));
+  // An empty file goes out as Content-Length: 0 (the SDK special-cases it).
+  if (!gzip || reader->size == 0) co_return co_await send_file(call, std::move(*reader), abs);
+
+  Exchange* ex = &call->ex;
+  http::response<http::empty_body> res{http::status::ok, ex->version};
+  res.set(http::field::server, "agentboxd");
+  res.set(http::field::content_type, "application/octet-stream");
+  res.set(http::field::content_encoding, "gzip");
+  res.set(http::field::vary, "Accept-Encoding");
+  const bool keep = ex->keep_alive && !ex->body_pending && !ctx->stopping;
+  res.keep_alive(keep);
+  res.chunked(true);
+  http::response_serializer<http::empty_body> sr{res};
+  call->conn->stream.expires_after(ctx->opts.io_timeout);
+  auto [hec, hn] = co_await http::async_write_header(call->conn->stream, sr, kTuple);
+  ctx->metrics.add_bytes_out(hn);
+  if (hec) co_return false;
+  log_request(call, 200);
+  auto deflater = std::make_shared<GzipDeflater>(1);  // fast: the network is the slow side
+  auto file = std::make_shared<sandbox::FileReader>(std::move(*reader));
+  std::uint64_t offset = 0;
+  for (;;) {
+    auto job = run_blocking(ctx->pool, [file, deflater, offset] {
+      std::string in(kDownloadChunk, '\0');
+      ssize_t n = ::pread(file->fd.get(), in.data(), in.size(), static_cast<off_t>(offset));
+      if (n < 0) return Result<std::pair<std::size_t, std::string>>(fail_errno(errno, "read"));
+      std::string out;
+      deflater->feed(std::string_view(in.data(), static_cast<std::size_t>(n)), &out);
+      if (n == 0) deflater->finish(&out);
+      return Result<std::pair<std::size_t, std::string>>(
+          std::make_pair(static_cast<std::size_t>(n), std::move(out)));
+    });
+    auto step = co_await std::move(job);
+    if (!step) {
+      // After the head went out, all we can do is cut the connection (a short gzip stream).
+      spdlog::info("conn={} req={} e2b GET {} failed mid-way: {}", call->conn->id, ex->req.id, abs,
+                   step.error().message);
+      co_return false;
+    }
+    offset += step->first;
+    if (!step->second.empty()) {
+      call->conn->stream.expires_after(ctx->opts.io_timeout);
+      auto chunk = http::make_chunk(asio::buffer(step->second));
+      auto [ec, n] = co_await asio::async_write(call->conn->stream, chunk, kTuple);
+      ctx->metrics.add_bytes_out(n);
+      if (ec) co_return false;
+    }
+    if (step->first == 0) break;
+  }
+  call->conn->stream.expires_after(ctx->opts.io_timeout);
+  auto [lec, ln] =
+      co_await asio::async_write(call->conn->stream, http::make_chunk_last(), kTuple);
+  ctx->metrics.add_bytes_out(ln);
+  if (lec) co_return false;
+  co_return keep;
+}
+
+// One upload in progress: the body goes through inflate (Content-Encoding) and the multipart
+// parser (multipart/form-data) into atomic writers; nothing is committed before the whole body
+// has arrived and parsed, so a bad or cut body leaves every target as it was. Used by one pool
+// job at a time.
+struct Upload {
+  SandboxPtr sb;
+  std::optional<std::string> query_path;  // ?path=, absolute
+  std::unique_ptr<Inflater> inflater;
+  std::unique_ptr<MultipartParser> parser;  // null: the body is the file (octet-stream)
+  std::uint64_t max_bytes = 0;
+  struct File {
+    std::string path;
+    std::unique_ptr<sandbox::FileWriter> writer;
+  };
+  std::vector<File> files;
+  sandbox::FileWriter* current = nullptr;  // the part being written; null: a part ignored
+  std::set<std::string> seen;
+
+  Status open_file(const std::string& abs) {
+    if (!seen.insert(abs).second) {
+      return fail(Code::kInvalid, "you cannot upload multiple files to the same path '" + abs +
+                                      "' in one upload request");
+    }
+    sandbox::WriteOptions opts;
+    opts.mkdirs = true;
+    opts.max_bytes = max_bytes;
+    auto w = sb->create_file(abs, opts);
+    if (!w) return std::unexpected(w.error());
+    files.push_back({abs, std::move(*w)});
+    current = files.back().writer.get();
+    return {};
+  }
+
+  Status on_event(MultipartEvent& ev) {
+    switch (ev.kind) {
+      case MultipartEvent::Kind::kBegin: {
+        current = nullptr;
+        if (ev.head.name != "file") return {};  // envd ignores other fields
+        std::string dest;
+        if (query_path) {
+          dest = *query_path;
+        } else {
+          if (!ev.head.filename || ev.head.filename->empty()) {
+            return fail(Code::kInvalid,
+                        "a 'file' part has no filename and the request has no ?path=: where "
+                        "should it go?");
+          }
+          auto abs = box_path(*ev.head.filename);
+          if (!abs) {
+            Error e = abs.error();
+            e.message = "part filename: " + e.message;
+            return std::unexpected(std::move(e));
+          }
+          dest = *abs;
+        }
+        return open_file(dest);
+      }
+      case MultipartEvent::Kind::kData:
+        return current ? current->write(ev.data) : Status{};
+      case MultipartEvent::Kind::kEnd:
+        current = nullptr;
+        return {};
+    }
+    return {};
+  }
+
+  // The next bytes of the body, as they came off the wire.
+  Status feed(std::string_view wire) {
+    std::string inflated;
+    std::string_view data = wire;
+    if (inflater) {
+      if (auto s = inflater->feed(wire, &inflated); !s) return s;
+      data = inflated;
+    }
+    if (!parser) return current->write(data);
+    std::vector<MultipartEvent> events;
+    if (auto s = parser->feed(data, &events); !s) return s;
+    for (MultipartEvent& ev : events) {
+      if (auto s = on_event(ev); !s) return s;
+    }
+    return {};
+  }
+
+  // The body has ended: commits every file, in the order they came.
+  Status finish() {
+    if (inflater) {
+      if (auto s = inflater->finish(); !s) return s;
+    }
+    if (parser) {
+      if (auto s = parser->finish(); !s) return s;
+      if (files.empty()) {
+        return fail(Code::kInvalid, "the multipart body has no part named 'file'");
+      }
+    }
+    for (File& f : files) {
+      if (auto size = f.writer->commit(); !size) return std::unexpected(size.error());
+    }
+    return {};
+  }
+};
+
+asio::awaitable<bool> post_files(EnvdCall* env, std::optional<std::string> query_path,
+                                 std::string content_type, std::string content_encoding) {
+  Call* call = env->call;
+  Context* ctx = call->ctx;
+  Exchange* ex = &call->ex;
+  auto up = std::make_shared<Upload>();
+  up->query_path = std::move(query_path);
+  up->max_bytes = ctx->opts.max_file_bytes;
+  if (!content_encoding.empty() && content_encoding != "identity") {
+    auto inf = Inflater::make(content_encoding, ctx->opts.max_file_bytes);
+    if (!inf) co_return co_await send_reply(call, rest_error(inf.error()));
+    up->inflater = std::move(*inf);
+  }
+  std::string media = content_type.substr(0, content_type.find(';'));
+  while (!media.empty() && media.back() == ' ') media.pop_back();
+  std::transform(media.begin(), media.end(), media.begin(),
+                 [](unsigned char c) { return static_cast<char>(std::tolower(c)); });
+  if (media == "application/octet-stream") {
+    if (!up->query_path) {
+      co_return co_await send_reply(
+          call, rest_error(400, "path query parameter is required for an application/"
+                                "octet-stream upload"));
+    }
+  } else if (media.rfind("multipart/", 0) == 0) {
+    auto boundary = MultipartParser::boundary_of(content_type);
+    if (!boundary) co_return co_await send_reply(call, rest_error(boundary.error()));
+    up->parser = std::make_unique<MultipartParser>(std::move(*boundary));
+  } else {
+    co_return co_await send_reply(
+        call, rest_error(400, "unsupported Content-Type '" + content_type +
+                                  "': expected multipart/form-data or application/octet-stream"));
+  }
+  // Framing included, a body may be a little over the file cap.
+  const std::uint64_t wire_cap = ctx->opts.max_file_bytes + (1u << 20);
+  Error too_big = Error::make(Code::kTooBig, "upload is over the limit of " +
+                                                 std::to_string(ctx->opts.max_file_bytes) +
+                                                 " bytes");
+  if (ex->content_length && *ex->content_length > wire_cap) {
+    co_return co_await send_reply(call, rest_error(too_big));
+  }
+  auto box = co_await envd_sandbox(env);
+  if (!box) co_return co_await send_reply(call, rest_error(box.error()));
+  up->sb = std::move(*box);
+  if (!up->parser) {
+    std::string p = *up->query_path;
+    auto open_job = run_blocking(ctx->pool, [up, p] { return up->open_file(p); });
+    auto opened = co_await std::move(open_job);
+    if (!opened) co_return co_await send_reply(call, rest_error(opened.error()));
+  }
+  if (!co_await maybe_continue(call)) co_return false;
+  BodyReader body;
+  start_body(call, &body, wire_cap);
+  auto buf = std::make_shared<std::vector<char>>(kUploadChunk);
+  while (ex->body_pending && !body.done()) {
+    BodyChunk chunk = co_await read_body_chunk(&body, buf->data(), buf->size());
+    ctx->metrics.add_bytes_in(chunk.wire_bytes);
+    if (chunk.ec && is_disconnect(chunk.ec)) co_return false;  // nothing committed
+    if (chunk.ec) co_return co_await send_reply(call, rest_error(body_error(chunk.ec, too_big)));
+    if (chunk.got == 0) continue;
+    std::size_t n = chunk.got;
+    auto feed_job = run_blocking(ctx->pool, [up, buf, n] {
+      return up->feed(std::string_view(buf->data(), n));
+    });
+    auto fed = co_await std::move(feed_job);
+    if (!fed) co_return co_await send_reply(call, rest_error(fed.error()));
+  }
+  ex->body_pending = false;
+  auto finish_job = run_blocking(ctx->pool, [up] { return up->finish(); });
+  auto finished = co_await std::move(finish_job);
+  if (!finished) co_return co_await send_reply(call, rest_error(finished.error()));
+  json out = json::array();
+  nlohmann::ordered_json paths = nlohmann::ordered_json::array();
+  for (const Upload::File& f : up->files) {
+    json e = json::object();
+    e["name"] = base_of(f.path);
+    e["type"] = "file";
+    e["path"] = f.path;
+    out.push_back(std::move(e));
+    paths.push_back(f.path);
+  }
+  nlohmann::ordered_json fields = {{"paths", paths}};
+  audit(ctx, "e2b.files.write", env->owner, env->sandbox_id, fields);
+  co_return co_await send_reply(call, json_reply(200, out));
+}
+
+}  // namespace
+
+asio::awaitable<bool> serve_envd_files(EnvdCall* env) {
+  Call* call = env->call;
+  const Request& req = call->ex.req;
+  // Everything the head says, before a body parser takes the head over.
+  const std::string content_type = header_value(call, "Content-Type");
+  const std::string content_encoding = header_value(call, "Content-Encoding");
+  const bool gzip = accepts_gzip(header_value(call, "Accept-Encoding"));
+  for (const auto& h : call->hp->get()) {
+    std::string name(h.name_string());
+    if (name.size() > 11 && beast::iequals(name.substr(0, 11), "x-metadata-")) {
+      co_return co_await send_reply(
+          call, rest_error(501, "file metadata (" + name +
+                                    " headers, envd 0.6.2) is not supported by agentbox"));
+    }
+  }
+  if (req.query.count("signature") || req.query.count("signature_expiration")) {
+    co_return co_await send_reply(
+        call, rest_error(501, "signed file URLs (signature=...) are not supported by agentbox: "
+                              "send the request with the sandbox's X-Access-Token instead"));
+  }
+  auto username = req.query.find("username");
+  if (username != req.query.end()) {
+    if (auto why = bad_user(env, username->second)) {
+      co_return co_await send_reply(call, rest_error(401, *why));
+    }
+  }
+  std::optional<std::string> path;
+  if (auto it = req.query.find("path"); it != req.query.end()) {
+    auto abs = box_path(it->second);
+    if (!abs) co_return co_await send_reply(call, rest_error(abs.error()));
+    path = *abs;
+  }
+  if (req.method == "GET") {
+    if (!path) co_return co_await send_reply(call, rest_error(400, "path query parameter is required"));
+    co_return co_await get_files(env, *path, gzip);
+  }
+  if (req.method == "POST") {
+    co_return co_await post_files(env, std::move(path), content_type, content_encoding);
+  }
+  co_return co_await send_reply(
+      call, rest_error(405, req.method + " /files is not an envd route (GET and POST are)"));
+}
+
+asio::awaitable<bool> serve_filesystem(EnvdCall* env, std::string method) {
+  const bool stream = method == "WatchDir";
+  static const std::set<std::string> kKnown = {
+      "Stat", "ListDir", "MakeDir", "Move", "Remove", "WatchDir",
+      "CreateWatcher", "GetWatcherEvents", "RemoveWatcher"};
+  // Errors go back in the form the client called in, whatever the method is.
+  const CallKind kind =
+      rpc::call_kind(header_value(env->call, "Content-Type")).value_or(CallKind::kUnary);
+  if (!kKnown.count(method)) {
+    co_return co_await reply_rpc_error(
+        env, kind,
+        RpcError::make(rpc::Code::kUnimplemented,
+                       "filesystem.Filesystem/" + method + " does not exist"));
+  }
+  const CallKind want = stream ? CallKind::kServerStream : CallKind::kUnary;
+  bool gone = false;
+  auto req = co_await read_rpc(env, want, &gone);
+  if (gone) co_return false;
+  if (!req) co_return co_await reply_rpc_error(env, kind, req.error());
+  if (stream) co_return co_await watch_dir(env, std::move(*req));
+  co_return co_await unary(env, std::move(method), std::move(*req));
+}
+
+}  // namespace agentbox::server::detail
