@@ -132,14 +132,16 @@ std::vector<double> time_spawns(const std::vector<std::string>& args, int n) {
   return out;
 }
 
-long rss_kib(pid_t pid) {
+// A "Vm...:" field of /proc/PID/status, KiB (-1 if absent).
+long status_kib(pid_t pid, const std::string& field) {
   std::ifstream f("/proc/" + std::to_string(pid) + "/status");
   std::string line;
   while (std::getline(f, line)) {
-    if (line.rfind("VmRSS:", 0) == 0) return std::strtol(line.c_str() + 6, nullptr, 10);
+    if (line.rfind(field, 0) == 0) return std::strtol(line.c_str() + field.size(), nullptr, 10);
   }
   return -1;
 }
+long rss_kib(pid_t pid) { return status_kib(pid, "VmRSS:"); }
 
 // The daemon under test: started on port 0 with a fresh data dir, stopped with SIGTERM.
 class Daemon {
@@ -1543,6 +1545,153 @@ void section_network(const std::string& bin, int starts) {
   if (!WIFEXITED(st) || WEXITSTATUS(st) != 0) die("network section failed");
 }
 
+// ---- runners (issue 14): daemon -> agentbox-runner on loopback ----------------------------------
+
+long hwm_kib(pid_t pid) { return status_kib(pid, "VmHWM:"); }
+
+pid_t start_runner(const std::string& bin, const std::string& url, const std::string& token,
+                   const fs::path& ws) {
+  fs::create_directories(ws);
+  std::vector<std::string> args = {bin, "--server", url, "--token", token, "--workspace",
+                                   ws.string(), "--log-level", "error"};
+  std::vector<char*> argv;
+  for (auto& a : args) argv.push_back(a.data());
+  argv.push_back(nullptr);
+  posix_spawn_file_actions_t fa;
+  posix_spawn_file_actions_init(&fa);
+  posix_spawn_file_actions_addopen(&fa, 1, "/dev/null", O_WRONLY, 0);
+  pid_t pid = -1;
+  int rc = posix_spawn(&pid, argv[0], &fa, nullptr, argv.data(), environ);
+  posix_spawn_file_actions_destroy(&fa);
+  if (rc != 0) die("cannot start " + bin);
+  return pid;
+}
+
+int connected_runners(Client& c) {
+  auto r = c.request("GET", "/v1/runners");
+  if (!r || r->status != 200) return 0;
+  auto j = nlohmann::json::parse(r->body, nullptr, false);
+  int n = 0;
+  if (j.is_object() && j["runners"].is_array()) {
+    for (const auto& x : j["runners"]) n += x.value("connected", false) ? 1 : 0;
+  }
+  return n;
+}
+
+std::vector<double> time_execs(Client& c, const std::string& id, int n) {
+  std::vector<double> v;
+  for (int i = 0; i < n; ++i) {
+    auto t0 = Clock::now();
+    if (!exec_true(c, id)) die("exec /bin/true on " + id + " failed");
+    v.push_back(ms_since(t0));
+  }
+  return v;
+}
+
+void section_runners(const std::string& bin, int n, std::uint64_t mb, int count) {
+  std::printf("\n[runners] daemon -> agentbox-runner on loopback (xbot's protocol, plain form)\n");
+  const std::string runner_bin = (fs::path(bin).parent_path() / "agentbox-runner").string();
+  if (!fs::exists(runner_bin)) die("no " + runner_bin);
+  std::vector<std::string> extra;
+  for (int i = 0; i < count; ++i) {
+    extra.push_back("--runner-token");
+    extra.push_back("r" + std::to_string(i) + "=tok" + std::to_string(i));
+  }
+  Daemon d(bin, "host", extra);
+  const std::string ws_url = "ws://" + d.url().substr(7) + "/ws/";
+  std::vector<pid_t> runners;
+  struct Stop {
+    std::vector<pid_t>* p;
+    ~Stop() {
+      for (pid_t x : *p) kill(x, SIGTERM);
+      for (pid_t x : *p) waitpid(x, nullptr, 0);
+    }
+  } stop{&runners};
+  runners.push_back(start_runner(runner_bin, ws_url + "r0", "tok0", d.dir() / "ws0"));
+  Client c = make_client(d);
+  for (int i = 0; i < 10000 && connected_runners(c) < 1; ++i) usleep(1000);
+  if (connected_runners(c) < 1) die("agentbox-runner did not register");
+  create_session(c, "bench-host");
+  nlohmann::json body = {{"id", "bench-remote"}, {"runner", "r0"}};
+  auto cr = c.request("POST", "/v1/sessions", body.dump());
+  if (!cr || cr->status != 201) die("remote session: " + (cr ? cr->body : cr.error().message));
+  for (int i = 0; i < 20; ++i) {
+    exec_true(c, "bench-host");
+    exec_true(c, "bench-remote");
+  }
+  std::vector<double> host, remote;
+  for (int i = 0; i < n; ++i) {  // interleaved: the noise hits both alike
+    auto h = time_execs(c, "bench-host", 1);
+    auto r = time_execs(c, "bench-remote", 1);
+    host.push_back(h[0]);
+    remote.push_back(r[0]);
+  }
+  double mh = median(host), mr = median(remote);
+  std::printf("  exec /bin/true, %d iterations, medians\n", n);
+  row("host backend session (HTTP -> spawn)", mh, "ms");
+  row("remote session (HTTP -> daemon -> runner -> spawn)", mr, "ms",
+      ratio_note(mr / mh, "<= 1.5"));
+
+  // Many runners connected: the daemon's memory per connection and routing time.
+  long rss0 = rss_kib(d.pid());
+  for (int i = 1; i < count; ++i) {
+    runners.push_back(start_runner(runner_bin, ws_url + "r" + std::to_string(i),
+                                   "tok" + std::to_string(i),
+                                   d.dir() / ("ws" + std::to_string(i))));
+  }
+  for (int i = 0; i < 600 && connected_runners(c) < count; ++i) usleep(100000);
+  int connected = connected_runners(c);
+  long rss1 = rss_kib(d.pid());
+  std::printf("  %d runners connected\n", connected);
+  row("daemon RSS with them", static_cast<double>(rss1) / 1024.0, "MiB",
+      "(+" + std::to_string((rss1 - rss0) / std::max(1, connected - 1)) + " KiB per runner)");
+  nlohmann::json last = {{"id", "bench-last"}, {"runner", "r" + std::to_string(count - 1)}};
+  auto cl = c.request("POST", "/v1/sessions", last.dump());
+  if (!cl || cl->status != 201) die("session on the last runner failed");
+  for (int i = 0; i < 20; ++i) exec_true(c, "bench-last");
+  std::vector<double> first_r, last_r;
+  for (int i = 0; i < n / 2; ++i) {
+    first_r.push_back(time_execs(c, "bench-remote", 1)[0]);
+    last_r.push_back(time_execs(c, "bench-last", 1)[0]);
+  }
+  row("exec /bin/true on runner r0 with all connected", median(first_r), "ms",
+      ratio_note(median(first_r) / mr, "~1 (vs one runner)"));
+  row("exec /bin/true on the last runner registered", median(last_r), "ms");
+  // Files: one base64 frame each way (the plain form; chunking is not built in the daemon).
+  const std::uint64_t size = mb << 20;
+  std::string data(size, '\0');
+  std::uint64_t x = 88172645463325252ull;
+  for (auto& ch : data) {
+    x ^= x << 13, x ^= x >> 7, x ^= x << 17;
+    ch = static_cast<char>(x);
+  }
+  auto t0 = Clock::now();
+  auto up = c.request("PUT", "/v1/sessions/bench-remote/files?path=big.bin", data,
+                      "application/octet-stream");
+  double up_ms = ms_since(t0);
+  if (!up || up->status != 200) die("remote upload: " + (up ? up->body : up.error().message));
+  std::uint64_t got = 0;
+  t0 = Clock::now();
+  auto g = c.request_stream("GET", "/v1/sessions/bench-remote/files?path=big.bin", "",
+                            [&got](std::string_view chunk) {
+                              got += chunk.size();
+                              return true;
+                            });
+  double down_ms = ms_since(t0);
+  if (!g || g->status != 200 || got != size) die("remote download failed");
+  double tcp = median({raw_tcp_ms(size, {}, {}), raw_tcp_ms(size, {}, {}), raw_tcp_ms(size, {}, {})});
+  auto mbps = [&](double ms) { return static_cast<double>(mb) / (ms / 1000.0); };
+  std::printf("  %llu MiB file through a remote session, MB/s\n",
+              static_cast<unsigned long long>(mb));
+  row("raw loopback TCP, memory -> memory", mbps(tcp), "MB/s");
+  row("upload (PUT -> daemon -> runner -> disk)", mbps(up_ms), "MB/s",
+      ratio_note(tcp / up_ms, ">= 0.5"));
+  row("download (runner -> daemon -> GET)", mbps(down_ms), "MB/s",
+      ratio_note(tcp / down_ms, ">= 0.5"));
+  row("daemon peak RSS (VmHWM)", static_cast<double>(hwm_kib(d.pid())) / 1024.0, "MiB");
+  row("runner r0 peak RSS (VmHWM)", static_cast<double>(hwm_kib(runners[0])) / 1024.0, "MiB");
+}
+
 // The E2B dialect through the stock `e2b` SDK (tests/node/e2b_bench.mjs, which also times the
 // native /v1 exec from the same Node process so both sides pay the same client runtime).
 void section_e2b(const Daemon& d, int runs, int creates) {
@@ -1587,7 +1736,8 @@ int main(int argc, char** argv) {
   app.add_option("--daemon", daemon, "agentboxd binary");
   app.add_option("--backend", backend, "backend to measure");
   app.add_option("--section", sections,
-                 "exec files sessions idle rate lifecycle attach keys procs ab network e2b templates")
+                 "exec files sessions idle rate lifecycle attach keys procs ab network e2b templates "
+                 "runners")
       ->delimiter(',');
   int net_starts = 20;
   app.add_option("--net-starts", net_starts, "box starts per network mode (network section)");
@@ -1601,6 +1751,10 @@ int main(int argc, char** argv) {
   app.add_option("--idle-seconds", idle_seconds, "how long the procs section measures idle CPU");
   app.add_option("--keys", keys, "keystrokes of the keys section");
   app.add_option("--attaches", attaches, "runs of the attach section");
+  std::uint64_t runner_file_mb = 32;
+  int runner_count = 100;
+  app.add_option("--runner-file-mb", runner_file_mb, "runners section: file size, MiB");
+  app.add_option("--runners", runner_count, "runners section: runners connected at once");
   app.add_option("--ab-daemon", ab_daemon, "section ab: the agentboxd to compare --daemon with");
   int e2b_runs = 300, e2b_creates = 50;
   app.add_option("--e2b-runs", e2b_runs, "commands.run calls of the e2b section");
@@ -1635,6 +1789,8 @@ int main(int argc, char** argv) {
       die("section ab needs --ab-daemon");
     else if (s == "network")
       section_network(daemon, net_starts);
+    else if (s == "runners")
+      section_runners(daemon, iterations, runner_file_mb, runner_count);
     else if (s == "e2b")
       section_e2b(d, e2b_runs, e2b_creates);
     else if (s == "templates")

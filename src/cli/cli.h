@@ -187,6 +187,7 @@ struct SessionCreateArgs {
   std::string scope;
   std::vector<std::string> vars;
   std::string backend;
+  std::string runner;  // --runner USER: backend remote on that runner
   std::vector<std::string> env;
   std::vector<std::string> labels;
   std::optional<std::uint64_t> memory_mb;
@@ -208,6 +209,8 @@ int template_build(const Globals& g, const std::string& name);
 int template_rollback(const Globals& g, const std::string& name, std::uint64_t version);
 int template_rm(const Globals& g, const std::string& name);
 int session_ls(const Globals& g, bool json);
+// `agentbox runners`: GET /v1/runners as a table (or its JSON).
+int runners_ls(const Globals& g, bool json);
 int session_show(const Globals& g, const std::string& id);
 int session_rm(const Globals& g, const std::string& id, bool archive);
 // POST /v1/sessions/{id}/restore {"archive": archive}; prints the new session as JSON.

@@ -83,6 +83,8 @@ int main(int argc, char** argv) {
       ->allow_extra_args(false);
   s_create->add_option("--backend", create.backend,
                        "backend (ns, host, ...); server default if unset");
+  s_create->add_option("--runner", create.runner,
+                       "remote runner user serving the session (backend remote)");
   s_create->add_option("--env", create.env, "environment variable K=V for the box (repeatable)")
       ->allow_extra_args(false);
   s_create->add_option("--label", create.labels, "label K=V (repeatable)")->allow_extra_args(false);
@@ -115,6 +117,12 @@ int main(int argc, char** argv) {
   s_ls->alias("list");
   s_ls->add_flag("--json", ls_json, "print the server's JSON");
   s_ls->callback([&] { run = [&] { return session_ls(g, ls_json); }; });
+
+  bool runners_json = false;
+  CLI::App* runners =
+      app.add_subcommand("runners", "list the remote runners and whether they are connected");
+  runners->add_flag("--json", runners_json, "print the server's JSON");
+  runners->callback([&] { run = [&] { return runners_ls(g, runners_json); }; });
 
   std::string show_id;
   CLI::App* s_show = session->add_subcommand("show", "show one session as JSON");

@@ -118,6 +118,7 @@ int session_create(const Globals& g, const SessionCreateArgs& a) {
   }
   if (!a.backend.empty()) body["backend"] = a.backend;
   if (!a.template_ref.empty()) body["template"] = a.template_ref;
+  if (!a.runner.empty()) body["runner"] = a.runner;
   if (!env->empty()) body["env"] = *env;
   if (!labels->empty()) body["labels"] = *labels;
   json limits = json::object();
@@ -149,17 +150,40 @@ int session_create(const Globals& g, const SessionCreateArgs& a) {
   return kExitOk;
 }
 
-int session_ls(const Globals& g, bool as_json) {
+namespace {
+
+// GET `target`; with as_json prints the reply and returns nullopt (rc 0). nullopt with *rc set:
+// an error (reported). Else the reply, for a table.
+std::optional<json> get_listing(const Globals& g, const char* target, bool as_json, int* rc) {
   client::Client c(g.options());
-  auto r = c.request("GET", "/v1/sessions");
-  if (!r) return report(r.error());
-  if (!ok(*r)) return report(*r);
+  auto r = c.request("GET", target);
+  if (!r) {
+    *rc = report(r.error());
+    return std::nullopt;
+  }
+  if (!ok(*r)) {
+    *rc = report(*r);
+    return std::nullopt;
+  }
   auto j = parse_reply(*r);
-  if (!j) return kExitServerError;
+  if (!j) {
+    *rc = kExitServerError;
+    return std::nullopt;
+  }
   if (as_json) {
     std::cout << dump(*j) << '\n';
-    return kExitOk;
+    *rc = kExitOk;
+    return std::nullopt;
   }
+  return j;
+}
+
+}  // namespace
+
+int session_ls(const Globals& g, bool as_json) {
+  int rc = kExitOk;
+  auto j = get_listing(g, "/v1/sessions", as_json, &rc);
+  if (!j) return rc;
   auto sessions = j->find("sessions");
   if (sessions == j->end() || !sessions->is_array()) {
     return report(Error::make(Code::kInternal, "server reply has no \"sessions\" array"));
@@ -172,6 +196,26 @@ int session_ls(const Globals& g, bool as_json) {
     rows.push_back({field(s, "id"), field(s, "state"), field(s, "backend"), field(s, "uid"),
                     since(s, "created_at", now), since(s, "last_used_at", now), field(s, "ttl_sec"),
                     labels_of(s)});
+  }
+  print_table(rows);
+  return kExitOk;
+}
+
+int runners_ls(const Globals& g, bool as_json) {
+  int rc = kExitOk;
+  auto j = get_listing(g, "/v1/runners", as_json, &rc);
+  if (!j) return rc;
+  auto runners = j->find("runners");
+  if (runners == j->end() || !runners->is_array()) {
+    return report(Error::make(Code::kInternal, "server reply has no \"runners\" array"));
+  }
+  std::vector<std::vector<std::string>> rows{
+      {"USER", "CONNECTED", "WORKSPACE", "VERSION", "CONNECTED_AT", "LAST_SEEN"}};
+  for (const json& x : *runners) {
+    if (!x.is_object()) continue;
+    rows.push_back({field(x, "user"), x.value("connected", false) ? "yes" : "no",
+                    field(x, "workspace"), field(x, "version"), field(x, "connected_at"),
+                    field(x, "last_seen")});
   }
   print_table(rows);
   return kExitOk;

@@ -33,6 +33,8 @@
 #include "server/audit.h"
 #include "server/config.h"
 #include "server/http_server.h"
+#include "server/remote_backend.h"
+#include "server/runner_hub.h"
 #include "session/session_manager.h"
 #include "session/template_manager.h"
 
@@ -244,6 +246,12 @@ int main(int argc, char** argv) {
     }
     mc.backends[name] = it->second;
   }
+  // Remote runners (API.md "Runners"): `remote` needs no --allow-backend; a runner configured
+  // for the caller's tenant is the permission (RemoteBackend::create checks it).
+  std::vector<server::RunnerUser> runner_users;
+  for (const auto& r : cfg.runners) runner_users.push_back({r.user, r.token, r.tenant});
+  auto runner_hub = std::make_shared<server::RunnerHub>(ioc.get_executor(), std::move(runner_users));
+  mc.backends["remote"] = std::make_shared<server::RemoteBackend>(runner_hub);
   for (const auto& d : cfg.shared_dirs) {
     mc.shared_dirs.push_back(sandbox::BindMount{d.host_path, d.prefix, /*read_only=*/true});
   }
@@ -305,6 +313,7 @@ int main(int argc, char** argv) {
   opts.port = listen->second;
   opts.tenants = server::effective_tenants(cfg);
   opts.audit = audit_log;
+  opts.runners = runner_hub;
   opts.default_scope = cfg.default_scope;
   opts.shared_dirs = cfg.shared_dirs;
   opts.allowed_origins = cfg.allowed_origins;
@@ -379,6 +388,7 @@ int main(int argc, char** argv) {
     (*manager)->shutdown_all();
     pool.join();
   }
+  runner_hub.reset();
   ioc_owner.reset();
   spdlog::info("stopped");
   return 0;

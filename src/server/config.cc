@@ -11,6 +11,7 @@
 #include <algorithm>
 #include <cctype>
 #include <cstdlib>
+#include <cctype>
 #include <filesystem>
 #include <ostream>
 
@@ -240,6 +241,31 @@ Status load_yaml(const std::string& file, DaemonConfig* c,
         if (!given("langbot." + key)) *field = kv.second.as<std::string>();
       }
     }
+    if (const YAML::Node& rn = root["runners"]; rn) {
+      if (!rn.IsSequence()) {
+        return fail(Code::kInvalid, "config " + file + ": runners must be a list of "
+                                                       "{user, token, tenant}");
+      }
+      for (std::size_t i = 0; i < rn.size(); ++i) {
+        const YAML::Node& r = rn[i];
+        std::string where = "config " + file + ": runners[" + std::to_string(i) + "]";
+        if (!r.IsMap()) return fail(Code::kInvalid, where + " must be a mapping");
+        for (const auto& kv : r) {
+          std::string key = kv.first.as<std::string>();
+          if (key != "user" && key != "token" && key != "tenant") {
+            return fail(Code::kInvalid, where + ": unknown key '" + key + "'");
+          }
+        }
+        if (!r["user"] || !r["token"]) {
+          return fail(Code::kInvalid, where + ": user and token are required");
+        }
+        RunnerConfig rc;
+        rc.user = r["user"].as<std::string>();
+        rc.token = r["token"].as<std::string>();
+        if (r["tenant"]) rc.tenant = r["tenant"].as<std::string>();
+        c->runners.push_back(std::move(rc));
+      }
+    }
     if (const YAML::Node& ro = root["readonly_dirs"]; ro) {
       if (auto st = load_readonly_dirs(ro, file, c); !st) return st;
     }
@@ -429,6 +455,10 @@ ParseOutcome parse_daemon_args(int argc, const char* const* argv, std::ostream& 
                                  "API token (repeatable); when set every route but /healthz "
                                  "needs 'Authorization: Bearer <token>'")
                       ->envname("AGENTBOX_TOKEN");
+  std::vector<std::string> runner_tokens;
+  app.add_option("--runner-token", runner_tokens,
+                 "USER=TOKEN: a remote runner may register at /ws/USER with TOKEN (repeatable; "
+                 "tenant default)");
   app.add_option("--config", config_file, "YAML file with the same keys; flags override it")
       ->multi_option_policy(take_last);
   auto* o_shared = app.add_option("--shared-dirs", shared_dirs,
@@ -569,6 +599,14 @@ ParseOutcome parse_daemon_args(int argc, const char* const* argv, std::ostream& 
       err << "agentboxd: " << st.error().message << "\n";
       return ParseOutcome{std::nullopt, 2};
     }
+  }
+  for (const std::string& rt : runner_tokens) {
+    auto eq = rt.find('=');
+    if (eq == std::string::npos || eq == 0 || eq + 1 == rt.size()) {
+      err << "agentboxd: --runner-token must be USER=TOKEN (both non-empty)\n";
+      return ParseOutcome{std::nullopt, 2};
+    }
+    c.runners.push_back(RunnerConfig{rt.substr(0, eq), rt.substr(eq + 1), kDefaultTenant});
   }
   for (auto [key, dir] : {std::pair{"global_skills_dir", &c.global_skills_dir},
                           std::pair{"agents_dir", &c.agents_dir}}) {
@@ -741,6 +779,15 @@ Status validate_config(const DaemonConfig& c) {
   }
   for (const auto& t : c.tokens) {
     if (t.empty()) return fail(Code::kInvalid, "a --token must not be empty");
+  }
+  for (const RunnerConfig& r : c.runners) {
+    bool ok = !r.user.empty() && r.user.size() <= 128 && r.user != "." && r.user != "..";
+    for (char ch : r.user) ok = ok && (std::isalnum(static_cast<unsigned char>(ch)) || ch == '.' ||
+                                       ch == '_' || ch == '-');
+    if (!ok) {
+      return fail(Code::kInvalid, "runner user '" + r.user + "' must be [A-Za-z0-9._-]{1,128}");
+    }
+    if (r.token.empty()) return fail(Code::kInvalid, "runner " + r.user + ": empty token");
   }
   std::vector<std::string> names;
   std::vector<const std::string*> all_tokens;

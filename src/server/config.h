@@ -54,6 +54,14 @@ struct LangbotConfig {
 // The name of the tenant that plain --token tokens (and, without tokens, every caller) belong to.
 inline constexpr char kDefaultTenant[] = "default";
 
+// A remote runner user (API.md "Runners"): its runner registers at /ws/<user> with `token` and
+// serves sessions of `tenant`.
+struct RunnerConfig {
+  std::string user;
+  std::string token;
+  std::string tenant = kDefaultTenant;
+};
+
 // Seed 001 (Ghost's toolbox-server) command line, so agentboxd replaces that binary unchanged:
 // --port, --shell, --workdir, --multi-agent, --shared-readonly (no-op), --toolchain-path
 // (and --shared-dirs, a DaemonConfig key), with SHARED_DIRS / TOOLCHAIN_PATH env fallbacks.
@@ -83,6 +91,7 @@ struct DaemonConfig {
   std::vector<std::string> tokens;  // tenant "default"
   // YAML `tenants: [{name, tokens: [..], admin, max_sessions}]`.
   std::vector<TenantConfig> tenants;
+  std::vector<RunnerConfig> runners;  // --runner-token USER=TOKEN, config `runners:`
   // Boxes running at once over all tenants (0 = no limit); past it creates/resumes are 429.
   std::size_t max_running_boxes = 0;
   // Suspend the least recently used idle box instead of refusing at max_running_boxes.

@@ -24,6 +24,7 @@
 namespace agentbox::server {
 
 class AuditLog;
+class RunnerHub;  // runner_hub.h
 
 struct ServerOptions {
   std::string address = "127.0.0.1";
@@ -63,6 +64,10 @@ struct ServerOptions {
   std::vector<std::string> allowed_origins;
   // LangBot's Box runtime (langbot.cc).
   LangbotConfig langbot;
+  // Remote runners (runner_hub.h): GET /ws/{user}, GET /v1/runners, the remote backend. Null:
+  // no runner is accepted. Runner frames are bounded by runner_max_frame_bytes.
+  std::shared_ptr<RunnerHub> runners;
+  std::size_t runner_max_frame_bytes = 64u << 20;
   // How long shutdown waits for requests in flight.
   std::chrono::seconds shutdown_grace{10};
   // Seed 004: run a session's health checks and repairs when it resumes (config auto_repair).

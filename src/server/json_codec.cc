@@ -430,6 +430,15 @@ Result<CreateSessionRequest> decode_create_session(const json& body,
   session::SessionSpec& spec = req.spec;
   AB_ASSIGN_OR_RETURN(auto backend, opt_string(body, "backend"));
   if (backend) spec.backend = std::move(*backend);
+  AB_ASSIGN_OR_RETURN(auto runner, opt_string(body, "runner"));
+  if (runner) {
+    if (runner->empty()) return bad_field("runner", "must not be empty");
+    if (spec.backend.empty()) spec.backend = "remote";
+    if (spec.backend != "remote") return bad_field("runner", "is for backend \"remote\" only");
+    spec.runner = std::move(*runner);
+  } else if (spec.backend == "remote") {
+    return bad_field("runner", "is required with backend \"remote\" (the runner user)");
+  }
   AB_ASSIGN_OR_RETURN(auto tmpl, opt_string(body, "template"));
   if (tmpl) spec.template_name = std::move(*tmpl);  // resolved by the session manager
 
@@ -456,6 +465,10 @@ Result<CreateSessionRequest> decode_create_session(const json& body,
   if (ttl) spec.ttl_sec = static_cast<std::int64_t>(*ttl);
   AB_ASSIGN_OR_RETURN(auto labels, opt_string_map(body, "labels"));
   if (labels) spec.labels = std::move(*labels);
+  if (spec.backend == "remote" && (!spec.mounts.empty() || !spec.skills.empty())) {
+    return not_supported(spec.mounts.empty() ? "skills" : "mounts",
+                         "on a remote runner (the runner's machine has no daemon host paths)");
+  }
   return req;
 }
 
@@ -600,6 +613,7 @@ json encode_session(const session::SessionInfo& s) {
   if (!s.spec.snapshot.empty()) {
     j["snapshot"] = {{"id", s.spec.snapshot}, {"version", s.spec.template_version}};
   }
+  if (!s.spec.runner.empty()) j["runner"] = s.spec.runner;
   if (s.spec.ttl_sec) j["ttl_sec"] = *s.spec.ttl_sec;
   return j;
 }

@@ -41,7 +41,8 @@ void Metrics::record_event(session::EventKind kind, session::EventCause cause) {
 }
 
 std::string Metrics::render(const std::map<std::string, std::size_t>& sessions_by_state,
-                            const std::map<std::string, net::ProxyCounters>& egress) const {
+                            const std::map<std::string, net::ProxyCounters>& egress,
+                            const RunnerCounters& runners) const {
   std::string out;
   auto add = [&out](std::string_view s) { out.append(s); };
   add("# HELP agentbox_sessions Sessions by state.\n# TYPE agentbox_sessions gauge\n");
@@ -86,8 +87,15 @@ std::string Metrics::render(const std::map<std::string, std::size_t>& sessions_b
 
   counter("agentbox_bytes_in_total", "Bytes received from API clients.", bytes_in_.load());
   counter("agentbox_bytes_out_total", "Bytes sent to API clients.", bytes_out_.load());
-  add("# HELP agentbox_runner_connections Connected remote runners.\n"
-      "# TYPE agentbox_runner_connections gauge\nagentbox_runner_connections 0\n");
+  add(fmt::format("# HELP agentbox_runner_connections Connected remote runners.\n"
+                  "# TYPE agentbox_runner_connections gauge\nagentbox_runner_connections {}\n",
+                  runners.connections));
+  counter("agentbox_runner_requests_total", "Requests sent to remote runners.", runners.requests);
+  counter("agentbox_runner_requests_failed_total",
+          "Runner requests that failed (runner error, timeout, disconnect).", runners.failed);
+  counter("agentbox_runner_bytes_out_total", "Bytes sent to remote runners.", runners.bytes_out);
+  counter("agentbox_runner_bytes_in_total", "Bytes received from remote runners.",
+          runners.bytes_in);
   add("# HELP agentbox_feature Whether a feature is built (1) or answers 501 ENOTSUP (0).\n"
       "# TYPE agentbox_feature gauge\n");
   for (const Feature& f : kFeatures) {

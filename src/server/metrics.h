@@ -29,8 +29,8 @@ inline constexpr Feature kFeatures[] = {
     {"files", true},             {"seed001", true},        {"seed002_aliases", true},
     {"archives", true},          {"tenants", true},        {"default_limits", true},
     {"templates", true},         {"processes", true},      {"pty", true},
-    {"live_mounts", true},       {"packages", true},       {"runners", false},
-    {"events", true},            {"langbot_rpc", false},   {"e2b", false},
+    {"live_mounts", true},       {"packages", true},       {"runners", true},
+    {"events", true},            {"langbot_rpc", true},    {"e2b", true},
     {"mcp", true},               {"repair", true},         {"limits_cpu_time_sec", true},
     {"limits_tmp_mb", true},     {"managed_processes", true}, {"killed_by", true},
 };
@@ -39,6 +39,11 @@ inline constexpr std::string_view kNetworkModes[] = {"none", "allowlist", "open"
 // {"network_modes": ["none"], "templates": false, ...}: every feature by name, and the network
 // modes that work.
 nlohmann::json features_json();
+
+// The runner hub's counters as /metrics shows them.
+struct RunnerCounters {
+  std::uint64_t connections = 0, requests = 0, failed = 0, bytes_out = 0, bytes_in = 0;
+};
 
 class Metrics {
  public:
@@ -55,8 +60,10 @@ class Metrics {
 
   // The exposition text; `sessions_by_state` and `egress` (the egress proxy counters of the
   // running allowlist sessions, by session id) come from the SessionManager.
+  // `runners`: the runner hub's counters (runner_hub.h RunnerStats), zero without runners.
   std::string render(const std::map<std::string, std::size_t>& sessions_by_state,
-                     const std::map<std::string, net::ProxyCounters>& egress = {}) const;
+                     const std::map<std::string, net::ProxyCounters>& egress = {},
+                     const RunnerCounters& runners = {}) const;
 
  private:
   std::atomic<std::uint64_t> execs_{0};

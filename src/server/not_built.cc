@@ -22,9 +22,6 @@ std::vector<RouteSpec> not_built_routes() {
   constexpr RouteKind K = RouteKind::kNotBuilt;
   constexpr BodyKind B = BodyKind::kNone;
   std::vector<RouteSpec> out = {
-      // Runners
-      {N, "GET", "/v1/runners", B, true, not_built, K},
-      {N, "GET", "/ws/{user}", B, true, not_built, K},
   };
   return out;
 }

@@ -80,6 +80,9 @@ enum class RouteId {
   kTemplateBuildLog,
   kTemplateSnapshots,
   kTemplateRollback,
+  // Runners
+  kRunnerWs,
+  kRunnerList,
   // Routes of API.md not built yet: each answers 501 ENOTSUP naming itself.
   kNotBuilt,
 };

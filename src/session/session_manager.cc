@@ -771,6 +771,8 @@ Result<SessionManager::BoxStart> SessionManager::start_box(const Entry& e) {
   cfg.env = e.spec.env;
   cfg.uid = e.uid;
   cfg.gid = static_cast<gid_t>(e.uid);
+  cfg.runner = e.spec.runner;
+  cfg.tenant = e.tenant;
   if (e.spec.network.mode == "allowlist") {
     auto policy = net::Policy::parse(e.spec.network.allow);  // validated at create
     if (!policy) return std::unexpected(policy.error());

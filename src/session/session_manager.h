@@ -51,6 +51,7 @@ struct SessionSpec {
   // its workspace is an overlay over it (session/template_manager.h). "" = a plain workspace.
   std::string snapshot;
   std::uint64_t template_version = 0;
+  std::string runner;  // backend "remote": the runner user serving the session
   std::vector<MountSpec> mounts;
   std::map<std::string, std::string> skills;  // name -> host dir, at /workspace/.skills/<name>
   std::set<std::string> read_only_skills;     // skills mounted ro; the others rw (seed 002)

@@ -102,6 +102,7 @@ std::string encode_spec(const SessionSpec& spec) {
     j["snapshot"] = spec.snapshot;
     j["template_version"] = spec.template_version;
   }
+  if (!spec.runner.empty()) j["runner"] = spec.runner;
   json mounts = json::array();
   for (const MountSpec& m : spec.mounts) {
     mounts.push_back({{"host_path", m.host_path}, {"mount_path", m.mount_path}, {"mode", m.mode}});
@@ -138,6 +139,7 @@ Result<SessionSpec> decode_spec(std::string_view text) {
   spec.template_name = str("template");
   spec.snapshot = str("snapshot");
   spec.template_version = j.value("template_version", std::uint64_t{0});
+  spec.runner = str("runner");
   if (auto it = j.find("mounts"); it != j.end() && it->is_array()) {
     for (const json& m : *it) {
       if (!m.is_object()) continue;

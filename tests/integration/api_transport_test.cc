@@ -304,28 +304,6 @@ TEST_F(TransportApi, EventsDeliverTheCallersTenantsLifecycleOnlyAndAllToAnAdmin)
   EXPECT_FALSE(wa.read(std::chrono::milliseconds(300)).has_value());
 }
 
-TEST_F(TransportApi, RoutesNotBuiltYetAre501NamingTheRoute) {
-  a_.create("nb");
-  struct Case {
-    std::string method;
-    std::string target;
-    std::string names;
-  };
-  for (const Case& c : std::vector<Case>{
-           {"GET", "/v1/templates", "/v1/templates"},
-           {"GET", "/v1/runners", "/v1/runners"},
-           {"GET", "/ws/someone", "/ws/{user}"},
-       }) {
-    auto r = a_.call(c.method, c.target, "{}");
-    EXPECT_EQ(r.status, 501) << c.method << " " << c.target << ": " << r;
-    EXPECT_EQ(r.code(), "ENOTSUP") << r;
-    EXPECT_NE(r.message().find(c.names), std::string::npos) << r;
-  }
-  // Still authenticated like everything else.
-  Api nobody(daemon_, "");
-  EXPECT_EQ(nobody.get("/v1/templates").status, 401);
-}
-
 // Whether `fd` has something to read now.
 bool readable(int fd) {
   pollfd p{fd, POLLIN, 0};

@@ -18,6 +18,7 @@ std::vector<RouteSpec> seed001_routes();    // seed001.cc: /exec, /exec-stream, 
 std::vector<RouteSpec> ops_routes();        // ops.cc: /healthz, /readyz, /metrics
 std::vector<RouteSpec> process_routes();   // processes.cc: /v1/sessions/{id}/processes..., /pty
 std::vector<RouteSpec> event_routes();      // events.cc: GET /v1/events (WebSocket)
+std::vector<RouteSpec> runner_routes();     // runners.cc: GET /ws/{user}, GET /v1/runners
 std::vector<RouteSpec> mcp_routes();        // mcp.cc: /v1/sessions/{id}/mcp (MCP, streamable HTTP)
 std::vector<RouteSpec> langbot_routes();    // langbot.cc: /rpc/ws, LangBot's managed-process relay
 std::vector<RouteSpec> e2b_routes();        // e2b.cc: /e2b/{path} (E2B control plane and envd)

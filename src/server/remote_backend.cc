@@ -1,0 +1,323 @@
+#include "server/remote_backend.h"
+
+#include <sys/mman.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cerrno>
+#include <ctime>
+
+#include "sandbox/path.h"
+
+namespace agentbox::server {
+
+namespace asio = boost::asio;
+using Json = proto::Json;
+using namespace std::chrono_literals;
+
+namespace {
+
+// Requests other than exec wait this long for their reply (xbot's DefaultRequestTimeout).
+constexpr std::chrono::milliseconds kRequestTimeout = 30s;
+constexpr std::chrono::milliseconds kFileTimeout = 300s;
+
+Error bad_reply(const std::string& op, const RunnerReply& r) {
+  return Error::make(Code::kInternal,
+                     op + ": runner answered '" + r.type + "', not what the request expects");
+}
+
+class RemoteSandbox;
+
+// Buffers the upload (bounded by max_bytes) and sends it as one write_file at commit.
+class RemoteWriter : public sandbox::FileWriter {
+ public:
+  RemoteWriter(RemoteSandbox* box, std::string path, sandbox::WriteOptions opts)
+      : box_(box), path_(std::move(path)), opts_(opts) {}
+  Status write(std::string_view chunk) override;
+  Result<std::uint64_t> commit() override;
+
+ private:
+  RemoteSandbox* box_;
+  std::string path_;
+  sandbox::WriteOptions opts_;
+  std::string data_;
+};
+
+class RemoteSandbox : public sandbox::Sandbox {
+ public:
+  RemoteSandbox(std::shared_ptr<RunnerHub> hub, std::string user, std::string workspace,
+                std::map<std::string, std::string> env)
+      : hub_(std::move(hub)),
+        user_(std::move(user)),
+        workspace_(std::move(workspace)),
+        env_(std::move(env)) {}
+
+  std::string_view name() const override { return "remote"; }
+  std::string workspace() const override { return workspace_; }
+
+  asio::awaitable<Result<sandbox::ExecResult>> exec(sandbox::ExecSpec spec,
+                                                    sandbox::OutputSink* sink) override;
+
+  Result<sandbox::FileReader> open_file(const std::string& path) override;
+  Result<std::unique_ptr<sandbox::FileWriter>> create_file(const std::string& path,
+                                                           sandbox::WriteOptions opts) override;
+  Result<sandbox::FileInfo> stat(const std::string& path) override;
+  Result<std::vector<sandbox::DirEntry>> read_dir(const std::string& path) override;
+  Status mkdir_all(const std::string& path) override;
+  Status remove(const std::string& path) override;
+  Status remove_all(const std::string& path) override;
+  Status rename(const std::string& from, const std::string& to) override {
+    (void)from;
+    (void)to;
+    return fail(Code::kNotSupported,
+                "rename on a remote runner (xbot's runner protocol has no rename)");
+  }
+  void shutdown() override {}
+
+  // The runner's absolute path for an API path (confined to the workspace).
+  Result<std::string> runner_path(const std::string& path) const {
+    auto rel = AB_TRY(sandbox::workspace_relative(path, workspace_));
+    return rel.empty() ? workspace_ : workspace_ + "/" + rel;
+  }
+  Result<RunnerReply> call(const std::string& op, Json body,
+                           std::chrono::milliseconds timeout = kRequestTimeout) {
+    auto conn = hub_->find(user_);
+    if (!conn) {
+      return fail(Code::kUnavailable, op + ": runner " + user_ + " is not connected");
+    }
+    return conn->call(op, std::move(body), timeout);
+  }
+  Status expect_ok(const std::string& op, Json body) {
+    auto r = AB_TRY(call(op, std::move(body)));
+    if (r.type != proto::type::kOk) return std::unexpected(bad_reply(op, r));
+    return {};
+  }
+
+ private:
+  std::shared_ptr<RunnerHub> hub_;
+  std::string user_;
+  std::string workspace_;
+  std::map<std::string, std::string> env_;
+};
+
+Status RemoteWriter::write(std::string_view chunk) {
+  if (data_.size() + chunk.size() > opts_.max_bytes) {
+    return fail(Code::kTooBig, path_ + ": over the " + std::to_string(opts_.max_bytes) +
+                                   "-byte limit");
+  }
+  data_.append(chunk);
+  return {};
+}
+
+Result<std::uint64_t> RemoteWriter::commit() {
+  auto target = AB_TRY(box_->runner_path(path_));
+  if (opts_.mkdirs) {
+    auto slash = target.rfind('/');
+    if (slash != std::string::npos && slash > 0) {
+      proto::MkdirAllRequest m{target.substr(0, slash), proto::go_perm_from_mode(0755)};
+      AB_TRY(box_->expect_ok("mkdir_all", proto::to_json(m)));
+    }
+  }
+  const std::uint64_t size = data_.size();
+  proto::WriteFileRequest w{target, std::move(data_), proto::go_perm_from_mode(opts_.mode.value_or(0644))};
+  auto r = AB_TRY(box_->call("write_file", proto::to_json(w), kFileTimeout));
+  if (r.type != proto::type::kOk) return std::unexpected(bad_reply("write_file", r));
+  return size;
+}
+
+asio::awaitable<Result<sandbox::ExecResult>> RemoteSandbox::exec(sandbox::ExecSpec spec,
+                                                                 sandbox::OutputSink* sink) {
+  if (!spec.artifact_dir.empty()) {
+    co_return fail(Code::kNotSupported, "artifact_dir on a remote runner");
+  }
+  auto conn = hub_->find(user_);
+  if (!conn) co_return fail(Code::kUnavailable, "exec: runner " + user_ + " is not connected");
+  proto::ExecRequest req;
+  if (spec.argv.empty()) {
+    req.command = spec.command;
+    req.shell = true;
+  } else {
+    req.command = spec.argv[0];
+    req.args = spec.argv;  // args[0] is the program (PROTOCOLS.md 1.4)
+  }
+  if (!spec.cwd.empty()) {
+    auto dir = runner_path(spec.cwd);
+    if (!dir) co_return std::unexpected(dir.error());
+    req.dir = *dir;
+  }
+  for (const auto& [k, v] : env_) req.env.push_back(k + "=" + v);
+  for (const auto& [k, v] : spec.env) req.env.push_back(k + "=" + v);
+  req.stdin_data = spec.stdin_data;
+  // Whole seconds, at least 1 (0 would be the runner's 60 s default).
+  auto secs = std::max<std::int64_t>(1, (spec.timeout.count() + 999) / 1000);
+  req.timeout = secs;
+  Json body = proto::to_json(req);
+  const auto start = std::chrono::steady_clock::now();
+  // The runner answers within timeout + its kill; xbot's server waits timeout + 5 s.
+  auto reply = co_await conn->async_call("exec", std::move(body),
+                                         std::chrono::seconds(secs + 5));
+  sandbox::ExecResult res;
+  res.duration = std::chrono::duration_cast<std::chrono::milliseconds>(
+      std::chrono::steady_clock::now() - start);
+  if (!reply) {
+    if (reply.error().message == "cancelled") {
+      // The client left: the runner's exec cannot be stopped (the protocol has no kill for it).
+      res.exit_code = -1;
+      res.killed_by = sandbox::KilledBy::kNone;
+      co_return res;
+    }
+    co_return std::unexpected(reply.error());
+  }
+  if (reply->type != proto::type::kExecResult) co_return std::unexpected(bad_reply("exec", *reply));
+  auto er = proto::body_as<proto::ExecResult>(*reply);
+  if (!er) co_return std::unexpected(er.error());
+  res.stdout_data = std::move(er->stdout_data);
+  res.stderr_data = std::move(er->stderr_data);
+  res.exit_code = er->exit_code;
+  res.timed_out = er->timed_out;
+  // xbot's runner reports a timeout as exit -1 with timed_out false (PROTOCOLS.md 1.4).
+  if (!res.timed_out && res.exit_code == -1 && res.duration >= spec.timeout) res.timed_out = true;
+  if (res.timed_out) res.killed_by = sandbox::KilledBy::kTimeout;
+  auto cap = [&](std::string* s, bool* truncated) {
+    if (s->size() > spec.max_output_bytes) {
+      s->resize(spec.max_output_bytes);
+      *truncated = true;
+    }
+  };
+  cap(&res.stdout_data, &res.stdout_truncated);
+  cap(&res.stderr_data, &res.stderr_truncated);
+  if (sink != nullptr) {
+    std::string out = std::move(res.stdout_data);
+    std::string err = std::move(res.stderr_data);
+    res.stdout_data.clear();
+    res.stderr_data.clear();
+    if (!out.empty()) {
+      bool ok = co_await sink->on_output(sandbox::StreamKind::kStdout, std::move(out));
+      if (!ok) co_return res;
+    }
+    if (!err.empty()) {
+      bool ok = co_await sink->on_output(sandbox::StreamKind::kStderr, std::move(err));
+      (void)ok;
+    }
+  }
+  co_return res;
+}
+
+Result<sandbox::FileReader> RemoteSandbox::open_file(const std::string& path) {
+  auto target = AB_TRY(runner_path(path));
+  auto r = AB_TRY(call("read_file", proto::to_json(proto::PathRequest{target}),
+                                   kFileTimeout));
+  if (r.type != proto::type::kFileContent) return std::unexpected(bad_reply("read_file", r));
+  auto data = proto::body_as<proto::FileContent>(r);
+  if (!data) return std::unexpected(data.error());
+  std::string* bytes = &data->data;
+  // The bytes go to an anonymous memory file: the API streams from an fd.
+  UniqueFd fd(::memfd_create("agentbox-remote-read", MFD_CLOEXEC));
+  if (!fd) return fail_errno(errno, "memfd_create");
+  std::size_t off = 0;
+  while (off < bytes->size()) {
+    ssize_t n = ::write(fd.get(), bytes->data() + off, bytes->size() - off);
+    if (n < 0 && errno == EINTR) continue;
+    if (n < 0) return fail_errno(errno, "write(memfd)");
+    off += static_cast<std::size_t>(n);
+  }
+  if (::lseek(fd.get(), 0, SEEK_SET) < 0) return fail_errno(errno, "lseek(memfd)");
+  sandbox::FileReader out;
+  out.fd = std::move(fd);
+  out.size = bytes->size();
+  return out;
+}
+
+Result<std::unique_ptr<sandbox::FileWriter>> RemoteSandbox::create_file(
+    const std::string& path, sandbox::WriteOptions opts) {
+  AB_TRY(runner_path(path));
+  return std::unique_ptr<sandbox::FileWriter>(new RemoteWriter(this, path, opts));
+}
+
+Result<sandbox::FileInfo> RemoteSandbox::stat(const std::string& path) {
+  auto target = AB_TRY(runner_path(path));
+  auto r = AB_TRY(call("stat", proto::to_json(proto::PathRequest{target})));
+  if (r.type != proto::type::kFileInfo) return std::unexpected(bad_reply("stat", r));
+  auto info = AB_TRY(proto::body_as<proto::FileInfo>(r));
+  sandbox::FileInfo fi;
+  fi.name = info.name;
+  fi.path = path;
+  fi.size = static_cast<std::uint64_t>(std::max<std::int64_t>(0, info.size));
+  fi.mode = proto::st_mode_from_go_mode(info.mode);
+  fi.is_dir = info.is_dir;
+  if (fi.is_dir) fi.mode = (fi.mode & ~S_IFMT) | S_IFDIR;
+  fi.is_symlink = S_ISLNK(fi.mode);
+  if (auto t = proto::parse_mod_time(info.mod_time)) fi.mod_time_ns = *t * 1'000'000'000;
+  return fi;
+}
+
+Result<std::vector<sandbox::DirEntry>> RemoteSandbox::read_dir(const std::string& path) {
+  auto target = AB_TRY(runner_path(path));
+  auto r = AB_TRY(call("read_dir", proto::to_json(proto::PathRequest{target})));
+  if (r.type != proto::type::kDirEntries) return std::unexpected(bad_reply("read_dir", r));
+  auto entries = AB_TRY(proto::body_as<proto::DirEntries>(r));
+  std::vector<sandbox::DirEntry> out;
+  for (const proto::DirEntry& e : entries.entries) {
+    if (e.name.empty() || e.name.find('/') != std::string::npos) continue;
+    sandbox::DirEntry d;
+    d.name = e.name;
+    d.is_dir = e.is_dir;
+    d.size = static_cast<std::uint64_t>(std::max<std::int64_t>(0, e.size));
+    d.mode = d.is_dir ? S_IFDIR : S_IFREG;  // the protocol sends no mode or time per entry
+    out.push_back(std::move(d));
+  }
+  std::sort(out.begin(), out.end(),
+            [](const sandbox::DirEntry& a, const sandbox::DirEntry& b) { return a.name < b.name; });
+  return out;
+}
+
+Status RemoteSandbox::mkdir_all(const std::string& path) {
+  auto target = AB_TRY(runner_path(path));
+  return expect_ok("mkdir_all",
+                   proto::to_json(proto::MkdirAllRequest{target, proto::go_perm_from_mode(0755)}));
+}
+
+Status RemoteSandbox::remove(const std::string& path) {
+  auto target = AB_TRY(runner_path(path));
+  if (target == workspace_) return fail(Code::kAccess, "remove: the workspace itself");
+  auto st = expect_ok("remove", proto::to_json(proto::PathRequest{target}));
+  // xbot's runner reports ENOTEMPTY as EEXIST (PROTOCOLS.md 1.3).
+  if (!st && st.error().code == Code::kExists) {
+    return fail(Code::kNotEmpty, "remove(" + path + "): directory not empty");
+  }
+  return st;
+}
+
+Status RemoteSandbox::remove_all(const std::string& path) {
+  auto target = AB_TRY(runner_path(path));
+  if (target == workspace_) return fail(Code::kAccess, "remove: the workspace itself");
+  return expect_ok("remove_all", proto::to_json(proto::PathRequest{target}));
+}
+
+}  // namespace
+
+Result<std::unique_ptr<sandbox::Sandbox>> RemoteBackend::create(sandbox::BoxConfig config) {
+  if (config.runner.empty()) {
+    return fail(Code::kInvalid, "runner: a remote session names its runner (\"runner\": USER)");
+  }
+  // config.mounts are the daemon's shared and read-only dirs and global skills: they are not on
+  // the runner's machine (skills and agents are synced to it instead). A session's own mounts
+  // and skills are refused when it is created (v1_sessions.cc).
+  if (config.egress_policy || config.open_network) {
+    return fail(Code::kNotSupported, "network.mode on a remote runner");
+  }
+  // SECURITY (T8): only a runner configured for the session's tenant serves it; to any other
+  // tenant it is a runner that does not exist.
+  if (!hub_->knows(config.runner) || hub_->tenant_of(config.runner) != config.tenant) {
+    return fail(Code::kNotFound, "runner: no runner \"" + config.runner + "\"");
+  }
+  auto conn = hub_->find(config.runner);
+  if (!conn) {
+    return fail(Code::kUnavailable, "runner " + config.runner + " is not connected");
+  }
+  return std::unique_ptr<sandbox::Sandbox>(new RemoteSandbox(
+      hub_, config.runner, conn->identity().workspace, std::move(config.env)));
+}
+
+}  // namespace agentbox::server

@@ -1,0 +1,328 @@
+#include "server/runner_hub.h"
+
+#include <openssl/crypto.h>
+
+#include <boost/asio/as_tuple.hpp>
+#include <boost/asio/post.hpp>
+#include <boost/asio/steady_timer.hpp>
+#include <boost/asio/this_coro.hpp>
+#include <boost/asio/use_awaitable.hpp>
+#include <future>
+
+#include "common/log.h"
+
+namespace agentbox::server {
+
+namespace asio = boost::asio;
+
+namespace {
+
+constexpr auto kTuple = asio::as_tuple(asio::use_awaitable);
+constexpr std::chrono::milliseconds kSweep{100};  // how often deadlines are checked
+
+std::int64_t now_ms() {
+  return std::chrono::duration_cast<std::chrono::milliseconds>(
+             std::chrono::system_clock::now().time_since_epoch())
+      .count();
+}
+
+}  // namespace
+
+// ---- RunnerConn --------------------------------------------------------------------------------
+
+RunnerConn::RunnerConn(RunnerHub* hub, RunnerIdentity id, std::string tenant, Send send,
+                       Close close)
+    : hub_(hub),
+      id_(std::move(id)),
+      tenant_(std::move(tenant)),
+      send_(std::move(send)),
+      close_(std::move(close)) {
+  last_seen_ms_.store(now_ms());
+}
+
+std::chrono::system_clock::time_point RunnerConn::last_seen() const {
+  return std::chrono::system_clock::time_point(std::chrono::milliseconds(last_seen_ms_.load()));
+}
+
+bool RunnerConn::open() const {
+  std::lock_guard lk(mu_);
+  return !closed_;
+}
+
+void RunnerConn::request(std::string type, proto::Json body, std::chrono::milliseconds timeout,
+                         Callback cb) {
+  hub_->count_request();
+  std::string id = proto::generate_id();
+  std::string frame = proto::encode(proto::Envelope{id, type, id_.user, std::move(body)});
+  {
+    std::unique_lock lk(mu_);
+    if (closed_) {
+      std::string why = closed_why_;
+      lk.unlock();
+      hub_->count_failed();
+      cb(fail(Code::kUnavailable, type + ": runner " + id_.user + " is not connected (" + why + ")"));
+      return;
+    }
+    pending_.emplace(id, Pending{std::move(cb), std::chrono::steady_clock::now() + timeout,
+                                 std::move(type)});
+  }
+  hub_->count_out(frame.size());
+  send_(std::move(frame));
+}
+
+Result<RunnerReply> RunnerConn::call(std::string type, proto::Json body,
+                                     std::chrono::milliseconds timeout) {
+  auto promise = std::make_shared<std::promise<Result<RunnerReply>>>();
+  auto fut = promise->get_future();
+  request(std::move(type), std::move(body), timeout,
+          [promise](Result<RunnerReply> r) { promise->set_value(std::move(r)); });
+  return fut.get();  // the hub's sweep guarantees an answer by the deadline
+}
+
+namespace {
+struct AsyncWait {
+  explicit AsyncWait(asio::any_io_executor ex) : timer(ex) {}
+  asio::steady_timer timer;
+  std::optional<Result<RunnerReply>> result;
+};
+}  // namespace
+
+asio::awaitable<Result<RunnerReply>> RunnerConn::async_call(std::string type, proto::Json body,
+                                                            std::chrono::milliseconds timeout) {
+  auto ex = co_await asio::this_coro::executor;
+  auto wait = std::make_shared<AsyncWait>(ex);
+  wait->timer.expires_at(asio::steady_timer::time_point::max());
+  Callback cb = [wait](Result<RunnerReply> r) {
+    asio::post(wait->timer.get_executor(), [wait, r = std::move(r)]() mutable {
+      wait->result = std::move(r);
+      wait->timer.cancel();
+    });
+  };
+  request(std::move(type), std::move(body), timeout, std::move(cb));
+  while (!wait->result) {
+    auto [ec] = co_await wait->timer.async_wait(kTuple);
+    if (wait->result) break;
+    auto cs = co_await asio::this_coro::cancellation_state;
+    if (cs.cancelled() != asio::cancellation_type::none) {
+      co_return fail(Code::kTimedOut, "cancelled");
+    }
+    (void)ec;
+  }
+  co_return std::move(*wait->result);
+}
+
+void RunnerConn::notify(std::string type, proto::Json body) {
+  std::string frame = proto::frame("", type, std::move(body));
+  hub_->count_out(frame.size());
+  send_(std::move(frame));
+}
+
+bool RunnerConn::on_frame(const std::string& frame) {
+  last_seen_ms_.store(now_ms());
+  hub_->count_in(frame.size());
+  auto env = proto::decode(frame);
+  if (!env) return false;
+  // Pushes are routed by type before the id (as xbot's server does); no stream is open through
+  // this hub (processes are not served on remote sessions), so they are dropped.
+  if (proto::is_push(env->type)) return true;
+  if (env->id.empty()) {
+    spdlog::debug("runner {}: a {} frame without an id dropped", id_.user, env->type);
+    return true;
+  }
+  Callback cb;
+  std::string op;
+  {
+    std::lock_guard lk(mu_);
+    auto it = pending_.find(env->id);
+    if (it == pending_.end()) {
+      spdlog::debug("runner {}: reply to unknown id {} dropped", id_.user, env->id);
+      return true;
+    }
+    cb = std::move(it->second.cb);
+    op = std::move(it->second.type);
+    pending_.erase(it);
+  }
+  if (env->type == proto::type::kError) {
+    proto::ErrorBody eb;
+    (void)proto::from_json(env->body, eb);
+    hub_->count_failed();
+    const std::string what =
+        op + ": runner: " + eb.message + (eb.code.empty() ? "" : " (" + eb.code + ")");
+    cb(std::unexpected(Error::make(proto::to_code(eb.code), what)));
+    return true;
+  }
+  cb(std::move(*env));
+  return true;
+}
+
+void RunnerConn::on_closed(const std::string& why) {
+  std::map<std::string, Pending> failed;
+  {
+    std::lock_guard lk(mu_);
+    if (closed_) return;
+    closed_ = true;
+    closed_why_ = why;
+    failed.swap(pending_);
+  }
+  for (auto& [id, p] : failed) {
+    hub_->count_failed();
+    p.cb(fail(Code::kUnavailable,
+              p.type + ": runner " + id_.user + " disconnected before replying (" + why + ")"));
+  }
+}
+
+void RunnerConn::close(const std::string& reason) { close_(reason); }
+
+void RunnerConn::expire() {
+  std::vector<Pending> late;
+  auto now = std::chrono::steady_clock::now();
+  {
+    std::lock_guard lk(mu_);
+    for (auto it = pending_.begin(); it != pending_.end();) {
+      if (it->second.deadline <= now) {
+        late.push_back(std::move(it->second));
+        it = pending_.erase(it);
+      } else {
+        ++it;
+      }
+    }
+  }
+  for (Pending& p : late) {
+    hub_->count_failed();
+    p.cb(fail(Code::kTimedOut, p.type + ": runner " + id_.user + " did not reply in time"));
+  }
+}
+
+// ---- RunnerHub ---------------------------------------------------------------------------------
+
+struct RunnerHub::Timer {
+  explicit Timer(asio::any_io_executor ex) : t(ex) {}
+  asio::steady_timer t;
+};
+
+RunnerHub::RunnerHub(asio::any_io_executor ex, std::vector<RunnerUser> users)
+    : ex_(ex), users_(std::move(users)), stopped_(std::make_shared<std::atomic<bool>>(false)) {
+  if (!users_.empty()) arm(std::make_shared<Timer>(ex_));
+}
+
+// The timer belongs to its own wait chain (and so to the io_context), never to the hub: the hub
+// may outlive the io_context, and the io_context the hub.
+RunnerHub::~RunnerHub() { stopped_->store(true); }
+
+void RunnerHub::arm(std::shared_ptr<Timer> timer) {
+  timer->t.expires_after(kSweep);
+  Timer* raw = timer.get();
+  raw->t.async_wait([this, t = std::move(timer), stopped = stopped_](
+                        const boost::system::error_code&) mutable {
+    if (stopped->load()) return;
+    std::vector<std::shared_ptr<RunnerConn>> conns;
+    {
+      std::lock_guard lk(mu_);
+      for (auto& [u, c] : conns_) conns.push_back(c);
+    }
+    for (auto& c : conns) c->expire();
+    arm(std::move(t));
+  });
+}
+
+std::optional<RunnerUser> RunnerHub::authenticate(const std::string& user,
+                                                  const std::string& token) const {
+  std::optional<RunnerUser> found;
+  for (const RunnerUser& u : users_) {
+    // SECURITY: every configured token of the user is compared in constant time.
+    bool same = u.token.size() == token.size() &&
+                CRYPTO_memcmp(u.token.data(), token.data(), token.size()) == 0;
+    if (same && u.user == user && !token.empty()) found = u;
+  }
+  return found;
+}
+
+bool RunnerHub::knows(const std::string& user) const {
+  for (const RunnerUser& u : users_) {
+    if (u.user == user) return true;
+  }
+  return false;
+}
+
+std::string RunnerHub::tenant_of(const std::string& user) const {
+  for (const RunnerUser& u : users_) {
+    if (u.user == user) return u.tenant;
+  }
+  return "";
+}
+
+void RunnerHub::attach(const std::shared_ptr<RunnerConn>& conn) {
+  std::shared_ptr<RunnerConn> old;
+  std::vector<std::function<void(std::shared_ptr<RunnerConn>)>> hooks;
+  {
+    std::lock_guard lk(mu_);
+    auto& slot = conns_[conn->identity().user];
+    old = std::move(slot);
+    slot = conn;
+    last_identity_[conn->identity().user] = conn->identity();
+    hooks = registered_hooks_;
+  }
+  if (old && old.get() != conn.get()) old->close("replaced by a new registration");
+  for (auto& h : hooks) h(conn);
+}
+
+void RunnerHub::detach(const RunnerConn* conn) {
+  std::lock_guard lk(mu_);
+  auto it = conns_.find(conn->identity().user);
+  // Only the connection being closed: a newer registration of the same user stays (1.6).
+  if (it != conns_.end() && it->second.get() == conn) {
+    last_times_[it->first] = {conn->connected_at(), conn->last_seen()};
+    conns_.erase(it);
+  }
+}
+
+std::shared_ptr<RunnerConn> RunnerHub::find(const std::string& user) const {
+  std::lock_guard lk(mu_);
+  auto it = conns_.find(user);
+  return it == conns_.end() ? nullptr : it->second;
+}
+
+std::vector<RunnerHub::Listed> RunnerHub::list(const std::string& tenant) const {
+  std::map<std::string, Listed> out;
+  std::lock_guard lk(mu_);
+  for (const RunnerUser& u : users_) {
+    if (!tenant.empty() && u.tenant != tenant) continue;
+    Listed& l = out[u.user];
+    l.user = u.user;
+    l.tenant = u.tenant;
+    if (auto it = last_identity_.find(u.user); it != last_identity_.end()) l.identity = it->second;
+    if (auto it = last_times_.find(u.user); it != last_times_.end()) {
+      l.connected_at = it->second.first;
+      l.last_seen = it->second.second;
+    }
+    if (auto it = conns_.find(u.user); it != conns_.end()) {
+      l.connected = true;
+      l.identity = it->second->identity();
+      l.connected_at = it->second->connected_at();
+      l.last_seen = it->second->last_seen();
+    }
+  }
+  std::vector<Listed> v;
+  for (auto& [u, l] : out) v.push_back(std::move(l));
+  return v;
+}
+
+void RunnerHub::on_registered(std::function<void(std::shared_ptr<RunnerConn>)> fn) {
+  std::lock_guard lk(mu_);
+  registered_hooks_.push_back(std::move(fn));
+}
+
+RunnerStats RunnerHub::stats() const {
+  RunnerStats s;
+  {
+    std::lock_guard lk(mu_);
+    s.connections = conns_.size();
+  }
+  s.requests = requests_.load();
+  s.failed = failed_.load();
+  s.bytes_out = bytes_out_.load();
+  s.bytes_in = bytes_in_.load();
+  return s;
+}
+
+}  // namespace agentbox::server

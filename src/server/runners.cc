@@ -1,0 +1,257 @@
+// The runners surface (API.md "Runners"): GET /ws/{user}, where remote runners dial in and speak
+// xbot's runner protocol (shared/PROTOCOLS.md part 1), and GET /v1/runners. The requests and
+// replies themselves go through the hub (runner_hub.h); the `remote` backend uses them.
+//
+// The handshake (PROTOCOLS.md 1.2): the first frame must be `register` within 10 s; its token is
+// checked against the configured runner users (--runner-token USER=TOKEN, config `runners:`), its
+// body.user_id must be set and equal the URL's user. A failure is `{"type":"error","body":
+// {"message","code"}}` (AUTH_FAILED, INVALID, FORBIDDEN) and the connection closes. On success:
+// `register_ok`, and the daemon's global skills and agents are copied to the runner's
+// {workspace}/.skills/<name>/ and {workspace}/.agents/ (in the pool, in the background).
+//
+// After that every frame goes to the connection (RunnerConn::on_frame); a frame that is not a
+// JSON object with a string "type", or a binary frame, closes that connection (and fails what
+// was in flight on it), nothing else.
+
+#include <boost/asio/post.hpp>
+#include <boost/asio/steady_timer.hpp>
+#include <boost/beast/websocket/rfc6455.hpp>
+#include <filesystem>
+#include <fstream>
+#include <sstream>
+
+#include "common/log.h"
+#include "server/internal/surfaces.h"
+#include "server/internal/transport.h"
+#include "server/runner_hub.h"
+#include "server/websocket.h"
+
+namespace agentbox::server::detail {
+namespace {
+
+namespace fs = std::filesystem;
+namespace websocket = beast::websocket;
+using namespace std::chrono_literals;
+
+constexpr std::chrono::seconds kRegisterWait{10};
+constexpr std::uintmax_t kMaxSyncedFile = 16u << 20;
+
+// Copies the tree `src` to the runner's `dst` (mkdir_all + write_file per file). Symlinks and
+// special files are skipped; so are files over kMaxSyncedFile. Returns how many files went over.
+Result<std::size_t> sync_tree(RunnerConn* conn, const fs::path& src, const std::string& dst) {
+  std::size_t files = 0;
+  const std::uint32_t dir_perm = proto::go_perm_from_mode(0755);
+  auto st = conn->call("mkdir_all", proto::to_json(proto::MkdirAllRequest{dst, dir_perm}), 30s);
+  if (!st) return std::unexpected(st.error());
+  std::error_code ec;
+  for (auto it = fs::recursive_directory_iterator(src, ec); !ec && it != fs::end(it);
+       it.increment(ec)) {
+    const fs::directory_entry& e = *it;
+    std::string rel = fs::relative(e.path(), src, ec).string();
+    if (ec) break;
+    std::string target = dst + "/" + rel;
+    if (e.is_symlink(ec)) continue;
+    if (e.is_directory(ec)) {
+      auto r = conn->call("mkdir_all", proto::to_json(proto::MkdirAllRequest{target, dir_perm}),
+                          30s);
+      if (!r) return std::unexpected(r.error());
+    } else if (e.is_regular_file(ec) && e.file_size(ec) <= kMaxSyncedFile) {
+      std::ifstream in(e.path(), std::ios::binary);
+      std::stringstream ss;
+      ss << in.rdbuf();
+      proto::WriteFileRequest w{target, ss.str(), proto::go_perm_from_mode(0644)};
+      auto r = conn->call("write_file", proto::to_json(w), 60s);
+      if (!r) return std::unexpected(r.error());
+      ++files;
+    }
+  }
+  return files;
+}
+
+// Seed 000: the daemon's global skills and agents on every (re)registration. Blocking (pool).
+void sync_to_runner(const std::shared_ptr<RunnerConn>& conn, const std::string& skills_dir,
+                    const std::string& agents_dir) {
+  const std::string ws = conn->identity().workspace;
+  std::error_code ec;
+  std::size_t files = 0;
+  if (!skills_dir.empty() && fs::is_directory(skills_dir, ec)) {
+    for (const auto& d : fs::directory_iterator(skills_dir, ec)) {
+      if (!d.is_directory() || d.is_symlink() || !fs::is_regular_file(d.path() / "SKILL.md")) {
+        continue;
+      }
+      auto n = sync_tree(conn.get(), d.path(), ws + "/.skills/" + d.path().filename().string());
+      if (!n) {
+        spdlog::warn("runner {}: syncing skill {}: {}", conn->identity().user,
+                     d.path().filename().string(), n.error().message);
+        return;
+      }
+      files += *n;
+    }
+  }
+  if (!agents_dir.empty() && fs::is_directory(agents_dir, ec)) {
+    auto n = sync_tree(conn.get(), agents_dir, ws + "/.agents");
+    if (!n) {
+      spdlog::warn("runner {}: syncing agents: {}", conn->identity().user, n.error().message);
+      return;
+    }
+    files += *n;
+  }
+  if (files > 0) spdlog::info("runner {}: synced {} skill/agent files", conn->identity().user, files);
+}
+
+WsOptions runner_ws_options(const ServerOptions& o) {
+  WsOptions w;
+  w.max_message_bytes = o.runner_max_frame_bytes;
+  w.ping_interval = o.ws_ping_interval;
+  // A request carries at most one frame of a file; room for a few of them.
+  w.max_queued_bytes = 2 * o.runner_max_frame_bytes;
+  return w;
+}
+
+struct RunnerSocket {
+  std::shared_ptr<RunnerConn> conn;  // set once registered
+  bool refused = false;
+};
+
+asio::awaitable<bool> runner_ws(Call* call) {
+  Context* ctx = call->ctx;
+  Conn* conn = call->conn;
+  const std::string url_user = call->ex.req.params["user"];
+  std::shared_ptr<RunnerHub> hub = ctx->opts.runners;
+  auto ws = std::make_shared<WsSession>(std::move(conn->stream), runner_ws_options(ctx->opts));
+  log_request(call, 101);
+  auto ec = co_await ws->accept(call->hp->release());
+  if (ec) co_return false;
+  std::weak_ptr<WsSession> weak = ws;
+  conn->on_shutdown = [weak] {
+    if (auto s = weak.lock()) s->close(websocket::close_code::going_away, "shutting down");
+  };
+  auto state = std::make_shared<RunnerSocket>();
+  // No register within kRegisterWait: closed.
+  auto timer = std::make_shared<asio::steady_timer>(ws->get_executor(), kRegisterWait);
+  timer->async_wait([weak, state](const beast::error_code& e) {
+    if (e || state->conn) return;
+    if (auto s = weak.lock()) s->close(websocket::close_code::policy_error, "no register frame");
+  });
+
+  auto refuse = [&](const std::string& message, const std::string& code) {
+    state->refused = true;
+    ws->send(proto::error_frame("", code, message));
+    ws->close(websocket::close_code::policy_error, message);
+    audit(ctx, "runner.refused", session::Caller(hub ? hub->tenant_of(url_user) : "", false, 0),
+          "", {{"user", url_user}, {"reason", message}});
+    spdlog::info("runner /ws/{}: refused: {}", url_user, message);
+  };
+
+  auto on_message = [&, ctx](std::string data, bool binary) {
+    if (state->refused) return;
+    if (state->conn) {
+      if (binary || !state->conn->on_frame(data)) {
+        spdlog::warn("runner {}: a frame that is not a protocol message; closing the connection",
+                     url_user);
+        state->conn->on_closed("it sent a frame that is not a protocol message");
+        hub->detach(state->conn.get());
+        ws->close(websocket::close_code::protocol_error, "not a protocol message");
+      }
+      return;
+    }
+    auto env = proto::decode(data);
+    if (binary || !env || env->type != proto::type::kRegister) {
+      refuse("the first frame must be a register message", "INVALID");
+      return;
+    }
+    auto reg = proto::body_as<proto::RegisterBody>(*env);
+    if (!reg) return refuse(reg.error().message, "INVALID");
+    const std::string user = reg->user_id;
+    std::optional<RunnerUser> who;
+    if (hub) who = hub->authenticate(url_user, reg->auth_token);
+    if (!who) return refuse("authentication failed", "AUTH_FAILED");
+    if (user.empty()) return refuse("missing user_id", "INVALID");
+    if (user != url_user) return refuse("user_id mismatch", "FORBIDDEN");
+    RunnerIdentity id;
+    id.user = user;
+    id.workspace = reg->workspace;
+    id.shell = reg->shell;
+    id.version = reg->version;
+    if (id.workspace.empty() || id.workspace[0] != '/') {
+      return refuse("workspace must be an absolute path", "INVALID");
+    }
+    while (id.workspace.size() > 1 && id.workspace.back() == '/') id.workspace.pop_back();
+    auto rc = std::make_shared<RunnerConn>(
+        hub.get(), id, who->tenant, [weak](std::string f) {
+          if (auto w = weak.lock()) w->send(std::move(f));
+        },
+        [weak](std::string reason) {
+          if (auto w = weak.lock()) w->close(websocket::close_code::going_away, reason);
+        });
+    state->conn = rc;
+    timer->cancel();
+    // xbot's answer, without `version`: this daemon does not do the chunked transfers of
+    // version 1 yet (docs/runner-protocol.md), so both sides keep to the plain form.
+    proto::RegisterOk ok;
+    ws->send(proto::frame("", proto::type::kRegisterOk, proto::to_json(ok)));
+    // No request may reach the runner before register_ok (xbot's runner takes whatever comes
+    // first as the answer to its register): the connection is handed out only once register_ok
+    // is queued. send() posts from this thread; so does this, so it runs after that enqueue (a
+    // post from a pool thread could overtake it).
+    asio::post(ws->get_executor(), [ctx, hub, rc, user, id, tenant = who->tenant] {
+      if (!rc->open()) return;  // gone already (both run on this thread: no race)
+      hub->attach(rc);
+      audit(ctx, "runner.register", session::Caller(tenant, false, 0), "",
+            {{"user", user}, {"workspace", id.workspace}, {"version", id.version}});
+      spdlog::info("runner {} registered (workspace {}, version {})", user, id.workspace,
+                   id.version);
+      const auto& mc = ctx->sessions->config();
+      if (!mc.global_skills_dir.empty() || !mc.agents_dir.empty()) {
+        asio::post(*ctx->pool, [rc, skills = mc.global_skills_dir, agents = mc.agents_dir] {
+          sync_to_runner(rc, skills, agents);
+        });
+      }
+    });
+  };
+  co_await ws->run(on_message);
+  timer->cancel();
+  conn->on_shutdown = nullptr;
+  if (state->conn) {
+    state->conn->on_closed("connection closed");
+    hub->detach(state->conn.get());
+    audit(ctx, "runner.disconnect", session::Caller(state->conn->tenant(), false, 0), "",
+          {{"user", url_user}});
+    spdlog::info("runner {} disconnected", url_user);
+  }
+  co_return false;  // the connection was the WebSocket's
+}
+
+asio::awaitable<Reply> list_runners(Context* ctx, Request* req) {
+  json out = json::array();
+  if (ctx->opts.runners) {
+    const std::string tenant = req->caller.admin ? "" : req->caller.tenant;
+    for (const RunnerHub::Listed& l : ctx->opts.runners->list(tenant)) {
+      json r = json::object();
+      r["user"] = l.user;
+      r["connected"] = l.connected;
+      r["workspace"] = l.identity.workspace.empty() ? json(nullptr) : json(l.identity.workspace);
+      r["shell"] = l.identity.shell.empty() ? json(nullptr) : json(l.identity.shell);
+      r["version"] = l.identity.version == 0 ? json(nullptr) : json(l.identity.version);
+      bool seen = l.connected_at.time_since_epoch().count() != 0;
+      r["connected_at"] = seen ? json(rfc3339(l.connected_at)) : json(nullptr);
+      r["last_seen"] = seen ? json(rfc3339(l.last_seen)) : json(nullptr);
+      if (req->caller.admin) r["tenant"] = l.tenant;
+      out.push_back(std::move(r));
+    }
+  }
+  co_return json_reply(200, json{{"runners", std::move(out)}});
+}
+
+}  // namespace
+
+std::vector<RouteSpec> runner_routes() {
+  return {
+      // Runners authenticate with the token of their register frame, not a bearer token.
+      {RouteId::kRunnerWs, "GET", "/ws/{user}", BodyKind::kNone, false, runner_ws,
+       RouteKind::kWebSocket},
+      {RouteId::kRunnerList, "GET", "/v1/runners", BodyKind::kNone, true, simple<list_runners>},
+  };
+}
+
+}  // namespace agentbox::server::detail

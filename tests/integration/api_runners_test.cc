@@ -1,0 +1,513 @@
+// Remote runners against the real daemon (API.md "Runners", shared/PROTOCOLS.md part 1,
+// SECURITY.md T8): a fake xbot-style runner (fake_runner.h) dials GET /ws/{user}; sessions with
+// backend "remote" run their commands and files on it through /v1.
+
+#include <gtest/gtest.h>
+#include <fcntl.h>
+#include <sys/prctl.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <csignal>
+
+#include <chrono>
+#include <fstream>
+#include <thread>
+
+#include "integration/api_test_util.h"
+#include "integration/fake_runner.h"
+
+namespace agentbox::testing {
+namespace {
+
+using namespace std::chrono_literals;
+
+std::vector<std::string> runner_args() {
+  return {"--runner-token", "alice=alice-secret", "--runner-token", "bob=bob-secret"};
+}
+
+// A runner workspace dir on this host (what the fake runner serves).
+struct Workspace {
+  TempDir dir{"agentbox-runner-ws"};
+  std::string path() const { return dir.path(); }
+};
+
+TEST(RunnerApiRegister, XbotRegisterWithoutVersionIsAcceptedAndListed) {
+  Daemon d(runner_args());
+  Api api(d);
+  Workspace ws;
+  FakeRunner r(d, "alice", "alice-secret", ws.path());
+  json answer = r.start();
+  ASSERT_TRUE(answer.is_object()) << answer;
+  // Byte for byte what xbot's server sends: no id.
+  EXPECT_EQ(answer, json::parse(R"({"type":"register_ok","body":{"status":"ok"}})"));
+  auto list = api.get("/v1/runners");
+  ASSERT_EQ(list.status, 200) << list;
+  ASSERT_EQ(list.body["runners"].size(), 2u) << list;
+  const json& a = list.body["runners"][0];
+  EXPECT_EQ(a["user"], "alice");
+  EXPECT_EQ(a["connected"], true);
+  EXPECT_EQ(a["workspace"], ws.path());
+  EXPECT_EQ(a["shell"], "/bin/sh");
+  EXPECT_TRUE(a["version"].is_null()) << a;
+  EXPECT_TRUE(is_rfc3339_utc(a["connected_at"].get<std::string>())) << a;
+  EXPECT_EQ(list.body["runners"][1]["user"], "bob");
+  EXPECT_EQ(list.body["runners"][1]["connected"], false);
+  auto metrics = api.get("/metrics");
+  EXPECT_NE(metrics.raw.find("\nagentbox_runner_connections 1\n"), std::string::npos);
+}
+
+TEST(RunnerApiRegister, VersionIsReported) {
+  Daemon d(runner_args());
+  Api api(d);
+  Workspace ws;
+  FakeRunner r(d, "alice", "alice-secret", ws.path(), /*version=*/1);
+  // docs/runner-protocol.md: the daemon does not say version 1 (it does not chunk yet), so the
+  // runner keeps to the plain form.
+  EXPECT_EQ(r.start(), json::parse(R"({"type":"register_ok","body":{"status":"ok"}})"));
+  auto list = api.get("/v1/runners");
+  EXPECT_EQ(list.body["runners"][0]["version"], 1) << list;
+}
+
+TEST(RunnerApiRegister, WrongTokenOtherUsersTokenAndUserMismatchAreRefusedAndClosed) {
+  Daemon d(runner_args());
+  Api api(d);
+  Workspace ws;
+  {
+    FakeRunner r(d, "alice", "wrong", ws.path());
+    json a = r.start();
+    EXPECT_EQ(a, json::parse(R"({"type":"error","body":{"message":"authentication failed",
+                                   "code":"AUTH_FAILED"}})"));
+    EXPECT_TRUE(eventually([&] { return r.ended(); }, 5));
+  }
+  {
+    FakeRunner r(d, "alice", "bob-secret", ws.path());  // bob's token for alice
+    EXPECT_EQ(r.start()["body"]["code"], "AUTH_FAILED");
+    EXPECT_TRUE(eventually([&] { return r.ended(); }, 5));
+  }
+  {
+    FakeRunner r(d, "alice", "alice-secret", ws.path(), 0, "bob");  // body user != URL user
+    EXPECT_EQ(r.start()["body"]["code"], "FORBIDDEN");
+    EXPECT_TRUE(eventually([&] { return r.ended(); }, 5));
+  }
+  {
+    FakeRunner r(d, "mallory", "x", ws.path());  // not configured
+    EXPECT_EQ(r.start()["body"]["code"], "AUTH_FAILED");
+  }
+  auto list = api.get("/v1/runners");
+  for (const json& x : list.body["runners"]) EXPECT_EQ(x["connected"], false) << list;
+  // Audited.
+  EXPECT_NE(read_host_file(d.data_dir() + "/audit.log").find("runner.refused"),
+            std::string::npos);
+}
+
+TEST(RunnerApiSessions, ExecAndFilesOnARemoteSession) {
+  Daemon d(runner_args());
+  Api api(d);
+  Workspace ws;
+  FakeRunner r(d, "alice", "alice-secret", ws.path());
+  ASSERT_EQ(r.start()["type"], "register_ok");
+
+  auto c = api.post("/v1/sessions", {{"id", "rs"}, {"backend", "remote"}, {"runner", "alice"}});
+  ASSERT_EQ(c.status, 201) << c;
+  EXPECT_EQ(c.body["backend"], "remote");
+  EXPECT_EQ(c.body["workspace"], ws.path());
+  EXPECT_EQ(c.body["runner"], "alice");
+
+  auto e = api.exec("rs", {{"command", "echo out; echo err >&2; pwd; exit 3"}});
+  ASSERT_EQ(e.status, 200) << e;
+  EXPECT_EQ(e.body["stdout"], "out\n" + ws.path() + "\n");
+  EXPECT_EQ(e.body["stderr"], "err\n");
+  EXPECT_EQ(e.body["exit_code"], 3);
+  // The request the runner saw: shell form, the workspace-relative timeout in seconds.
+  json seen = r.last_request();
+  EXPECT_EQ(seen["type"], "exec");
+  EXPECT_EQ(seen["user_id"], "alice");
+  EXPECT_TRUE(seen["id"].get<std::string>().starts_with("req_")) << seen;
+  EXPECT_EQ(seen["body"]["shell"], true);
+
+  // argv form: args[0] is the program.
+  auto e2 = api.exec("rs", {{"argv", {"/bin/echo", "a b", "c"}}});
+  ASSERT_EQ(e2.status, 200) << e2;
+  EXPECT_EQ(e2.body["stdout"], "a b c\n");
+  EXPECT_EQ(r.last_request()["body"]["args"], json({"/bin/echo", "a b", "c"}));
+
+  // Files through /v1 land in the runner's workspace.
+  auto put = api.put(files_target("rs", "dir/a.txt", "&mkdirs=true"), "hello remote");
+  ASSERT_TRUE(put.status == 200 || put.status == 201) << put;
+  EXPECT_EQ(read_host_file(ws.path() + "/dir/a.txt"), "hello remote");
+  auto get = api.get(files_target("rs", "/workspace/dir/a.txt"));
+  ASSERT_EQ(get.status, 200) << get;
+  EXPECT_EQ(get.raw, "hello remote");
+  auto st = api.get("/v1/sessions/rs/stat?path=dir/a.txt");
+  ASSERT_EQ(st.status, 200) << st;
+  EXPECT_EQ(st.body["size"], 12);
+  auto sd = api.get("/v1/sessions/rs/stat?path=dir");
+  ASSERT_EQ(sd.status, 200) << sd;
+  EXPECT_EQ(sd.body["is_dir"], true) << sd;
+  auto ls = api.get("/v1/sessions/rs/dir?path=dir");
+  ASSERT_EQ(ls.status, 200) << ls;
+  EXPECT_NE(ls.raw.find("a.txt"), std::string::npos) << ls;
+  // A non-empty dir: xbot's runner says EEXIST; the API says what it is.
+  auto rm = api.del(files_target("rs", "dir"));
+  EXPECT_EQ(rm.status, 409) << rm;
+  auto rmr = api.del(files_target("rs", "dir", "&recursive=true"));
+  EXPECT_TRUE(rmr.status == 200 || rmr.status == 204) << rmr;
+  EXPECT_FALSE(std::filesystem::exists(ws.path() + "/dir"));
+  auto missing = api.get(files_target("rs", "nope.txt"));
+  EXPECT_EQ(missing.status, 404) << missing;
+  // A path out of the workspace never reaches the runner.
+  int before = r.requests_seen();
+  auto out = api.get(files_target("rs", "/etc/passwd"));
+  EXPECT_EQ(out.status, 403) << out;
+  EXPECT_EQ(r.requests_seen(), before);
+  // What the protocol has no request for is 501 naming it.
+  auto mv = api.post("/v1/sessions/rs/rename", {{"from", "a"}, {"to", "b"}});
+  EXPECT_EQ(mv.status, 501) << mv;
+  EXPECT_NE(mv.message().find("rename"), std::string::npos) << mv;
+  auto proc = api.post("/v1/sessions/rs/processes", {{"command", "sleep 1"}});
+  EXPECT_EQ(proc.status, 501) << proc;
+  auto art = api.exec("rs", {{"command", "true"}, {"artifact_dir", "out"}});
+  EXPECT_EQ(art.status, 501) << art;
+  EXPECT_NE(art.message().find("artifact_dir"), std::string::npos) << art;
+}
+
+TEST(RunnerApiSessions, GoFileModeBitsBecomePosixModes) {
+  Daemon d(runner_args());
+  Api api(d);
+  Workspace ws;
+  FakeRunner r(d, "alice", "alice-secret", ws.path());
+  ASSERT_EQ(r.start()["type"], "register_ok");
+  ASSERT_EQ(api.post("/v1/sessions", {{"id", "m"}, {"runner", "alice"}}).status, 201);
+  ASSERT_TRUE(spit(ws.path() + "/x", "1"));
+  ::chmod((ws.path() + "/x").c_str(), 0640);
+  auto st = api.get("/v1/sessions/m/stat?path=x");
+  ASSERT_EQ(st.status, 200) << st;
+  EXPECT_EQ(st.body["mode"].get<std::uint32_t>(), static_cast<std::uint32_t>(S_IFREG | 0640))
+      << st;
+  auto sd = api.get("/v1/sessions/m/stat?path=.");
+  ASSERT_EQ(sd.status, 200) << sd;
+  EXPECT_TRUE(S_ISDIR(sd.body["mode"].get<std::uint32_t>())) << sd;
+}
+
+TEST(RunnerApiSessions, RunnerNotConnectedIs503AndOtherTenantsRunnerIsInvisible) {
+  TempDir cfgdir("agentbox-runner-cfg");
+  std::string cfg = cfgdir.path() + "/c.yaml";
+  ASSERT_TRUE(spit(cfg, R"(tenants:
+  - {name: a, tokens: [ta]}
+  - {name: b, tokens: [tb]}
+runners:
+  - {user: alice, token: s1, tenant: a}
+)"));
+  Daemon d({"--config", cfg});
+  Api a(d, "ta"), b(d, "tb");
+  auto off = a.post("/v1/sessions", {{"id", "s"}, {"runner", "alice"}});
+  EXPECT_EQ(off.status, 503) << off;
+  EXPECT_EQ(off.code(), "EUNAVAILABLE");
+  Workspace ws;
+  FakeRunner r(d, "alice", "s1", ws.path());
+  ASSERT_EQ(r.start()["type"], "register_ok");
+  auto other = b.post("/v1/sessions", {{"id", "s2"}, {"runner", "alice"}});
+  EXPECT_EQ(other.status, 404) << other;
+  EXPECT_EQ(b.get("/v1/runners").body["runners"].size(), 0u);
+  EXPECT_EQ(a.get("/v1/runners").body["runners"].size(), 1u);
+  auto ok = a.post("/v1/sessions", {{"id", "s"}, {"runner", "alice"}});
+  EXPECT_EQ(ok.status, 201) << ok;
+  // A runner field without backend remote, mounts on a remote session: refused, naming them.
+  auto bad = a.post("/v1/sessions", {{"id", "s3"}, {"backend", "host"}, {"runner", "alice"}});
+  EXPECT_EQ(bad.status, 400) << bad;
+  auto nr = a.post("/v1/sessions", {{"id", "s4"}, {"backend", "remote"}});
+  EXPECT_EQ(nr.status, 400) << nr;
+  EXPECT_NE(nr.message().find("runner"), std::string::npos) << nr;
+}
+
+TEST(RunnerApiFaults, DropMidRequestFailsWith503WithinASecond) {
+  Daemon d(runner_args());
+  Api api(d);
+  Workspace ws;
+  FakeRunner r(d, "alice", "alice-secret", ws.path());
+  ASSERT_EQ(r.start()["type"], "register_ok");
+  ASSERT_EQ(api.post("/v1/sessions", {{"id", "x"}, {"runner", "alice"}}).status, 201);
+  std::atomic<bool> got{false};
+  r.on("exec", [&](const json&) {
+    got = true;
+    return FakeRunner::Outcome{FakeRunner::Action::kSilent, {}};
+  });
+  std::chrono::steady_clock::time_point dropped;
+  std::thread dropper([&] {
+    eventually([&] { return got.load(); }, 10);
+    std::this_thread::sleep_for(200ms);
+    dropped = std::chrono::steady_clock::now();
+    r.stop();  // the runner goes away with the exec in flight
+  });
+  auto e = api.exec("x", {{"command", "sleep 100"}});
+  auto answered = std::chrono::steady_clock::now();
+  dropper.join();
+  EXPECT_EQ(e.status, 503) << e;
+  EXPECT_EQ(e.code(), "EUNAVAILABLE") << e;
+  EXPECT_LT(answered - dropped, 1s);
+  // And the session answers 503 while the runner is away, then works again once it is back.
+  auto away = api.exec("x", {{"command", "true"}});
+  EXPECT_EQ(away.status, 503) << away;
+  FakeRunner again(d, "alice", "alice-secret", ws.path());
+  ASSERT_EQ(again.start()["type"], "register_ok");
+  auto back = api.exec("x", {{"command", "echo back"}});
+  EXPECT_EQ(back.status, 200) << back;
+  EXPECT_EQ(back.body["stdout"], "back\n");
+}
+
+TEST(RunnerApiFaults, GarbageReplyFailsThatRequestAndClosesOnlyThatConnection) {
+  Daemon d(runner_args());
+  Api api(d);
+  Workspace wa, wb;
+  FakeRunner alice(d, "alice", "alice-secret", wa.path());
+  FakeRunner bob(d, "bob", "bob-secret", wb.path());
+  ASSERT_EQ(alice.start()["type"], "register_ok");
+  ASSERT_EQ(bob.start()["type"], "register_ok");
+  ASSERT_EQ(api.post("/v1/sessions", {{"id", "a"}, {"runner", "alice"}}).status, 201);
+  ASSERT_EQ(api.post("/v1/sessions", {{"id", "b"}, {"runner", "bob"}}).status, 201);
+  alice.on("exec", [](const json&) {
+    return FakeRunner::Outcome{FakeRunner::Action::kGarbage, {}};
+  });
+  auto e = api.exec("a", {{"command", "true"}});
+  EXPECT_EQ(e.status, 503) << e;
+  EXPECT_TRUE(eventually([&] { return alice.ended(); }, 5));
+  auto fine = api.exec("b", {{"command", "echo ok"}});
+  EXPECT_EQ(fine.status, 200) << fine;
+  EXPECT_EQ(fine.body["stdout"], "ok\n");
+}
+
+// SECURITY.md T8: a frame over the runner frame cap (64 MiB) closes that connection only; the
+// request on it fails, the daemon stays small, another runner keeps working.
+TEST(RunnerApiFaults, OversizedFrameClosesOnlyThatConnection) {
+  Daemon d(runner_args());
+  Api api(d);
+  Workspace wa, wb;
+  FakeRunner alice(d, "alice", "alice-secret", wa.path());
+  FakeRunner bob(d, "bob", "bob-secret", wb.path());
+  ASSERT_EQ(alice.start()["type"], "register_ok");
+  ASSERT_EQ(bob.start()["type"], "register_ok");
+  ASSERT_EQ(api.post("/v1/sessions", {{"id", "a"}, {"runner", "alice"}}).status, 201);
+  ASSERT_EQ(api.post("/v1/sessions", {{"id", "b"}, {"runner", "bob"}}).status, 201);
+  alice.on("exec", [](const json&) {
+    json body = {{"stdout", std::string(70u << 20, 'x')}, {"stderr", ""}, {"exit_code", 0},
+                 {"timed_out", false}};
+    return FakeRunner::Outcome{FakeRunner::Action::kReply,
+                               {{"type", "exec_result"}, {"body", std::move(body)}}};
+  });
+  auto e = api.exec("a", {{"command", "true"}});
+  EXPECT_EQ(e.status, 503) << e;
+  EXPECT_TRUE(eventually([&] { return alice.ended(); }, 10));
+  auto fine = api.exec("b", {{"command", "echo ok"}});
+  EXPECT_EQ(fine.status, 200) << fine;
+  EXPECT_TRUE(d.running());
+}
+
+// SECURITY.md T8: many refused registrations leave the daemon up and its memory flat.
+TEST(RunnerApiFaults, ManyBadRegistrationsDoNotGrowTheDaemon) {
+  Daemon d(runner_args());
+  Api api(d);
+  Workspace ws;
+  auto rss = [&] {
+    std::ifstream f("/proc/" + std::to_string(d.pid()) + "/status");
+    std::string line;
+    while (std::getline(f, line)) {
+      if (line.rfind("VmRSS:", 0) == 0) return std::strtol(line.c_str() + 6, nullptr, 10);
+    }
+    return -1L;
+  };
+  for (int i = 0; i < 50; ++i) {
+    FakeRunner r(d, "alice", "wrong", ws.path());
+    (void)r.start();
+  }
+  long before = rss();
+  for (int i = 0; i < 1000; ++i) {
+    FakeRunner r(d, i % 2 ? "alice" : "nobody", "wrong", ws.path());
+    json a = r.start();
+    ASSERT_EQ(a["body"]["code"], "AUTH_FAILED") << i << " " << a;
+  }
+  long after = rss();
+  EXPECT_LT(after - before, 8 * 1024) << before << " KiB -> " << after << " KiB";
+  FakeRunner good(d, "alice", "alice-secret", ws.path());
+  EXPECT_EQ(good.start()["type"], "register_ok");
+}
+
+TEST(RunnerApiFaults, RepliesInAnyOrderAndUnknownIdsAreDropped) {
+  Daemon d(runner_args());
+  Api api(d);
+  Workspace ws;
+  FakeRunner r(d, "alice", "alice-secret", ws.path());
+  ASSERT_EQ(r.start()["type"], "register_ok");
+  ASSERT_EQ(api.post("/v1/sessions", {{"id", "o"}, {"runner", "alice"}}).status, 201);
+  std::mutex mu;
+  json held;
+  r.on("exec", [&](const json& req) {
+    std::lock_guard lk(mu);
+    if (req["body"]["command"] == "first") {
+      held = req;
+      return FakeRunner::Outcome{FakeRunner::Action::kSilent, {}};
+    }
+    json late = {{"id", held["id"]},
+                 {"type", "exec_result"},
+                 {"body", {{"stdout", "1\n"}, {"stderr", ""}, {"exit_code", 0}, {"timed_out", false}}}};
+    json unknown = {{"id", "req_ffffffffffffffff"}, {"type", "ok"}};
+    return FakeRunner::Outcome{
+        FakeRunner::Action::kReply,
+        {{"type", "exec_result"},
+         {"body", {{"stdout", "2\n"}, {"stderr", ""}, {"exit_code", 0}, {"timed_out", false}}}},
+        {unknown, late}};
+  });
+  ApiReply first;
+  std::thread t([&] { first = Api(d).exec("o", {{"command", "first"}}); });
+  ASSERT_TRUE(eventually([&] {
+    std::lock_guard lk(mu);
+    return held.is_object();
+  }));
+  auto second = api.exec("o", {{"command", "second"}});
+  t.join();
+  EXPECT_EQ(second.body["stdout"], "2\n") << second;
+  EXPECT_EQ(first.body["stdout"], "1\n") << first;
+  EXPECT_FALSE(r.ended());
+}
+
+TEST(RunnerApiFaults, ANewRegistrationReplacesTheOldAndTheOldClosingKeepsTheNew) {
+  Daemon d(runner_args());
+  Api api(d);
+  Workspace ws;
+  FakeRunner first(d, "alice", "alice-secret", ws.path());
+  ASSERT_EQ(first.start()["type"], "register_ok");
+  FakeRunner second(d, "alice", "alice-secret", ws.path());
+  ASSERT_EQ(second.start()["type"], "register_ok");
+  // The old connection is closed by the daemon; its end must not deregister the new one (the
+  // xbot server bug of PROTOCOLS.md 1.6).
+  EXPECT_TRUE(eventually([&] { return first.ended(); }, 5));
+  std::this_thread::sleep_for(200ms);
+  auto list = api.get("/v1/runners");
+  EXPECT_EQ(list.body["runners"][0]["connected"], true) << list;
+  ASSERT_EQ(api.post("/v1/sessions", {{"id", "n"}, {"runner", "alice"}}).status, 201);
+  auto e = api.exec("n", {{"command", "echo new"}});
+  EXPECT_EQ(e.status, 200) << e;
+}
+
+TEST(RunnerApiSync, GlobalSkillsAndAgentsAreSyncedOnRegistration) {
+  TempDir g("agentbox-runner-glob");
+  std::filesystem::create_directories(g.path() + "/skills/web/scripts");
+  std::filesystem::create_directories(g.path() + "/skills/noskill");
+  std::filesystem::create_directories(g.path() + "/agents");
+  ASSERT_TRUE(spit(g.path() + "/skills/web/SKILL.md", "# web"));
+  ASSERT_TRUE(spit(g.path() + "/skills/web/scripts/run.sh", "echo hi"));
+  ASSERT_TRUE(spit(g.path() + "/skills/noskill/x", "x"));
+  ASSERT_TRUE(spit(g.path() + "/agents/coder.md", "# coder"));
+  auto args = runner_args();
+  args.insert(args.end(), {"--global-skills-dir", g.path() + "/skills", "--agents-dir",
+                           g.path() + "/agents"});
+  Daemon d(args);
+  Workspace ws;
+  FakeRunner r(d, "alice", "alice-secret", ws.path());
+  ASSERT_EQ(r.start()["type"], "register_ok");
+  EXPECT_TRUE(eventually([&] {
+    return read_host_file(ws.path() + "/.agents/coder.md") == "# coder" &&
+           read_host_file(ws.path() + "/.skills/web/scripts/run.sh") == "echo hi";
+  }));
+  EXPECT_EQ(read_host_file(ws.path() + "/.skills/web/SKILL.md"), "# web");
+  EXPECT_FALSE(std::filesystem::exists(ws.path() + "/.skills/noskill"));
+}
+
+// The real agentbox-runner (src/runner/) against the real daemon: registration, exec, files,
+// its path guard, and a reconnect after the daemon dropped it.
+TEST(RunnerApiReal, AgentboxRunnerServesARemoteSession) {
+  Daemon d(runner_args());
+  Api api(d);
+  Workspace ws;
+  std::string bin = std::filesystem::path(Daemon::binary()).parent_path() / "agentbox-runner";
+  ASSERT_TRUE(std::filesystem::exists(bin)) << bin;
+  std::string url = "ws://" + d.host_port() + "/ws/alice";
+  pid_t pid = ::fork();
+  if (pid == 0) {
+    ::prctl(PR_SET_PDEATHSIG, SIGKILL);
+    int devnull = ::open("/dev/null", O_WRONLY);
+    ::dup2(devnull, 1);
+    ::dup2(devnull, 2);
+    ::execl(bin.c_str(), bin.c_str(), "--server", url.c_str(), "--token", "alice-secret",
+            "--workspace", ws.path().c_str(), "--backoff-base-ms", "100", nullptr);
+    ::_exit(127);
+  }
+  ASSERT_GT(pid, 0);
+  struct Reap {
+    pid_t p;
+    ~Reap() {
+      ::kill(p, SIGTERM);
+      int st;
+      ::waitpid(p, &st, 0);
+    }
+  } reap{pid};
+  ASSERT_TRUE(eventually([&] {
+    auto l = api.get("/v1/runners");
+    return l.status == 200 && l.body["runners"][0]["connected"] == true;
+  })) << d.log();
+  auto c = api.post("/v1/sessions", {{"id", "real"}, {"runner", "alice"}});
+  ASSERT_EQ(c.status, 201) << c;
+  std::string wsp = c.body["workspace"];
+  auto e = api.exec("real", {{"command", "echo hi; pwd; exit 4"}});
+  ASSERT_EQ(e.status, 200) << e;
+  EXPECT_EQ(e.body["exit_code"], 4);
+  EXPECT_EQ(e.body["stdout"], "hi\n" + wsp + "\n");
+  auto to = api.exec("real", {{"command", "sleep 30"}, {"timeout_sec", 1}});
+  ASSERT_EQ(to.status, 200) << to;
+  EXPECT_EQ(to.body["timed_out"], true) << to;
+  std::string big(3 << 20, 'x');
+  for (std::size_t i = 0; i < big.size(); i += 4096) big[i] = static_cast<char>('a' + i % 26);
+  auto put = api.put(files_target("real", "sub/big.bin", "&mkdirs=true"), big);
+  ASSERT_TRUE(put.status == 200 || put.status == 201) << put;
+  EXPECT_EQ(read_host_file(ws.path() + "/sub/big.bin"), big);
+  auto get = api.get(files_target("real", "sub/big.bin"));
+  ASSERT_EQ(get.status, 200) << get.status;
+  EXPECT_TRUE(get.raw == big);
+  auto st = api.get("/v1/sessions/real/stat?path=sub");
+  EXPECT_TRUE(S_ISDIR(st.body["mode"].get<std::uint32_t>())) << st;
+  auto ls = api.get("/v1/sessions/real/dir?path=sub");
+  EXPECT_NE(ls.raw.find("big.bin"), std::string::npos) << ls;
+  auto rm = api.del(files_target("real", "sub"));
+  EXPECT_EQ(rm.status, 409) << rm;
+  // A symlink out of the workspace: the runner's own guard refuses it (T8).
+  std::filesystem::create_symlink("/etc", ws.path() + "/out");
+  auto esc = api.get(files_target("real", "out/passwd"));
+  EXPECT_EQ(esc.status, 403) << esc;
+}
+
+// The CLI: `agentbox runners` and `agentbox session create --runner`.
+TEST(RunnerApiCli, RunnersTableAndSessionCreateWithRunner) {
+  Daemon d(runner_args());
+  Workspace ws;
+  FakeRunner r(d, "alice", "alice-secret", ws.path());
+  ASSERT_EQ(r.start()["type"], "register_ok");
+  std::string cli = std::filesystem::path(Daemon::binary()).parent_path() / "agentbox";
+  auto run = [&](const std::string& args) {
+    std::string out;
+    FILE* p = ::popen((cli + " --server " + d.url() + " " + args + " 2>&1").c_str(), "r");
+    char buf[4096];
+    std::size_t n;
+    while ((n = std::fread(buf, 1, sizeof buf, p)) > 0) out.append(buf, n);
+    int rc = ::pclose(p);
+    return std::make_pair(WEXITSTATUS(rc), out);
+  };
+  auto [rc, out] = run("runners");
+  EXPECT_EQ(rc, 0) << out;
+  EXPECT_NE(out.find("USER"), std::string::npos) << out;
+  EXPECT_NE(out.find("alice"), std::string::npos) << out;
+  EXPECT_NE(out.find(ws.path()), std::string::npos) << out;
+  EXPECT_NE(out.find("bob"), std::string::npos) << out;
+  auto [rc2, out2] = run("session create rc --runner alice");
+  EXPECT_EQ(rc2, 0) << out2;
+  json s = json::parse(out2, nullptr, false);
+  EXPECT_EQ(s["backend"], "remote") << out2;
+  EXPECT_EQ(s["workspace"], ws.path()) << out2;
+  auto [rc3, out3] = run("exec rc -- sh -c 'echo via-cli > f.txt; cat f.txt'");
+  EXPECT_EQ(rc3, 0) << out3;
+  EXPECT_NE(out3.find("via-cli"), std::string::npos) << out3;
+  EXPECT_EQ(read_host_file(ws.path() + "/f.txt"), "via-cli\n");
+}
+
+}  // namespace
+}  // namespace agentbox::testing
