@@ -50,7 +50,7 @@ asio::awaitable<Result<workspace::HealthTarget>> health_target(Context* ctx, con
   } else {
     t.box_error = sb.error().message;
   }
-  if (ctx->template_health_checks) t.template_checks = ctx->template_health_checks(*info);
+  t.template_checks = template_health_checks(ctx, *info);
   t.configured = !info->spec.template_name.empty();
   co_return t;
 }
@@ -137,7 +137,7 @@ asio::awaitable<void> auto_repair(Context* ctx, std::string id) {
   auto get = run_blocking(ctx->pool, [sm, id] { return sm->get(id, Caller::daemon()); });
   auto info = co_await std::move(get);
   if (!info) co_return;
-  if (ctx->template_health_checks) target->template_checks = ctx->template_health_checks(*info);
+  target->template_checks = template_health_checks(ctx, *info);
   target->configured = !info->spec.template_name.empty();
   auto work = workspace::repair_health(*target);
   workspace::HealthReport report = co_await on_pool(ctx, std::move(work));

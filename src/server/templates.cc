@@ -304,6 +304,17 @@ asio::awaitable<bool> guarded_log(Call* call) {
 
 }  // namespace
 
+std::vector<workspace::HealthCheck> template_health_checks(Context* ctx,
+                                                           const session::SessionInfo& info) {
+  std::vector<workspace::HealthCheck> out;
+  TemplateManager* m = manager(ctx);
+  if (!m || info.spec.template_name.empty()) return out;
+  auto t = m->get(info.spec.template_name);
+  if (!t) return out;  // deleted since: its sessions keep only the built-in checks
+  for (const auto& c : t->tmpl.health) out.push_back({c.name, c.command, c.repair});
+  return out;
+}
+
 std::vector<RouteSpec> template_routes() {
   constexpr BodyKind J = BodyKind::kJson;  // bounded; YAML for POST /v1/templates
   constexpr BodyKind N = BodyKind::kNone;

@@ -49,11 +49,6 @@ struct Context {
   std::shared_ptr<McpSessions> mcp;  // made by the MCP surface on first use
   std::shared_ptr<LangbotState> langbot;  // made by the LangBot surface on first use
   std::shared_ptr<E2bProcesses> e2b_processes;  // made by the E2B surface on first use
-  // The template's own health checks of a session (template YAML `health:`), added to the
-  // built-in ones by /health, /repair and auto_repair (health.cc). Null: none. Called on a pool
-  // thread.
-  std::function<std::vector<workspace::HealthCheck>(const session::SessionInfo&)>
-      template_health_checks;
 };
 
 // Appends an audit line if the server has an audit log (thread-safe).

@@ -6,6 +6,8 @@
 
 #include "server/routes.h"
 #include "session/events.h"
+#include "session/session_manager.h"
+#include "workspace/health.h"
 
 namespace agentbox::server::detail {
 
@@ -25,6 +27,12 @@ std::vector<RouteSpec> e2b_routes();        // e2b.cc: /e2b/{path} (E2B control 
 std::vector<RouteSpec> health_routes();     // health.cc: health, repair, packages
 std::vector<RouteSpec> template_routes();   // templates.cc: /v1/templates...
 std::vector<RouteSpec> not_built_routes();  // not_built.cc: API.md routes not built yet (501)
+
+// templates.cc: the health checks (YAML `health:`) of the template a session started on, added to
+// the built-in ones by /health, /repair and auto_repair (health.cc). None for a plain session.
+// Blocking (reads the template store): call on a pool thread.
+std::vector<workspace::HealthCheck> template_health_checks(Context* ctx,
+                                                           const session::SessionInfo& info);
 
 // processes.cc: managed processes come back with their session. A kResumed event starts the
 // session's stored managed processes in its new box; resume_managed_sessions() (once, when the
