@@ -53,13 +53,14 @@ TEST(Metrics, FeaturesSayWhatIsBuilt) {
   std::string t = Metrics{}.render({});
   EXPECT_TRUE(has_line(t, "# TYPE agentbox_feature gauge")) << t;
   EXPECT_TRUE(has_line(t, "agentbox_feature{name=\"exec\"} 1")) << t;
-  EXPECT_TRUE(has_line(t, "agentbox_feature{name=\"templates\"} 0")) << t;
+  EXPECT_TRUE(has_line(t, "agentbox_feature{name=\"templates\"} 1")) << t;
   EXPECT_TRUE(has_line(t, "agentbox_network_mode{mode=\"none\"} 1")) << t;
   EXPECT_TRUE(has_line(t, "agentbox_network_mode{mode=\"allowlist\"} 1")) << t;
   EXPECT_TRUE(has_line(t, "agentbox_network_mode{mode=\"open\"} 1")) << t;
   nlohmann::json f = features_json();
   EXPECT_EQ(f["network_modes"], nlohmann::json::array({"none", "allowlist", "open"}));
-  EXPECT_EQ(f["templates"], false);
+  // Wave 2: every feature of API.md is built.
+  for (const auto& fe : kFeatures) EXPECT_EQ(f[std::string(fe.name)], true) << fe.name;
   EXPECT_EQ(f["processes"], true);
   EXPECT_EQ(f["exec"], true);
   EXPECT_EQ(f["limits_cpu_time_sec"], true);
