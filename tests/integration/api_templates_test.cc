@@ -513,6 +513,24 @@ TEST_F(TemplatesApi, TemplateHealthChecksRunInHealthAndRepair) {
   EXPECT_EQ(r.body["healthy"], false) << r;
   EXPECT_EQ(check(r, "norepair")["ok"], false) << r;
   EXPECT_EQ(check(r, "x")["ok"], true) << r;
+
+  // A session runs the checks of the snapshot it started on: a new upload, and its build, change
+  // only the sessions made after it.
+  ASSERT_EQ(out("h", "rm bad && echo removed"), "removed\n");
+  ASSERT_EQ(push("name: checked\nsetup:\n  - touch ok\nhealth:\n"
+                 "  - name: y\n    command: 'test -f /workspace/never'\n")
+                .status,
+            200);
+  ASSERT_EQ(build("checked").status, 201);
+  h = api_.post("/v1/sessions/h/health", json::object());
+  EXPECT_EQ(h.body["healthy"], true) << h;
+  EXPECT_EQ(check(h, "x")["ok"], true) << h;
+  EXPECT_TRUE(check(h, "y").is_null()) << h;
+  ASSERT_EQ(api_.post("/v1/sessions", {{"id", "h2"}, {"template", "checked"}}).status, 201);
+  auto h2 = api_.post("/v1/sessions/h2/health", json::object());
+  EXPECT_EQ(h2.body["healthy"], false) << h2;
+  EXPECT_EQ(check(h2, "y")["ok"], false) << h2;
+  EXPECT_TRUE(check(h2, "x").is_null()) << h2;
 }
 
 }  // namespace
