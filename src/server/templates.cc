@@ -311,7 +311,13 @@ std::vector<workspace::HealthCheck> template_health_checks(Context* ctx,
   if (!m || info.spec.template_name.empty()) return out;
   auto t = m->get(info.spec.template_name);
   if (!t) return out;  // deleted since: its sessions keep only the built-in checks
-  for (const auto& c : t->tmpl.health) out.push_back({c.name, c.command, c.repair});
+  // The checks of the snapshot the session started on (a later upload or build changes only
+  // the sessions made after it).
+  const std::vector<workspace::TemplateHealthCheck>* checks = &t->tmpl.health;
+  for (const auto& s : t->snapshots) {
+    if (s.id == info.spec.snapshot && s.version == info.spec.template_version) checks = &s.health;
+  }
+  for (const auto& c : *checks) out.push_back({c.name, c.command, c.repair});
   return out;
 }
 

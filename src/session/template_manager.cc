@@ -86,8 +86,13 @@ Status write_file_atomic(const std::string& path, const std::string& data) {
 json encode(const TemplateInfo& t) {
   json snaps = json::array();
   for (const SnapshotInfo& s : t.snapshots) {
+    json health = json::array();
+    for (const auto& h : s.health) {
+      health.push_back({{"name", h.name}, {"command", h.command}, {"repair", h.repair}});
+    }
     snaps.push_back({{"id", s.id}, {"version", s.version}, {"created_ms", to_ms(s.created_at)},
-                     {"bytes", s.bytes}, {"files", s.files}, {"build_id", s.build_id}});
+                     {"bytes", s.bytes}, {"files", s.files}, {"build_id", s.build_id},
+                     {"health", std::move(health)}});
   }
   return {{"yaml", t.tmpl.source},
           {"created_ms", to_ms(t.created_at)},
@@ -116,6 +121,14 @@ Result<TemplateInfo> decode(const std::string& text) {
       si.bytes = s.at("bytes").get<std::uint64_t>();
       si.files = s.at("files").get<std::uint64_t>();
       si.build_id = s.value("build_id", "");
+      if (s.contains("health")) {
+        for (const json& h : s.at("health")) {
+          si.health.push_back({h.at("name").get<std::string>(), h.at("command").get<std::string>(),
+                               h.at("repair").get<std::string>()});
+        }
+      } else {
+        si.health = t.tmpl.health;  // recorded before snapshots kept their own
+      }
       t.snapshots.push_back(std::move(si));
     }
   } catch (const std::exception& e) {
@@ -619,6 +632,7 @@ void TemplateManager::run_build(std::shared_ptr<Build> b, workspace::Template tm
     si.files = stats->files;
     si.created_at = Clock::now();
     si.build_id = b->info.id;
+    si.health = tmpl.health;
     return std::pair{si, 0};
   };
 

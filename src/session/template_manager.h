@@ -44,6 +44,9 @@ struct SnapshotInfo {
   std::uint64_t bytes = 0;
   std::uint64_t files = 0;
   std::string build_id;
+  // The health checks of the YAML it was built from: its sessions run these, whatever the
+  // template says since.
+  std::vector<workspace::TemplateHealthCheck> health;
 };
 
 struct TemplateInfo {

@@ -7,8 +7,11 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <filesystem>
 #include <fstream>
+#include <thread>
+#include <vector>
 
 #include "integration/api_test_util.h"
 
@@ -30,6 +33,38 @@ setup:
 env:
   GREETING: hi
 )";
+
+// kBase with `line` added as the last setup line.
+std::string with_setup_line(const std::string& yaml, const std::string& line) {
+  const std::string last = "  - echo \"setup says hi\"\n";
+  std::string out = yaml;
+  out.replace(out.find(last), last.size(), last + "  - " + line + "\n");
+  return out;
+}
+
+// Host processes whose command line is exactly `argv` (a box's processes are host processes too).
+int processes_running(const std::vector<std::string>& argv) {
+  std::string want;
+  for (const auto& a : argv) want += a + '\0';
+  int n = 0;
+  for (const auto& e : fs::directory_iterator("/proc")) {
+    const std::string pid = e.path().filename().string();
+    if (pid.find_first_not_of("0123456789") != std::string::npos) continue;
+    std::ifstream f(e.path() / "cmdline", std::ios::binary);
+    std::string cmd((std::istreambuf_iterator<char>(f)), std::istreambuf_iterator<char>());
+    if (cmd == want) ++n;
+  }
+  return n;
+}
+
+// The entries of a directory, by name.
+std::vector<std::string> entries(const std::string& dir) {
+  std::vector<std::string> out;
+  std::error_code ec;
+  for (const auto& e : fs::directory_iterator(dir, ec)) out.push_back(e.path().filename().string());
+  std::sort(out.begin(), out.end());
+  return out;
+}
 
 class TemplatesApi : public ::testing::Test {
  protected:
@@ -317,6 +352,185 @@ TEST(TemplatesDeps, PythonAndNodeDependenciesFromALocalIndexAreInTheSnapshot) {
       << f;
   EXPECT_EQ(api.get("/v1/templates/deps").body["current_version"], 1);
   EXPECT_EQ(api.del("/v1/sessions/d").status, 200);
+}
+
+// The issue's "Bad input and faults": a build the daemon dies in (kill -9) never becomes a
+// version; after the restart the previous one is current and serves new sessions, nothing of
+// the killed build is left (its workspace, its processes), and the next build works.
+TEST(TemplatesRestart, ABuildKilledWithTheDaemonLeavesThePreviousVersionCurrentAndNothingHalfMade) {
+  TempDir dir("agentbox-tmpl-kill");
+  const std::string data = dir.path() + "/data";
+  fs::create_directories(data);
+  const std::vector<std::string> sleeper = {"sleep", "37"};
+  std::string snap1, killed_build;
+  {
+    Daemon d({"--backend", "ns", "--data-dir", data});
+    Api api(d);
+    ASSERT_EQ(api.call("POST", "/v1/templates", kBase, "application/yaml").status, 201);
+    auto b1 = api.call("POST", "/v1/templates/base/build?wait=true", "{}");
+    ASSERT_EQ(b1.status, 201) << b1;
+    snap1 = b1.body["snapshot"]["id"];
+    ASSERT_EQ(api.call("POST", "/v1/templates",
+                       with_setup_line(kBase, "echo half > half.txt && sleep 37"),
+                       "application/yaml")
+                  .status,
+              200);
+    auto started = api.call("POST", "/v1/templates/base/build", "{}");
+    ASSERT_EQ(started.status, 202) << started;
+    killed_build = started.body["build_id"];
+    // Midway: the last setup line runs (the workspace is half-made) when the daemon dies.
+    bool midway = false;
+    for (int i = 0; i < 300 && !midway; ++i) {
+      auto b = api.get("/v1/templates/base/builds/" + killed_build);
+      ASSERT_EQ(b.body["state"], "running") << b;
+      midway = b.body["step"].get<std::string>().find("sleep 37") != std::string::npos &&
+               processes_running(sleeper) == 1;
+      if (!midway) std::this_thread::sleep_for(std::chrono::milliseconds(100));
+    }
+    ASSERT_TRUE(midway) << api.get("/v1/templates/base/builds/" + killed_build);
+    ASSERT_FALSE(fs::is_empty(data + "/builds"));
+    EXPECT_EQ(d.stop(SIGKILL), 128 + SIGKILL);
+  }
+  {
+    Daemon d({"--backend", "ns", "--data-dir", data});
+    Api api(d);
+    EXPECT_TRUE(fs::is_empty(data + "/builds")) << "the killed build's workspace is removed";
+    EXPECT_EQ(entries(data + "/snapshots"), std::vector<std::string>{snap1})
+        << "no half-made snapshot on disk";
+    auto t = api.get("/v1/templates/base");
+    ASSERT_EQ(t.status, 200) << t;
+    EXPECT_EQ(t.body["current_version"], 1) << t;
+    ASSERT_EQ(t.body["snapshots"].size(), 1u) << t;
+    EXPECT_EQ(t.body["snapshots"][0]["id"], snap1);
+    auto gone = api.get("/v1/templates/base/builds/" + killed_build);
+    EXPECT_EQ(gone.status, 404) << "a build that died with the daemon is not running" << gone;
+    // The killed build's processes died with it.
+    for (int i = 0; i < 100 && processes_running(sleeper) > 0; ++i) {
+      std::this_thread::sleep_for(std::chrono::milliseconds(100));
+    }
+    EXPECT_EQ(processes_running(sleeper), 0);
+
+    ASSERT_EQ(api.post("/v1/sessions", {{"id", "after-kill"}, {"template", "base"}}).status, 201);
+    auto r = api.sh("after-kill", "cat built.txt; ls half.txt 2>&1 | grep -c 'No such'");
+    EXPECT_EQ(r.body["stdout"], "built\n1\n") << r;
+
+    // The next build works and becomes version 2.
+    std::string v2 = kBase;
+    v2.replace(v2.find("echo built"), 10, "echo rebuilt");
+    ASSERT_EQ(api.call("POST", "/v1/templates", v2, "application/yaml").status, 200);
+    auto b2 = api.call("POST", "/v1/templates/base/build?wait=true", "{}");
+    ASSERT_EQ(b2.status, 201) << b2;
+    EXPECT_EQ(b2.body["snapshot"]["version"], 2) << b2;
+    ASSERT_EQ(api.post("/v1/sessions", {{"id", "on2"}, {"template", "base"}}).status, 201);
+    EXPECT_EQ(api.sh("on2", "cat built.txt").body["stdout"], "rebuilt\n");
+    EXPECT_EQ(api.sh("after-kill", "cat built.txt").body["stdout"], "built\n");
+    EXPECT_TRUE(fs::is_empty(data + "/builds"));
+    EXPECT_EQ(api.del("/v1/sessions/after-kill").status, 200);
+    EXPECT_EQ(api.del("/v1/sessions/on2").status, 200);
+  }
+  EXPECT_EQ(read_host_file("/proc/mounts").find(data), std::string::npos);
+}
+
+// A quota hit during a build. A build box has no disk cap (limits.disk_mb is refused, naming the
+// field, and changes nothing); its /tmp is capped (limits.tmp_mb): a setup line filling it fails
+// the build naming the line, and the previous version stays current.
+TEST_F(TemplatesApi, AQuotaHitDuringABuildNamesTheStepAndKeepsThePreviousVersion) {
+  ASSERT_EQ(push(kBase).status, 201);
+  auto b1 = build("base");
+  ASSERT_EQ(b1.status, 201) << b1;
+  const std::string snap1 = b1.body["snapshot"]["id"];
+
+  auto capped = push(with_setup_line(kBase, "echo capped") + "limits:\n  disk_mb: 64\n");
+  EXPECT_EQ(capped.status, 501) << capped;
+  EXPECT_NE(capped.message().find("limits.disk_mb"), std::string::npos) << capped;
+  auto t = api_.get("/v1/templates/base");
+  EXPECT_EQ(t.body["setup"].size(), 3u) << "the refused upload stored nothing: " << t;
+
+  ASSERT_EQ(push(with_setup_line(kBase, "head -c 32M /dev/zero > /tmp/big") +
+                 "limits:\n  tmp_mb: 8\n")
+                .status,
+            200);
+  auto full = build("base");
+  EXPECT_EQ(full.status, 422) << full;
+  EXPECT_EQ(full.body["state"], "failed") << full;
+  EXPECT_NE(full.body["error"]["message"].get<std::string>().find("setup[3]"), std::string::npos)
+      << full;
+  auto log = api_.get("/v1/templates/base/builds/" + full.body.value("build_id", "") + "/log");
+  EXPECT_NE(log.raw.find("No space left on device"), std::string::npos) << log.raw;
+  auto after = api_.get("/v1/templates/base");
+  EXPECT_EQ(after.body["current_version"], 1) << after;
+  EXPECT_EQ(after.body["snapshots"].size(), 1u) << after;
+  EXPECT_EQ(entries(daemon_.data_dir() + "/snapshots"), std::vector<std::string>{snap1});
+  EXPECT_TRUE(fs::is_empty(daemon_.data_dir() + "/builds"));
+  ASSERT_EQ(api_.post("/v1/sessions", {{"id", "q"}, {"template", "base"}}).status, 201);
+  EXPECT_EQ(out("q", "cat built.txt"), "built\n");
+}
+
+// The template's own `health:` checks run in /health and /repair of its sessions.
+TEST_F(TemplatesApi, TemplateHealthChecksRunInHealthAndRepair) {
+  const std::string yaml =
+      "name: checked\nsetup:\n  - touch ok\nhealth:\n"
+      "  - name: x\n    command: 'test -f /workspace/ok'\n    repair: 'touch /workspace/ok'\n"
+      "  - name: norepair\n    command: 'test ! -e /workspace/bad'\n";
+  ASSERT_EQ(push(yaml).status, 201);
+  ASSERT_EQ(build("checked").status, 201);
+  ASSERT_EQ(api_.post("/v1/sessions", {{"id", "h"}, {"template", "checked"}}).status, 201);
+  ASSERT_EQ(api_.post("/v1/sessions", {{"id", "plain"}}).status, 201);
+  auto check = [](const ApiReply& r, const std::string& name) {
+    for (const json& c : r.body.value("checks", json::array())) {
+      if (c.value("name", "") == name) return c;
+    }
+    return json();
+  };
+
+  auto h = api_.post("/v1/sessions/h/health", json::object());
+  ASSERT_EQ(h.status, 200) << h;
+  EXPECT_EQ(h.body["healthy"], true) << h;
+  EXPECT_EQ(check(h, "x")["ok"], true) << h;
+  EXPECT_EQ(check(h, "norepair")["ok"], true) << h;
+  auto p = api_.post("/v1/sessions/plain/health", json::object());
+  EXPECT_TRUE(check(p, "x").is_null()) << "only the template's sessions run its checks: " << p;
+
+  ASSERT_EQ(out("h", "rm ok && echo gone"), "gone\n");
+  h = api_.post("/v1/sessions/h/health", json::object());
+  EXPECT_EQ(h.body["healthy"], false) << h;
+  EXPECT_EQ(check(h, "x")["ok"], false) << h;
+  EXPECT_EQ(check(h, "norepair")["ok"], true) << h;
+  EXPECT_EQ(out("h", "ls ok 2>&1 | grep -c 'No such'"), "1\n") << "health repairs nothing";
+
+  auto r = api_.post("/v1/sessions/h/repair", json::object());
+  ASSERT_EQ(r.status, 200) << r;
+  EXPECT_EQ(r.body["healthy"], true) << r;
+  EXPECT_EQ(check(r, "x")["ok"], true) << r;
+  EXPECT_EQ(check(r, "x")["repaired"], true) << r;
+  EXPECT_EQ(out("h", "ls ok"), "ok\n");
+  h = api_.post("/v1/sessions/h/health", json::object());
+  EXPECT_EQ(h.body["healthy"], true) << h;
+
+  // A failing check without a repair step stays failing after /repair.
+  ASSERT_EQ(out("h", "touch bad && echo made"), "made\n");
+  r = api_.post("/v1/sessions/h/repair", json::object());
+  EXPECT_EQ(r.body["healthy"], false) << r;
+  EXPECT_EQ(check(r, "norepair")["ok"], false) << r;
+  EXPECT_EQ(check(r, "x")["ok"], true) << r;
+
+  // A session runs the checks of the snapshot it started on: a new upload, and its build, change
+  // only the sessions made after it.
+  ASSERT_EQ(out("h", "rm bad && echo removed"), "removed\n");
+  ASSERT_EQ(push("name: checked\nsetup:\n  - touch ok\nhealth:\n"
+                 "  - name: y\n    command: 'test -f /workspace/never'\n")
+                .status,
+            200);
+  ASSERT_EQ(build("checked").status, 201);
+  h = api_.post("/v1/sessions/h/health", json::object());
+  EXPECT_EQ(h.body["healthy"], true) << h;
+  EXPECT_EQ(check(h, "x")["ok"], true) << h;
+  EXPECT_TRUE(check(h, "y").is_null()) << h;
+  ASSERT_EQ(api_.post("/v1/sessions", {{"id", "h2"}, {"template", "checked"}}).status, 201);
+  auto h2 = api_.post("/v1/sessions/h2/health", json::object());
+  EXPECT_EQ(h2.body["healthy"], false) << h2;
+  EXPECT_EQ(check(h2, "y")["ok"], false) << h2;
+  EXPECT_TRUE(check(h2, "x").is_null()) << h2;
 }
 
 }  // namespace

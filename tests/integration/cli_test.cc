@@ -837,6 +837,95 @@ TEST_F(CliTest, StatMvRecursiveRmAndEmptyLs) {
   EXPECT_EQ(ls_after.out, "d/\n") << ls_after;
 }
 
+// `agentbox template push|ls|build|rollback|rm` and `session create --template`, as a person at
+// a terminal sees them.
+TEST_F(CliTest, TemplatePushLsBuildRollbackRmAndSessionsOnIt) {
+  const std::string d = local_dir();
+  write_file(d + "/t.yaml", "name: cli-tmpl\ndescription: from the cli\nsetup:\n  - echo one > v.txt\n");
+  CliRun p = cli({"template", "push", d + "/t.yaml"});
+  ASSERT_EQ(p.code, 0) << p;
+  EXPECT_EQ(p.out, "cli-tmpl created\n") << p;
+  EXPECT_EQ(cli({"template", "push", d + "/nope.yaml"}).code, 3);
+  CliRun bad = cli({"template", "push", "-"}, "name: [\n");
+  EXPECT_NE(bad.code, 0) << bad;
+  EXPECT_NE(bad.err.find("line"), std::string::npos) << bad;
+
+  // A session on a template never built: refused, nothing made.
+  CliRun early = cli({"session", "create", "cli-t0", "--template", "cli-tmpl", "-q"});
+  EXPECT_EQ(early.code, 7) << early;
+  EXPECT_NE(early.err.find("build it first"), std::string::npos) << early;
+
+  CliRun b1 = cli({"template", "build", "cli-tmpl"});
+  ASSERT_EQ(b1.code, 0) << b1;
+  EXPECT_NE(b1.out.find("==> setup[0]: echo one > v.txt"), std::string::npos) << b1;
+  EXPECT_NE(b1.out.find(" version 1 ("), std::string::npos) << b1;
+
+  // Stdin, a warning for an unknown key, a replacement; its build is version 2.
+  CliRun p2 = cli({"template", "push", "-"},
+                  "name: cli-tmpl\nfrobnicate: 1\nsetup:\n  - echo two > v.txt\n");
+  ASSERT_EQ(p2.code, 0) << p2;
+  EXPECT_EQ(p2.out, "cli-tmpl replaced\n") << p2;
+  EXPECT_NE(p2.err.find("agentbox: warning: "), std::string::npos) << p2;
+  EXPECT_NE(p2.err.find("frobnicate"), std::string::npos) << p2;
+  ASSERT_EQ(cli({"template", "build", "cli-tmpl"}).code, 0);
+
+  CliRun ls = cli({"template", "ls"});
+  ASSERT_EQ(ls.code, 0) << ls;
+  EXPECT_EQ(ls.out.rfind("NAME", 0), 0u) << ls;
+  EXPECT_NE(ls.out.find("\ncli-tmpl "), std::string::npos) << ls;
+  CliRun lj = cli({"template", "ls", "--json"});
+  json j = json::parse(lj.out, nullptr, false);
+  ASSERT_TRUE(j.is_object()) << lj;
+  json mine;
+  for (const json& t : j["templates"]) {
+    if (t["name"] == "cli-tmpl") mine = t;
+  }
+  EXPECT_EQ(mine["current_version"], 2) << lj;
+  EXPECT_EQ(mine["snapshots"].size(), 2u) << lj;
+
+  CliRun s2 = cli({"session", "create", "cli-t2", "--template", "cli-tmpl", "-q"});
+  ASSERT_EQ(s2.code, 0) << s2;
+  EXPECT_EQ(s2.out, "cli-t2\n");
+  EXPECT_EQ(read_file(workspace("cli-t2") + "/v.txt"), "two\n");
+
+  CliRun rb = cli({"template", "rollback", "cli-tmpl", "1"});
+  ASSERT_EQ(rb.code, 0) << rb;
+  EXPECT_EQ(rb.out, "cli-tmpl current version 1\n") << rb;
+  EXPECT_EQ(cli({"template", "rollback", "cli-tmpl", "9"}).code, 3);
+  ASSERT_EQ(cli({"session", "create", "cli-t1", "--template", "cli-tmpl", "-q"}).code, 0);
+  EXPECT_EQ(read_file(workspace("cli-t1") + "/v.txt"), "one\n");
+  ASSERT_EQ(cli({"session", "create", "cli-t2b", "--template", "cli-tmpl@2", "-q"}).code, 0);
+  EXPECT_EQ(read_file(workspace("cli-t2b") + "/v.txt"), "two\n");
+
+  // A failing build: the step named on stderr, exit 1, version 1 still current.
+  write_file(d + "/t.yaml", "name: cli-tmpl\nsetup:\n  - echo three > v.txt\n  - exit 4\n");
+  ASSERT_EQ(cli({"template", "push", d + "/t.yaml"}).code, 0);
+  CliRun fb = cli({"template", "build", "cli-tmpl"});
+  EXPECT_EQ(fb.code, 1) << fb;
+  EXPECT_NE(fb.err.find("failed: setup[1]"), std::string::npos) << fb;
+  CliRun lj2 = cli({"template", "ls", "--json"});
+  json j2 = json::parse(lj2.out, nullptr, false);
+  ASSERT_TRUE(j2.is_object()) << lj2;
+  for (const json& t : j2["templates"]) {
+    if (t["name"] == "cli-tmpl") {
+      EXPECT_EQ(t["current_version"], 1) << lj2;
+      EXPECT_EQ(t["snapshots"].size(), 2u) << lj2;
+    }
+  }
+
+  // In use: rm refused (exit 7); once the sessions are gone, removed.
+  CliRun busy = cli({"template", "rm", "cli-tmpl"});
+  EXPECT_EQ(busy.code, 7) << busy;
+  for (const char* s : {"cli-t1", "cli-t2", "cli-t2b"}) {
+    EXPECT_EQ(cli({"session", "rm", s}).code, 0) << s;
+  }
+  CliRun rm = cli({"template", "rm", "cli-tmpl"});
+  EXPECT_EQ(rm.code, 0) << rm;
+  EXPECT_EQ(cli({"template", "rm", "cli-tmpl"}).code, 3);
+  EXPECT_EQ(cli({"template", "ls"}).out.find("cli-tmpl"), std::string::npos);
+  EXPECT_EQ(cli({"template", "build"}).code, 2);
+}
+
 TEST_F(CliTest, HealthAndRepair) {
   ASSERT_EQ(cli({"session", "create", "cli-health", "-q"}).code, 0);
   CliRun h = cli({"health", "cli-health"});
