@@ -538,6 +538,9 @@ TEST(RunnerApiBigFiles, HundredMiBUpAndDownInChunksWithBoundedMemory) {
   ASSERT_EQ(put.status, 200) << put << d.log();
   EXPECT_EQ(put.body["size"], big.size());
   EXPECT_TRUE(read_host_file(ws.path() + "/dir/big.bin") == big);
+  std::printf("[ info ] after upload: daemon peak RSS +%llu MiB, runner +%llu MiB\n",
+              static_cast<unsigned long long>((peak_rss(d.pid()) - daemon0) >> 20),
+              static_cast<unsigned long long>((peak_rss(runner.pid) - runner0) >> 20));
   auto get = api.get(files_target("big", "dir/big.bin"));
   ASSERT_EQ(get.status, 200) << get.status;
   EXPECT_EQ(get.raw.size(), big.size());
