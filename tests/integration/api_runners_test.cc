@@ -448,24 +448,33 @@ struct RealRunner {
   RealRunner& operator=(const RealRunner&) = delete;
 };
 
-bool alice_connected(Api& api) {
-  return eventually([&] {
-    auto l = api.get("/v1/runners");
-    return l.status == 200 && l.body["runners"][0]["connected"] == true;
-  });
-}
+// A daemon, the real runner of alice connected to it, and a remote session on it.
+struct RealRemote {
+  Daemon d{runner_args()};
+  Api api{d};
+  Workspace ws;
+  RealRunner runner{d, ws.path()};
+  ApiReply created;  // the POST /v1/sessions reply
+  // Waits for the runner to register and creates session `id` on it; false if either failed.
+  bool start(const std::string& id) {
+    bool up = eventually([&] {
+      auto l = api.get("/v1/runners");
+      return l.status == 200 && l.body["runners"][0]["connected"] == true;
+    });
+    if (!up) return false;
+    created = api.post("/v1/sessions", {{"id", id}, {"runner", "alice"}});
+    return created.status == 201;
+  }
+};
 
 // The real agentbox-runner (src/runner/) against the real daemon: registration, exec, files,
 // its path guard, and a reconnect after the daemon dropped it.
 TEST(RunnerApiReal, AgentboxRunnerServesARemoteSession) {
-  Daemon d(runner_args());
-  Api api(d);
-  Workspace ws;
-  RealRunner runner(d, ws.path());
-  ASSERT_TRUE(alice_connected(api)) << d.log();
-  auto c = api.post("/v1/sessions", {{"id", "real"}, {"runner", "alice"}});
-  ASSERT_EQ(c.status, 201) << c;
-  std::string wsp = c.body["workspace"];
+  RealRemote r;
+  ASSERT_TRUE(r.start("real")) << r.created << r.d.log();
+  Api& api = r.api;
+  Workspace& ws = r.ws;
+  std::string wsp = r.created.body["workspace"];
   auto e = api.exec("real", {{"command", "echo hi; pwd; exit 4"}});
   ASSERT_EQ(e.status, 200) << e;
   EXPECT_EQ(e.body["exit_code"], 4);
@@ -518,15 +527,14 @@ std::string big_payload(std::size_t n) {
 // and comes back byte for byte, in chunks, and neither the daemon nor the runner holds it in
 // memory (the plain form would be 133 MiB of base64 in one frame, over the 64 MiB frame cap).
 TEST(RunnerApiBigFiles, HundredMiBUpAndDownInChunksWithBoundedMemory) {
-  Daemon d(runner_args());
-  Api api(d);
-  Workspace ws;
-  RealRunner runner(d, ws.path());
-  ASSERT_TRUE(alice_connected(api)) << d.log();
+  RealRemote r;
+  ASSERT_TRUE(r.start("big")) << r.created << r.d.log();
+  Daemon& d = r.d;
+  Api& api = r.api;
+  Workspace& ws = r.ws;
+  RealRunner& runner = r.runner;
   auto l = api.get("/v1/runners");
   EXPECT_EQ(l.body["runners"][0]["version"], 1) << l;
-  auto c = api.post("/v1/sessions", {{"id", "big"}, {"runner", "alice"}});
-  ASSERT_EQ(c.status, 201) << c;
   // Warm both up with a small file first, then measure the growth of their peaks.
   ASSERT_EQ(api.put(files_target("big", "small.txt"), "x").status, 200);
   const std::uint64_t daemon0 = peak_rss(d.pid()), runner0 = peak_rss(runner.pid);
@@ -567,13 +575,11 @@ TEST(RunnerApiBigFiles, HundredMiBUpAndDownInChunksWithBoundedMemory) {
 // A runner that dies in the middle of an upload: the request fails with 503 and the target is
 // not there (the runner writes a temp file and renames only on file_end).
 TEST(RunnerApiBigFiles, RunnerKilledMidUploadIs503AndNoFileAtTheTarget) {
-  Daemon d(runner_args());
-  Api api(d);
-  Workspace ws;
-  RealRunner runner(d, ws.path());
-  ASSERT_TRUE(alice_connected(api)) << d.log();
-  auto c = api.post("/v1/sessions", {{"id", "k"}, {"runner", "alice"}});
-  ASSERT_EQ(c.status, 201) << c;
+  RealRemote r;
+  ASSERT_TRUE(r.start("k")) << r.created << r.d.log();
+  Daemon& d = r.d;
+  Workspace& ws = r.ws;
+  RealRunner& runner = r.runner;
   const std::string big = big_payload(200u << 20);
   ApiReply put;
   std::thread uploader([&] {
@@ -601,13 +607,10 @@ TEST(RunnerApiBigFiles, RunnerKilledMidUploadIs503AndNoFileAtTheTarget) {
 // Over the 500 MB cap of a chunked file: refused cleanly with 413, naming the limit (a sparse
 // file, so nothing of that size is written).
 TEST(RunnerApiBigFiles, FilesOver500MBAreRefused) {
-  Daemon d(runner_args());
-  Api api(d);
-  Workspace ws;
-  RealRunner runner(d, ws.path());
-  ASSERT_TRUE(alice_connected(api)) << d.log();
-  auto c = api.post("/v1/sessions", {{"id", "cap"}, {"runner", "alice"}});
-  ASSERT_EQ(c.status, 201) << c;
+  RealRemote r;
+  ASSERT_TRUE(r.start("cap")) << r.created << r.d.log();
+  Api& api = r.api;
+  Workspace& ws = r.ws;
   {
     std::ofstream f(ws.path() + "/huge.bin");
   }
