@@ -7,6 +7,7 @@
 // Exit codes: 0 after SIGTERM/SIGINT, 2 for a bad configuration, 1 when startup fails.
 
 #include <fcntl.h>
+#include <malloc.h>
 #include <signal.h>
 #include <sys/resource.h>
 #include <unistd.h>
@@ -160,6 +161,7 @@ void print_usage_hint(const std::string& url, bool with_token) {
 }  // namespace
 
 int main(int argc, char** argv) {
+  mallopt(M_MMAP_THRESHOLD, 512 << 10);  // big buffers (file chunks) go back when freed
   auto parsed = server::parse_daemon_args(argc, argv, std::cout, std::cerr);
   if (!parsed.config) return parsed.exit_code;
   const server::DaemonConfig& cfg = *parsed.config;

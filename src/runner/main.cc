@@ -1,11 +1,17 @@
 // agentbox-runner: serves a workspace on this machine to agentboxd (or xbot's server) over
 // xbot's runner protocol. Thin: parse the command line, run (runner/runner.h).
+#include <malloc.h>
+
 #include <CLI/CLI.hpp>
 
 #include "common/log.h"
 #include "runner/runner.h"
 
 int main(int argc, char** argv) {
+  // File chunks (1 MiB, base64'd) come and go in the I/O and request threads: a fixed mmap
+  // threshold gives each back to the system when freed, so the peak stays near the 8 MiB window
+  // (glibc's sliding threshold would keep them in every thread's arena).
+  mallopt(M_MMAP_THRESHOLD, 512 << 10);
   agentbox::runner::RunnerOptions o;
   std::string log_level = "info";
   long long backoff_ms = 1000;

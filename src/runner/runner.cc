@@ -938,6 +938,9 @@ class Runner {
       spdlog::warn("connect {}:{}: {}", url_.host, url_.port, ec.message());
       co_return false;
     }
+    // Small request/reply frames (exec): no Nagle delay.
+    boost::system::error_code nec;
+    beast::get_lowest_layer(s).socket().set_option(asio::ip::tcp::no_delay(true), nec);
     co_return true;
   }
 

@@ -1,5 +1,6 @@
 #include "server/remote_backend.h"
 
+#include <fcntl.h>
 #include <sys/mman.h>
 #include <sys/stat.h>
 #include <unistd.h>
@@ -22,6 +23,41 @@ namespace {
 constexpr std::chrono::milliseconds kRequestTimeout = 30s;
 constexpr std::chrono::milliseconds kFileTimeout = 300s;
 
+// A chunk transfer waits this long for each frame of the runner (an ack, a chunk).
+constexpr std::chrono::milliseconds kTransferIdle = 60s;
+
+// An unnamed scratch file (nothing to clean up): on disk in /var/tmp when it can be, so a big
+// file costs no memory; an anonymous memory file otherwise.
+Result<UniqueFd> scratch_file(const char* what) {
+  UniqueFd fd(::open("/var/tmp", O_TMPFILE | O_RDWR | O_EXCL | O_CLOEXEC, 0600));
+  if (!fd) fd = UniqueFd(::memfd_create(what, MFD_CLOEXEC));
+  if (!fd) return fail_errno(errno, "scratch file");
+  return fd;
+}
+
+Status write_all(int fd, const char* data, std::size_t n, const char* what) {
+  std::size_t off = 0;
+  while (off < n) {
+    ssize_t w = ::write(fd, data + off, n - off);
+    if (w < 0 && errno == EINTR) continue;
+    if (w < 0) return fail_errno(errno, what);
+    off += static_cast<std::size_t>(w);
+  }
+  return {};
+}
+
+Status pread_all(int fd, char* data, std::size_t n, std::uint64_t at) {
+  std::size_t off = 0;
+  while (off < n) {
+    ssize_t r = ::pread(fd, data + off, n - off, static_cast<off_t>(at + off));
+    if (r < 0 && errno == EINTR) continue;
+    if (r < 0) return fail_errno(errno, "read(upload spool)");
+    if (r == 0) return fail(Code::kInternal, "read(upload spool): short file");
+    off += static_cast<std::size_t>(r);
+  }
+  return {};
+}
+
 Error bad_reply(const std::string& op, const RunnerReply& r) {
   return Error::make(Code::kInternal,
                      op + ": runner answered '" + r.type + "', not what the request expects");
@@ -29,7 +65,9 @@ Error bad_reply(const std::string& op, const RunnerReply& r) {
 
 class RemoteSandbox;
 
-// Buffers the upload (bounded by max_bytes) and sends it as one write_file at commit.
+// Keeps the upload (bounded by max_bytes) and sends it at commit: up to kChunkThreshold in
+// memory; past it in a scratch file, sent in file_chunks when the runner speaks version 1
+// (docs/runner-protocol.md), else read back and sent as one write_file (xbot's plain form).
 class RemoteWriter : public sandbox::FileWriter {
  public:
   RemoteWriter(RemoteSandbox* box, std::string path, sandbox::WriteOptions opts)
@@ -38,10 +76,14 @@ class RemoteWriter : public sandbox::FileWriter {
   Result<std::uint64_t> commit() override;
 
  private:
+  Result<std::uint64_t> send_chunked(const std::shared_ptr<RunnerConn>& conn,
+                                     const std::string& target, std::uint32_t perm);
   RemoteSandbox* box_;
   std::string path_;
   sandbox::WriteOptions opts_;
   std::string data_;
+  UniqueFd spool_;  // set once the upload is over kChunkThreshold
+  std::uint64_t size_ = 0;
 };
 
 class RemoteSandbox : public sandbox::Sandbox {
@@ -80,6 +122,7 @@ class RemoteSandbox : public sandbox::Sandbox {
     auto rel = AB_TRY(sandbox::workspace_relative(path, workspace_));
     return rel.empty() ? workspace_ : workspace_ + "/" + rel;
   }
+  std::shared_ptr<RunnerConn> conn() const { return hub_->find(user_); }
   Result<RunnerReply> call(const std::string& op, Json body,
                            std::chrono::milliseconds timeout = kRequestTimeout) {
     auto conn = hub_->find(user_);
@@ -102,12 +145,56 @@ class RemoteSandbox : public sandbox::Sandbox {
 };
 
 Status RemoteWriter::write(std::string_view chunk) {
-  if (data_.size() + chunk.size() > opts_.max_bytes) {
-    return fail(Code::kTooBig, path_ + ": over the " + std::to_string(opts_.max_bytes) +
-                                   "-byte limit");
+  const std::uint64_t limit = std::min<std::uint64_t>(
+      opts_.max_bytes, static_cast<std::uint64_t>(proto::kMaxFileSize));
+  if (size_ + chunk.size() > limit) {
+    return fail(Code::kTooBig, path_ + ": over the " + std::to_string(limit) +
+                                   "-byte limit of a file on a remote runner");
   }
-  data_.append(chunk);
-  return {};
+  size_ += chunk.size();
+  if (!spool_ && data_.size() + chunk.size() <= static_cast<std::size_t>(proto::kChunkThreshold)) {
+    data_.append(chunk);
+    return {};
+  }
+  if (!spool_) {
+    spool_ = AB_TRY(scratch_file("agentbox-remote-upload"));
+    AB_TRY(write_all(spool_.get(), data_.data(), data_.size(), "write(upload spool)"));
+    std::string().swap(data_);
+  }
+  return write_all(spool_.get(), chunk.data(), chunk.size(), "write(upload spool)");
+}
+
+Result<std::uint64_t> RemoteWriter::send_chunked(const std::shared_ptr<RunnerConn>& conn,
+                                                 const std::string& target, std::uint32_t perm) {
+  const auto size = static_cast<std::int64_t>(size_);
+  auto t = AB_TRY(conn->start_transfer(std::string(proto::type::kFileBegin),
+                                       proto::to_json(proto::FileBegin{target, perm, size})));
+  std::int64_t acked = -1;  // -1: the runner has not opened the file yet
+  auto wait_ack = [&]() -> Status {
+    auto f = AB_TRY(t->next(kTransferIdle));
+    if (f.type != proto::type::kAck) return std::unexpected(bad_reply("write_file", f));
+    auto a = AB_TRY(proto::body_as<proto::Ack>(f));
+    acked = std::max(acked, a.offset);
+    return {};
+  };
+  AB_TRY(wait_ack());
+  std::string buf;
+  std::int64_t sent = 0;
+  while (sent < size) {
+    while (sent - acked >= proto::kWindowBytes) AB_TRY(wait_ack());
+    buf.resize(static_cast<std::size_t>(std::min(proto::kChunkSize, size - sent)));
+    AB_TRY(pread_all(spool_.get(), buf.data(), buf.size(), static_cast<std::uint64_t>(sent)));
+    t->send(proto::type::kFileChunk, proto::to_json(proto::FileChunk{sent, buf}));
+    sent += static_cast<std::int64_t>(buf.size());
+  }
+  t->send(proto::type::kFileEnd, proto::to_json(proto::FileEnd{size}));
+  for (;;) {
+    auto f = AB_TRY(t->next(kTransferIdle));
+    if (f.type == proto::type::kAck) continue;
+    t->finish();
+    if (f.type != proto::type::kOk) return std::unexpected(bad_reply("write_file", f));
+    return size_;
+  }
 }
 
 Result<std::uint64_t> RemoteWriter::commit() {
@@ -119,8 +206,16 @@ Result<std::uint64_t> RemoteWriter::commit() {
       AB_TRY(box_->expect_ok("mkdir_all", proto::to_json(m)));
     }
   }
+  const std::uint32_t perm = proto::go_perm_from_mode(opts_.mode.value_or(0644));
+  if (spool_) {
+    auto conn = box_->conn();
+    if (conn && conn->chunked()) return send_chunked(conn, target, perm);
+    // An xbot runner: the plain form, the whole file in one frame.
+    data_.resize(size_);
+    AB_TRY(pread_all(spool_.get(), data_.data(), data_.size(), 0));
+  }
   const std::uint64_t size = data_.size();
-  proto::WriteFileRequest w{target, std::move(data_), proto::go_perm_from_mode(opts_.mode.value_or(0644))};
+  proto::WriteFileRequest w{target, std::move(data_), perm};
   auto r = AB_TRY(box_->call("write_file", proto::to_json(w), kFileTimeout));
   if (r.type != proto::type::kOk) return std::unexpected(bad_reply("write_file", r));
   return size;
@@ -204,10 +299,64 @@ asio::awaitable<Result<sandbox::ExecResult>> RemoteSandbox::exec(sandbox::ExecSp
   co_return res;
 }
 
+// A chunked read_file reply (version 1): file_begin, file_chunk..., file_end, each chunk acked
+// once it is in `fd`. Returns the size.
+Result<std::uint64_t> receive_chunked(RunnerTransfer* t, const RunnerReply& begin, int fd) {
+  auto b = AB_TRY(proto::body_as<proto::FileBegin>(begin));
+  if (b.size < 0 || b.size > proto::kMaxFileSize) {
+    return fail(Code::kTooBig, "read_file: the runner announced " + std::to_string(b.size) +
+                                   " bytes, over the " + std::to_string(proto::kMaxFileSize) +
+                                   "-byte limit");
+  }
+  std::int64_t got = 0;
+  for (;;) {
+    auto f = AB_TRY(t->next(kTransferIdle));
+    if (f.type == proto::type::kFileChunk) {
+      auto c = AB_TRY(proto::body_as<proto::FileChunk>(f));
+      if (c.offset != got || got + static_cast<std::int64_t>(c.data.size()) > b.size) {
+        return fail(Code::kInternal, "read_file: the runner sent a chunk at offset " +
+                                         std::to_string(c.offset) + ", expected " +
+                                         std::to_string(got));
+      }
+      AB_TRY(write_all(fd, c.data.data(), c.data.size(), "write(download)"));
+      got += static_cast<std::int64_t>(c.data.size());
+      t->send(proto::type::kAck, proto::to_json(proto::Ack{got}));
+      continue;
+    }
+    if (f.type != proto::type::kFileEnd) return std::unexpected(bad_reply("read_file", f));
+    t->finish();
+    auto e = AB_TRY(proto::body_as<proto::FileEnd>(f));
+    if (e.size != got) {
+      return fail(Code::kInternal, "read_file: the runner ended after " + std::to_string(got) +
+                                 " bytes but said " + std::to_string(e.size));
+    }
+    return static_cast<std::uint64_t>(got);
+  }
+}
+
 Result<sandbox::FileReader> RemoteSandbox::open_file(const std::string& path) {
   auto target = AB_TRY(runner_path(path));
-  auto r = AB_TRY(call("read_file", proto::to_json(proto::PathRequest{target}),
-                                   kFileTimeout));
+  auto conn = hub_->find(user_);
+  if (!conn) return fail(Code::kUnavailable, "read_file: runner " + user_ + " is not connected");
+  RunnerReply r;
+  std::shared_ptr<RunnerTransfer> t;
+  if (conn->chunked()) {
+    // A big file may come back in chunks: the reply is a transfer.
+    t = AB_TRY(conn->start_transfer("read_file", proto::to_json(proto::PathRequest{target})));
+    r = AB_TRY(t->next(kFileTimeout));
+    if (r.type == proto::type::kFileBegin) {
+      UniqueFd fd = AB_TRY(scratch_file("agentbox-remote-read"));
+      auto size = AB_TRY(receive_chunked(t.get(), r, fd.get()));
+      if (::lseek(fd.get(), 0, SEEK_SET) < 0) return fail_errno(errno, "lseek(download)");
+      sandbox::FileReader out;
+      out.fd = std::move(fd);
+      out.size = size;
+      return out;
+    }
+    t->finish();  // a one-frame reply (file_content)
+  } else {
+    r = AB_TRY(conn->call("read_file", proto::to_json(proto::PathRequest{target}), kFileTimeout));
+  }
   if (r.type != proto::type::kFileContent) return std::unexpected(bad_reply("read_file", r));
   auto data = proto::body_as<proto::FileContent>(r);
   if (!data) return std::unexpected(data.error());
@@ -215,13 +364,7 @@ Result<sandbox::FileReader> RemoteSandbox::open_file(const std::string& path) {
   // The bytes go to an anonymous memory file: the API streams from an fd.
   UniqueFd fd(::memfd_create("agentbox-remote-read", MFD_CLOEXEC));
   if (!fd) return fail_errno(errno, "memfd_create");
-  std::size_t off = 0;
-  while (off < bytes->size()) {
-    ssize_t n = ::write(fd.get(), bytes->data() + off, bytes->size() - off);
-    if (n < 0 && errno == EINTR) continue;
-    if (n < 0) return fail_errno(errno, "write(memfd)");
-    off += static_cast<std::size_t>(n);
-  }
+  AB_TRY(write_all(fd.get(), bytes->data(), bytes->size(), "write(memfd)"));
   if (::lseek(fd.get(), 0, SEEK_SET) < 0) return fail_errno(errno, "lseek(memfd)");
   sandbox::FileReader out;
   out.fd = std::move(fd);

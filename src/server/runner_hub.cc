@@ -117,6 +117,38 @@ void RunnerConn::notify(std::string type, proto::Json body) {
   send_(std::move(frame));
 }
 
+void RunnerConn::send_frame(std::string frame) {
+  hub_->count_out(frame.size());
+  send_(std::move(frame));
+}
+
+Result<std::shared_ptr<RunnerTransfer>> RunnerConn::start_transfer(std::string type,
+                                                                   proto::Json body) {
+  hub_->count_request();
+  std::string id = proto::generate_id();
+  auto t = std::make_shared<RunnerTransfer>(shared_from_this(), id, type);
+  std::string frame = proto::encode(proto::Envelope{id, type, id_.user, std::move(body)});
+  {
+    std::unique_lock lk(mu_);
+    if (closed_) {
+      std::string why = closed_why_;
+      lk.unlock();
+      t->finish();
+      hub_->count_failed();
+      return fail(Code::kUnavailable,
+                  type + ": runner " + id_.user + " is not connected (" + why + ")");
+    }
+    transfers_[id] = t;
+  }
+  send_frame(std::move(frame));
+  return t;
+}
+
+void RunnerConn::end_transfer(const std::string& id) {
+  std::lock_guard lk(mu_);
+  transfers_.erase(id);
+}
+
 bool RunnerConn::on_frame(const std::string& frame) {
   last_seen_ms_.store(now_ms());
   hub_->count_in(frame.size());
@@ -132,7 +164,23 @@ bool RunnerConn::on_frame(const std::string& frame) {
   Callback cb;
   std::string op;
   {
-    std::lock_guard lk(mu_);
+    std::unique_lock lk(mu_);
+    if (auto tt = transfers_.find(env->id); tt != transfers_.end()) {
+      std::shared_ptr<RunnerTransfer> t = tt->second.lock();
+      lk.unlock();
+      if (!t) return true;
+      if (env->type == proto::type::kError) {
+        proto::ErrorBody eb;
+        (void)proto::from_json(env->body, eb);
+        hub_->count_failed();
+        t->push(std::unexpected(Error::make(
+            proto::to_code(eb.code),
+            t->op_ + ": runner: " + eb.message + (eb.code.empty() ? "" : " (" + eb.code + ")"))));
+      } else {
+        t->push(std::move(*env));
+      }
+      return true;
+    }
     auto it = pending_.find(env->id);
     if (it == pending_.end()) {
       spdlog::debug("runner {}: reply to unknown id {} dropped", id_.user, env->id);
@@ -157,12 +205,21 @@ bool RunnerConn::on_frame(const std::string& frame) {
 
 void RunnerConn::on_closed(const std::string& why) {
   std::map<std::string, Pending> failed;
+  std::map<std::string, std::weak_ptr<RunnerTransfer>> transfers;
   {
     std::lock_guard lk(mu_);
     if (closed_) return;
     closed_ = true;
     closed_why_ = why;
     failed.swap(pending_);
+    transfers.swap(transfers_);
+  }
+  for (auto& [id, w] : transfers) {
+    if (auto t = w.lock()) {
+      hub_->count_failed();
+      t->push(fail(Code::kUnavailable, t->op_ + ": runner " + id_.user +
+                                           " disconnected during the transfer (" + why + ")"));
+    }
   }
   for (auto& [id, p] : failed) {
     hub_->count_failed();
@@ -191,6 +248,48 @@ void RunnerConn::expire() {
     hub_->count_failed();
     p.cb(fail(Code::kTimedOut, p.type + ": runner " + id_.user + " did not reply in time"));
   }
+}
+
+// ---- RunnerTransfer ----------------------------------------------------------------------------
+
+RunnerTransfer::RunnerTransfer(std::shared_ptr<RunnerConn> conn, std::string id, std::string op)
+    : conn_(std::move(conn)), id_(std::move(id)), op_(std::move(op)) {}
+
+RunnerTransfer::~RunnerTransfer() {
+  conn_->end_transfer(id_);
+  if (!done_ && conn_->open()) {
+    // The runner stops sending (a download) or drops its temp file (an upload).
+    conn_->send_frame(proto::error_frame(id_, proto::code::kIO, op_ + ": abandoned by the server"));
+  }
+}
+
+void RunnerTransfer::send(std::string_view type, proto::Json body) {
+  conn_->send_frame(proto::encode(
+      proto::Envelope{id_, std::string(type), conn_->identity().user, std::move(body)}));
+}
+
+void RunnerTransfer::push(Result<RunnerReply> r) {
+  std::lock_guard lk(mu_);
+  frames_.push_back(std::move(r));
+  cv_.notify_all();
+}
+
+Result<RunnerReply> RunnerTransfer::next(std::chrono::milliseconds idle) {
+  std::unique_lock lk(mu_);
+  if (!cv_.wait_for(lk, idle, [&] { return !frames_.empty(); })) {
+    conn_->hub_->count_failed();
+    return fail(Code::kTimedOut,
+                op_ + ": runner " + conn_->identity().user + " did not send in time");
+  }
+  Result<RunnerReply> r = std::move(frames_.front());
+  frames_.pop_front();
+  if (!r) done_ = true;  // the runner ended it (or the connection went): nothing to abort
+  return r;
+}
+
+void RunnerTransfer::finish() {
+  std::lock_guard lk(mu_);
+  done_ = true;
 }
 
 // ---- RunnerHub ---------------------------------------------------------------------------------

@@ -22,6 +22,8 @@
 #include <boost/asio/any_io_executor.hpp>
 #include <boost/asio/awaitable.hpp>
 #include <chrono>
+#include <condition_variable>
+#include <deque>
 #include <cstdint>
 #include <functional>
 #include <map>
@@ -67,6 +69,39 @@ struct RunnerStats {
 };
 
 class RunnerHub;
+class RunnerConn;
+
+// A request whose answer is several frames with its id (version 1's chunked files,
+// docs/runner-protocol.md): the caller sends more frames with the same id and takes the
+// runner's frames one by one. Pool threads only (next() blocks). Destroying an unfinished one
+// tells the runner (an `error` frame of its id), so the runner frees what it holds.
+class RunnerTransfer {
+ public:
+  RunnerTransfer(std::shared_ptr<RunnerConn> conn, std::string id, std::string op);
+  ~RunnerTransfer();
+  RunnerTransfer(const RunnerTransfer&) = delete;
+  RunnerTransfer& operator=(const RunnerTransfer&) = delete;
+
+  const std::string& id() const { return id_; }
+  // Sends one frame of this transfer (file_chunk, file_end, ack, ...).
+  void send(std::string_view type, proto::Json body);
+  // The runner's next frame for this transfer. The runner's `error` frame becomes its Error;
+  // EUNAVAILABLE when the connection goes; ETIMEDOUT when nothing comes within `idle`.
+  Result<RunnerReply> next(std::chrono::milliseconds idle);
+  // The transfer got its last frame (ok, file_end, file_content): no abort on destruction.
+  void finish();
+
+ private:
+  friend class RunnerConn;
+  void push(Result<RunnerReply> r);  // from the connection (io_context)
+  std::shared_ptr<RunnerConn> conn_;
+  std::string id_;
+  std::string op_;
+  std::mutex mu_;
+  std::condition_variable cv_;
+  std::deque<Result<RunnerReply>> frames_;
+  bool done_ = false;
+};
 
 // One registered runner connection. Made by RunnerHub::attach; lives as long as someone holds it.
 class RunnerConn : public std::enable_shared_from_this<RunnerConn> {
@@ -98,6 +133,12 @@ class RunnerConn : public std::enable_shared_from_this<RunnerConn> {
                                                          std::chrono::milliseconds timeout);
   // Sends a frame that gets no reply (stdio_write: no id).
   void notify(std::string type, proto::Json body);
+  // Version 1 (chunked files) is in force on this connection: the runner's register said 1 and
+  // so did our register_ok.
+  bool chunked() const { return id_.version == proto::kProtocolVersion; }
+  // Sends request `type` and returns the transfer its frames belong to (EUNAVAILABLE when the
+  // connection is closed).
+  Result<std::shared_ptr<RunnerTransfer>> start_transfer(std::string type, proto::Json body);
 
   // From the socket (io_context): one text frame. Returns false when the frame is garbage (not a
   // JSON object with a string "type"): the caller closes the connection.
@@ -114,7 +155,10 @@ class RunnerConn : public std::enable_shared_from_this<RunnerConn> {
     std::string type;
   };
   void expire();  // fails the pending requests past their deadline
+  void end_transfer(const std::string& id);
+  void send_frame(std::string frame);
   friend class RunnerHub;
+  friend class RunnerTransfer;
 
   RunnerHub* hub_;
   RunnerIdentity id_;
@@ -127,6 +171,7 @@ class RunnerConn : public std::enable_shared_from_this<RunnerConn> {
   bool closed_ = false;
   std::string closed_why_;
   std::map<std::string, Pending> pending_;  // by request id
+  std::map<std::string, std::weak_ptr<RunnerTransfer>> transfers_;  // by request id
 };
 
 class RunnerHub {

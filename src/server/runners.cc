@@ -186,9 +186,10 @@ asio::awaitable<bool> runner_ws(Call* call) {
         });
     state->conn = rc;
     timer->cancel();
-    // xbot's answer, without `version`: this daemon does not do the chunked transfers of
-    // version 1 yet (docs/runner-protocol.md), so both sides keep to the plain form.
+    // xbot's answer; `version: 1` only to a runner that asked for it (docs/runner-protocol.md):
+    // then big files travel in chunks (remote_backend.cc), otherwise in the plain form.
     proto::RegisterOk ok;
+    if (id.version == proto::kProtocolVersion) ok.version = proto::kProtocolVersion;
     ws->send(proto::frame("", proto::type::kRegisterOk, proto::to_json(ok)));
     // No request may reach the runner before register_ok (xbot's runner takes whatever comes
     // first as the answer to its register): the connection is handed out only once register_ok

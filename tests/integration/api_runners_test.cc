@@ -10,8 +10,10 @@
 #include <unistd.h>
 
 #include <csignal>
+#include <cstring>
 
 #include <chrono>
+#include <filesystem>
 #include <fstream>
 #include <thread>
 
@@ -63,9 +65,9 @@ TEST(RunnerApiRegister, VersionIsReported) {
   Api api(d);
   Workspace ws;
   FakeRunner r(d, "alice", "alice-secret", ws.path(), /*version=*/1);
-  // docs/runner-protocol.md: the daemon does not say version 1 (it does not chunk yet), so the
-  // runner keeps to the plain form.
-  EXPECT_EQ(r.start(), json::parse(R"({"type":"register_ok","body":{"status":"ok"}})"));
+  // docs/runner-protocol.md: a runner that asks for version 1 gets it back (chunked files).
+  EXPECT_EQ(r.start(),
+            json::parse(R"({"type":"register_ok","body":{"status":"ok","version":1}})"));
   auto list = api.get("/v1/runners");
   EXPECT_EQ(list.body["runners"][0]["version"], 1) << list;
 }
@@ -414,41 +416,65 @@ TEST(RunnerApiSync, GlobalSkillsAndAgentsAreSyncedOnRegistration) {
   EXPECT_FALSE(std::filesystem::exists(ws.path() + "/.skills/noskill"));
 }
 
+// The real agentbox-runner (src/runner/) of user alice, started against `d` and stopped (SIGTERM,
+// reaped) with this object; kill() ends it at once.
+struct RealRunner {
+  pid_t pid = -1;
+  RealRunner(const Daemon& d, const std::string& workspace) {
+    std::string bin = std::filesystem::path(Daemon::binary()).parent_path() / "agentbox-runner";
+    EXPECT_TRUE(std::filesystem::exists(bin)) << bin;
+    std::string url = "ws://" + d.host_port() + "/ws/alice";
+    pid = ::fork();
+    if (pid == 0) {
+      ::prctl(PR_SET_PDEATHSIG, SIGKILL);
+      int devnull = ::open("/dev/null", O_WRONLY);
+      ::dup2(devnull, 1);
+      ::dup2(devnull, 2);
+      ::execl(bin.c_str(), bin.c_str(), "--server", url.c_str(), "--token", "alice-secret",
+              "--workspace", workspace.c_str(), "--backoff-base-ms", "100", nullptr);
+      ::_exit(127);
+    }
+    EXPECT_GT(pid, 0);
+  }
+  ~RealRunner() { kill(SIGTERM); }
+  void kill(int sig) {
+    if (pid <= 0) return;
+    ::kill(pid, sig);
+    int st;
+    ::waitpid(pid, &st, 0);
+    pid = -1;
+  }
+  RealRunner(const RealRunner&) = delete;
+  RealRunner& operator=(const RealRunner&) = delete;
+};
+
+// A daemon, the real runner of alice connected to it, and a remote session on it.
+struct RealRemote {
+  Daemon d{runner_args()};
+  Api api{d};
+  Workspace ws;
+  RealRunner runner{d, ws.path()};
+  ApiReply created;  // the POST /v1/sessions reply
+  // Waits for the runner to register and creates session `id` on it; false if either failed.
+  bool start(const std::string& id) {
+    bool up = eventually([&] {
+      auto l = api.get("/v1/runners");
+      return l.status == 200 && l.body["runners"][0]["connected"] == true;
+    });
+    if (!up) return false;
+    created = api.post("/v1/sessions", {{"id", id}, {"runner", "alice"}});
+    return created.status == 201;
+  }
+};
+
 // The real agentbox-runner (src/runner/) against the real daemon: registration, exec, files,
 // its path guard, and a reconnect after the daemon dropped it.
 TEST(RunnerApiReal, AgentboxRunnerServesARemoteSession) {
-  Daemon d(runner_args());
-  Api api(d);
-  Workspace ws;
-  std::string bin = std::filesystem::path(Daemon::binary()).parent_path() / "agentbox-runner";
-  ASSERT_TRUE(std::filesystem::exists(bin)) << bin;
-  std::string url = "ws://" + d.host_port() + "/ws/alice";
-  pid_t pid = ::fork();
-  if (pid == 0) {
-    ::prctl(PR_SET_PDEATHSIG, SIGKILL);
-    int devnull = ::open("/dev/null", O_WRONLY);
-    ::dup2(devnull, 1);
-    ::dup2(devnull, 2);
-    ::execl(bin.c_str(), bin.c_str(), "--server", url.c_str(), "--token", "alice-secret",
-            "--workspace", ws.path().c_str(), "--backoff-base-ms", "100", nullptr);
-    ::_exit(127);
-  }
-  ASSERT_GT(pid, 0);
-  struct Reap {
-    pid_t p;
-    ~Reap() {
-      ::kill(p, SIGTERM);
-      int st;
-      ::waitpid(p, &st, 0);
-    }
-  } reap{pid};
-  ASSERT_TRUE(eventually([&] {
-    auto l = api.get("/v1/runners");
-    return l.status == 200 && l.body["runners"][0]["connected"] == true;
-  })) << d.log();
-  auto c = api.post("/v1/sessions", {{"id", "real"}, {"runner", "alice"}});
-  ASSERT_EQ(c.status, 201) << c;
-  std::string wsp = c.body["workspace"];
+  RealRemote r;
+  ASSERT_TRUE(r.start("real")) << r.created << r.d.log();
+  Api& api = r.api;
+  Workspace& ws = r.ws;
+  std::string wsp = r.created.body["workspace"];
   auto e = api.exec("real", {{"command", "echo hi; pwd; exit 4"}});
   ASSERT_EQ(e.status, 200) << e;
   EXPECT_EQ(e.body["exit_code"], 4);
@@ -474,6 +500,128 @@ TEST(RunnerApiReal, AgentboxRunnerServesARemoteSession) {
   std::filesystem::create_symlink("/etc", ws.path() + "/out");
   auto esc = api.get(files_target("real", "out/passwd"));
   EXPECT_EQ(esc.status, 403) << esc;
+}
+
+// The peak resident memory (VmHWM) of process `pid`, in bytes.
+std::uint64_t peak_rss(pid_t pid) {
+  std::string status = read_host_file("/proc/" + std::to_string(pid) + "/status");
+  auto at = status.find("VmHWM:");
+  if (at == std::string::npos) return 0;
+  return std::stoull(status.substr(at + 6)) << 10;  // kB
+}
+
+// 100 MiB of bytes that are not all alike (a shifted chunk would show).
+std::string big_payload(std::size_t n) {
+  std::string big(n, '\0');
+  std::uint64_t x = 0x9e3779b97f4a7c15ull;
+  for (std::size_t i = 0; i < n; i += 8) {
+    x ^= x << 13;
+    x ^= x >> 7;
+    x ^= x << 17;
+    std::memcpy(big.data() + i, &x, std::min<std::size_t>(8, n - i));
+  }
+  return big;
+}
+
+// docs/runner-protocol.md version 1 with the real runner: a 100 MiB file goes up through /v1
+// and comes back byte for byte, in chunks, and neither the daemon nor the runner holds it in
+// memory (the plain form would be 133 MiB of base64 in one frame, over the 64 MiB frame cap).
+TEST(RunnerApiBigFiles, HundredMiBUpAndDownInChunksWithBoundedMemory) {
+  RealRemote r;
+  ASSERT_TRUE(r.start("big")) << r.created << r.d.log();
+  Daemon& d = r.d;
+  Api& api = r.api;
+  Workspace& ws = r.ws;
+  RealRunner& runner = r.runner;
+  auto l = api.get("/v1/runners");
+  EXPECT_EQ(l.body["runners"][0]["version"], 1) << l;
+  // Warm both up with a small file first, then measure the growth of their peaks.
+  ASSERT_EQ(api.put(files_target("big", "small.txt"), "x").status, 200);
+  const std::uint64_t daemon0 = peak_rss(d.pid()), runner0 = peak_rss(runner.pid);
+  ASSERT_GT(daemon0, 0u);
+  ASSERT_GT(runner0, 0u);
+
+  const std::string big = big_payload(100u << 20);
+  auto put = api.put(files_target("big", "dir/big.bin", "&mkdirs=true"), big);
+  ASSERT_EQ(put.status, 200) << put << d.log();
+  EXPECT_EQ(put.body["size"], big.size());
+  EXPECT_TRUE(read_host_file(ws.path() + "/dir/big.bin") == big);
+  std::printf("[ info ] after upload: daemon peak RSS +%llu MiB, runner +%llu MiB\n",
+              static_cast<unsigned long long>((peak_rss(d.pid()) - daemon0) >> 20),
+              static_cast<unsigned long long>((peak_rss(runner.pid) - runner0) >> 20));
+  auto get = api.get(files_target("big", "dir/big.bin"));
+  ASSERT_EQ(get.status, 200) << get.status;
+  EXPECT_EQ(get.raw.size(), big.size());
+  EXPECT_TRUE(std::hash<std::string>{}(get.raw) == std::hash<std::string>{}(big) &&
+              get.raw == big);
+  // A file just over the 4 MiB threshold and one just under take the two forms; both arrive.
+  for (std::size_t n : {std::size_t{4u << 20}, std::size_t{(4u << 20) + 1}}) {
+    std::string f = big.substr(0, n);
+    ASSERT_EQ(api.put(files_target("big", "edge.bin"), f).status, 200);
+    auto back = api.get(files_target("big", "edge.bin"));
+    EXPECT_TRUE(back.raw == f) << n;
+  }
+  const std::uint64_t daemon_growth = peak_rss(d.pid()) - daemon0;
+  const std::uint64_t runner_growth = peak_rss(runner.pid) - runner0;
+  EXPECT_LT(daemon_growth, 64u << 20) << "daemon peak RSS grew by " << (daemon_growth >> 20)
+                                      << " MiB";
+  EXPECT_LT(runner_growth, 64u << 20) << "runner peak RSS grew by " << (runner_growth >> 20)
+                                      << " MiB";
+  std::printf("[ info ] 100 MiB up+down: daemon peak RSS +%llu MiB, runner +%llu MiB\n",
+              static_cast<unsigned long long>(daemon_growth >> 20),
+              static_cast<unsigned long long>(runner_growth >> 20));
+}
+
+// A runner that dies in the middle of an upload: the request fails with 503 and the target is
+// not there (the runner writes a temp file and renames only on file_end).
+TEST(RunnerApiBigFiles, RunnerKilledMidUploadIs503AndNoFileAtTheTarget) {
+  RealRemote r;
+  ASSERT_TRUE(r.start("k")) << r.created << r.d.log();
+  Daemon& d = r.d;
+  Workspace& ws = r.ws;
+  RealRunner& runner = r.runner;
+  const std::string big = big_payload(200u << 20);
+  ApiReply put;
+  std::thread uploader([&] {
+    Api api2(d);
+    put = api2.put(files_target("k", "big.bin"), big);
+  });
+  // The runner's temp file beside the target shows the transfer is under way.
+  bool started = false;
+  auto deadline = std::chrono::steady_clock::now() + 60s;
+  while (!started && std::chrono::steady_clock::now() < deadline) {
+    std::error_code ec;
+    for (const auto& e : std::filesystem::directory_iterator(ws.path(), ec)) {
+      if (e.path().filename().string().starts_with(".big.bin.")) started = true;
+    }
+    if (!started) std::this_thread::sleep_for(1ms);
+  }
+  runner.kill(SIGKILL);
+  uploader.join();
+  ASSERT_TRUE(started) << put;
+  EXPECT_EQ(put.status, 503) << put;
+  EXPECT_EQ(put.code(), "EUNAVAILABLE") << put;
+  EXPECT_FALSE(std::filesystem::exists(ws.path() + "/big.bin"));
+}
+
+// Over the 500 MB cap of a chunked file: refused cleanly with 413, naming the limit (a sparse
+// file, so nothing of that size is written).
+TEST(RunnerApiBigFiles, FilesOver500MBAreRefused) {
+  RealRemote r;
+  ASSERT_TRUE(r.start("cap")) << r.created << r.d.log();
+  Api& api = r.api;
+  Workspace& ws = r.ws;
+  {
+    std::ofstream f(ws.path() + "/huge.bin");
+  }
+  std::filesystem::resize_file(ws.path() + "/huge.bin", 500'000'001);
+  auto get = api.get(files_target("cap", "huge.bin"));
+  EXPECT_EQ(get.status, 413) << get;
+  EXPECT_EQ(get.code(), "ETOOBIG") << get;
+  EXPECT_NE(get.message().find("500000000"), std::string::npos) << get;
+  // The connection is still good for the next request.
+  auto e = api.exec("cap", {{"command", "echo ok"}});
+  EXPECT_EQ(e.body["stdout"], "ok\n") << e;
 }
 
 // The CLI: `agentbox runners` and `agentbox session create --runner`.
