@@ -420,28 +420,7 @@ TEST(RunnerApiReal, AgentboxRunnerServesARemoteSession) {
   Daemon d(runner_args());
   Api api(d);
   Workspace ws;
-  std::string bin = std::filesystem::path(Daemon::binary()).parent_path() / "agentbox-runner";
-  ASSERT_TRUE(std::filesystem::exists(bin)) << bin;
-  std::string url = "ws://" + d.host_port() + "/ws/alice";
-  pid_t pid = ::fork();
-  if (pid == 0) {
-    ::prctl(PR_SET_PDEATHSIG, SIGKILL);
-    int devnull = ::open("/dev/null", O_WRONLY);
-    ::dup2(devnull, 1);
-    ::dup2(devnull, 2);
-    ::execl(bin.c_str(), bin.c_str(), "--server", url.c_str(), "--token", "alice-secret",
-            "--workspace", ws.path().c_str(), "--backoff-base-ms", "100", nullptr);
-    ::_exit(127);
-  }
-  ASSERT_GT(pid, 0);
-  struct Reap {
-    pid_t p;
-    ~Reap() {
-      ::kill(p, SIGTERM);
-      int st;
-      ::waitpid(p, &st, 0);
-    }
-  } reap{pid};
+  RunnerProcess runner(d.host_port(), "alice", "alice-secret", ws.path());
   ASSERT_TRUE(eventually([&] {
     auto l = api.get("/v1/runners");
     return l.status == 200 && l.body["runners"][0]["connected"] == true;
