@@ -455,6 +455,46 @@ TEST(RunnerApiReal, AgentboxRunnerServesARemoteSession) {
   EXPECT_EQ(esc.status, 403) << esc;
 }
 
+// --default-runner: a session created without a backend is a remote session of that runner; one
+// that names a backend gets it; mounts on such a session are 501, not silently dropped.
+TEST(RunnerApiDefault, SessionsWithoutABackendGoToTheDefaultRunner) {
+  TempDir roots("agentbox-runner-roots");
+  std::filesystem::create_directories(roots.path() + "/data");
+  auto args = runner_args();
+  args.insert(args.end(), {"--default-runner", "alice", "--allow-backend", "host",
+                           "--allow-mount-root", roots.path()});
+  Daemon d(args);
+  Api api(d);
+  Workspace ws;
+  FakeRunner r(d, "alice", "alice-secret", ws.path());
+  ASSERT_EQ(r.start()["type"], "register_ok");
+  auto c = api.post("/v1/sessions", {{"id", "dflt"}});
+  ASSERT_EQ(c.status, 201) << c;
+  EXPECT_EQ(c.body["backend"], "remote") << c;
+  EXPECT_EQ(c.body["runner"], "alice") << c;
+  EXPECT_EQ(c.body["workspace"], ws.path()) << c;
+  auto e = api.exec("dflt", {{"command", "echo hi > f.txt"}});
+  ASSERT_EQ(e.status, 200) << e;
+  EXPECT_EQ(read_host_file(ws.path() + "/f.txt"), "hi\n");
+  auto h = api.post("/v1/sessions", {{"id", "onhost"}, {"backend", "host"}});
+  ASSERT_EQ(h.status, 201) << h;
+  EXPECT_EQ(h.body["backend"], "host") << h;
+  auto m = api.post("/v1/sessions",
+                    {{"id", "mnt"},
+                     {"mounts", {{{"host_path", roots.path() + "/data"}, {"mount_path", "/data"}}}}});
+  EXPECT_EQ(m.status, 501) << m;
+  EXPECT_NE(m.message().find("mounts"), std::string::npos) << m;
+  EXPECT_EQ(api.get("/v1/sessions/mnt").status, 404);
+  // A default runner that is not a runner user: the daemon does not start.
+  std::string out;
+  EXPECT_EQ(Daemon::run_to_exit({"--listen", "127.0.0.1:0", "--data-dir", d.temp_dir() + "/x",
+                                 "--backend", "host", "--default-runner", "carol"},
+                                &out),
+            2)
+      << out;
+  EXPECT_NE(out.find("default_runner 'carol' is not a runner user"), std::string::npos) << out;
+}
+
 // The CLI: `agentbox runners` and `agentbox session create --runner`.
 TEST(RunnerApiCli, RunnersTableAndSessionCreateWithRunner) {
   Daemon d(runner_args());
