@@ -81,6 +81,21 @@ std::optional<int> wait_for(pid_t pid, std::chrono::milliseconds timeout) {
   }
 }
 
+// Sends `sig` to child `pid` and reaps it (SIGKILL after 15 s); its status is kept in `status`
+// (later calls return it).
+int stop_child(pid_t pid, int sig, std::optional<int>* status) {
+  if (*status) return **status;
+  if (pid <= 0) return -1;
+  kill(pid, sig);
+  auto st = wait_for(pid, std::chrono::seconds(15));
+  if (!st) {
+    kill(pid, SIGKILL);
+    st = wait_for(pid, std::chrono::seconds(15));
+  }
+  *status = st.value_or(-1);
+  return **status;
+}
+
 }  // namespace
 
 std::string Daemon::binary() {
@@ -213,16 +228,7 @@ RunnerProcess::~RunnerProcess() {
 }
 
 int RunnerProcess::stop(int sig) {
-  if (exit_status_) return *exit_status_;
-  if (pid_ <= 0) return -1;
-  kill(pid_, sig);
-  auto st = wait_for(pid_, std::chrono::seconds(15));
-  if (!st) {
-    kill(pid_, SIGKILL);
-    st = wait_for(pid_, std::chrono::seconds(15));
-  }
-  exit_status_ = st.value_or(-1);
-  return *exit_status_;
+  return stop_child(pid_, sig, &exit_status_);
 }
 
 std::string Daemon::workspace_dir(const std::string& id) const {
@@ -243,16 +249,7 @@ client::ClientOptions Daemon::options(std::string token) const {
 }
 
 int Daemon::stop(int sig) {
-  if (exit_status_) return *exit_status_;
-  if (pid_ <= 0) return -1;
-  kill(pid_, sig);
-  auto st = wait_for(pid_, std::chrono::seconds(15));
-  if (!st) {
-    kill(pid_, SIGKILL);
-    st = wait_for(pid_, std::chrono::seconds(15));
-  }
-  exit_status_ = st.value_or(-1);
-  return *exit_status_;
+  return stop_child(pid_, sig, &exit_status_);
 }
 
 std::string Daemon::log() const {
