@@ -8,7 +8,7 @@
 namespace agentbox::server::detail {
 namespace {
 
-[[maybe_unused]] asio::awaitable<bool> not_built(Call* call) {
+asio::awaitable<bool> not_built(Call* call) {
   const RouteSpec* r = call->route;
   co_return co_await send_error(
       call, Error::make(Code::kNotSupported, std::string(r->method) + " " + std::string(r->path) +
@@ -18,9 +18,9 @@ namespace {
 }  // namespace
 
 std::vector<RouteSpec> not_built_routes() {
-  [[maybe_unused]] constexpr RouteId N = RouteId::kNotBuilt;
-  [[maybe_unused]] constexpr RouteKind K = RouteKind::kNotBuilt;
-  [[maybe_unused]] constexpr BodyKind B = BodyKind::kNone;
+  constexpr RouteId N = RouteId::kNotBuilt;
+  constexpr RouteKind K = RouteKind::kNotBuilt;
+  constexpr BodyKind B = BodyKind::kNone;
   std::vector<RouteSpec> out = {
   };
   return out;
