@@ -27,6 +27,8 @@ std::vector<RouteSpec> e2b_routes();        // e2b.cc: /e2b/{path} (E2B control 
 std::vector<RouteSpec> health_routes();     // health.cc: health, repair, packages
 std::vector<RouteSpec> template_routes();   // templates.cc: /v1/templates...
 std::vector<RouteSpec> not_built_routes();  // not_built.cc: API.md routes not built yet (501)
+// not_built.cc: the handler of a not-built route (501 ENOTSUP naming the route).
+boost::asio::awaitable<bool> not_built(Call* call);
 
 // templates.cc: the health checks (YAML `health:`) of the template a session started on, added to
 // the built-in ones by /health, /repair and auto_repair (health.cc). None for a plain session.
