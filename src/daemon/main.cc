@@ -254,6 +254,7 @@ int main(int argc, char** argv) {
   for (const auto& r : cfg.runners) runner_users.push_back({r.user, r.token, r.tenant});
   auto runner_hub = std::make_shared<server::RunnerHub>(ioc.get_executor(), std::move(runner_users));
   mc.backends["remote"] = std::make_shared<server::RemoteBackend>(runner_hub);
+  mc.default_runner = cfg.default_runner;
   for (const auto& d : cfg.shared_dirs) {
     mc.shared_dirs.push_back(sandbox::BindMount{d.host_path, d.prefix, /*read_only=*/true});
   }

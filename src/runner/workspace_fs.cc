@@ -156,12 +156,12 @@ static Status write_all(int fd, std::string_view data) {
 
 Status WorkspaceFs::write_file(const std::string& p, std::string_view data,
                                std::uint32_t perm) const {
-  // openat2 with O_CREAT follows a final symlink only while it stays beneath the workspace.
-  UniqueFd fd = AB_TRY(open_at(p, O_WRONLY | O_CREAT | O_TRUNC, proto::perm_from_go(perm)));
-  if (auto s = write_all(fd.get(), data); !s) {
-    return std::unexpected(os_error(s.error().sys_errno, "write", p));
-  }
-  return {};
+  // Atomic for readers (a temp file beside the target, renamed over it): a concurrent
+  // read_file sees the old bytes or the new ones, never a torn file. The parent is resolved
+  // beneath the workspace (parent_of); a final symlink is replaced, not followed.
+  Writer w = AB_TRY(create(p, perm));
+  if (auto s = w.write(data); !s) return std::unexpected(os_error(s.error().sys_errno, "write", p));
+  return w.commit();
 }
 
 Result<proto::FileInfo> WorkspaceFs::stat(const std::string& p) const {

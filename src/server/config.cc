@@ -144,6 +144,9 @@ Status load_yaml(const std::string& file, DaemonConfig* c,
     if (root["listen"] && !given("listen")) c->listen = root["listen"].as<std::string>();
     if (root["data_dir"] && !given("data_dir")) c->data_dir = root["data_dir"].as<std::string>();
     if (root["backend"] && !given("backend")) c->backend = root["backend"].as<std::string>();
+    if (root["default_runner"] && !given("default_runner")) {
+      c->default_runner = root["default_runner"].as<std::string>();
+    }
     if (root["log_level"] && !given("log_level")) {
       c->log_level = root["log_level"].as<std::string>();
     }
@@ -459,6 +462,10 @@ ParseOutcome parse_daemon_args(int argc, const char* const* argv, std::ostream& 
   app.add_option("--runner-token", runner_tokens,
                  "USER=TOKEN: a remote runner may register at /ws/USER with TOKEN (repeatable; "
                  "tenant default)");
+  auto* o_default_runner =
+      app.add_option("--default-runner", c.default_runner,
+                     "USER: sessions created without a backend run on this runner (remote)")
+          ->multi_option_policy(take_last);
   app.add_option("--config", config_file, "YAML file with the same keys; flags override it")
       ->multi_option_policy(take_last);
   auto* o_shared = app.add_option("--shared-dirs", shared_dirs,
@@ -559,6 +566,7 @@ ParseOutcome parse_daemon_args(int argc, const char* const* argv, std::ostream& 
   if (o_listen->count()) given.push_back("listen");
   if (o_data->count()) given.push_back("data_dir");
   if (o_backend->count()) given.push_back("backend");
+  if (o_default_runner->count()) given.push_back("default_runner");
   if (o_token->count()) given.push_back("tokens");
   if (o_shared->count()) given.push_back("shared_dirs");
   if (o_roots->count()) given.push_back("allowed_mount_roots");
@@ -788,6 +796,13 @@ Status validate_config(const DaemonConfig& c) {
       return fail(Code::kInvalid, "runner user '" + r.user + "' must be [A-Za-z0-9._-]{1,128}");
     }
     if (r.token.empty()) return fail(Code::kInvalid, "runner " + r.user + ": empty token");
+  }
+  if (!c.default_runner.empty() &&
+      std::none_of(c.runners.begin(), c.runners.end(),
+                   [&](const RunnerConfig& r) { return r.user == c.default_runner; })) {
+    return fail(Code::kInvalid, "default_runner '" + c.default_runner +
+                                    "' is not a runner user (give --runner-token " +
+                                    c.default_runner + "=TOKEN or config runners:)");
   }
   std::vector<std::string> names;
   std::vector<const std::string*> all_tokens;

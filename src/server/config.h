@@ -92,6 +92,9 @@ struct DaemonConfig {
   // YAML `tenants: [{name, tokens: [..], admin, max_sessions}]`.
   std::vector<TenantConfig> tenants;
   std::vector<RunnerConfig> runners;  // --runner-token USER=TOKEN, config `runners:`
+  // Sessions created without a `backend` go to this runner user (backend remote); one of
+  // `runners`. "" = they get `backend`.
+  std::string default_runner;
   // Boxes running at once over all tenants (0 = no limit); past it creates/resumes are 429.
   std::size_t max_running_boxes = 0;
   // Suspend the least recently used idle box instead of refusing at max_running_boxes.

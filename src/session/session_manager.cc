@@ -513,8 +513,16 @@ Status SessionManager::check_running_quota_locked(const std::string& id) const {
 Result<std::shared_ptr<SessionManager::Entry>> SessionManager::create_locked(
     const std::string& id, const SessionSpec& spec, const Caller& caller) {
   std::string backend = spec.backend.empty() ? config_.default_backend : spec.backend;
+  const bool to_default_runner = spec.backend.empty() && !config_.default_runner.empty();
+  if (to_default_runner) backend = "remote";
   if (config_.backends.find(backend) == config_.backends.end()) {
     return fail(Code::kInvalid, "backend: unknown backend \"" + backend + "\"");
+  }
+  // The runner's machine has no daemon host paths (as json_codec refuses for backend "remote").
+  if (to_default_runner && (!spec.mounts.empty() || !spec.skills.empty())) {
+    return fail(Code::kNotSupported,
+                std::string(spec.mounts.empty() ? "skills" : "mounts") +
+                    " on a remote runner (the daemon's --default-runner serves this session)");
   }
   if (closed_) return fail(Code::kUnavailable, "session " + id + ": daemon is shutting down");
   if (uids_.size() >= kUidRange) {
@@ -540,6 +548,7 @@ Result<std::shared_ptr<SessionManager::Entry>> SessionManager::create_locked(
   e->tenant = caller.tenant;
   e->spec = spec;
   e->spec.backend = backend;
+  if (to_default_runner) e->spec.runner = config_.default_runner;
   e->spec.limits = std::move(limits);
   e->backend = backend;
   e->uid = allocate_uid_locked(id);

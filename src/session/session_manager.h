@@ -111,6 +111,8 @@ struct ManagerConfig {
   // Absolute: workspaces at workspaces_dir/<id> instead (seed 001's --workdir). "" = default.
   std::string workspaces_dir;
   std::string default_backend;
+  // --default-runner: a spec without a backend gets backend "remote" and this runner ("" = none).
+  std::string default_runner;
   std::map<std::string, std::shared_ptr<sandbox::Backend>> backends;  // by name
   // Mounted read-only into every box at /shared/<box_path> (box_path is the prefix of
   // --shared-dirs prefix:path); an absolute box_path is used as given.

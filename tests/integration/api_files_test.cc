@@ -54,7 +54,7 @@ class FilesApi : public ::testing::Test {
  protected:
   explicit FilesApi(std::vector<std::string> args = {}) : daemon_(std::move(args)) {}
   void SetUp() override { api_.create("box"); }
-  std::string host_ws() const { return daemon_.data_dir() + "/workspaces/box"; }
+  std::string host_ws() const { return daemon_.workspace_dir("box"); }
 
   // Streams `data` up with the client's upload (Content-Length, chunked reads).
   ApiReply upload(const std::string& target, const std::string& data) {

@@ -416,44 +416,12 @@ TEST(RunnerApiSync, GlobalSkillsAndAgentsAreSyncedOnRegistration) {
   EXPECT_FALSE(std::filesystem::exists(ws.path() + "/.skills/noskill"));
 }
 
-// The real agentbox-runner (src/runner/) of user alice, started against `d` and stopped (SIGTERM,
-// reaped) with this object; kill() ends it at once.
-struct RealRunner {
-  pid_t pid = -1;
-  RealRunner(const Daemon& d, const std::string& workspace) {
-    std::string bin = std::filesystem::path(Daemon::binary()).parent_path() / "agentbox-runner";
-    EXPECT_TRUE(std::filesystem::exists(bin)) << bin;
-    std::string url = "ws://" + d.host_port() + "/ws/alice";
-    pid = ::fork();
-    if (pid == 0) {
-      ::prctl(PR_SET_PDEATHSIG, SIGKILL);
-      int devnull = ::open("/dev/null", O_WRONLY);
-      ::dup2(devnull, 1);
-      ::dup2(devnull, 2);
-      ::execl(bin.c_str(), bin.c_str(), "--server", url.c_str(), "--token", "alice-secret",
-              "--workspace", workspace.c_str(), "--backoff-base-ms", "100", nullptr);
-      ::_exit(127);
-    }
-    EXPECT_GT(pid, 0);
-  }
-  ~RealRunner() { kill(SIGTERM); }
-  void kill(int sig) {
-    if (pid <= 0) return;
-    ::kill(pid, sig);
-    int st;
-    ::waitpid(pid, &st, 0);
-    pid = -1;
-  }
-  RealRunner(const RealRunner&) = delete;
-  RealRunner& operator=(const RealRunner&) = delete;
-};
-
 // A daemon, the real runner of alice connected to it, and a remote session on it.
 struct RealRemote {
   Daemon d{runner_args()};
   Api api{d};
   Workspace ws;
-  RealRunner runner{d, ws.path()};
+  RunnerProcess runner{d.host_port(), "alice", "alice-secret", ws.path()};
   ApiReply created;  // the POST /v1/sessions reply
   // Waits for the runner to register and creates session `id` on it; false if either failed.
   bool start(const std::string& id) {
@@ -532,12 +500,12 @@ TEST(RunnerApiBigFiles, HundredMiBUpAndDownInChunksWithBoundedMemory) {
   Daemon& d = r.d;
   Api& api = r.api;
   Workspace& ws = r.ws;
-  RealRunner& runner = r.runner;
+  RunnerProcess& runner = r.runner;
   auto l = api.get("/v1/runners");
   EXPECT_EQ(l.body["runners"][0]["version"], 1) << l;
   // Warm both up with a small file first, then measure the growth of their peaks.
   ASSERT_EQ(api.put(files_target("big", "small.txt"), "x").status, 200);
-  const std::uint64_t daemon0 = peak_rss(d.pid()), runner0 = peak_rss(runner.pid);
+  const std::uint64_t daemon0 = peak_rss(d.pid()), runner0 = peak_rss(runner.pid());
   ASSERT_GT(daemon0, 0u);
   ASSERT_GT(runner0, 0u);
 
@@ -548,7 +516,7 @@ TEST(RunnerApiBigFiles, HundredMiBUpAndDownInChunksWithBoundedMemory) {
   EXPECT_TRUE(read_host_file(ws.path() + "/dir/big.bin") == big);
   std::printf("[ info ] after upload: daemon peak RSS +%llu MiB, runner +%llu MiB\n",
               static_cast<unsigned long long>((peak_rss(d.pid()) - daemon0) >> 20),
-              static_cast<unsigned long long>((peak_rss(runner.pid) - runner0) >> 20));
+              static_cast<unsigned long long>((peak_rss(runner.pid()) - runner0) >> 20));
   auto get = api.get(files_target("big", "dir/big.bin"));
   ASSERT_EQ(get.status, 200) << get.status;
   EXPECT_EQ(get.raw.size(), big.size());
@@ -562,7 +530,7 @@ TEST(RunnerApiBigFiles, HundredMiBUpAndDownInChunksWithBoundedMemory) {
     EXPECT_TRUE(back.raw == f) << n;
   }
   const std::uint64_t daemon_growth = peak_rss(d.pid()) - daemon0;
-  const std::uint64_t runner_growth = peak_rss(runner.pid) - runner0;
+  const std::uint64_t runner_growth = peak_rss(runner.pid()) - runner0;
   EXPECT_LT(daemon_growth, 64u << 20) << "daemon peak RSS grew by " << (daemon_growth >> 20)
                                       << " MiB";
   EXPECT_LT(runner_growth, 64u << 20) << "runner peak RSS grew by " << (runner_growth >> 20)
@@ -579,7 +547,7 @@ TEST(RunnerApiBigFiles, RunnerKilledMidUploadIs503AndNoFileAtTheTarget) {
   ASSERT_TRUE(r.start("k")) << r.created << r.d.log();
   Daemon& d = r.d;
   Workspace& ws = r.ws;
-  RealRunner& runner = r.runner;
+  RunnerProcess& runner = r.runner;
   const std::string big = big_payload(200u << 20);
   ApiReply put;
   std::thread uploader([&] {
@@ -596,7 +564,7 @@ TEST(RunnerApiBigFiles, RunnerKilledMidUploadIs503AndNoFileAtTheTarget) {
     }
     if (!started) std::this_thread::sleep_for(1ms);
   }
-  runner.kill(SIGKILL);
+  runner.stop(SIGKILL);
   uploader.join();
   ASSERT_TRUE(started) << put;
   EXPECT_EQ(put.status, 503) << put;
@@ -622,6 +590,46 @@ TEST(RunnerApiBigFiles, FilesOver500MBAreRefused) {
   // The connection is still good for the next request.
   auto e = api.exec("cap", {{"command", "echo ok"}});
   EXPECT_EQ(e.body["stdout"], "ok\n") << e;
+}
+
+// --default-runner: a session created without a backend is a remote session of that runner; one
+// that names a backend gets it; mounts on such a session are 501, not silently dropped.
+TEST(RunnerApiDefault, SessionsWithoutABackendGoToTheDefaultRunner) {
+  TempDir roots("agentbox-runner-roots");
+  std::filesystem::create_directories(roots.path() + "/data");
+  auto args = runner_args();
+  args.insert(args.end(), {"--default-runner", "alice", "--allow-backend", "host",
+                           "--allow-mount-root", roots.path()});
+  Daemon d(args);
+  Api api(d);
+  Workspace ws;
+  FakeRunner r(d, "alice", "alice-secret", ws.path());
+  ASSERT_EQ(r.start()["type"], "register_ok");
+  auto c = api.post("/v1/sessions", {{"id", "dflt"}});
+  ASSERT_EQ(c.status, 201) << c;
+  EXPECT_EQ(c.body["backend"], "remote") << c;
+  EXPECT_EQ(c.body["runner"], "alice") << c;
+  EXPECT_EQ(c.body["workspace"], ws.path()) << c;
+  auto e = api.exec("dflt", {{"command", "echo hi > f.txt"}});
+  ASSERT_EQ(e.status, 200) << e;
+  EXPECT_EQ(read_host_file(ws.path() + "/f.txt"), "hi\n");
+  auto h = api.post("/v1/sessions", {{"id", "onhost"}, {"backend", "host"}});
+  ASSERT_EQ(h.status, 201) << h;
+  EXPECT_EQ(h.body["backend"], "host") << h;
+  auto m = api.post("/v1/sessions",
+                    {{"id", "mnt"},
+                     {"mounts", {{{"host_path", roots.path() + "/data"}, {"mount_path", "/data"}}}}});
+  EXPECT_EQ(m.status, 501) << m;
+  EXPECT_NE(m.message().find("mounts"), std::string::npos) << m;
+  EXPECT_EQ(api.get("/v1/sessions/mnt").status, 404);
+  // A default runner that is not a runner user: the daemon does not start.
+  std::string out;
+  EXPECT_EQ(Daemon::run_to_exit({"--listen", "127.0.0.1:0", "--data-dir", d.temp_dir() + "/x",
+                                 "--backend", "host", "--default-runner", "carol"},
+                                &out),
+            2)
+      << out;
+  EXPECT_NE(out.find("default_runner 'carol' is not a runner user"), std::string::npos) << out;
 }
 
 // The CLI: `agentbox runners` and `agentbox session create --runner`.

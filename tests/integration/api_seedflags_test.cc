@@ -85,7 +85,7 @@ TEST_F(SeedFlags, TheSeedCommandLineServesTheSeedClient) {
   EXPECT_EQ(r.body["exit_code"], 0) << r;
   std::string out = r.body["stdout"];
   EXPECT_NE(out.find("bash=5"), std::string::npos) << out;  // bookworm's bash is 5.x
-  EXPECT_NE(out.find("path=/opt/toolchain/bin:/usr/"), std::string::npos) << out;
+  EXPECT_NE(out.find("path=/workspace/.venv/bin:/workspace/node_modules/.bin:/opt/toolchain/bin:/usr/"), std::string::npos) << out;
   EXPECT_NE(out.find("\n/workspace\n"), std::string::npos) << out;
   ASSERT_EQ(r.body["artifacts"].size(), 1u) << r;
   EXPECT_EQ(r.body["artifacts"][0]["path"], "/mnt/workspace/" + agent_ + "/cat.png");

@@ -81,6 +81,21 @@ std::optional<int> wait_for(pid_t pid, std::chrono::milliseconds timeout) {
   }
 }
 
+// Sends `sig` to child `pid` and reaps it (SIGKILL after 15 s); its status is kept in `status`
+// (later calls return it).
+int stop_child(pid_t pid, int sig, std::optional<int>* status) {
+  if (*status) return **status;
+  if (pid <= 0) return -1;
+  kill(pid, sig);
+  auto st = wait_for(pid, std::chrono::seconds(15));
+  if (!st) {
+    kill(pid, SIGKILL);
+    st = wait_for(pid, std::chrono::seconds(15));
+  }
+  *status = st.value_or(-1);
+  return **status;
+}
+
 }  // namespace
 
 std::string Daemon::binary() {
@@ -112,8 +127,20 @@ Daemon::Daemon(std::vector<std::string> extra_args) {
   // AGENTBOX_TEST_BACKEND=ns runs a suite against isolated boxes (tests/CMakeLists.txt registers
   // the API suites a second time that way); host otherwise.
   const char* backend = std::getenv("AGENTBOX_TEST_BACKEND");
-  if (!has_flag(extra_args, "--multi-agent")) {
-    add_default("--backend", backend != nullptr && *backend != '\0' ? backend : "host");
+  std::string test_backend = backend != nullptr && *backend != '\0' ? backend : "host";
+  // AGENTBOX_TEST_BACKEND=remote (a third time): sessions without a backend go to the runner
+  // started below; the daemon's own backend (templates, /readyz) stays host. A daemon the test
+  // configures itself (--backend, seed 001's --multi-agent) is left as it is.
+  const bool remote = test_backend == "remote" && !has_flag(extra_args, "--backend") &&
+                      !has_flag(extra_args, "--multi-agent") &&
+                      !has_flag(extra_args, "--default-runner");
+  if (test_backend == "remote") test_backend = "host";
+  if (!has_flag(extra_args, "--multi-agent")) add_default("--backend", test_backend);
+  const std::string runner_user = "agentbox-test";
+  const std::string runner_token = "agentbox-test-runner-token";
+  if (remote) {
+    argv.insert(argv.end(), {"--runner-token", runner_user + "=" + runner_token,
+                             "--default-runner", runner_user});
   }
   add_default("--log-level", "debug");
   argv.push_back("--ready-file");
@@ -132,6 +159,7 @@ Daemon::Daemon(std::vector<std::string> extra_args) {
       host_port_ = ready.substr(0, ready.size() - 1);
       // Listening on all interfaces (--port): reach it over loopback.
       if (host_port_.starts_with("0.0.0.0:")) host_port_ = "127.0.0.1" + host_port_.substr(7);
+      if (remote) start_runner(runner_user, runner_token);
       return;
     }
     if (auto st = wait_for(pid_, std::chrono::milliseconds(20))) {
@@ -148,8 +176,64 @@ Daemon::Daemon(std::vector<std::string> extra_args) {
   }
 }
 
+void Daemon::start_runner(const std::string& user, const std::string& token) {
+  std::string ws = temp_ / "runner-ws";
+  std::filesystem::create_directories(ws);
+  std::string runner_log = temp_ / "runner.log";
+  try {
+    runner_ = std::make_unique<RunnerProcess>(host_port_, user, token, ws, runner_log);
+  } catch (...) {
+    stop(SIGKILL);
+    throw;
+  }
+  // runners.cc logs this once the hub hands the connection out (sessions may use it then).
+  const std::string registered = "runner " + user + " registered";
+  auto deadline = Clock::now() + std::chrono::seconds(60);
+  while (log().find(registered) == std::string::npos) {
+    if (Clock::now() >= deadline || !running()) {
+      std::string msg = "agentbox-runner did not register in 60 s; runner log:\n" +
+                        testing::slurp(runner_log) + "\ndaemon log:\n" + log();
+      runner_.reset();
+      stop(SIGKILL);
+      throw std::runtime_error(msg);
+    }
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  }
+}
+
 Daemon::~Daemon() {
-  stop(SIGTERM);  // temp_ goes after this
+  runner_.reset();  // before the daemon: a runner left alone keeps redialing it
+  stop(SIGTERM);    // temp_ goes after this
+}
+
+std::string RunnerProcess::binary() {
+  return (std::filesystem::path(Daemon::binary()).parent_path() / "agentbox-runner").string();
+}
+
+RunnerProcess::RunnerProcess(const std::string& host_port, const std::string& user,
+                             const std::string& token, const std::string& workspace,
+                             const std::string& log_file) {
+  std::string bin = binary();
+  if (!std::filesystem::exists(bin)) throw std::runtime_error("no runner binary " + bin);
+  UniqueFd log_fd(open(log_file.empty() ? "/dev/null" : log_file.c_str(),
+                       O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644));
+  if (!log_fd) throw std::runtime_error("open " + log_file);
+  pid_ = spawn({bin, "--server", "ws://" + host_port + "/ws/" + user, "--token", token,
+                "--workspace", workspace, "--backoff-base-ms", "100"},
+               log_fd.get());
+}
+
+RunnerProcess::~RunnerProcess() {
+  stop(SIGTERM);
+}
+
+int RunnerProcess::stop(int sig) {
+  return stop_child(pid_, sig, &exit_status_);
+}
+
+std::string Daemon::workspace_dir(const std::string& id) const {
+  if (runner_) return temp_ / "runner-ws";
+  return data_dir_ + "/workspaces/" + id;
 }
 
 std::string Daemon::url() const {
@@ -165,16 +249,7 @@ client::ClientOptions Daemon::options(std::string token) const {
 }
 
 int Daemon::stop(int sig) {
-  if (exit_status_) return *exit_status_;
-  if (pid_ <= 0) return -1;
-  kill(pid_, sig);
-  auto st = wait_for(pid_, std::chrono::seconds(15));
-  if (!st) {
-    kill(pid_, SIGKILL);
-    st = wait_for(pid_, std::chrono::seconds(15));
-  }
-  exit_status_ = st.value_or(-1);
-  return *exit_status_;
+  return stop_child(pid_, sig, &exit_status_);
 }
 
 std::string Daemon::log() const {

@@ -8,11 +8,17 @@
 // and removes the temp dir.
 //
 // The daemon dies with the test process (PR_SET_PDEATHSIG), so a crashed test leaks nothing.
+//
+// AGENTBOX_TEST_BACKEND=remote (a daemon given no --backend): the daemon runs with a runner
+// user and --default-runner, and the fixture starts a real agentbox-runner for it (workspace
+// temp_dir()/runner-ws) and waits until it registered, so the sessions a test creates without
+// a backend are remote sessions served by that runner.
 
 #include <sys/types.h>
 
 #include <chrono>
 #include <csignal>
+#include <memory>
 #include <optional>
 #include <string>
 #include <string_view>
@@ -32,6 +38,26 @@ inline constexpr long kDaemonRssCapKib = 384 * 1024;
 inline constexpr long kDaemonRssCapKib = 64 * 1024;
 #endif
 
+// A real agentbox-runner (beside agentboxd) dialing ws://<host_port>/ws/<user> with `token` and
+// serving `workspace`, its output to `log_file` ("" = discarded). The destructor stops it
+// (SIGTERM, then SIGKILL); it dies with the test process too.
+class RunnerProcess {
+ public:
+  RunnerProcess(const std::string& host_port, const std::string& user, const std::string& token,
+                const std::string& workspace, const std::string& log_file = "");
+  ~RunnerProcess();
+  RunnerProcess(const RunnerProcess&) = delete;
+  RunnerProcess& operator=(const RunnerProcess&) = delete;
+  pid_t pid() const { return pid_; }
+  // As Daemon::stop. Idempotent.
+  int stop(int sig = SIGTERM);
+  static std::string binary();
+
+ private:
+  pid_t pid_ = -1;
+  std::optional<int> exit_status_;
+};
+
 class Daemon {
  public:
   explicit Daemon(std::vector<std::string> extra_args = {});
@@ -45,6 +71,9 @@ class Daemon {
   std::string host_port() const { return host_port_; }
   // The --data-dir the daemon runs with (workspaces are under data_dir()/workspaces/<id>).
   std::string data_dir() const { return data_dir_; }
+  // Where session `id`'s files are on this host: data_dir()/workspaces/<id>, or the runner's
+  // workspace (shared by all its sessions) when AGENTBOX_TEST_BACKEND=remote started one.
+  std::string workspace_dir(const std::string& id) const;
   // A scratch directory of this fixture, removed with it (for pid files, test inputs, ...).
   std::string temp_dir() const { return temp_.path(); }
   pid_t pid() const { return pid_; }
@@ -69,6 +98,9 @@ class Daemon {
   static std::string binary();
 
  private:
+  // Starts runner_ and waits until the daemon logged its registration (throws otherwise).
+  void start_runner(const std::string& user, const std::string& token);
+
   // First member: removed last, after the destructor stopped the daemon (and on a throwing
   // constructor), with any mount the daemon left beneath it detached first.
   testing::TempDir temp_{"agentbox-it"};
@@ -78,6 +110,7 @@ class Daemon {
   std::string host_port_;
   pid_t pid_ = -1;
   std::optional<int> exit_status_;
+  std::unique_ptr<RunnerProcess> runner_;  // AGENTBOX_TEST_BACKEND=remote
 };
 
 // A bare TCP connection to the daemon, for what a well-behaved client never sends (malformed

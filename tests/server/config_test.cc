@@ -552,5 +552,22 @@ TEST(ConfigLangbot, YamlFlagsAndValidation) {
   EXPECT_TRUE(validate_config(c).has_value());
 }
 
+// --default-runner / config default_runner: must be one of the runner users.
+TEST(ConfigRunners, DefaultRunnerMustBeARunnerUser) {
+  auto r = parse({"--runner-token", "alice=s3cret", "--default-runner", "alice"});
+  ASSERT_TRUE(r.config);
+  EXPECT_EQ(r.config->default_runner, "alice");
+  EXPECT_TRUE(validate_config(*r.config).has_value());
+  auto bad = parse({"--runner-token", "alice=s3cret", "--default-runner", "bob"});
+  ASSERT_TRUE(bad.config);
+  auto st = validate_config(*bad.config);
+  ASSERT_FALSE(st.has_value());
+  EXPECT_NE(st.error().message.find("default_runner 'bob' is not a runner user"),
+            std::string::npos)
+      << st.error().message;
+  EXPECT_EQ(st.error().message.find("s3cret"), std::string::npos) << st.error().message;
+  EXPECT_TRUE(validate_config(*parse({}).config).has_value());  // none: nothing to check
+}
+
 }  // namespace
 }  // namespace agentbox::server
