@@ -77,7 +77,8 @@ TEST_F(SeedFlags, TheSeedCommandLineServesTheSeedClient) {
   EXPECT_NE(daemon_.log().find("WITHOUT a token"), std::string::npos) << daemon_.log();
   EXPECT_EQ(api_.get("/healthz").status, 200);
 
-  // exec: bash runs the command, the toolchain is first in PATH, the box is isolated (its own
+  // exec: bash runs the command, the toolchain is first in PATH after seed 004's venv and
+  // node_modules bins, the box is isolated (its own
   // /workspace), and the artifact comes back under the host path the client sent.
   auto r = api_.post("/exec", seed_exec("echo \"bash=$BASH_VERSION\"; echo \"path=$PATH\"; "
                                         "pwd; printf png > /workspace/cat.png"));
@@ -85,7 +86,10 @@ TEST_F(SeedFlags, TheSeedCommandLineServesTheSeedClient) {
   EXPECT_EQ(r.body["exit_code"], 0) << r;
   std::string out = r.body["stdout"];
   EXPECT_NE(out.find("bash=5"), std::string::npos) << out;  // bookworm's bash is 5.x
-  EXPECT_NE(out.find("path=/workspace/.venv/bin:/workspace/node_modules/.bin:/opt/toolchain/bin:/usr/"), std::string::npos) << out;
+  EXPECT_NE(out.find("path=/workspace/.venv/bin:/workspace/node_modules/.bin:/opt/toolchain/bin:"
+                     "/usr/"),
+            std::string::npos)
+      << out;
   EXPECT_NE(out.find("\n/workspace\n"), std::string::npos) << out;
   ASSERT_EQ(r.body["artifacts"].size(), 1u) << r;
   EXPECT_EQ(r.body["artifacts"][0]["path"], "/mnt/workspace/" + agent_ + "/cat.png");
