@@ -655,13 +655,18 @@ void Proxy::stop() {
     impl->acceptor.close(ec);
   });
   // Each connection is closed on its own strand; a Conn erases itself from `conns` under mu in
-  // its destructor, so the pointers are valid while mu is held.
-  std::lock_guard lk(impl_->mu);
-  for (Conn* raw : impl_->conns) {
-    // lock() fails for a Conn whose destructor is waiting for mu: it is gone already.
-    if (auto c = raw->weak_from_this().lock()) {
-      asio::post(c->client.get_executor(), [c] { c->close_all(); });
+  // its destructor, so the pointers are valid while mu is held. The references are taken under mu
+  // and dropped after it: the last one may run ~Conn, which takes mu itself.
+  std::vector<std::shared_ptr<Conn>> live;
+  {
+    std::lock_guard lk(impl_->mu);
+    for (Conn* raw : impl_->conns) {
+      // lock() fails for a Conn whose destructor is waiting for mu: it is gone already.
+      if (auto c = raw->weak_from_this().lock()) live.push_back(std::move(c));
     }
+  }
+  for (const auto& c : live) {
+    asio::post(c->client.get_executor(), [c] { c->close_all(); });
   }
 }
 
