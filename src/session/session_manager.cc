@@ -803,8 +803,10 @@ Result<SessionManager::BoxStart> SessionManager::start_box(const Entry& e) {
   for (sandbox::BindMount& m : global_binds(e.spec)) cfg.mounts.push_back(std::move(m));
 
   BoxStart out;
+  // A templated session's cap is on its overlay layer (mount_session below), not the dir.
+  const std::uint64_t disk_mb = e.spec.limits.disk_mb.value_or(0);
   auto ws = workspaces_.prepare(e.id, /*must_be_new=*/false, owner_of(isolated, e.uid),
-                                e.spec.limits.disk_mb.value_or(0));
+                                e.spec.snapshot.empty() ? disk_mb : 0);
   if (!ws) return std::unexpected(ws.error());
   out.created_dir = ws->created;
   auto drop_new_dir = [&] {
@@ -817,7 +819,8 @@ Result<SessionManager::BoxStart> SessionManager::start_box(const Entry& e) {
         owner_of(isolated, e.uid).value_or(workspace::Owner{::geteuid(), ::getegid()});
     Status st = config_.templates
                     ? config_.templates->mount_session(e.id, e.spec.snapshot,
-                                                       workspaces_.path(e.id), own.uid, own.gid)
+                                                       workspaces_.path(e.id), own.uid, own.gid,
+                                                       disk_mb)
                     : Status(fail(Code::kNotSupported, "template (templates)"));
     if (!st) {
       drop_new_dir();
@@ -916,9 +919,6 @@ Result<std::pair<SessionInfo, bool>> SessionManager::create_or_get(const std::st
     if (!config_.templates) return fail(Code::kNotSupported, "template (templates)");
     auto r = config_.templates->resolve(spec.template_name);
     if (!r) return std::unexpected(r.error());
-    if (spec.limits.disk_mb) {
-      return fail(Code::kNotSupported, "limits.disk_mb with a template (not built yet)");
-    }
     resolved.snapshot = r->snapshot;
     resolved.template_version = r->version;
   }
@@ -1007,7 +1007,8 @@ Result<std::string> SessionManager::destroy_impl(const std::string& id, const Ca
         owner_of(config_.backends.at(e->backend)->isolated(), e->uid)
             .value_or(workspace::Owner{::geteuid(), ::getegid()});
     if (auto st = config_.templates->mount_session(id, e->spec.snapshot, workspaces_.path(id),
-                                                   own.uid, own.gid);
+                                                   own.uid, own.gid,
+                                                   e->spec.limits.disk_mb.value_or(0));
         !st) {
       archived = std::unexpected(st.error());
     }
@@ -1469,7 +1470,7 @@ void SessionManager::shutdown_all() {
   // start mounts the image again when the session is used.
   for (const std::string& id : layered) {
     if (!config_.templates) break;
-    if (auto st = config_.templates->unmount_session(workspaces_.path(id)); !st) {
+    if (auto st = config_.templates->unmount_session(workspaces_.path(id), id); !st) {
       spdlog::warn("session {}: unmounting its overlay: {}", id, st.error().message);
     }
   }

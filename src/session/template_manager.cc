@@ -13,6 +13,7 @@
 
 #include "common/log.h"
 #include "linux/overlay.h"
+#include "linux/quota_disk.h"
 #include "net/policy.h"
 #include "sandbox/rooted_fs.h"
 #include "workspace/installers.h"
@@ -714,10 +715,23 @@ Result<ResolvedTemplate> TemplateManager::resolve(const std::string& ref) {
 }
 
 Status TemplateManager::mount_session(const std::string& id, const std::string& snapshot,
-                                      const std::string& workspace_path, uid_t uid, gid_t gid) {
+                                      const std::string& workspace_path, uid_t uid, gid_t gid,
+                                      std::uint64_t disk_mb) {
   if (linux::is_overlay(workspace_path)) return {};
   const std::string layer = config_.data_dir + "/layers/" + id;
   AB_TRY(mkdir_mode(layer, 0700));
+  if (disk_mb) {
+    // The layer dir becomes the root of the session's capped disk (mounted again after a
+    // daemon restart: attach is idempotent and keeps the image's bytes).
+    linux::QuotaDiskSpec disk;
+    disk.image_path = layer + ".img";
+    disk.mountpoint = layer;
+    disk.bytes = disk_mb << 20;
+    disk.uid = ::geteuid();
+    disk.gid = ::getegid();
+    AB_TRY(linux::attach_quota_disk(disk));
+    AB_TRY(mkdir_mode(layer, 0700));  // the disk's root
+  }
   AB_TRY(mkdir_mode(layer + "/upper", 0700));
   AB_TRY(mkdir_mode(layer + "/work", 0700));
   if (::chown((layer + "/upper").c_str(), uid, gid) != 0) {
@@ -738,12 +752,21 @@ Status TemplateManager::mount_session(const std::string& id, const std::string& 
   return linux::mount_overlay(spec);
 }
 
-Status TemplateManager::unmount_session(const std::string& workspace_path) {
-  return linux::unmount_overlay(workspace_path);
+Status TemplateManager::unmount_session(const std::string& workspace_path,
+                                        const std::string& id) {
+  AB_TRY(linux::unmount_overlay(workspace_path));
+  if (id.empty()) return {};
+  return linux::unmount_quota_disk(config_.data_dir + "/layers/" + id);
 }
 
 Status TemplateManager::drop_session(const std::string& id, const std::string& workspace_path) {
   AB_TRY(linux::unmount_overlay(workspace_path));
+  // A capped layer (limits.disk_mb): unmount it and delete its image first.
+  const std::string layer = config_.data_dir + "/layers/" + id;
+  if (auto st = linux::detach_quota_disk(layer, layer + ".img");
+      !st && st.error().code != Code::kNotFound) {
+    return st;
+  }
   return remove_under(config_.data_dir + "/layers", id);
 }
 

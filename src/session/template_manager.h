@@ -7,6 +7,7 @@
 //   builds/<build_id>/ws    a build's workspace while it runs (removed when it ends; leftovers
 //                           of a crash are removed at the next start)
 //   layers/<session>/{upper,work}  a templated session's own copy-on-write layer
+//   layers/<session>.img    with limits.disk_mb: the capped disk mounted at layers/<session>
 // A build runs the template's files and setup in a box of the sessions' backend, as the build
 // user, under the template's network policy, and becomes a snapshot only when every step
 // succeeded: a failed (or killed) build never changes which version is current.
@@ -119,10 +120,14 @@ class TemplateManager {
   Result<ResolvedTemplate> resolve(const std::string& ref);
   // Mounts session `id`'s overlay (lower = the snapshot, upper/work = layers/<id>) at
   // `workspace_path` unless one is mounted there already; the session user owns its view.
+  // disk_mb (limits.disk_mb): layers/<id> is then a capped disk (linux/quota_disk.h, image
+  // layers/<id>.img) holding upper and work, so the session's writes hit ENOSPC at the cap
+  // while the snapshot (lower) does not count.
   Status mount_session(const std::string& id, const std::string& snapshot,
-                       const std::string& workspace_path, uid_t uid, gid_t gid);
-  // Unmounts it (keeps the layer).
-  Status unmount_session(const std::string& workspace_path);
+                       const std::string& workspace_path, uid_t uid, gid_t gid,
+                       std::uint64_t disk_mb = 0);
+  // Unmounts it (keeps the layer; with `id`, also unmounts a capped layer, keeping its image).
+  Status unmount_session(const std::string& workspace_path, const std::string& id = "");
   // Unmounts it and deletes the session's layer.
   Status drop_session(const std::string& id, const std::string& workspace_path);
   // The snapshots sessions use (set by the session manager); runs the startup GC once set.

@@ -295,6 +295,58 @@ TEST(TemplatesRestart, OverlaySurvivesSuspendResumeRestartAndArchiveHoldsTheMerg
   EXPECT_EQ(read_host_file("/proc/mounts").find(data), std::string::npos);
 }
 
+// limits.disk_mb on a templated session caps its own layer (upper + work), not the snapshot:
+// the template's files are there, 4 MiB fit, 32 MiB hit ENOSPC; the cap survives suspend/resume
+// and a daemon restart, and a destroy leaves no mount and no image behind.
+TEST(TemplatesQuota, ATemplatedSessionsWritesAreCappedAtDiskMbAndTheSnapshotDoesNotCount) {
+  TempDir dir("agentbox-tmplq");
+  const std::string data = dir.path() + "/data";
+  fs::create_directories(data);
+  const std::string big = "dd if=/dev/zero of=big bs=1M count=32 2>&1; echo rc=$?";
+  {
+    Daemon d({"--backend", "ns", "--data-dir", data});
+    Api api(d);
+    ASSERT_EQ(api.call("POST", "/v1/templates", kBase, "application/yaml").status, 201);
+    auto b = api.call("POST", "/v1/templates/base/build?wait=true", "{}");
+    ASSERT_EQ(b.status, 201) << b;
+    const std::string snap = data + "/snapshots/" + b.body["snapshot"]["id"].get<std::string>();
+    auto c = api.post("/v1/sessions",
+                      {{"id", "cap"}, {"template", "base"}, {"limits", {{"disk_mb", 16}}}});
+    ASSERT_EQ(c.status, 201) << c;
+    auto seen = api.exec("cap", {{"command", "cat hello.txt built.txt; wc -l < data/numbers"}});
+    EXPECT_EQ(seen.body["stdout"], "hello from the template\nbuilt\n100\n") << seen;
+    auto small = api.exec("cap", {{"command", "dd if=/dev/zero of=four bs=1M count=4 2>/dev/null && sync"}});
+    EXPECT_EQ(small.body["exit_code"], 0) << small;
+    auto full = api.exec("cap", {{"command", big}});
+    EXPECT_NE(full.body.value("stdout", "").find("No space left"), std::string::npos) << full;
+    EXPECT_EQ(full.body.value("stdout", "").find("rc=0"), std::string::npos) << full;
+    // The snapshot on the host is untouched.
+    EXPECT_TRUE(fs::exists(snap + "/hello.txt"));
+    EXPECT_FALSE(fs::exists(snap + "/four"));
+    ASSERT_EQ(api.post("/v1/sessions/cap/suspend", json::object()).status, 200);
+    ASSERT_EQ(api.post("/v1/sessions/cap/resume", json::object()).status, 200);
+    auto again = api.exec("cap", {{"command", "rm -f big; stat -c %s four; cat hello.txt; " + big}});
+    EXPECT_NE(again.body.value("stdout", "").find("4194304\nhello from the template\n"),
+              std::string::npos) << again;
+    EXPECT_NE(again.body.value("stdout", "").find("No space left"), std::string::npos) << again;
+  }
+  EXPECT_EQ(read_host_file("/proc/mounts").find(data), std::string::npos)
+      << "a clean exit leaves neither the overlay nor the layer's disk mounted";
+  {
+    Daemon d({"--backend", "ns", "--data-dir", data});
+    Api api(d);
+    auto r = api.exec("cap", {{"command", "rm -f big; stat -c %s four; " + big}});
+    EXPECT_NE(r.body.value("stdout", "").find("4194304\n"), std::string::npos) << r;
+    EXPECT_NE(r.body.value("stdout", "").find("No space left"), std::string::npos) << r;
+    auto del = api.del("/v1/sessions/cap");
+    EXPECT_EQ(del.status, 200) << del;
+    EXPECT_EQ(read_host_file("/proc/mounts").find(data), std::string::npos)
+        << "a destroy leaves no mount";
+    EXPECT_FALSE(fs::exists(data + "/layers/cap"));
+    EXPECT_FALSE(fs::exists(data + "/layers/cap.img"));
+  }
+}
+
 // Seed 004's dependencies from a local index the test makes (a hand-made wheel, an `npm pack`
 // tarball), visible read-only in the build box through the config's readonly_dirs; never a
 // registry.
