@@ -9,6 +9,8 @@
 #include <termios.h>
 #include <unistd.h>
 
+#include <cerrno>
+#include <cstring>
 #include <atomic>
 #include <boost/asio.hpp>
 #include <boost/asio/ssl.hpp>
@@ -362,7 +364,8 @@ class Conn : public std::enable_shared_from_this<Conn> {
   // The child's cwd: the workspace, or `dir` beneath it. Unlike xbot, a bad dir is an error.
   Result<UniqueFd> cwd_for(const std::string& dir) {
     auto fd = fs_.open_dir(dir.empty() ? fs_.path() : dir);
-    if (!fd && fd.error().code != Code::kAccess) {
+    // A missing dir stays ENOENT (404 through the API, as on the other backends).
+    if (!fd && fd.error().code != Code::kAccess && fd.error().code != Code::kNotFound) {
       return fail(Code::kInternal, "exec error: " + fd.error().message);
     }
     return fd;
@@ -414,6 +417,13 @@ class Conn : public std::enable_shared_from_this<Conn> {
     spec.stdout_fd = out_w.get();
     spec.stderr_fd = err_w.get();
     auto pid = spawn(spec);
+    if (!pid && pid.error().sys_errno == ENOENT) {
+      // No such program: exit 127 as a shell reports it (the other backends' contract).
+      p::ExecResult missing;
+      missing.exit_code = 127;
+      missing.stderr_data = spec.argv[0] + ": " + std::strerror(ENOENT) + "\n";
+      return reply(e.id, p::type::kExecResult, p::to_json(missing));
+    }
     if (!pid) return reply_error(e.id, p::code::kIO, "exec error: " + pid.error().message);
     out_w.reset();
     err_w.reset();

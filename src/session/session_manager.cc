@@ -991,6 +991,10 @@ Result<std::string> SessionManager::destroy_impl(const std::string& id, const Ca
   if (if_idle_ttl_ms > 0 && !idle_locked(*e, now_ms(), if_idle_ttl_ms)) {
     return fail(Code::kExists, "session " + id + " is in use again");
   }
+  // The workspace folder here is not the runner's files: an archive of it would be a wrong 2xx.
+  if (archive && e->backend == "remote") {
+    return fail(Code::kNotSupported, "archive of a remote session (backend remote) is not supported");
+  }
   e->phase = Phase::kDestroying;
   std::shared_ptr<sandbox::Sandbox> box = std::move(e->box);
   lk.unlock();
@@ -1051,6 +1055,10 @@ Result<SessionInfo> SessionManager::restore(const std::string& id, const std::st
   lk.unlock();
   auto afd = workspaces_.open_archive(archive);
   if (!afd) return std::unexpected(afd.error());
+  // With --default-runner the restored session would be remote: its files live on the runner.
+  if (!config_.default_runner.empty()) {
+    return fail(Code::kNotSupported, "restore of a remote session (backend remote) is not supported");
+  }
   // The mounts and skills the session had when it was archived come back with it.
   SessionSpec spec =
       read_mounts_sidecar(archive.front() == '/' ? archive : archives_dir() + "/" + archive);

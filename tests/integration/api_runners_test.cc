@@ -224,6 +224,42 @@ runners:
   EXPECT_NE(nr.message().find("runner"), std::string::npos) << nr;
 }
 
+// The daemon's workspace folder is not the runner's files: archive and restore of a remote
+// session are refused (501 naming it), never a 2xx that archives or restores the wrong folder.
+TEST(RunnerApiSessions, ArchiveAndRestoreOfARemoteSessionAre501) {
+  auto args = runner_args();
+  args.insert(args.end(), {"--default-runner", "alice", "--allow-backend", "host"});
+  Daemon d(args);
+  Api api(d);
+  Workspace ws;
+  FakeRunner r(d, "alice", "alice-secret", ws.path());
+  ASSERT_EQ(r.start()["type"], "register_ok");
+  ASSERT_EQ(api.post("/v1/sessions", {{"id", "ar"}, {"runner", "alice"}}).status, 201);
+  ASSERT_TRUE(spit(ws.path() + "/keep.txt", "runner file"));
+  auto del = api.del("/v1/sessions/ar?archive=true");
+  EXPECT_EQ(del.status, 501) << del;
+  EXPECT_EQ(del.code(), "ENOTSUP") << del;
+  EXPECT_NE(del.message().find("archive of a remote session (backend remote)"), std::string::npos)
+      << del;
+  // Nothing happened: the session and the runner's files are still there, no archive written.
+  EXPECT_EQ(api.get("/v1/sessions/ar").status, 200);
+  EXPECT_EQ(read_host_file(ws.path() + "/keep.txt"), "runner file");
+  EXPECT_FALSE(std::filesystem::exists(d.data_dir() + "/archives") &&
+               !std::filesystem::is_empty(d.data_dir() + "/archives"));
+  // A real archive (of a host session on the same daemon): restoring it would make a remote one.
+  ASSERT_EQ(api.post("/v1/sessions", {{"id", "h"}, {"backend", "host"}}).status, 201);
+  auto harch = api.del("/v1/sessions/h?archive=true");
+  ASSERT_EQ(harch.status, 200) << harch;
+  auto res = api.post("/v1/sessions/back/restore", {{"archive", harch.body["archive"]}});
+  EXPECT_EQ(res.status, 501) << res;
+  EXPECT_EQ(res.code(), "ENOTSUP") << res;
+  EXPECT_NE(res.message().find("restore of a remote session (backend remote)"), std::string::npos)
+      << res;
+  EXPECT_EQ(api.get("/v1/sessions/back").status, 404);
+  // An id in use is still 409 first (API.md).
+  EXPECT_EQ(api.post("/v1/sessions/ar/restore", {{"archive", "any.tar.zst"}}).status, 409);
+}
+
 TEST(RunnerApiFaults, DropMidRequestFailsWith503WithinASecond) {
   Daemon d(runner_args());
   Api api(d);
