@@ -749,7 +749,7 @@ class Conn : public std::enable_shared_from_this<Conn> {
       }
       if (n == 0) break;  // the file shrank: end here, file_end says how much came
       buf.resize(static_cast<std::size_t>(n));
-      reply(id, p::type::kFileChunk, p::to_json(p::FileChunk{sent, buf}));
+      outbox.send(p::chunk_frame(id, "", sent, buf));
       sent += n;
     }
     bool cancelled;
