@@ -220,6 +220,26 @@ std::string frame(std::string_view id, std::string_view t, std::optional<Json> b
   return encode(e);
 }
 
+std::string chunk_frame(std::string_view id, std::string_view user_id, std::int64_t offset,
+                        std::string_view data) {
+  Envelope e;
+  e.id = std::string(id);
+  e.type = std::string(type::kFileChunk);
+  e.user_id = std::string(user_id);
+  Json body = Json::object();
+  body["offset"] = offset;
+  body["data"] = "";
+  e.body = std::move(body);
+  std::string head = encode(e);  // ...,"body":{"offset":N,"data":""}}
+  constexpr std::string_view kTail = "\"}}";
+  head.resize(head.size() - kTail.size());
+  std::string b64 = base64_encode(data);  // [A-Za-z0-9+/=]: nothing to escape
+  std::string out;
+  out.reserve(head.size() + b64.size() + kTail.size());
+  out.append(head).append(b64).append(kTail);
+  return out;
+}
+
 std::string error_frame(std::string_view id, std::string_view wire_code, std::string_view message) {
   ErrorBody b{std::string(message), std::string(wire_code)};
   return frame(id, type::kError, to_json(b));

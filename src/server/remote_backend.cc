@@ -184,7 +184,7 @@ Result<std::uint64_t> RemoteWriter::send_chunked(const std::shared_ptr<RunnerCon
     while (sent - acked >= proto::kWindowBytes) AB_TRY(wait_ack());
     buf.resize(static_cast<std::size_t>(std::min(proto::kChunkSize, size - sent)));
     AB_TRY(pread_all(spool_.get(), buf.data(), buf.size(), static_cast<std::uint64_t>(sent)));
-    t->send(proto::type::kFileChunk, proto::to_json(proto::FileChunk{sent, buf}));
+    t->send_chunk(sent, buf);
     sent += static_cast<std::int64_t>(buf.size());
   }
   t->send(proto::type::kFileEnd, proto::to_json(proto::FileEnd{size}));

@@ -268,6 +268,10 @@ void RunnerTransfer::send(std::string_view type, proto::Json body) {
       proto::Envelope{id_, std::string(type), conn_->identity().user, std::move(body)}));
 }
 
+void RunnerTransfer::send_chunk(std::int64_t offset, std::string_view data) {
+  conn_->send_frame(proto::chunk_frame(id_, conn_->identity().user, offset, data));
+}
+
 void RunnerTransfer::push(Result<RunnerReply> r) {
   std::lock_guard lk(mu_);
   frames_.push_back(std::move(r));

@@ -85,6 +85,8 @@ class RunnerTransfer {
   const std::string& id() const { return id_; }
   // Sends one frame of this transfer (file_chunk, file_end, ack, ...).
   void send(std::string_view type, proto::Json body);
+  // A file_chunk frame (proto::chunk_frame: no Json copy of the data).
+  void send_chunk(std::int64_t offset, std::string_view data);
   // The runner's next frame for this transfer. The runner's `error` frame becomes its Error;
   // EUNAVAILABLE when the connection goes; ETIMEDOUT when nothing comes within `idle`.
   Result<RunnerReply> next(std::chrono::milliseconds idle);

@@ -225,6 +225,16 @@ TEST(RunnerProtocol, ChunkedTransferBodies) {
             R"({"id":"r","type":"file_begin","body":{"size":5000000}})");
   EXPECT_EQ(frame("r", type::kFileChunk, to_json(FileChunk{1048576, "abc"})),
             R"({"id":"r","type":"file_chunk","body":{"offset":1048576,"data":"YWJj"}})");
+  // The fast chunk encoder writes the same bytes as the Json path, user_id and escaping included.
+  EXPECT_EQ(chunk_frame("r", "", 1048576, "abc"),
+            frame("r", type::kFileChunk, to_json(FileChunk{1048576, "abc"})));
+  std::string bin(3000, '\0');
+  for (std::size_t i = 0; i < bin.size(); ++i) bin[i] = static_cast<char>(i * 7);
+  EXPECT_EQ(chunk_frame("id<\"&>", "u1", 0, bin),
+            encode(Envelope{"id<\"&>", std::string(type::kFileChunk), "u1",
+                            to_json(FileChunk{0, bin})}));
+  EXPECT_EQ(chunk_frame("r", "", 0, ""),
+            R"({"id":"r","type":"file_chunk","body":{"offset":0,"data":""}})");
   EXPECT_EQ(frame("r", type::kFileEnd, to_json(FileEnd{5000000})),
             R"({"id":"r","type":"file_end","body":{"size":5000000}})");
   EXPECT_EQ(frame("r", type::kAck, to_json(Ack{2097152})),
