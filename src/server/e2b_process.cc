@@ -339,7 +339,8 @@ asio::awaitable<bool> pump(rpc::StreamWriter* w, ProcessTable* table, std::strin
     auto got = co_await (std::move(follow) || std::move(tick));
     if (got.index() == 1) {
       if (deadline && std::chrono::steady_clock::now() >= *deadline) {
-        (void)table->kill(pid);
+        // Ended before the stream says so: a List after deadline_exceeded no longer shows it.
+        (void)co_await kill_and_wait(table, pid);
         RpcError e = RpcError::make(RpcCode::kDeadlineExceeded,
                                     "the command's time (Connect-Timeout-Ms) ran out: killed");
         *keep = co_await w->end(std::move(e));
