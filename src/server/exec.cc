@@ -355,21 +355,10 @@ asio::awaitable<bool> exec_stream(Call* call, bool seed) {
   auto prepared = co_await prepare_exec(ctx, &ex->req, seed);
   if (!prepared) co_return co_await send_error(call, prepared.error());
 
-  // HTTP/1.0 has no chunked encoding: stream raw and close.
-  const bool chunked = ex->version >= 11;
-  const bool keep = ex->keep_alive && chunked && !ctx->stopping;
-  http::response<http::empty_body> res{http::status::ok, ex->version};
-  res.set(http::field::server, "agentboxd");
-  res.set(http::field::content_type, "application/x-ndjson");
-  res.set(http::field::cache_control, "no-store");
-  res.keep_alive(keep);
-  if (chunked) res.chunked(true);
-  http::response_serializer<http::empty_body> sr{res};
-  conn->stream.expires_after(ctx->opts.io_timeout);
-  auto [hec, hn] = co_await http::async_write_header(conn->stream, sr, kTuple);
-  ctx->metrics.add_bytes_out(hn);
-  if (hec) co_return false;
-  log_request(call, 200);
+  auto started = co_await start_ndjson(call);
+  if (!started.ok) co_return false;
+  const bool chunked = started.chunked;
+  const bool keep = started.keep;
 
   bool gone = false;
   NdjsonSink sink(ctx, conn, seed, chunked, &gone);

@@ -353,17 +353,7 @@ json record_json(const OutputRecord& r) {
 // Writes one NDJSON line (as one chunk when chunked).
 asio::awaitable<bool> write_ndjson(Context* ctx, Conn* conn, bool chunked, std::string line) {
   line += '\n';
-  conn->stream.expires_after(ctx->opts.io_timeout);
-  beast::error_code ec;
-  std::size_t n = 0;
-  if (chunked) {
-    std::tie(ec, n) =
-        co_await asio::async_write(conn->stream, http::make_chunk(asio::buffer(line)), kTuple);
-  } else {
-    std::tie(ec, n) = co_await asio::async_write(conn->stream, asio::buffer(line), kTuple);
-  }
-  ctx->metrics.add_bytes_out(n);
-  co_return !ec;
+  co_return co_await write_stream(ctx, conn, chunked, line);
 }
 
 // The output records from `since` to the end (follow: until the exit record). Returns whether
@@ -409,20 +399,10 @@ asio::awaitable<bool> output_process(Call* call) {
   if (!info) co_return co_await send_error(call, info.error());
   const std::string pid = std::to_string(info->pid);
 
-  const bool chunked = ex->version >= 11;
-  const bool keep = ex->keep_alive && chunked && !ctx->stopping;
-  http::response<http::empty_body> res{http::status::ok, ex->version};
-  res.set(http::field::server, "agentboxd");
-  res.set(http::field::content_type, "application/x-ndjson");
-  res.set(http::field::cache_control, "no-store");
-  res.keep_alive(keep);
-  if (chunked) res.chunked(true);
-  http::response_serializer<http::empty_body> sr{res};
-  conn->stream.expires_after(ctx->opts.io_timeout);
-  auto [hec, hn] = co_await http::async_write_header(conn->stream, sr, kTuple);
-  ctx->metrics.add_bytes_out(hn);
-  if (hec) co_return false;
-  log_request(call, 200);
+  auto started = co_await start_ndjson(call);
+  if (!started.ok) co_return false;
+  const bool chunked = started.chunked;
+  const bool keep = started.keep;
 
   bool ok = true;
   if (*follow) {

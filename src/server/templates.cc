@@ -219,20 +219,10 @@ asio::awaitable<bool> build_log(Call* call) {
   auto exists = co_await std::move(first);
   if (!exists) co_return co_await send_error(call, exists.error());
 
-  const bool chunked = ex->version >= 11;
-  const bool keep = ex->keep_alive && chunked && !ctx->stopping;
-  http::response<http::empty_body> res{http::status::ok, ex->version};
-  res.set(http::field::server, "agentboxd");
-  res.set(http::field::content_type, "application/x-ndjson");
-  res.set(http::field::cache_control, "no-store");
-  res.keep_alive(keep);
-  if (chunked) res.chunked(true);
-  http::response_serializer<http::empty_body> sr{res};
-  conn->stream.expires_after(ctx->opts.io_timeout);
-  auto [hec, hn] = co_await http::async_write_header(conn->stream, sr, kTuple);
-  ctx->metrics.add_bytes_out(hn);
-  if (hec) co_return false;
-  log_request(call, 200);
+  auto started = co_await start_ndjson(call);
+  if (!started.ok) co_return false;
+  const bool chunked = started.chunked;
+  const bool keep = started.keep;
 
   std::size_t from = 0;
   for (;;) {
@@ -260,17 +250,8 @@ asio::awaitable<bool> build_log(Call* call) {
       }
     }
     if (!out.empty()) {
-      conn->stream.expires_after(ctx->opts.io_timeout);
-      beast::error_code ec;
-      std::size_t n = 0;
-      if (chunked) {
-        std::tie(ec, n) =
-            co_await asio::async_write(conn->stream, http::make_chunk(asio::buffer(out)), kTuple);
-      } else {
-        std::tie(ec, n) = co_await asio::async_write(conn->stream, asio::buffer(out), kTuple);
-      }
-      ctx->metrics.add_bytes_out(n);
-      if (ec) co_return false;
+      bool wrote = co_await write_stream(ctx, conn, chunked, out);
+      if (!wrote) co_return false;
     }
     if (end) break;
   }

@@ -78,6 +78,43 @@ asio::awaitable<bool> send_error(Call* call, Error e) {
   co_return co_await send_reply(call, error_reply(e));
 }
 
+asio::awaitable<NdjsonStream> start_ndjson(Call* call) {
+  Context* ctx = call->ctx;
+  Conn* conn = call->conn;
+  Exchange* ex = &call->ex;
+  NdjsonStream out;
+  out.chunked = ex->version >= 11;
+  out.keep = ex->keep_alive && out.chunked && !ctx->stopping;
+  http::response<http::empty_body> res{http::status::ok, ex->version};
+  res.set(http::field::server, "agentboxd");
+  res.set(http::field::content_type, "application/x-ndjson");
+  res.set(http::field::cache_control, "no-store");
+  res.keep_alive(out.keep);
+  if (out.chunked) res.chunked(true);
+  http::response_serializer<http::empty_body> sr{res};
+  conn->stream.expires_after(ctx->opts.io_timeout);
+  auto [hec, hn] = co_await http::async_write_header(conn->stream, sr, kTuple);
+  ctx->metrics.add_bytes_out(hn);
+  if (hec) co_return out;
+  log_request(call, 200);
+  out.ok = true;
+  co_return out;
+}
+
+asio::awaitable<bool> write_stream(Context* ctx, Conn* conn, bool chunked, std::string_view data) {
+  conn->stream.expires_after(ctx->opts.io_timeout);
+  beast::error_code ec;
+  std::size_t n = 0;
+  if (chunked) {
+    std::tie(ec, n) =
+        co_await asio::async_write(conn->stream, http::make_chunk(asio::buffer(data)), kTuple);
+  } else {
+    std::tie(ec, n) = co_await asio::async_write(conn->stream, asio::buffer(data), kTuple);
+  }
+  ctx->metrics.add_bytes_out(n);
+  co_return !ec;
+}
+
 asio::awaitable<bool> maybe_continue(Call* call) {
   Exchange* ex = &call->ex;
   if (!ex->expect_continue) co_return true;

@@ -71,6 +71,18 @@ asio::awaitable<bool> send_error(Call* call, Error e);
 // "100 Continue" for clients that wait for it before sending a body (curl does, over 1 MiB).
 asio::awaitable<bool> maybe_continue(Call* call);
 
+// A streamed NDJSON reply (exec/stream, process output, a build's log): writes the 200 head
+// (chunked on HTTP/1.1; HTTP/1.0 streams raw and closes) and logs the request. `ok` false: the
+// client is gone. `keep`: whether the connection may serve another request after the last chunk.
+struct NdjsonStream {
+  bool ok = false;
+  bool chunked = false;
+  bool keep = false;
+};
+asio::awaitable<NdjsonStream> start_ndjson(Call* call);
+// Writes `data` (whole lines) to a started stream: one chunk when chunked.
+asio::awaitable<bool> write_stream(Context* ctx, Conn* conn, bool chunked, std::string_view data);
+
 // Completes when the client has closed its end (EOF or an error on the socket), and sets *gone.
 // Runs beside a command as `exec || watch_disconnect`: its completion cancels the exec.
 asio::awaitable<void> watch_disconnect(tcp::socket* sock, bool* gone);
