@@ -1474,6 +1474,7 @@ void SessionManager::shutdown_all() {
   }
   // Outside the lock: shutting a box down waits for its processes to die.
   for (auto& b : boxes) b->shutdown();
+  if (config_.templates) config_.templates->shutdown();
   // A clean exit leaves no capped workspace mounted (nor its loop device attached): the next
   // start mounts the image again when the session is used.
   for (const std::string& id : layered) {

@@ -5,9 +5,11 @@
 #include <unistd.h>
 
 #include <boost/asio/co_spawn.hpp>
+#include <boost/asio/executor_work_guard.hpp>
 #include <boost/asio/io_context.hpp>
 #include <cerrno>
 #include <filesystem>
+#include <future>
 #include <nlohmann/json.hpp>
 #include <random>
 
@@ -153,11 +155,30 @@ struct TemplateManager::Build {
   BuildInfo info;
   std::vector<std::string> log;
   std::string partial[2];  // unfinished stdout / stderr line
+  std::shared_ptr<sandbox::Sandbox> box;  // while it runs; under mu_
 };
+
+// The loop every build's box calls run on: one for the manager's life, as the network loop is
+// for sessions' execs. An exec's strand wraps the loop it was started on, and the box's control
+// thread may still post to it after the call returned (a late exit report, a kill): a loop made
+// per call and destroyed on return made such a post a use-after-free (a daemon segfault).
+struct TemplateManager::Loop {
+  asio::io_context io;
+  asio::executor_work_guard<asio::io_context::executor_type> work = asio::make_work_guard(io);
+  std::thread thread{[this] { io.run(); }};
+  ~Loop() {
+    work.reset();
+    io.stop();
+    if (thread.joinable()) thread.join();
+  }
+};
+
+TemplateManager::TemplateManager(Config config) : config_(std::move(config)) {}
 
 Result<std::shared_ptr<TemplateManager>> TemplateManager::open(Config config) {
   if (!config.backend) return fail(Code::kInvalid, "templates: no backend for builds");
   std::shared_ptr<TemplateManager> tm(new TemplateManager(std::move(config)));
+  tm->loop_ = std::make_unique<Loop>();
   const std::string& d = tm->config_.data_dir;
   for (const char* sub : {"/templates", "/snapshots", "/builds", "/layers"}) {
     AB_TRY(mkdir_mode(d + sub, 0700));
@@ -172,12 +193,27 @@ Result<std::shared_ptr<TemplateManager>> TemplateManager::open(Config config) {
   return tm;
 }
 
-TemplateManager::~TemplateManager() {
+void TemplateManager::shutdown() {
+  // A running build dies with the daemon, as it would on a crash: its box is stopped (the step
+  // fails at once, not when its command ends) and its workspace is removed; never a snapshot.
+  // Before the network loop stops: the boxes report their commands' ends on it.
+  std::vector<std::shared_ptr<sandbox::Sandbox>> boxes;
+  std::vector<std::thread> threads;
   {
     std::lock_guard lk(mu_);
     closing_ = true;
+    for (const auto& [id, b] : builds_) {
+      if (b->box) boxes.push_back(b->box);
+    }
+    threads.swap(threads_);
   }
-  for (std::thread& t : threads_) t.join();
+  for (const auto& box : boxes) box->shutdown();
+  for (std::thread& t : threads) t.join();
+}
+
+TemplateManager::~TemplateManager() {
+  shutdown();
+  loop_.reset();  // after every build: their calls ran on it
 }
 
 Status TemplateManager::load() {
@@ -400,25 +436,24 @@ class LogSink : public sandbox::OutputSink {
   std::function<void(int, std::string)> fn_;
 };
 
-// Runs a box coroutine to completion on this (build) thread.
+// Runs a box coroutine on `io` (the manager's loop) and waits for it on this (build) thread.
 template <typename T>
-Result<T> run_sync(asio::awaitable<Result<T>> aw) {
-  asio::io_context io{1};
-  Result<T> out = fail(Code::kInternal, "box call did not complete");
-  asio::co_spawn(io, std::move(aw), [&out](std::exception_ptr e, Result<T> r) {
-    if (!e) out = std::move(r);
+Result<T> run_sync(asio::io_context& io, asio::awaitable<Result<T>> aw) {
+  std::promise<Result<T>> done;
+  std::future<Result<T>> result = done.get_future();
+  asio::co_spawn(io, std::move(aw), [&done](std::exception_ptr e, Result<T> r) {
+    done.set_value(e ? fail(Code::kInternal, "box call failed") : std::move(r));
   });
-  io.run();
-  return out;
+  return result.get();
 }
 
 // The first line a command printed, or an error.
-Result<std::string> first_line(sandbox::Sandbox& box, const std::string& cmd) {
+Result<std::string> first_line(asio::io_context& io, sandbox::Sandbox& box, const std::string& cmd) {
   sandbox::ExecSpec es;
   es.argv = {"/bin/sh", "-c", cmd};
   es.cwd = box.workspace();
   es.timeout = std::chrono::seconds(60);
-  auto r = run_sync(box.exec(std::move(es), nullptr));
+  auto r = run_sync(io, box.exec(std::move(es), nullptr));
   if (!r) return std::unexpected(r.error());
   if (r->exit_code != 0) return fail(Code::kInvalid, "`" + cmd + "` exited " + std::to_string(r->exit_code));
   return r->stdout_data.substr(0, r->stdout_data.find('\n'));
@@ -508,6 +543,11 @@ void TemplateManager::run_build(std::shared_ptr<Build> b, workspace::Template tm
     auto made = config_.backend->create(std::move(cfg));
     if (!made) return std::unexpected(made.error());
     box = std::shared_ptr<sandbox::Sandbox>(std::move(*made));
+    {
+      std::lock_guard lk(mu_);
+      b->box = box;
+      if (closing_) return fail(Code::kUnavailable, "the daemon is shutting down");
+    }
 
     step("files (" + std::to_string(tmpl.files.size()) + ")");
     for (const auto& [path, content] : tmpl.files) {
@@ -532,7 +572,7 @@ void TemplateManager::run_build(std::shared_ptr<Build> b, workspace::Template tm
     };
     if (tmpl.python.present && !tmpl.python.version.empty()) {
       step("python.version " + tmpl.python.version);
-      auto have = first_line(*box, "python3 -c 'import sys; print(\"%d.%d.%d\" % sys.version_info[:3])'");
+      auto have = first_line(loop_->io, *box, "python3 -c 'import sys; print(\"%d.%d.%d\" % sys.version_info[:3])'");
       if (!have) return fail(Code::kInvalid, "python.version: " + have.error().message);
       if (!version_matches(*have, tmpl.python.version)) {
         return fail(Code::kInvalid, "python.version: " + tmpl.python.version +
@@ -553,7 +593,7 @@ void TemplateManager::run_build(std::shared_ptr<Build> b, workspace::Template tm
       if (auto st = workspace::validate_install(req); !st) {
         return fail(Code::kInvalid, "python.dependencies: " + st.error().message);
       }
-      auto r = run_sync(workspace::install_packages(*box, std::move(req)));
+      auto r = run_sync(loop_->io, workspace::install_packages(*box, std::move(req)));
       if (!r) return fail(r.error().code, "python.dependencies: " + r.error().message);
       log_result(*r);
       if (r->exit_code != 0) {
@@ -562,7 +602,7 @@ void TemplateManager::run_build(std::shared_ptr<Build> b, workspace::Template tm
     }
     if (tmpl.nodejs.present && !tmpl.nodejs.version.empty()) {
       step("nodejs.version " + tmpl.nodejs.version);
-      auto have = first_line(*box, "node --version");
+      auto have = first_line(loop_->io, *box, "node --version");
       if (!have) return fail(Code::kInvalid, "nodejs.version: " + have.error().message);
       std::string v = have->size() > 1 && (*have)[0] == 'v' ? have->substr(1) : *have;
       if (!version_matches(v, tmpl.nodejs.version)) {
@@ -582,7 +622,7 @@ void TemplateManager::run_build(std::shared_ptr<Build> b, workspace::Template tm
       if (auto st = workspace::validate_install(req); !st) {
         return fail(Code::kInvalid, "nodejs.dependencies: " + st.error().message);
       }
-      auto r = run_sync(workspace::install_packages(*box, std::move(req)));
+      auto r = run_sync(loop_->io, workspace::install_packages(*box, std::move(req)));
       if (!r) return fail(r.error().code, "nodejs.dependencies: " + r.error().message);
       log_result(*r);
       if (r->exit_code != 0) {
@@ -599,7 +639,7 @@ void TemplateManager::run_build(std::shared_ptr<Build> b, workspace::Template tm
       es.cwd = box->workspace();
       es.timeout = config_.step_timeout;
       es.max_output_bytes = 64u << 20;
-      auto r = run_sync(box->exec(std::move(es), &sink));
+      auto r = run_sync(loop_->io, box->exec(std::move(es), &sink));
       flush();
       if (!r) return fail(r.error().code, name + ": " + r.error().message);
       if (r->exit_code != 0) {
@@ -640,6 +680,10 @@ void TemplateManager::run_build(std::shared_ptr<Build> b, workspace::Template tm
   auto result = run();
   if (box) box->shutdown();
   box.reset();
+  {
+    std::lock_guard lk(mu_);
+    b->box.reset();
+  }
   std::string failed;
   int exit_code = 0;
   SnapshotInfo si;

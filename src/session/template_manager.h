@@ -91,6 +91,9 @@ class TemplateManager {
   };
   static Result<std::shared_ptr<TemplateManager>> open(Config config);
   ~TemplateManager();
+  // Stops running builds (they fail, nothing of them is kept) and refuses new ones; waits for
+  // their threads. Idempotent; the daemon calls it while its network loop still runs.
+  void shutdown();
 
   // Stores (or replaces) a template from its YAML; true when it is new. Snapshots stay.
   Result<std::pair<TemplateInfo, bool>> put(std::string_view yaml);
@@ -138,8 +141,9 @@ class TemplateManager {
   }
 
  private:
-  explicit TemplateManager(Config config) : config_(std::move(config)) {}
+  explicit TemplateManager(Config config);
   struct Build;
+  struct Loop;
   Status save_locked(const TemplateInfo& t);
   Status load();
   void run_build(std::shared_ptr<Build> b, workspace::Template tmpl);
@@ -153,6 +157,7 @@ class TemplateManager {
   std::map<std::string, TemplateInfo> templates_;
   std::map<std::string, std::shared_ptr<Build>> builds_;  // by build id
   std::vector<std::thread> threads_;
+  std::unique_ptr<Loop> loop_;
   bool closing_ = false;
   std::mutex in_use_mu_;
   std::function<std::set<std::string>()> in_use_;

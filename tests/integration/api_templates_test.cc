@@ -434,7 +434,7 @@ TEST(TemplatesRestart, ABuildKilledWithTheDaemonLeavesThePreviousVersionCurrentA
     bool midway = false;
     for (int i = 0; i < 300 && !midway; ++i) {
       auto b = api.get("/v1/templates/base/builds/" + killed_build);
-      ASSERT_EQ(b.body["state"], "running") << b;
+      ASSERT_EQ(b.body["state"], "running") << b << "\ndaemon log:\n" << d.log();
       midway = b.body["step"].get<std::string>().find("sleep 37") != std::string::npos &&
                processes_running(sleeper) == 1;
       if (!midway) std::this_thread::sleep_for(std::chrono::milliseconds(100));
@@ -481,6 +481,44 @@ TEST(TemplatesRestart, ABuildKilledWithTheDaemonLeavesThePreviousVersionCurrentA
     EXPECT_EQ(api.del("/v1/sessions/on2").status, 200);
   }
   EXPECT_EQ(read_host_file("/proc/mounts").find(data), std::string::npos);
+}
+
+// A daemon stopped (SIGTERM) during a build stops at once, not when the running setup line
+// ends: the build fails, its box and workspace go, and the next start has the previous version.
+TEST(TemplatesRestart, ADaemonStoppedDuringABuildExitsAtOnceAndKeepsThePreviousVersion) {
+  TempDir dir("agentbox-tmpl-term");
+  const std::string data = dir.path() + "/data";
+  fs::create_directories(data);
+  const std::vector<std::string> sleeper = {"sleep", "41"};
+  {
+    Daemon d({"--backend", "ns", "--data-dir", data});
+    Api api(d);
+    ASSERT_EQ(api.call("POST", "/v1/templates", kBase, "application/yaml").status, 201);
+    ASSERT_EQ(api.call("POST", "/v1/templates/base/build?wait=true", "{}").status, 201);
+    ASSERT_EQ(api.call("POST", "/v1/templates", with_setup_line(kBase, "sleep 41"),
+                       "application/yaml")
+                  .status,
+              200);
+    auto started = api.call("POST", "/v1/templates/base/build", "{}");
+    ASSERT_EQ(started.status, 202) << started;
+    for (int i = 0; i < 300 && processes_running(sleeper) == 0; ++i) {
+      std::this_thread::sleep_for(std::chrono::milliseconds(50));
+    }
+    ASSERT_EQ(processes_running(sleeper), 1) << d.log();
+    const auto t0 = std::chrono::steady_clock::now();
+    EXPECT_EQ(d.stop(SIGTERM), 0) << d.log();
+    EXPECT_LT(std::chrono::steady_clock::now() - t0, std::chrono::seconds(10))
+        << "the stop waited for the setup line";
+    EXPECT_NE(d.log().find("failed: setup[3]"), std::string::npos) << d.log();
+    EXPECT_EQ(processes_running(sleeper), 0);
+    EXPECT_TRUE(fs::is_empty(data + "/builds"));
+  }
+  Daemon d({"--backend", "ns", "--data-dir", data});
+  Api api(d);
+  EXPECT_EQ(api.get("/v1/templates/base").body["current_version"], 1);
+  ASSERT_EQ(api.post("/v1/sessions", {{"id", "t"}, {"template", "base"}}).status, 201);
+  EXPECT_EQ(api.sh("t", "cat built.txt").body["stdout"], "built\n");
+  EXPECT_EQ(api.del("/v1/sessions/t").status, 200);
 }
 
 // A quota hit during a build. A build box has no disk cap (limits.disk_mb is refused, naming the
