@@ -3,7 +3,9 @@
 #include <sys/stat.h>
 
 #include <cerrno>
+#include <cstdint>
 #include <cstdio>
+#include <cstring>
 #include <ctime>
 #include <random>
 
@@ -189,6 +191,32 @@ std::string_view code_for_errno(int err) {
   }
 }
 
+std::string_view code_for_errno_v2(int err) {
+  switch (err) {
+    case EISDIR: return code::kIsDir;
+    case ENOTDIR: return code::kNotDir;
+    case ENOTEMPTY: return code::kNotEmpty;
+    default: return code_for_errno(err);
+  }
+}
+
+int negotiate(int runner_version, int ours) {
+  if (runner_version <= 0) return 0;
+  return runner_version < ours ? runner_version : ours;
+}
+
+Code to_code(std::string_view c, std::string_view message) {
+  if (c == code::kNotEmpty) return Code::kNotEmpty;
+  if (c == code::kIO || c == code::kExists || c.empty()) {
+    // Go's *PathError text: "<op> <path>: <strerror>", as xbot's runner (and agentbox-runner
+    // before version 2) put it in the message of an EIO (or, for ENOTEMPTY, an EEXIST).
+    if (c != code::kExists && message.ends_with(": is a directory")) return Code::kIsDir;
+    if (c != code::kExists && message.ends_with(": not a directory")) return Code::kNotDir;
+    if (message.ends_with(": directory not empty")) return Code::kNotEmpty;
+  }
+  return to_code(c);
+}
+
 Code to_code(std::string_view c) {
   if (c == code::kNotFound) return Code::kNotFound;
   if (c == code::kExists) return Code::kExists;
@@ -238,6 +266,46 @@ std::string chunk_frame(std::string_view id, std::string_view user_id, std::int6
   out.reserve(head.size() + b64.size() + kTail.size());
   out.append(head).append(b64).append(kTail);
   return out;
+}
+
+std::size_t binary_chunk_header_size(std::string_view id) { return 2 + id.size() + 8; }
+
+std::string binary_chunk_header(std::string_view id, std::int64_t offset, std::size_t data_size) {
+  std::string out;
+  out.resize(binary_chunk_header_size(id) + data_size);
+  out[0] = static_cast<char>(kBinaryChunkKind);
+  out[1] = static_cast<char>(static_cast<unsigned char>(id.size() > 255 ? 255 : id.size()));
+  std::memcpy(out.data() + 2, id.data(), static_cast<unsigned char>(out[1]));
+  auto off = static_cast<std::uint64_t>(offset);
+  char* p = out.data() + 2 + static_cast<unsigned char>(out[1]);
+  for (int i = 7; i >= 0; --i) {
+    p[i] = static_cast<char>(off & 0xff);
+    off >>= 8;
+  }
+  return out;
+}
+
+std::string binary_chunk(std::string_view id, std::int64_t offset, std::string_view data) {
+  std::string out = binary_chunk_header(id, offset, data.size());
+  if (!data.empty()) std::memcpy(out.data() + binary_chunk_header_size(id), data.data(), data.size());
+  return out;
+}
+
+Result<BinaryChunk> decode_binary_chunk(std::string_view f) {
+  if (f.size() < 2) return fail(Code::kInvalid, "binary frame: shorter than its header");
+  if (static_cast<unsigned char>(f[0]) != kBinaryChunkKind) {
+    return fail(Code::kInvalid, "binary frame: unknown kind " +
+                                    std::to_string(static_cast<unsigned char>(f[0])));
+  }
+  const std::size_t n = static_cast<unsigned char>(f[1]);
+  if (n == 0) return fail(Code::kInvalid, "binary frame: empty request id");
+  if (f.size() < 2 + n + 8) return fail(Code::kInvalid, "binary frame: shorter than its header");
+  std::uint64_t off = 0;
+  for (std::size_t i = 0; i < 8; ++i) off = (off << 8) | static_cast<unsigned char>(f[2 + n + i]);
+  if (off > static_cast<std::uint64_t>(INT64_MAX)) {
+    return fail(Code::kInvalid, "binary frame: offset out of range");
+  }
+  return BinaryChunk{f.substr(2, n), static_cast<std::int64_t>(off), f.substr(2 + n + 8)};
 }
 
 std::string error_frame(std::string_view id, std::string_view wire_code, std::string_view message) {
@@ -693,7 +761,7 @@ Status from_json(const std::optional<Json>& body, FileBegin& out) {
   AB_TRY(get(o, "path", out.path));
   AB_TRY(get(o, "perm", out.perm));
   AB_TRY(get(o, "size", out.size));
-  if (out.size < 0) return bad("size", "non-negative");
+  if (out.size < kSizeUnknown) return bad("size", "non-negative, or -1 (not known yet)");
   return {};
 }
 

@@ -30,8 +30,16 @@ namespace agentbox::runner::proto {
 using Json = nlohmann::ordered_json;
 
 // ---- agentbox's extension (docs/runner-protocol.md) ----
-// `register.body.version` and `register_ok.body.version`; chunking is used only when both are 1.
-inline constexpr int kProtocolVersion = 1;
+// `register.body.version` and `register_ok.body.version`. The runner says the highest version it
+// speaks; agentboxd answers the highest both speak (negotiate()); 0 (absent) is xbot's plain form.
+// Version 1: big files in base64 file_chunk text frames. Version 2: the same transfers, but each
+// chunk's bytes travel in a binary WebSocket frame (binary_chunk()), with a bigger window and
+// EISDIR/ENOTDIR/ENOTEMPTY sent as themselves.
+inline constexpr int kVersionChunked = 1;
+inline constexpr int kVersionBinary = 2;
+inline constexpr int kProtocolVersion = kVersionBinary;  // the highest agentbox speaks
+// What register_ok answers a runner that said `runner_version`: min(theirs, ours), 0 if none.
+int negotiate(int runner_version, int ours = kProtocolVersion);
 // Files strictly larger than this travel in chunks (when both peers speak version 1).
 inline constexpr std::int64_t kChunkThreshold = 4 << 20;
 // Raw bytes per file_chunk (the last one may be shorter).
@@ -40,6 +48,13 @@ inline constexpr std::int64_t kChunkSize = 1 << 20;
 inline constexpr std::int64_t kWindowBytes = 8 << 20;
 // The largest file either side accepts in the chunked form (500 MB, seed 003).
 inline constexpr std::int64_t kMaxFileSize = 500'000'000;
+// Version 2: raw bytes per binary chunk frame, and the unacknowledged bytes a sender may have
+// in flight (the receiver's memory is bounded by it).
+inline constexpr std::int64_t kBinaryChunkSize = 1 << 20;
+inline constexpr std::int64_t kBinaryWindowBytes = 16 << 20;
+// Version 2: file_begin of an upload may say this size: not known yet (the sender streams what
+// it receives); file_end says the size, and the receiver enforces kMaxFileSize as chunks come.
+inline constexpr std::int64_t kSizeUnknown = -1;
 
 // ---- message types ----
 namespace type {
@@ -101,15 +116,22 @@ inline constexpr std::string_view kNotSupported = "ENOTSUP";
 inline constexpr std::string_view kIsDir = "EISDIR";    // in xbot's decode table, never sent
 inline constexpr std::string_view kNotDir = "ENOTDIR";  // in xbot's decode table, never sent
 inline constexpr std::string_view kTooBig = "ETOOBIG";  // version 1: over kMaxFileSize
+inline constexpr std::string_view kNotEmpty = "ENOTEMPTY";  // version 2 (xbot: EEXIST)
 }  // namespace code
 
 // xbot's ProtoErrorCode: ENOENT->ENOENT; EEXIST and ENOTEMPTY->EEXIST; EACCES/EPERM->EPERM;
 // everything else EIO. agentbox-runner adds EXDEV/ELOOP (openat2 refusing an escape) -> EPERM.
 std::string_view code_for_errno(int err);
+// Version 2's table: xbot's, except EISDIR, ENOTDIR and ENOTEMPTY, sent as themselves.
+std::string_view code_for_errno_v2(int err);
 // The wire code as one of agentbox's Codes, for agentboxd's remote backend: ENOENT->kNotFound,
 // EEXIST->kExists, EPERM->kAccess, EINVAL->kInvalid, EISDIR->kIsDir, ENOTDIR->kNotDir,
 // ENOTSUP->kNotSupported, ETOOBIG->kTooBig, anything else (EIO, unknown, empty)->kInternal.
 Code to_code(std::string_view wire_code);
+// to_code, and for EIO/EEXIST (what xbot's runner and versions < 2 send for every other errno)
+// the errno that Go's message ends with: "...: is a directory" -> kIsDir, "...: not a
+// directory" -> kNotDir, "...: directory not empty" -> kNotEmpty. ENOTEMPTY -> kNotEmpty.
+Code to_code(std::string_view wire_code, std::string_view message);
 
 // ---- the envelope ----
 // {"id","type","user_id","body"}; id, user_id and body are omitempty.
@@ -118,6 +140,9 @@ struct Envelope {
   std::string type;
   std::string user_id;       // "" -> omitted
   std::optional<Json> body;  // nullopt -> omitted; a JSON null is kept as null
+  // Never encoded: a version 2 binary chunk handed on as a file_chunk envelope (body {"offset"})
+  // carries its bytes here rather than base64 in the body.
+  std::optional<std::string> binary;
 };
 
 // One frame's text.
@@ -129,6 +154,27 @@ std::string frame(std::string_view id, std::string_view type, std::optional<Json
 // its escaper (they held 1 MiB chunks to tens of MB/s).
 std::string chunk_frame(std::string_view id, std::string_view user_id, std::int64_t offset,
                         std::string_view data);
+// Version 2: one chunk of a transfer as a binary WebSocket frame:
+//   byte 0        1 (the kind: a file chunk)
+//   byte 1        L, the length of the request id (1..255)
+//   bytes 2..L+1  the request id
+//   8 bytes       the chunk's offset in the file, unsigned big-endian
+//   the rest      the chunk's raw bytes (0..kBinaryChunkSize)
+inline constexpr std::uint8_t kBinaryChunkKind = 1;
+std::size_t binary_chunk_header_size(std::string_view id);
+// The frame; `data` copied once after the header.
+std::string binary_chunk(std::string_view id, std::int64_t offset, std::string_view data);
+// Only the header, with room for `data_size` bytes after it (the caller fills them: a pread
+// straight into the frame).
+std::string binary_chunk_header(std::string_view id, std::int64_t offset, std::size_t data_size);
+struct BinaryChunk {
+  std::string_view id;
+  std::int64_t offset = 0;
+  std::string_view data;  // views into the frame
+};
+// EINVAL naming what is wrong: too short, another kind, an empty id, an offset over 2^63.
+Result<BinaryChunk> decode_binary_chunk(std::string_view frame);
+
 // {"id":id,"type":"error","body":{"message":m,"code":c}} (id omitted when empty).
 std::string error_frame(std::string_view id, std::string_view wire_code, std::string_view message);
 // Parses one text frame. EINVAL: not JSON, not an object, `type` missing or not a string, `id`

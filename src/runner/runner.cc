@@ -66,6 +66,8 @@ class Outbox {
   }
   // A reply: queued at once. false when the connection is gone.
   bool send(std::string f) { return put(std::move(f), false); }
+  // A binary frame (version 2's file chunks), queued at once.
+  bool send_binary(std::string f) { return put(std::move(f), false, true); }
   // A push: waits while the outbox is over kPushLimit (a slow server slows the child).
   bool push(std::string f) { return put(std::move(f), true); }
   void close() {
@@ -80,12 +82,14 @@ class Outbox {
     std::lock_guard l(mu_);
     return closed_;
   }
-  // I/O thread only.
-  std::optional<std::string> pop() {
+  // I/O thread only. `binary`: the frame is a binary one.
+  std::optional<std::string> pop(bool* binary = nullptr) {
     std::lock_guard l(mu_);
     if (q_.empty()) return std::nullopt;
     std::string f = std::move(q_.front());
     q_.pop_front();
+    if (binary) *binary = binary_.count(seq_out_) > 0;
+    binary_.erase(seq_out_++);
     bytes_ -= f.size();
     cv_.notify_all();
     return f;
@@ -93,12 +97,14 @@ class Outbox {
   asio::steady_timer& wake() { return *wake_; }
 
  private:
-  bool put(std::string f, bool wait) {
+  bool put(std::string f, bool wait, bool binary = false) {
     {
       std::unique_lock l(mu_);
       if (wait) cv_.wait(l, [&] { return closed_ || bytes_ < kPushLimit; });
       if (closed_) return false;
       bytes_ += f.size();
+      if (binary) binary_.insert(seq_in_);
+      ++seq_in_;
       q_.push_back(std::move(f));
     }
     kick();
@@ -114,6 +120,8 @@ class Outbox {
   std::mutex mu_;
   std::condition_variable cv_;
   std::deque<std::string> q_;
+  std::set<std::uint64_t> binary_;  // the sequence numbers of the binary frames in q_
+  std::uint64_t seq_in_ = 0, seq_out_ = 0;
   std::size_t bytes_ = 0;
   bool closed_ = false;
 };
@@ -208,7 +216,7 @@ struct Download {
 // A chunked upload in flight (version 1); I/O thread only.
 struct Upload {
   WorkspaceFs::Writer writer;
-  std::int64_t size = 0;
+  std::int64_t size = 0;  // p::kSizeUnknown (version 2): file_end says it
 };
 
 // One connection's state. Request threads hold it by shared_ptr; shutdown() on disconnect.
@@ -219,8 +227,8 @@ class Conn : public std::enable_shared_from_this<Conn> {
 
   Outbox outbox;
 
-  // Version 1 (chunked files) is in force: both register and register_ok said 1.
-  void set_chunked(bool on) { chunked_ = on; }
+  // The version in force (docs/runner-protocol.md): 1 chunked files, 2 binary chunks too.
+  void set_version(int v) { version_ = v; }
 
   void shutdown() {
     outbox.close();
@@ -250,8 +258,9 @@ class Conn : public std::enable_shared_from_this<Conn> {
       fire_and_forget(e);  // in order, no reply (xbot: pty_stdin's reply is dropped anyway)
       return;
     }
-    if (chunked_ && (t == p::type::kFileBegin || t == p::type::kFileChunk ||
-                     t == p::type::kFileEnd || t == p::type::kAck || t == p::type::kError)) {
+    if (version_ >= p::kVersionChunked &&
+        (t == p::type::kFileBegin || t == p::type::kFileChunk || t == p::type::kFileEnd ||
+         t == p::type::kAck || t == p::type::kError)) {
       transfer_frame(e);  // in order, on the I/O thread
       return;
     }
@@ -266,7 +275,8 @@ class Conn : public std::enable_shared_from_this<Conn> {
   void reply_error(const std::string& id, const Error& err) {
     std::string_view c;
     if (err.sys_errno != 0) {
-      c = p::code_for_errno(err.sys_errno);
+      c = version_ >= p::kVersionBinary ? p::code_for_errno_v2(err.sys_errno)
+                                        : p::code_for_errno(err.sys_errno);
     } else {
       switch (err.code) {
         case Code::kInvalid: c = p::code::kInvalid; break;
@@ -301,7 +311,7 @@ class Conn : public std::enable_shared_from_this<Conn> {
     if (t == p::type::kReadFile) {
       auto b = body<p::PathRequest>(e);
       if (!b) return;
-      if (chunked_ && send_chunked(id, b->path)) return;
+      if (version_ >= p::kVersionChunked && send_chunked(id, b->path)) return;
       auto r = fs_.read_file(b->path);
       if (!r) return reply_error(id, r.error());
       return reply(id, p::type::kFileContent, p::to_json(p::FileContent{std::move(*r)}));
@@ -742,24 +752,39 @@ class Conn : public std::enable_shared_from_this<Conn> {
       downloads_[id] = d;
     }
     std::int64_t size = st.st_size, sent = 0;
+    // Version 2: binary frames, read straight into the frame after its header.
+    const bool binary = version_ >= p::kVersionBinary && id.size() <= 255;
+    const std::int64_t window = binary ? p::kBinaryWindowBytes : p::kWindowBytes;
+    const std::int64_t chunk = binary ? p::kBinaryChunkSize : p::kChunkSize;
     reply(id, p::type::kFileBegin, p::to_json(p::FileBegin{"", 0, size}));
     std::string buf;
     while (sent < size) {
       {
         std::unique_lock l(d->mu);
-        d->cv.wait(l, [&] { return d->cancelled || sent - d->acked < p::kWindowBytes; });
+        d->cv.wait(l, [&] { return d->cancelled || sent - d->acked < window; });
         if (d->cancelled) break;
       }
-      buf.resize(static_cast<std::size_t>(std::min(p::kChunkSize, size - sent)));
-      ssize_t n = pread(fd->get(), buf.data(), buf.size(), sent);
+      const auto want = static_cast<std::size_t>(std::min(chunk, size - sent));
+      std::size_t head = 0;
+      if (binary) {
+        buf = p::binary_chunk_header(id, sent, want);
+        head = p::binary_chunk_header_size(id);
+      } else {
+        buf.resize(want);
+      }
+      ssize_t n = pread(fd->get(), buf.data() + head, want, sent);
       if (n < 0 && errno == EINTR) continue;
       if (n < 0) {
         reply_error(id, Error::from_errno(errno, "read " + path));
         break;
       }
       if (n == 0) break;  // the file shrank: end here, file_end says how much came
-      buf.resize(static_cast<std::size_t>(n));
-      outbox.send(p::chunk_frame(id, "", sent, buf));
+      buf.resize(head + static_cast<std::size_t>(n));
+      if (binary) {
+        outbox.send_binary(std::move(buf));
+      } else {
+        outbox.send(p::chunk_frame(id, "", sent, buf));
+      }
       sent += n;
     }
     bool cancelled;
@@ -797,6 +822,12 @@ class Conn : public std::enable_shared_from_this<Conn> {
     if (t == p::type::kFileBegin) {
       auto b = body<p::FileBegin>(e);
       if (!b) return;
+      const bool unknown = b->size == p::kSizeUnknown;
+      if (unknown ? version_ < p::kVersionBinary : b->size < 0) {
+        return reply_error(id, p::code::kInvalid,
+                           "file_begin: size " + std::to_string(b->size) +
+                               (unknown ? " (not known yet) needs version 2" : " is negative"));
+      }
       if (b->size > p::kMaxFileSize) {
         return reply_error(id, p::code::kTooBig,
                            "write " + b->path + ": " + std::to_string(b->size) +
@@ -822,21 +853,12 @@ class Conn : public std::enable_shared_from_this<Conn> {
     if (t == p::type::kFileChunk) {
       auto c = p::body_as<p::FileChunk>(e);
       if (!c) return abort(p::code::kInvalid, c.error().message);
-      if (c->offset != u.writer.written()) {
-        return abort(p::code::kInvalid, "file_chunk at offset " + std::to_string(c->offset) +
-                                            ", expected " + std::to_string(u.writer.written()));
-      }
-      if (u.writer.written() + static_cast<std::int64_t>(c->data.size()) > u.size) {
-        return abort(p::code::kInvalid,
-                     "file_chunk beyond the announced size " + std::to_string(u.size));
-      }
-      if (auto s = u.writer.write(c->data); !s)
-        return abort(p::code_for_errno(s.error().sys_errno), s.error().message);
-      return reply(id, p::type::kAck, p::to_json(p::Ack{u.writer.written()}));
+      return upload_chunk(id, c->offset, c->data);
     }
     // file_end
     auto end = p::body_as<p::FileEnd>(e);
     if (!end) return abort(p::code::kInvalid, end.error().message);
+    if (u.size == p::kSizeUnknown) u.size = end->size;
     if (end->size != u.size || u.writer.written() != u.size) {
       return abort(p::code::kInvalid, "file_end after " + std::to_string(u.writer.written()) +
                                           " bytes, announced " + std::to_string(u.size));
@@ -847,6 +869,53 @@ class Conn : public std::enable_shared_from_this<Conn> {
     reply(id, p::type::kOk, std::nullopt);
   }
 
+  // One chunk of an upload (a file_chunk frame, or a binary one of version 2), on the I/O
+  // thread: in order, within the announced size (or kMaxFileSize when it is not known yet).
+  void upload_chunk(const std::string& id, std::int64_t offset, std::string_view data) {
+    auto it = uploads_.find(id);
+    if (it == uploads_.end()) {
+      return reply_error(id, p::code::kInvalid, "no transfer " + id + " in progress");
+    }
+    Upload& u = it->second;
+    auto abort = [&](std::string_view code, std::string msg) {
+      uploads_.erase(it);  // the temp file goes; the target is untouched
+      reply_error(id, code, std::move(msg));
+    };
+    if (offset != u.writer.written()) {
+      return abort(p::code::kInvalid, "file_chunk at offset " + std::to_string(offset) +
+                                          ", expected " + std::to_string(u.writer.written()));
+    }
+    const std::int64_t end = u.writer.written() + static_cast<std::int64_t>(data.size());
+    if (u.size == p::kSizeUnknown && end > p::kMaxFileSize) {
+      return abort(p::code::kTooBig, "write: over the " + std::to_string(p::kMaxFileSize) +
+                                         "-byte limit");
+    }
+    if (u.size != p::kSizeUnknown && end > u.size) {
+      return abort(p::code::kInvalid,
+                   "file_chunk beyond the announced size " + std::to_string(u.size));
+    }
+    if (auto s = u.writer.write(data); !s)
+      return abort(p::code_for_errno(s.error().sys_errno), s.error().message);
+    reply(id, p::type::kAck, p::to_json(p::Ack{u.writer.written()}));
+  }
+
+ public:
+  // On the I/O thread: a binary frame. Only version 2's chunks of an upload; anything else is
+  // answered (a chunk of an unknown transfer) or dropped (not a chunk: there is no id to name).
+  void dispatch_binary(std::string_view frame) {
+    if (version_ < p::kVersionBinary) {
+      spdlog::warn("a binary frame without version 2: dropped");
+      return;
+    }
+    auto c = p::decode_binary_chunk(frame);
+    if (!c) {
+      spdlog::warn("bad binary frame: {}", c.error().message);
+      return;
+    }
+    upload_chunk(std::string(c->id), c->offset, c->data);
+  }
+
+ private:
   void fire_and_forget(const p::Envelope& e) {
     if (e.type == p::type::kPtyResize) {
       auto b = p::body_as<p::PtyResize>(e);
@@ -868,7 +937,7 @@ class Conn : public std::enable_shared_from_this<Conn> {
 
   const WorkspaceFs& fs_;
   ssl::context& tls_;  // download_file's https (shared: OpenSSL contexts are thread-safe to use)
-  std::atomic<bool> chunked_{false};
+  std::atomic<int> version_{0};
   std::map<std::string, Upload> uploads_;  // I/O thread only
   std::mutex mu_;
   std::map<std::string, std::shared_ptr<Download>> downloads_;
@@ -1006,7 +1075,7 @@ class Runner {
                         .auth_token = opts_.token,
                         .workspace = fs_.path(),
                         .shell = first_shell(),
-                        .version = p::kProtocolVersion};
+                        .version = opts_.protocol_version};
     p::Envelope env{.id = "",
                     .type = std::string(p::type::kRegister),
                     .user_id = user_id(),
@@ -1037,8 +1106,9 @@ class Runner {
     spdlog::info("registered as {} with workspace {}", user_id(), fs_.path());
     auto conn = std::make_shared<Conn>(io_.get_executor(), fs_, ssl_);
     if (answer && answer->type == p::type::kRegisterOk) {
+      // The version both speak: the server's answer, never above ours.
       auto ok = p::body_as<p::RegisterOk>(*answer);
-      conn->set_chunked(ok && ok->version == p::kProtocolVersion);
+      if (ok) conn->set_version(p::negotiate(ok->version, opts_.protocol_version));
     }
     conn_ = conn;
     auto writer_done = std::make_shared<bool>(false);
@@ -1047,6 +1117,11 @@ class Runner {
       buf.consume(buf.size());
       co_await s.async_read(buf, asio::redirect_error(asio::use_awaitable, ec));
       if (ec) break;
+      if (s.got_binary()) {
+        auto d = buf.cdata();
+        conn->dispatch_binary(std::string_view(static_cast<const char*>(d.data()), d.size()));
+        continue;
+      }
       auto e = p::decode(beast::buffers_to_string(buf.data()));
       if (!e) {
         spdlog::warn("bad frame: {}", e.error().message);
@@ -1071,13 +1146,15 @@ class Runner {
   asio::awaitable<void> writer(WS& s, std::shared_ptr<Conn> conn, std::shared_ptr<bool> done) {
     boost::system::error_code ec;
     for (;;) {
-      auto f = conn->outbox.pop();
+      bool binary = false;
+      auto f = conn->outbox.pop(&binary);
       if (!f) {
         if (conn->outbox.closed()) break;
         conn->outbox.wake().expires_at(asio::steady_timer::time_point::max());
         co_await conn->outbox.wake().async_wait(asio::redirect_error(asio::use_awaitable, ec));
         continue;
       }
+      s.binary(binary);
       co_await s.async_write(asio::buffer(*f), asio::redirect_error(asio::use_awaitable, ec));
       if (ec) {
         conn->outbox.close();

@@ -23,6 +23,8 @@ struct RunnerOptions {
   std::string ca_file;    // an extra CA for wss (the system CAs are always trusted)
   std::chrono::milliseconds backoff_base{1000};
   std::chrono::milliseconds backoff_max{60000};
+  // The version said in `register` (docs/runner-protocol.md); lower only to test older peers.
+  int protocol_version = 2;
 };
 
 // Runs until SIGINT/SIGTERM; the process exit code (2: bad options).

@@ -10,6 +10,7 @@
 #include <ctime>
 
 #include "sandbox/path.h"
+#include "server/remote_transfer.h"
 
 namespace agentbox::server {
 
@@ -66,8 +67,10 @@ Error bad_reply(const std::string& op, const RunnerReply& r) {
 class RemoteSandbox;
 
 // Keeps the upload (bounded by max_bytes) and sends it at commit: up to kChunkThreshold in
-// memory; past it in a scratch file, sent in file_chunks when the runner speaks version 1
-// (docs/runner-protocol.md), else read back and sent as one write_file (xbot's plain form).
+// memory; past it, with a runner of version 2, streamed to the runner as it arrives (binary
+// chunks, the size told at file_end: nothing spooled); with version 1 in a scratch file, sent in
+// file_chunks at commit (docs/runner-protocol.md); else read back and sent as one write_file
+// (xbot's plain form).
 class RemoteWriter : public sandbox::FileWriter {
  public:
   RemoteWriter(RemoteSandbox* box, std::string path, sandbox::WriteOptions opts)
@@ -78,11 +81,14 @@ class RemoteWriter : public sandbox::FileWriter {
  private:
   Result<std::uint64_t> send_chunked(const std::shared_ptr<RunnerConn>& conn,
                                      const std::string& target, std::uint32_t perm);
+  Status mkdirs(const std::string& target);
+  std::uint32_t perm() const { return proto::go_perm_from_mode(opts_.mode.value_or(0644)); }
   RemoteSandbox* box_;
   std::string path_;
   sandbox::WriteOptions opts_;
   std::string data_;
-  UniqueFd spool_;  // set once the upload is over kChunkThreshold
+  UniqueFd spool_;  // set once the upload is over kChunkThreshold (version 1, plain)
+  std::unique_ptr<ChunkUpload> stream_;  // set once the upload is over it (version 2)
   std::uint64_t size_ = 0;
 };
 
@@ -152,9 +158,19 @@ Status RemoteWriter::write(std::string_view chunk) {
                                    "-byte limit of a file on a remote runner");
   }
   size_ += chunk.size();
+  if (stream_) return stream_->write(chunk);
   if (!spool_ && data_.size() + chunk.size() <= static_cast<std::size_t>(proto::kChunkThreshold)) {
     data_.append(chunk);
     return {};
+  }
+  if (auto conn = box_->conn(); !spool_ && conn && conn->binary()) {
+    // Version 2: the transfer starts now and the bytes go on as they come.
+    auto target = AB_TRY(box_->runner_path(path_));
+    AB_TRY(mkdirs(target));
+    stream_ = AB_TRY(ChunkUpload::start(conn, target, perm(), proto::kSizeUnknown));
+    AB_TRY(stream_->write(data_));
+    std::string().swap(data_);
+    return stream_->write(chunk);
   }
   if (!spool_) {
     spool_ = AB_TRY(scratch_file("agentbox-remote-upload"));
@@ -167,46 +183,35 @@ Status RemoteWriter::write(std::string_view chunk) {
 Result<std::uint64_t> RemoteWriter::send_chunked(const std::shared_ptr<RunnerConn>& conn,
                                                  const std::string& target, std::uint32_t perm) {
   const auto size = static_cast<std::int64_t>(size_);
-  auto t = AB_TRY(conn->start_transfer(std::string(proto::type::kFileBegin),
-                                       proto::to_json(proto::FileBegin{target, perm, size})));
-  std::int64_t acked = -1;  // -1: the runner has not opened the file yet
-  auto wait_ack = [&]() -> Status {
-    auto f = AB_TRY(t->next(kTransferIdle));
-    if (f.type != proto::type::kAck) return std::unexpected(bad_reply("write_file", f));
-    auto a = AB_TRY(proto::body_as<proto::Ack>(f));
-    acked = std::max(acked, a.offset);
-    return {};
-  };
-  AB_TRY(wait_ack());
+  auto up = AB_TRY(ChunkUpload::start(conn, target, perm, size));
   std::string buf;
-  std::int64_t sent = 0;
-  while (sent < size) {
-    while (sent - acked >= proto::kWindowBytes) AB_TRY(wait_ack());
-    buf.resize(static_cast<std::size_t>(std::min(proto::kChunkSize, size - sent)));
-    AB_TRY(pread_all(spool_.get(), buf.data(), buf.size(), static_cast<std::uint64_t>(sent)));
-    t->send_chunk(sent, buf);
-    sent += static_cast<std::int64_t>(buf.size());
+  std::int64_t at = 0;
+  while (at < size) {
+    buf.resize(static_cast<std::size_t>(std::min<std::int64_t>(8 << 20, size - at)));
+    AB_TRY(pread_all(spool_.get(), buf.data(), buf.size(), static_cast<std::uint64_t>(at)));
+    AB_TRY(up->write(buf));
+    at += static_cast<std::int64_t>(buf.size());
   }
-  t->send(proto::type::kFileEnd, proto::to_json(proto::FileEnd{size}));
-  for (;;) {
-    auto f = AB_TRY(t->next(kTransferIdle));
-    if (f.type == proto::type::kAck) continue;
-    t->finish();
-    if (f.type != proto::type::kOk) return std::unexpected(bad_reply("write_file", f));
-    return size_;
-  }
+  return up->finish();
+}
+
+Status RemoteWriter::mkdirs(const std::string& target) {
+  if (!opts_.mkdirs) return {};
+  auto slash = target.rfind('/');
+  if (slash == std::string::npos || slash == 0) return {};
+  proto::MkdirAllRequest m{target.substr(0, slash), proto::go_perm_from_mode(0755)};
+  return box_->expect_ok("mkdir_all", proto::to_json(m));
 }
 
 Result<std::uint64_t> RemoteWriter::commit() {
-  auto target = AB_TRY(box_->runner_path(path_));
-  if (opts_.mkdirs) {
-    auto slash = target.rfind('/');
-    if (slash != std::string::npos && slash > 0) {
-      proto::MkdirAllRequest m{target.substr(0, slash), proto::go_perm_from_mode(0755)};
-      AB_TRY(box_->expect_ok("mkdir_all", proto::to_json(m)));
-    }
+  if (stream_) {
+    auto n = AB_TRY(stream_->finish());
+    stream_.reset();
+    return n;
   }
-  const std::uint32_t perm = proto::go_perm_from_mode(opts_.mode.value_or(0644));
+  auto target = AB_TRY(box_->runner_path(path_));
+  AB_TRY(mkdirs(target));
+  const std::uint32_t perm = this->perm();
   if (spool_) {
     auto conn = box_->conn();
     if (conn && conn->chunked()) return send_chunked(conn, target, perm);
@@ -312,7 +317,13 @@ Result<std::uint64_t> receive_chunked(RunnerTransfer* t, const RunnerReply& begi
   for (;;) {
     auto f = AB_TRY(t->next(kTransferIdle));
     if (f.type == proto::type::kFileChunk) {
-      auto c = AB_TRY(proto::body_as<proto::FileChunk>(f));
+      proto::FileChunk c;
+      if (f.binary) {  // version 2: the bytes came in a binary frame
+        c.offset = f.body ? (*f.body)["offset"].get<std::int64_t>() : -1;
+        c.data = std::move(*f.binary);
+      } else {
+        c = AB_TRY(proto::body_as<proto::FileChunk>(f));
+      }
       if (c.offset != got || got + static_cast<std::int64_t>(c.data.size()) > b.size) {
         return fail(Code::kInternal, "read_file: the runner sent a chunk at offset " +
                                          std::to_string(c.offset) + ", expected " +

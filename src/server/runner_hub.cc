@@ -67,7 +67,7 @@ void RunnerConn::request(std::string type, proto::Json body, std::chrono::millis
                                  std::move(type)});
   }
   hub_->count_out(frame.size());
-  send_(std::move(frame));
+  send_(std::move(frame), false);
 }
 
 Result<RunnerReply> RunnerConn::call(std::string type, proto::Json body,
@@ -114,12 +114,12 @@ asio::awaitable<Result<RunnerReply>> RunnerConn::async_call(std::string type, pr
 void RunnerConn::notify(std::string type, proto::Json body) {
   std::string frame = proto::frame("", type, std::move(body));
   hub_->count_out(frame.size());
-  send_(std::move(frame));
+  send_(std::move(frame), false);
 }
 
-void RunnerConn::send_frame(std::string frame) {
+void RunnerConn::send_frame(std::string frame, bool binary) {
   hub_->count_out(frame.size());
-  send_(std::move(frame));
+  send_(std::move(frame), binary);
 }
 
 Result<std::shared_ptr<RunnerTransfer>> RunnerConn::start_transfer(std::string type,
@@ -174,7 +174,7 @@ bool RunnerConn::on_frame(const std::string& frame) {
         (void)proto::from_json(env->body, eb);
         hub_->count_failed();
         t->push(std::unexpected(Error::make(
-            proto::to_code(eb.code),
+            proto::to_code(eb.code, eb.message),
             t->op_ + ": runner: " + eb.message + (eb.code.empty() ? "" : " (" + eb.code + ")"))));
       } else {
         t->push(std::move(*env));
@@ -196,10 +196,36 @@ bool RunnerConn::on_frame(const std::string& frame) {
     hub_->count_failed();
     const std::string what =
         op + ": runner: " + eb.message + (eb.code.empty() ? "" : " (" + eb.code + ")");
-    cb(std::unexpected(Error::make(proto::to_code(eb.code), what)));
+    cb(std::unexpected(Error::make(proto::to_code(eb.code, eb.message), what)));
     return true;
   }
   cb(std::move(*env));
+  return true;
+}
+
+bool RunnerConn::on_binary(std::string frame) {
+  last_seen_ms_.store(now_ms());
+  hub_->count_in(frame.size());
+  if (!binary()) return false;
+  auto c = proto::decode_binary_chunk(frame);
+  if (!c) return false;
+  std::shared_ptr<RunnerTransfer> t;
+  std::string id(c->id);
+  {
+    std::lock_guard lk(mu_);
+    if (auto tt = transfers_.find(id); tt != transfers_.end()) t = tt->second.lock();
+  }
+  if (!t) {
+    spdlog::debug("runner {}: a chunk of unknown transfer {} dropped", id_.user, id);
+    return true;
+  }
+  // The bytes stay in the frame's string: only the header goes (a memmove, no allocation).
+  proto::Json body = proto::Json::object();
+  body["offset"] = c->offset;
+  const std::size_t header = frame.size() - c->data.size();
+  frame.erase(0, header);
+  RunnerReply env{id, std::string(proto::type::kFileChunk), "", std::move(body), std::move(frame)};
+  t->push(std::move(env));
   return true;
 }
 
@@ -269,7 +295,19 @@ void RunnerTransfer::send(std::string_view type, proto::Json body) {
 }
 
 void RunnerTransfer::send_chunk(std::int64_t offset, std::string_view data) {
-  conn_->send_frame(proto::chunk_frame(id_, conn_->identity().user, offset, data));
+  if (conn_->binary()) {
+    conn_->send_frame(proto::binary_chunk(id_, offset, data), true);
+  } else {
+    conn_->send_frame(proto::chunk_frame(id_, conn_->identity().user, offset, data));
+  }
+}
+
+std::int64_t RunnerTransfer::window() const {
+  return conn_->binary() ? proto::kBinaryWindowBytes : proto::kWindowBytes;
+}
+
+std::int64_t RunnerTransfer::chunk_size() const {
+  return conn_->binary() ? proto::kBinaryChunkSize : proto::kChunkSize;
 }
 
 void RunnerTransfer::push(Result<RunnerReply> r) {

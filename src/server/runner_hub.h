@@ -57,7 +57,7 @@ struct RunnerIdentity {
   std::string user;
   std::string workspace;
   std::string shell;
-  int version = 0;  // agentbox's extension; 0: an xbot runner (no version)
+  int version = 0;  // agentbox's extension as negotiated (proto::negotiate); 0: xbot's plain form
 };
 
 struct RunnerStats {
@@ -85,8 +85,12 @@ class RunnerTransfer {
   const std::string& id() const { return id_; }
   // Sends one frame of this transfer (file_chunk, file_end, ack, ...).
   void send(std::string_view type, proto::Json body);
-  // A file_chunk frame (proto::chunk_frame: no Json copy of the data).
+  // One chunk of the file: a file_chunk text frame (version 1, proto::chunk_frame: no Json copy
+  // of the data), or a binary frame (version 2, proto::binary_chunk).
   void send_chunk(std::int64_t offset, std::string_view data);
+  // The unacknowledged bytes this transfer may have in flight, and its chunk size.
+  std::int64_t window() const;
+  std::int64_t chunk_size() const;
   // The runner's next frame for this transfer. The runner's `error` frame becomes its Error;
   // EUNAVAILABLE when the connection goes; ETIMEDOUT when nothing comes within `idle`.
   Result<RunnerReply> next(std::chrono::milliseconds idle);
@@ -108,7 +112,8 @@ class RunnerTransfer {
 // One registered runner connection. Made by RunnerHub::attach; lives as long as someone holds it.
 class RunnerConn : public std::enable_shared_from_this<RunnerConn> {
  public:
-  using Send = std::function<void(std::string frame)>;     // queue one text frame; any thread
+  // Queues one frame (text, or binary for version 2's chunks); any thread.
+  using Send = std::function<void(std::string frame, bool binary)>;
   using Close = std::function<void(std::string reason)>;   // close the socket; any thread
   using Callback = std::function<void(Result<RunnerReply>)>;
 
@@ -137,7 +142,9 @@ class RunnerConn : public std::enable_shared_from_this<RunnerConn> {
   void notify(std::string type, proto::Json body);
   // Version 1 (chunked files) is in force on this connection: the runner's register said 1 and
   // so did our register_ok.
-  bool chunked() const { return id_.version == proto::kProtocolVersion; }
+  bool chunked() const { return id_.version >= proto::kVersionChunked; }
+  // Version 2 (binary chunks, unknown upload size, exact error codes) is in force.
+  bool binary() const { return id_.version >= proto::kVersionBinary; }
   // Sends request `type` and returns the transfer its frames belong to (EUNAVAILABLE when the
   // connection is closed).
   Result<std::shared_ptr<RunnerTransfer>> start_transfer(std::string type, proto::Json body);
@@ -145,6 +152,9 @@ class RunnerConn : public std::enable_shared_from_this<RunnerConn> {
   // From the socket (io_context): one text frame. Returns false when the frame is garbage (not a
   // JSON object with a string "type"): the caller closes the connection.
   bool on_frame(const std::string& frame);
+  // From the socket: one binary frame (version 2's chunks). false when binary frames are not in
+  // force on this connection or the frame is not a chunk: the caller closes the connection.
+  bool on_binary(std::string frame);
   // The socket is gone: every request in flight fails with EUNAVAILABLE. Idempotent.
   void on_closed(const std::string& why);
   // Closes the socket (and then on_closed runs).
@@ -158,7 +168,7 @@ class RunnerConn : public std::enable_shared_from_this<RunnerConn> {
   };
   void expire();  // fails the pending requests past their deadline
   void end_transfer(const std::string& id);
-  void send_frame(std::string frame);
+  void send_frame(std::string frame, bool binary = false);
   friend class RunnerHub;
   friend class RunnerTransfer;
 

@@ -9,9 +9,10 @@
 // `register_ok`, and the daemon's global skills and agents are copied to the runner's
 // {workspace}/.skills/<name>/ and {workspace}/.agents/ (in the pool, in the background).
 //
-// After that every frame goes to the connection (RunnerConn::on_frame); a frame that is not a
-// JSON object with a string "type", or a binary frame, closes that connection (and fails what
-// was in flight on it), nothing else.
+// After that every frame goes to the connection (RunnerConn::on_frame, on_binary); a frame that
+// is not a JSON object with a string "type", or a binary frame that is not a version 2 chunk on a
+// connection of version 2, closes that connection (and fails what was in flight on it), nothing
+// else.
 
 #include <boost/asio/post.hpp>
 #include <boost/asio/steady_timer.hpp>
@@ -146,7 +147,9 @@ asio::awaitable<bool> runner_ws(Call* call) {
   auto on_message = [&, ctx](std::string data, bool binary) {
     if (state->refused) return;
     if (state->conn) {
-      if (binary || !state->conn->on_frame(data)) {
+      const bool good = binary ? state->conn->on_binary(std::move(data))
+                               : state->conn->on_frame(data);
+      if (!good) {
         spdlog::warn("runner {}: a frame that is not a protocol message; closing the connection",
                      url_user);
         state->conn->on_closed("it sent a frame that is not a protocol message");
@@ -172,14 +175,16 @@ asio::awaitable<bool> runner_ws(Call* call) {
     id.user = user;
     id.workspace = reg->workspace;
     id.shell = reg->shell;
-    id.version = reg->version;
+    // The version both speak (docs/runner-protocol.md): 2 for today's agentbox-runner, 1 for
+    // an older one, 0 (the plain form) for xbot's runner.
+    id.version = proto::negotiate(reg->version);
     if (id.workspace.empty() || id.workspace[0] != '/') {
       return refuse("workspace must be an absolute path", "INVALID");
     }
     while (id.workspace.size() > 1 && id.workspace.back() == '/') id.workspace.pop_back();
     auto rc = std::make_shared<RunnerConn>(
-        hub.get(), id, who->tenant, [weak](std::string f) {
-          if (auto w = weak.lock()) w->send(std::move(f));
+        hub.get(), id, who->tenant, [weak](std::string f, bool binary) {
+          if (auto w = weak.lock()) w->send(std::move(f), binary);
         },
         [weak](std::string reason) {
           if (auto w = weak.lock()) w->close(websocket::close_code::going_away, reason);
@@ -189,7 +194,7 @@ asio::awaitable<bool> runner_ws(Call* call) {
     // xbot's answer; `version: 1` only to a runner that asked for it (docs/runner-protocol.md):
     // then big files travel in chunks (remote_backend.cc), otherwise in the plain form.
     proto::RegisterOk ok;
-    if (id.version == proto::kProtocolVersion) ok.version = proto::kProtocolVersion;
+    ok.version = id.version;
     ws->send(proto::frame("", proto::type::kRegisterOk, proto::to_json(ok)));
     // No request may reach the runner before register_ok (xbot's runner takes whatever comes
     // first as the answer to its register): the connection is handed out only once register_ok

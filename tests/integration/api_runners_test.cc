@@ -454,10 +454,13 @@ TEST(RunnerApiSync, GlobalSkillsAndAgentsAreSyncedOnRegistration) {
 
 // A daemon, the real runner of alice connected to it, and a remote session on it.
 struct RealRemote {
+  // `runner_args`: extra agentbox-runner flags (--protocol-version N: an older runner).
+  explicit RealRemote(std::vector<std::string> runner_args = {})
+      : runner{d.host_port(), "alice", "alice-secret", ws.path(), "", std::move(runner_args)} {}
   Daemon d{runner_args()};
   Api api{d};
   Workspace ws;
-  RunnerProcess runner{d.host_port(), "alice", "alice-secret", ws.path()};
+  RunnerProcess runner;
   ApiReply created;  // the POST /v1/sessions reply
   // Waits for the runner to register and creates session `id` on it; false if either failed.
   bool start(const std::string& id) {
@@ -538,7 +541,7 @@ TEST(RunnerApiBigFiles, HundredMiBUpAndDownInChunksWithBoundedMemory) {
   Workspace& ws = r.ws;
   RunnerProcess& runner = r.runner;
   auto l = api.get("/v1/runners");
-  EXPECT_EQ(l.body["runners"][0]["version"], 1) << l;
+  EXPECT_EQ(l.body["runners"][0]["version"], 2) << l;  // binary chunks
   // Warm both up with a small file first, then measure the growth of their peaks.
   ASSERT_EQ(api.put(files_target("big", "small.txt"), "x").status, 200);
   const std::uint64_t daemon0 = peak_rss(d.pid()), runner0 = peak_rss(runner.pid());
@@ -574,6 +577,43 @@ TEST(RunnerApiBigFiles, HundredMiBUpAndDownInChunksWithBoundedMemory) {
   std::printf("[ info ] 100 MiB up+down: daemon peak RSS +%llu MiB, runner +%llu MiB\n",
               static_cast<unsigned long long>(daemon_growth >> 20),
               static_cast<unsigned long long>(runner_growth >> 20));
+}
+
+// Interop: a runner of an older version against today's daemon (which speaks 2). Version 1
+// (an agentbox-runner before binary chunks): big files still go both ways in base64 text chunks.
+// Version 0 (xbot's plain form): files in one frame. Either way a directory read as a file and a
+// file listed as a directory are 409 EISDIR/ENOTDIR as on the host backend, told apart by the Go
+// text of the EIO those runners send.
+TEST(RunnerApiBigFiles, OlderRunnersStillWork) {
+  for (const std::string v : {"1", "0"}) {
+    SCOPED_TRACE("runner version " + v);
+    RealRemote r({"--protocol-version", v});
+    ASSERT_TRUE(r.start("old")) << r.created << r.d.log();
+    Api& api = r.api;
+    auto l = api.get("/v1/runners");
+    if (v == "0") {
+      EXPECT_TRUE(l.body["runners"][0]["version"].is_null()) << l;
+    } else {
+      EXPECT_EQ(l.body["runners"][0]["version"], 1) << l;
+    }
+    const std::string big = big_payload(v == "1" ? (20u << 20) + 3 : (5u << 20) + 1);
+    auto put = api.put(files_target("old", "d/big.bin", "&mkdirs=true"), big);
+    ASSERT_EQ(put.status, 200) << put << r.d.log();
+    EXPECT_EQ(put.body["size"], big.size());
+    EXPECT_TRUE(read_host_file(r.ws.path() + "/d/big.bin") == big);
+    auto get = api.get(files_target("old", "d/big.bin"));
+    ASSERT_EQ(get.status, 200) << get.status;
+    EXPECT_TRUE(get.raw == big);
+    auto notdir = api.get("/v1/sessions/old/dir?path=d/big.bin");
+    EXPECT_EQ(notdir.status, 409) << notdir;
+    EXPECT_EQ(notdir.code(), "ENOTDIR") << notdir;
+    auto isdir = api.get(files_target("old", "d"));
+    EXPECT_EQ(isdir.status, 409) << isdir;
+    EXPECT_EQ(isdir.code(), "EISDIR") << isdir;
+    auto notempty = api.del(files_target("old", "d"));
+    EXPECT_EQ(notempty.status, 409) << notempty;
+    EXPECT_EQ(notempty.code(), "ENOTEMPTY") << notempty;
+  }
 }
 
 // A runner that dies in the middle of an upload: the request fails with 503 and the target is

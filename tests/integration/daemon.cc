@@ -212,15 +212,17 @@ std::string RunnerProcess::binary() {
 
 RunnerProcess::RunnerProcess(const std::string& host_port, const std::string& user,
                              const std::string& token, const std::string& workspace,
-                             const std::string& log_file) {
+                             const std::string& log_file, std::vector<std::string> extra_args) {
   std::string bin = binary();
   if (!std::filesystem::exists(bin)) throw std::runtime_error("no runner binary " + bin);
   UniqueFd log_fd(open(log_file.empty() ? "/dev/null" : log_file.c_str(),
                        O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644));
   if (!log_fd) throw std::runtime_error("open " + log_file);
-  pid_ = spawn({bin, "--server", "ws://" + host_port + "/ws/" + user, "--token", token,
-                "--workspace", workspace, "--backoff-base-ms", "100"},
-               log_fd.get());
+  std::vector<std::string> argv = {bin,         "--server",    "ws://" + host_port + "/ws/" + user,
+                                   "--token",   token,         "--workspace",
+                                   workspace,   "--backoff-base-ms", "100"};
+  argv.insert(argv.end(), extra_args.begin(), extra_args.end());
+  pid_ = spawn(argv, log_fd.get());
 }
 
 RunnerProcess::~RunnerProcess() {

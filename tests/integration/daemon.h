@@ -44,7 +44,8 @@ inline constexpr long kDaemonRssCapKib = 64 * 1024;
 class RunnerProcess {
  public:
   RunnerProcess(const std::string& host_port, const std::string& user, const std::string& token,
-                const std::string& workspace, const std::string& log_file = "");
+                const std::string& workspace, const std::string& log_file = "",
+                std::vector<std::string> extra_args = {});
   ~RunnerProcess();
   RunnerProcess(const RunnerProcess&) = delete;
   RunnerProcess& operator=(const RunnerProcess&) = delete;

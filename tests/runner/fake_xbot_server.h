@@ -249,7 +249,7 @@ class FakeXbotServer {
       if (b->user_id != url_user) return refuse("FORBIDDEN", "user_id mismatch");
       s->registered = true;
       fx::p::RegisterOk ok;
-      if (opts_.send_version) ok.version = fx::p::kProtocolVersion;
+      if (opts_.send_version) ok.version = fx::p::kVersionChunked;
       s->write(fx::p::frame("", fx::p::type::kRegisterOk, fx::p::to_json(ok)));
       cur_ = s;
       {

@@ -15,7 +15,7 @@ TEST(RunnerProtocol, RegisterFrameIsXbotsBytes) {
   EXPECT_EQ(
       encode(e),
       R"({"type":"register","user_id":"U","body":{"user_id":"U","auth_token":"T","workspace":"/abs/ws","shell":"/bin/bash"}})");
-  b.version = kProtocolVersion;
+  b.version = kVersionChunked;
   e.body = to_json(b);
   EXPECT_EQ(
       encode(e),
@@ -319,6 +319,97 @@ TEST(RunnerProtocol, GeneratedIdsLookLikeXbots) {
   EXPECT_EQ(a.rfind("req_", 0), 0u);
   EXPECT_EQ(a.find_first_not_of("0123456789abcdef", 4), std::string::npos);
   EXPECT_NE(a, b);
+}
+
+// Version 2 (docs/runner-protocol.md): the register frame says 2, register_ok answers the
+// highest version both speak, and a chunk's bytes travel in a binary frame.
+TEST(RunnerProtocol, Version2RegisterAndNegotiation) {
+  RegisterBody b{.user_id = "U", .auth_token = "T", .workspace = "/w", .shell = "/bin/sh",
+                 .version = kProtocolVersion};
+  EXPECT_EQ(
+      frame("", type::kRegister, to_json(b)),
+      R"({"type":"register","body":{"user_id":"U","auth_token":"T","workspace":"/w","shell":"/bin/sh","version":2}})");
+  EXPECT_EQ(frame("", type::kRegisterOk, to_json(RegisterOk{"ok", 2})),
+            R"({"type":"register_ok","body":{"status":"ok","version":2}})");
+  EXPECT_EQ(negotiate(0), 0);  // xbot's runner: the plain form
+  EXPECT_EQ(negotiate(1), 1);  // an older agentbox-runner: text chunks
+  EXPECT_EQ(negotiate(2), 2);
+  EXPECT_EQ(negotiate(7), 2);  // a newer one: what we speak
+  EXPECT_EQ(negotiate(-3), 0);
+  EXPECT_EQ(negotiate(2, 1), 1);  // a runner of 2 told 1 by an older server
+  EXPECT_EQ(negotiate(0, 2), 0);  // xbot's server answers no version
+  // An upload of a size not known yet (version 2 only) decodes; other negative sizes do not.
+  auto unknown = body_as<FileBegin>(
+      *decode(R"({"id":"r","type":"file_begin","body":{"path":"/w/f","perm":420,"size":-1}})"));
+  ASSERT_TRUE(unknown);
+  EXPECT_EQ(unknown->size, kSizeUnknown);
+  EXPECT_EQ(frame("r", type::kFileBegin, to_json(FileBegin{"/w/f", 0644, kSizeUnknown})),
+            R"({"id":"r","type":"file_begin","body":{"path":"/w/f","perm":420,"size":-1}})");
+  EXPECT_FALSE(body_as<FileBegin>(*decode(R"({"id":"r","type":"file_begin","body":{"size":-2}})")));
+}
+
+TEST(RunnerProtocol, BinaryChunkFrameBytes) {
+  using namespace std::string_literals;
+  // kind 1, id length 3, "r_1", offset 0x0000000000100001 big-endian, then the raw bytes.
+  EXPECT_EQ(binary_chunk("r_1", 1048577, "ab\0c"s),
+            "\x01\x03r_1\x00\x00\x00\x00\x00\x10\x00\x01"s "ab\0c"s);
+  EXPECT_EQ(binary_chunk("x", 0, ""), "\x01\x01x\x00\x00\x00\x00\x00\x00\x00\x00"s);
+  EXPECT_EQ(binary_chunk_header_size("req_0123456789abcdef"), 2u + 20u + 8u);
+  // The header alone has room for the bytes the caller reads into it.
+  std::string h = binary_chunk_header("r_1", 1048577, 4);
+  ASSERT_EQ(h.size(), 13u + 4u);
+  h.replace(13, 4, "ab\0c"s);
+  EXPECT_EQ(h, binary_chunk("r_1", 1048577, "ab\0c"s));
+  // Round trip, every byte value, a 40-bit offset.
+  std::string bytes(256, '\0');
+  for (int i = 0; i < 256; ++i) bytes[static_cast<std::size_t>(i)] = static_cast<char>(i);
+  const std::string f = binary_chunk("req_0123456789abcdef", 0x12'3456'789aLL, bytes);
+  auto c = decode_binary_chunk(f);
+  ASSERT_TRUE(c) << c.error().message;
+  EXPECT_EQ(c->id, "req_0123456789abcdef");
+  EXPECT_EQ(c->offset, 0x12'3456'789aLL);
+  EXPECT_EQ(c->data, bytes);
+  auto empty = decode_binary_chunk(binary_chunk("x", 5, ""));
+  ASSERT_TRUE(empty);
+  EXPECT_TRUE(empty->data.empty());
+  // Bad frames are EINVAL, naming what is wrong.
+  for (const std::string& bad :
+       {""s, "\x01"s, "\x02\x01x\x00\x00\x00\x00\x00\x00\x00\x00"s,
+        "\x01\x00\x00\x00\x00\x00\x00\x00\x00\x00"s, "\x01\x05x\x00\x00\x00\x00\x00\x00\x00\x00"s,
+        "\x01\x01x\x80\x00\x00\x00\x00\x00\x00\x00"s}) {
+    auto r = decode_binary_chunk(bad);
+    EXPECT_FALSE(r) << testing::PrintToString(bad);
+    if (!r) {
+      EXPECT_EQ(r.error().code, Code::kInvalid);
+    }
+  }
+  EXPECT_NE(decode_binary_chunk("\x02\x01x\x00\x00\x00\x00\x00\x00\x00\x00"s)
+                .error()
+                .message.find("unknown kind 2"),
+            std::string::npos);
+}
+
+// Error codes: version 2 sends EISDIR/ENOTDIR/ENOTEMPTY as themselves; from xbot's runner (and
+// older ones) the EIO/EEXIST message's Go text tells them apart.
+TEST(RunnerProtocol, ErrorCodesOfVersion2AndFromGosMessages) {
+  EXPECT_EQ(code_for_errno(EISDIR), "EIO");  // xbot's table, unchanged
+  EXPECT_EQ(code_for_errno(ENOTDIR), "EIO");
+  EXPECT_EQ(code_for_errno(ENOTEMPTY), "EEXIST");
+  EXPECT_EQ(code_for_errno_v2(EISDIR), "EISDIR");
+  EXPECT_EQ(code_for_errno_v2(ENOTDIR), "ENOTDIR");
+  EXPECT_EQ(code_for_errno_v2(ENOTEMPTY), "ENOTEMPTY");
+  EXPECT_EQ(code_for_errno_v2(ENOENT), "ENOENT");
+  EXPECT_EQ(code_for_errno_v2(EACCES), "EPERM");
+  EXPECT_EQ(code_for_errno_v2(ENOSPC), "EIO");
+  EXPECT_EQ(to_code("EISDIR", "read /w/d: is a directory"), Code::kIsDir);
+  EXPECT_EQ(to_code("ENOTEMPTY", "remove /w/d: directory not empty"), Code::kNotEmpty);
+  EXPECT_EQ(to_code("EIO", "read /w/d: is a directory"), Code::kIsDir);
+  EXPECT_EQ(to_code("EIO", "open /w/f.txt: not a directory"), Code::kNotDir);
+  EXPECT_EQ(to_code("EEXIST", "remove /w/d: directory not empty"), Code::kNotEmpty);
+  EXPECT_EQ(to_code("EEXIST", "mkdir /w/d: file exists"), Code::kExists);
+  EXPECT_EQ(to_code("EEXIST", "x: is a directory"), Code::kExists);
+  EXPECT_EQ(to_code("EIO", "exec error: fork/exec /bin/x: no such file"), Code::kInternal);
+  EXPECT_EQ(to_code("ENOENT", "stat /w/x: not a directory"), Code::kNotFound);  // code wins
 }
 
 }  // namespace

@@ -117,7 +117,7 @@ TEST_F(RunnerTest, RegistersAsXbotsRunnerDoes) {
   EXPECT_EQ(b->auth_token, "T");
   EXPECT_EQ(b->workspace, std::filesystem::canonical(ws_).string());
   EXPECT_EQ(b->shell, access("/bin/bash", X_OK) == 0 ? "/bin/bash" : "/bin/sh");
-  EXPECT_EQ(b->version, 1);  // agentbox's extension; xbot's server ignores it
+  EXPECT_EQ(b->version, 2);  // agentbox's extension; xbot's server ignores it
 }
 
 TEST_F(RunnerTest, ExecShellAndArgvForms) {
@@ -535,7 +535,9 @@ TEST_F(RunnerTest, DisconnectKillsChildrenAndReconnects) {
   EXPECT_EQ(code_of(server_.request(p::type::kBgStatus, p::to_json(p::TaskRequest{"t"}))), "EIO");
 }
 
-// A peer that answers register_ok with version 1 (agentboxd): files over 4 MiB in chunks.
+// A peer that answers register_ok with version 1 (an agentboxd before version 2) to the runner's
+// 2: version 1 is in force (the interop of a version-2 runner with a version-1 server): files
+// over 4 MiB in base64 file_chunk text frames, no binary frame.
 class RunnerChunkedTest : public ::testing::Test {
  protected:
   void SetUp() override {
