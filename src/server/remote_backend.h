@@ -10,11 +10,14 @@
 // - workspace() is the runner's reported workspace. API paths are confined to it here
 //   (sandbox::workspace_relative, "/workspace/..." is an alias) before the runner's own guard.
 // - exec -> `exec` (shell form, or argv form with args[0] the program); file reads and writes
-//   are one base64 frame each (xbot's plain form), except with a runner of version 1
+//   are one base64 frame each (xbot's plain form), except with a runner of version 1 or 2
 //   (docs/runner-protocol.md): a file over 4 MiB goes up as file_begin/file_chunk.../file_end
-//   from a scratch file and comes down the same way into one, in 1 MiB chunks within the 8 MiB
-//   ack window, so neither side holds the file (up to 500 MB); stat/read_dir/mkdir_all/remove/
-//   remove_all map one to one, `mode` translated from Go's FileMode to st_mode.
+//   and comes down the same way into a scratch file, in 1 MiB chunks within the ack window, so
+//   neither side holds the file (up to 500 MB). Version 1: base64 text chunks, 8 MiB window, the
+//   upload spooled to a scratch file first; version 2: binary chunk frames, 16 MiB window, the
+//   upload streamed to the runner as it arrives (server/remote_transfer.h). stat/read_dir/
+//   mkdir_all/remove/remove_all map one to one, `mode` translated from Go's FileMode to st_mode;
+//   error codes as proto::to_code(code, message) reads them (EISDIR/ENOTDIR/ENOTEMPTY exact).
 // - Refused with ENOTSUP naming it: rename, artifact_dir, processes (the routes answer 501),
 //   network policies, mounts.
 // - Streaming exec delivers the output when the command ends (the protocol's exec has no
