@@ -281,7 +281,8 @@ WorkspaceFs::Writer::Writer(Writer&& o) noexcept
       tmp_(std::move(o.tmp_)),
       name_(std::move(o.name_)),
       shown_(std::move(o.shown_)),
-      written_(o.written_) {
+      written_(o.written_),
+      flushed_(o.flushed_) {
   o.tmp_.clear();
 }
 
@@ -302,6 +303,13 @@ Status WorkspaceFs::Writer::write(std::string_view data) {
     return fail_errno(s.error().sys_errno, "write " + shown_);
   }
   written_ += static_cast<std::int64_t>(data.size());
+  // Start the disk writeback of what is written so far every few MiB (without waiting for it),
+  // so commit()'s fsync finds most of a big file on disk already instead of writing it all then.
+  constexpr std::int64_t kWritebackStep = 4 << 20;
+  if (written_ - flushed_ >= kWritebackStep) {
+    (void)sync_file_range(fd_.get(), flushed_, written_ - flushed_, SYNC_FILE_RANGE_WRITE);
+    flushed_ = written_;
+  }
   return {};
 }
 

@@ -63,6 +63,7 @@ class WorkspaceFs {
     UniqueFd dir_, fd_;
     std::string tmp_, name_, shown_;
     std::int64_t written_ = 0;
+    std::int64_t flushed_ = 0;  // bytes whose writeback was started (sync_file_range)
   };
   Result<Writer> create(const std::string& p, std::uint32_t perm) const;
 
