@@ -10,6 +10,8 @@
 #include <cstring>
 #include <map>
 
+#include "runner/spawn_posix.h"
+
 extern char** environ;
 
 namespace agentbox::runner {
@@ -65,6 +67,7 @@ Result<pid_t> spawn(const SpawnSpec& spec) {
       i = j + 1;
     }
   }
+  if (auto fast = spawn_posix(spec, argv.data(), envp.data(), candidates)) return *fast;
   int null_fd = ::open("/dev/null", O_RDWR | O_CLOEXEC);
   if (null_fd < 0) return fail_errno(errno, "open(/dev/null)");
   UniqueFd null_guard(null_fd);
