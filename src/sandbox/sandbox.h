@@ -118,9 +118,13 @@ struct DirEntry {
 };
 
 // An open regular file for streaming out.
+class FileFeed;  // sandbox/file_feed.h
+
 struct FileReader {
   UniqueFd fd;
   std::uint64_t size = 0;
+  // Only from open_file_streamed(): the bytes are still arriving in `fd` (wait on the feed).
+  std::shared_ptr<FileFeed> feed;
 };
 
 struct WriteOptions {
@@ -194,6 +198,9 @@ class Sandbox {
   }
 
   virtual Result<FileReader> open_file(const std::string& path) = 0;
+  // As open_file, but the reader may come back before the whole file is there (its `feed` set):
+  // for a reader that waits on the feed (server/files.cc send_file). Default: open_file.
+  virtual Result<FileReader> open_file_streamed(const std::string& path) { return open_file(path); }
   virtual Result<std::unique_ptr<FileWriter>> create_file(const std::string& path,
                                                           WriteOptions opts) = 0;
   virtual Result<FileInfo> stat(const std::string& path) = 0;

@@ -15,6 +15,7 @@
 
 #include "common/log.h"
 #include "common/no_sigpipe.h"
+#include "sandbox/file_feed.h"
 #include "server/http_error.h"
 #include "server/internal/blocking.h"
 #include "server/internal/files.h"
@@ -51,6 +52,7 @@ Result<std::uint32_t> mode_query(const Request& req) {
 struct SendfileStep {
   std::size_t sent = 0;
   bool file_ended = false;
+  bool blocked = false;  // the socket's send buffer is full
 };
 
 // Moves up to `want` bytes of `file_fd` from `offset` to the non-blocking socket `sock_fd`, until
@@ -74,7 +76,10 @@ Result<SendfileStep> sendfile_step(int sock_fd, int file_fd, std::uint64_t offse
       break;
     }
     if (errno == EINTR) continue;
-    if (errno == EAGAIN || errno == EWOULDBLOCK) break;
+    if (errno == EAGAIN || errno == EWOULDBLOCK) {
+      step.blocked = true;
+      break;
+    }
     return fail_errno(errno, "sendfile");
   }
   return step;
@@ -93,7 +98,7 @@ asio::awaitable<bool> get_file(Call* call) {
   if (!box) co_return co_await send_error(call, box.error());
   std::shared_ptr<sandbox::Sandbox> sb = std::move(*box);
   std::string p = *path;
-  auto open_job = run_blocking(ctx->pool, [sb, p] { return sb->open_file(p); });
+  auto open_job = run_blocking(ctx->pool, [sb, p] { return sb->open_file_streamed(p); });
   auto reader = co_await std::move(open_job);
   if (!reader) co_return co_await send_error(call, reader.error());
   co_return co_await send_file(call, std::move(*reader), p);
@@ -132,14 +137,41 @@ asio::awaitable<bool> send_file(Call* call, sandbox::FileReader file, std::strin
   }
   const int file_fd = reader->fd.get();
   asio::steady_timer timer(sock.get_executor());
+  // A file still arriving (a remote runner's download): each job first waits for its bytes, and
+  // says what was sent so the producer can drop it; however this ends, the producer stops.
+  std::shared_ptr<sandbox::FileFeed> feed = reader->feed;
+  struct CloseFeed {
+    sandbox::FileFeed* f;
+    ~CloseFeed() {
+      if (f) f->close();
+    }
+  } close_feed{feed.get()};
+  const auto feed_wait = ctx->opts.io_timeout;
   std::uint64_t offset = 0;
   while (offset < reader->size) {
     // At most this much per pool job, so one fast download does not keep a pool thread from
     // everyone else's blocking work for long.
     constexpr std::uint64_t kSendfileJob = 8u << 20;
     auto want = static_cast<std::size_t>(std::min(reader->size - offset, kSendfileJob));
-    auto send_job = run_blocking(ctx->pool, [sock_fd, file_fd, offset, want] {
-      return sendfile_step(sock_fd, file_fd, offset, want);
+    auto send_job = run_blocking(ctx->pool, [sock_fd, file_fd, offset, want, feed,
+                                             feed_wait]() -> Result<SendfileStep> {
+      if (!feed) return sendfile_step(sock_fd, file_fd, offset, want);
+      // The job's bytes as they arrive, until they are all sent or the socket is full.
+      SendfileStep done;
+      while (done.sent < want) {
+        const std::uint64_t at = offset + done.sent;
+        auto there = AB_TRY(feed->wait_beyond(at, feed_wait));
+        auto n = static_cast<std::size_t>(std::min<std::uint64_t>(want - done.sent, there - at));
+        auto step = AB_TRY(sendfile_step(sock_fd, file_fd, at, n));
+        done.sent += step.sent;
+        feed->consume(offset + done.sent);
+        if (step.blocked || step.file_ended) {
+          done.blocked = step.blocked;
+          done.file_ended = step.file_ended;
+          break;
+        }
+      }
+      return done;
     });
     auto step = co_await std::move(send_job);
     if (step) {
@@ -155,7 +187,7 @@ asio::awaitable<bool> send_file(Call* call, sandbox::FileReader file, std::strin
                    step ? "file shrank while being sent" : step.error().message);
       co_return false;
     }
-    if (offset == reader->size || step->sent == want) continue;
+    if (offset == reader->size || !step->blocked) continue;
     // The socket's send buffer is full: wait until the client has read some of it.
     timer.expires_after(ctx->opts.io_timeout);
     auto writable = sock.async_wait(tcp::socket::wait_write, kTuple);

@@ -65,6 +65,7 @@ Error bad_reply(const std::string& op, const RunnerReply& r) {
 }
 
 class RemoteSandbox;
+Result<sandbox::FileReader> reader_of_content(const RunnerReply& r);
 
 // Keeps the upload (bounded by max_bytes) and sends it at commit: up to kChunkThreshold in
 // memory; past it, with a runner of version 2, streamed to the runner as it arrives (binary
@@ -108,6 +109,7 @@ class RemoteSandbox : public sandbox::Sandbox {
                                                     sandbox::OutputSink* sink) override;
 
   Result<sandbox::FileReader> open_file(const std::string& path) override;
+  Result<sandbox::FileReader> open_file_streamed(const std::string& path) override;
   Result<std::unique_ptr<sandbox::FileWriter>> create_file(const std::string& path,
                                                            sandbox::WriteOptions opts) override;
   Result<sandbox::FileInfo> stat(const std::string& path) override;
@@ -317,13 +319,7 @@ Result<std::uint64_t> receive_chunked(RunnerTransfer* t, const RunnerReply& begi
   for (;;) {
     auto f = AB_TRY(t->next(kTransferIdle));
     if (f.type == proto::type::kFileChunk) {
-      proto::FileChunk c;
-      if (f.binary) {  // version 2: the bytes came in a binary frame
-        c.offset = f.body ? (*f.body)["offset"].get<std::int64_t>() : -1;
-        c.data = std::move(*f.binary);
-      } else {
-        c = AB_TRY(proto::body_as<proto::FileChunk>(f));
-      }
+      auto c = AB_TRY(chunk_of(f));
       if (c.offset != got || got + static_cast<std::int64_t>(c.data.size()) > b.size) {
         return fail(Code::kInternal, "read_file: the runner sent a chunk at offset " +
                                          std::to_string(c.offset) + ", expected " +
@@ -368,6 +364,12 @@ Result<sandbox::FileReader> RemoteSandbox::open_file(const std::string& path) {
   } else {
     r = AB_TRY(conn->call("read_file", proto::to_json(proto::PathRequest{target}), kFileTimeout));
   }
+  return reader_of_content(r);
+}
+
+// A file_content reply as a reader: the bytes in an anonymous memory file (the API streams from
+// an fd).
+Result<sandbox::FileReader> reader_of_content(const RunnerReply& r) {
   if (r.type != proto::type::kFileContent) return std::unexpected(bad_reply("read_file", r));
   auto data = proto::body_as<proto::FileContent>(r);
   if (!data) return std::unexpected(data.error());
@@ -381,6 +383,18 @@ Result<sandbox::FileReader> RemoteSandbox::open_file(const std::string& path) {
   out.fd = std::move(fd);
   out.size = bytes->size();
   return out;
+}
+
+Result<sandbox::FileReader> RemoteSandbox::open_file_streamed(const std::string& path) {
+  auto conn = hub_->find(user_);
+  if (!conn || !conn->binary()) return open_file(path);
+  // Version 2: a big file is handed to the reader while it arrives (remote_transfer.h).
+  auto target = AB_TRY(runner_path(path));
+  auto t = AB_TRY(conn->start_transfer("read_file", proto::to_json(proto::PathRequest{target})));
+  auto r = AB_TRY(t->next(kFileTimeout));
+  if (r.type == proto::type::kFileBegin) return stream_download(std::move(t), r);
+  t->finish();  // a one-frame reply (file_content)
+  return reader_of_content(r);
 }
 
 Result<std::unique_ptr<sandbox::FileWriter>> RemoteSandbox::create_file(

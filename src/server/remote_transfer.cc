@@ -1,6 +1,15 @@
 #include "server/remote_transfer.h"
 
+#include <fcntl.h>
+#include <linux/falloc.h>
+#include <sys/mman.h>
+#include <unistd.h>
+
 #include <algorithm>
+#include <cerrno>
+#include <thread>
+
+#include "sandbox/file_feed.h"
 
 namespace agentbox::server {
 
@@ -77,6 +86,98 @@ Result<std::uint64_t> ChunkUpload::finish() {
     if (f.type != proto::type::kOk) return std::unexpected(unexpected_frame(f));
     return static_cast<std::uint64_t>(sent_);
   }
+}
+
+Result<proto::FileChunk> chunk_of(RunnerReply& f) {
+  if (!f.binary) return proto::body_as<proto::FileChunk>(f);
+  proto::FileChunk c;
+  c.offset = f.body && f.body->is_object() ? f.body->value("offset", std::int64_t{-1}) : -1;
+  c.data = std::move(*f.binary);
+  return c;
+}
+
+namespace {
+
+// How far the download may run ahead of its reader (the runner's window comes on top).
+constexpr std::uint64_t kStreamRoom = 32u << 20;
+
+Status pwrite_all(int fd, std::string_view data, std::int64_t at) {
+  while (!data.empty()) {
+    ssize_t w = ::pwrite(fd, data.data(), data.size(), at);
+    if (w < 0 && errno == EINTR) continue;
+    if (w < 0) return fail_errno(errno, "write(download)");
+    data.remove_prefix(static_cast<std::size_t>(w));
+    at += w;
+  }
+  return {};
+}
+
+// The producer: chunks into `fd` until file_end, an error, or the reader leaving.
+Status feed_chunks(RunnerTransfer* t, sandbox::FileFeed* feed, int fd, std::int64_t size) {
+  std::int64_t got = 0;
+  std::uint64_t punched = 0;
+  const auto page = static_cast<std::uint64_t>(::sysconf(_SC_PAGESIZE));
+  for (;;) {
+    auto f = AB_TRY(t->next(kTransferIdle));
+    if (f.type == proto::type::kFileEnd) {
+      t->finish();
+      auto e = AB_TRY(proto::body_as<proto::FileEnd>(f));
+      if (e.size != got || got != size) {
+        return fail(Code::kInternal, "read_file: the runner ended after " + std::to_string(got) +
+                                         " bytes but said " + std::to_string(size));
+      }
+      return {};
+    }
+    if (f.type != proto::type::kFileChunk) return std::unexpected(unexpected_frame(f));
+    auto c = AB_TRY(chunk_of(f));
+    if (c.offset != got || got + static_cast<std::int64_t>(c.data.size()) > size) {
+      return fail(Code::kInternal, "read_file: the runner sent a chunk at offset " +
+                                       std::to_string(c.offset) + ", expected " +
+                                       std::to_string(got));
+    }
+    AB_TRY(pwrite_all(fd, c.data, got));
+    got += static_cast<std::int64_t>(c.data.size());
+    feed->arrived(static_cast<std::uint64_t>(got));
+    // What the reader has sent goes from memory (whole pages).
+    const std::uint64_t done = feed->consumed() / page * page;
+    if (done >= punched + (4u << 20)) {
+      (void)::fallocate(fd, FALLOC_FL_PUNCH_HOLE | FALLOC_FL_KEEP_SIZE,
+                        static_cast<off_t>(punched), static_cast<off_t>(done - punched));
+      punched = done;
+    }
+    if (!feed->wait_room(kStreamRoom, kTransferIdle)) {
+      if (feed->closed()) return {};  // the reader left: the transfer is abandoned
+      return fail(Code::kTimedOut, "read_file: the reader took nothing for too long");
+    }
+    t->send(proto::type::kAck, proto::to_json(proto::Ack{got}));
+  }
+}
+
+}  // namespace
+
+Result<sandbox::FileReader> stream_download(std::shared_ptr<RunnerTransfer> t,
+                                            const RunnerReply& begin) {
+  auto b = AB_TRY(proto::body_as<proto::FileBegin>(begin));
+  if (b.size < 0 || b.size > proto::kMaxFileSize) {
+    return fail(Code::kTooBig, "read_file: the runner announced " + std::to_string(b.size) +
+                                   " bytes, over the " + std::to_string(proto::kMaxFileSize) +
+                                   "-byte limit");
+  }
+  UniqueFd fd(::memfd_create("agentbox-remote-read", MFD_CLOEXEC));
+  if (!fd) return fail_errno(errno, "memfd_create");
+  UniqueFd reader(::fcntl(fd.get(), F_DUPFD_CLOEXEC, 0));
+  if (!reader) return fail_errno(errno, "dup(memfd)");
+  auto feed = std::make_shared<sandbox::FileFeed>();
+  std::thread([t = std::move(t), feed, fd = std::move(fd), size = b.size]() mutable {
+    if (auto s = feed_chunks(t.get(), feed.get(), fd.get(), size); !s) feed->fail(s.error());
+    // An unfinished transfer is aborted here (RunnerTransfer's destructor tells the runner).
+    t.reset();
+  }).detach();
+  sandbox::FileReader out;
+  out.fd = std::move(reader);
+  out.size = static_cast<std::uint64_t>(b.size);
+  out.feed = std::move(feed);
+  return out;
 }
 
 }  // namespace agentbox::server

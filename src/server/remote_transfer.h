@@ -15,6 +15,7 @@
 #include <string_view>
 
 #include "common/error.h"
+#include "sandbox/sandbox.h"
 #include "server/runner_hub.h"
 
 namespace agentbox::server {
@@ -42,5 +43,17 @@ class ChunkUpload {
   std::int64_t acked_ = -1;  // -1: the runner has not opened the file yet
   std::string pending_;      // gathered, not yet a whole chunk
 };
+
+// The chunk in a file_chunk frame of the runner: base64 in the body (version 1) or the bytes of
+// a binary frame (version 2, RunnerConn::on_binary), moved out of `f`.
+Result<proto::FileChunk> chunk_of(RunnerReply& f);
+
+// A download of version 2 served while it arrives: `begin` is the runner's file_begin on `t`.
+// Returns a reader at once (an anonymous memory file and its feed, sandbox/file_feed.h); a
+// thread of its own writes the chunks into the file, acks them once the reader is less than
+// 32 MiB behind, and punches out what the reader has sent, so memory stays bounded whatever the
+// file's size. The reader closing the feed early aborts the transfer (the runner stops).
+Result<sandbox::FileReader> stream_download(std::shared_ptr<RunnerTransfer> t,
+                                            const RunnerReply& begin);
 
 }  // namespace agentbox::server
