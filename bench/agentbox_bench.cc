@@ -1589,8 +1589,8 @@ std::vector<double> time_execs(Client& c, const std::string& id, int n) {
 }
 
 void section_runners(const std::string& bin, int n, std::uint64_t mb, int count) {
-  std::printf("\n[runners] daemon -> agentbox-runner on loopback (xbot's protocol + version 1 "
-              "chunks over 4 MiB)\n");
+  std::printf("\n[runners] daemon -> agentbox-runner on loopback (xbot's protocol + version 2: "
+              "binary chunks over 4 MiB)\n");
   const std::string runner_bin = (fs::path(bin).parent_path() / "agentbox-runner").string();
   if (!fs::exists(runner_bin)) die("no " + runner_bin);
   std::vector<std::string> extra;
@@ -1658,7 +1658,7 @@ void section_runners(const std::string& bin, int n, std::uint64_t mb, int count)
   row("exec /bin/true on runner r0 with all connected", median(first_r), "ms",
       ratio_note(median(first_r) / mr, "~1 (vs one runner)"));
   row("exec /bin/true on the last runner registered", median(last_r), "ms");
-  // Files: over 4 MiB in 1 MiB file_chunks each way (docs/runner-protocol.md version 1).
+  // Files: over 4 MiB in 1 MiB binary chunks each way (docs/runner-protocol.md version 2).
   const std::uint64_t size = mb << 20;
   std::string data(size, '\0');
   std::uint64_t x = 88172645463325252ull;

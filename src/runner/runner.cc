@@ -841,21 +841,18 @@ class Conn : public std::enable_shared_from_this<Conn> {
       uploads_[id] = Upload{std::move(*w), b->size};
       return reply(id, p::type::kAck, p::to_json(p::Ack{0}));
     }
-    auto it = uploads_.find(id);
-    if (it == uploads_.end()) {
-      return reply_error(id, p::code::kInvalid, "no transfer " + id + " in progress");
-    }
-    Upload& u = it->second;
-    auto abort = [&](std::string_view code, std::string msg) {
-      uploads_.erase(it);  // the temp file goes; the target is untouched
-      reply_error(id, code, std::move(msg));
-    };
     if (t == p::type::kFileChunk) {
       auto c = p::body_as<p::FileChunk>(e);
-      if (!c) return abort(p::code::kInvalid, c.error().message);
+      if (!c) return abort_upload(id, p::code::kInvalid, c.error().message);
       return upload_chunk(id, c->offset, c->data);
     }
     // file_end
+    Upload* up = upload_of(id);
+    if (!up) return;
+    Upload& u = *up;
+    auto abort = [&](std::string_view code, std::string msg) {
+      abort_upload(id, code, std::move(msg));
+    };
     auto end = p::body_as<p::FileEnd>(e);
     if (!end) return abort(p::code::kInvalid, end.error().message);
     if (u.size == p::kSizeUnknown) u.size = end->size;
@@ -865,21 +862,32 @@ class Conn : public std::enable_shared_from_this<Conn> {
     }
     if (auto s = u.writer.commit(); !s)
       return abort(p::code_for_errno(s.error().sys_errno), s.error().message);
-    uploads_.erase(it);
+    uploads_.erase(id);
     reply(id, p::type::kOk, std::nullopt);
+  }
+
+  // Upload `id` in progress, or null (and the error is sent).
+  Upload* upload_of(const std::string& id) {
+    auto it = uploads_.find(id);
+    if (it != uploads_.end()) return &it->second;
+    reply_error(id, p::code::kInvalid, "no transfer " + id + " in progress");
+    return nullptr;
+  }
+
+  // Ends upload `id` with an error: the temp file goes; the target is untouched.
+  void abort_upload(const std::string& id, std::string_view code, std::string msg) {
+    uploads_.erase(id);
+    reply_error(id, code, std::move(msg));
   }
 
   // One chunk of an upload (a file_chunk frame, or a binary one of version 2), on the I/O
   // thread: in order, within the announced size (or kMaxFileSize when it is not known yet).
   void upload_chunk(const std::string& id, std::int64_t offset, std::string_view data) {
-    auto it = uploads_.find(id);
-    if (it == uploads_.end()) {
-      return reply_error(id, p::code::kInvalid, "no transfer " + id + " in progress");
-    }
-    Upload& u = it->second;
+    Upload* up = upload_of(id);
+    if (!up) return;
+    Upload& u = *up;
     auto abort = [&](std::string_view code, std::string msg) {
-      uploads_.erase(it);  // the temp file goes; the target is untouched
-      reply_error(id, code, std::move(msg));
+      abort_upload(id, code, std::move(msg));
     };
     if (offset != u.writer.written()) {
       return abort(p::code::kInvalid, "file_chunk at offset " + std::to_string(offset) +
