@@ -409,6 +409,54 @@ TEST(RunnerApiFaults, RepliesInAnyOrderAndUnknownIdsAreDropped) {
   EXPECT_FALSE(r.ended());
 }
 
+// A request the runner never answers fails by itself at its deadline (an exec: its timeout plus
+// 5 s, as xbot's server waits) with 504 ETIMEDOUT; the connection stays (other requests on it
+// were answered meanwhile and after), and a late reply to the expired request is dropped.
+TEST(RunnerApiFaults, ARequestNeverAnsweredIs504AtItsDeadlineAndTheRunnerStaysUsable) {
+  Daemon d(runner_args());
+  Api api(d);
+  Workspace ws;
+  FakeRunner r(d, "alice", "alice-secret", ws.path());
+  ASSERT_EQ(r.start()["type"], "register_ok");
+  ASSERT_EQ(api.post("/v1/sessions", {{"id", "n"}, {"runner", "alice"}}).status, 201);
+  std::mutex mu;
+  json held;
+  r.on("exec", [&](const json& req) {
+    std::lock_guard lk(mu);
+    if (req["body"]["command"] == "ignored") {
+      held = req;
+      return FakeRunner::Outcome{FakeRunner::Action::kSilent, {}};
+    }
+    std::vector<json> extra;
+    if (held.is_object()) {  // the expired request's reply, late: dropped
+      extra.push_back({{"id", held["id"]},
+                       {"type", "exec_result"},
+                       {"body",
+                        {{"stdout", "late\n"}, {"stderr", ""}, {"exit_code", 0}, {"timed_out", false}}}});
+    }
+    return FakeRunner::Outcome{
+        FakeRunner::Action::kReply,
+        {{"type", "exec_result"},
+         {"body", {{"stdout", "ok\n"}, {"stderr", ""}, {"exit_code", 0}, {"timed_out", false}}}},
+        extra};
+  });
+  const auto t0 = std::chrono::steady_clock::now();
+  auto lost = api.exec("n", {{"command", "ignored"}, {"timeout_sec", 1}});
+  const auto took = std::chrono::steady_clock::now() - t0;
+  EXPECT_EQ(lost.status, 504) << lost;
+  EXPECT_EQ(lost.code(), "ETIMEDOUT") << lost;
+  EXPECT_GE(took, 5s);
+  EXPECT_LT(took, 15s);
+  for (int i = 0; i < 2; ++i) {
+    auto fine = api.exec("n", {{"command", "fine"}});
+    EXPECT_EQ(fine.status, 200) << fine;
+    EXPECT_EQ(fine.body["stdout"], "ok\n") << fine;
+  }
+  EXPECT_FALSE(r.ended());
+  auto l = api.get("/v1/runners");
+  EXPECT_EQ(l.body["runners"][0]["connected"], true) << l;
+}
+
 TEST(RunnerApiFaults, ANewRegistrationReplacesTheOldAndTheOldClosingKeepsTheNew) {
   Daemon d(runner_args());
   Api api(d);
