@@ -538,7 +538,7 @@ TEST(RunnerApiBigFiles, HundredMiBUpAndDownInChunksWithBoundedMemory) {
   Workspace& ws = r.ws;
   RunnerProcess& runner = r.runner;
   auto l = api.get("/v1/runners");
-  EXPECT_EQ(l.body["runners"][0]["version"], 1) << l;
+  EXPECT_EQ(l.body["runners"][0]["version"], 2) << l;
   // Warm both up with a small file first, then measure the growth of their peaks.
   ASSERT_EQ(api.put(files_target("big", "small.txt"), "x").status, 200);
   const std::uint64_t daemon0 = peak_rss(d.pid()), runner0 = peak_rss(runner.pid());

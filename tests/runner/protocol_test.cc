@@ -15,7 +15,7 @@ TEST(RunnerProtocol, RegisterFrameIsXbotsBytes) {
   EXPECT_EQ(
       encode(e),
       R"({"type":"register","user_id":"U","body":{"user_id":"U","auth_token":"T","workspace":"/abs/ws","shell":"/bin/bash"}})");
-  b.version = kProtocolVersion;
+  b.version = kChunkedVersion;
   e.body = to_json(b);
   EXPECT_EQ(
       encode(e),

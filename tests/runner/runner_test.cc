@@ -117,7 +117,7 @@ TEST_F(RunnerTest, RegistersAsXbotsRunnerDoes) {
   EXPECT_EQ(b->auth_token, "T");
   EXPECT_EQ(b->workspace, std::filesystem::canonical(ws_).string());
   EXPECT_EQ(b->shell, access("/bin/bash", X_OK) == 0 ? "/bin/bash" : "/bin/sh");
-  EXPECT_EQ(b->version, 1);  // agentbox's extension; xbot's server ignores it
+  EXPECT_EQ(b->version, 2);  // agentbox's version 2; xbot's server ignores it
 }
 
 TEST_F(RunnerTest, ExecShellAndArgvForms) {
