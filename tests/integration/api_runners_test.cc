@@ -633,6 +633,10 @@ TEST(RunnerApiProcesses, RunnerKilledMidPtyClosesTheAttachAndAReconnectedRunnerS
   auto other = api.post("/v1/sessions/other/processes", {{"command", "sleep 600"}, {"tag", "s"}});
   ASSERT_EQ(other.status, 201) << other;
 
+  // A managed process (cat ends with its stdin, which the runner's death closes).
+  auto managed = api.post(procs, {{"command", "cat"}, {"tag", "m"}, {"stdin", true},
+                                  {"restart", "always"}});
+  ASSERT_EQ(managed.status, 201) << managed;
   auto term = api.post(procs, {{"command", "sh"}, {"tag", "term"}, {"pty", {{"cols", 80}, {"rows", 24}}}});
   ASSERT_EQ(term.status, 201) << term;
   const pid_t shell = term.body["pid"].get<int>();
@@ -678,6 +682,15 @@ TEST(RunnerApiProcesses, RunnerKilledMidPtyClosesTheAttachAndAReconnectedRunnerS
   EXPECT_EQ(reason_of(ws2), "exit 3");
   auto e = api.post("/v1/sessions/pk/exec", {{"command", "echo served"}});
   EXPECT_EQ(e.body["stdout"], "served\n") << e;
+  // The managed process was restarted by its supervision once the runner was back.
+  EXPECT_TRUE(eventually(
+      [&] {
+        auto m = api.get(procs + "/m");
+        return m.body.value("state", "") == "running" && m.body.value("restarts", 0) >= 1;
+      },
+      20))
+      << api.get(procs + "/m");
+  EXPECT_EQ(api.del(procs + "/m").status, 200);
   EXPECT_EQ(api.del("/v1/sessions/other/processes/s").status, 200);
 }
 
