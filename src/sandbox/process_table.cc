@@ -688,6 +688,15 @@ std::vector<ProcessInfo> ProcessTable::list() {
   return out;
 }
 
+bool ProcessTable::starting(std::string_view ref) {
+  std::lock_guard lock(mu_);
+  for (const EntryPtr& e : entries_) {
+    std::lock_guard elock(e->mu);
+    if (e->starting && !e->info.tag.empty() && e->info.tag == ref) return true;
+  }
+  return false;
+}
+
 Result<ProcessInfo> ProcessTable::get(std::string_view ref) {
   std::lock_guard lock(mu_);
   auto e = find_locked(ref);

@@ -752,6 +752,79 @@ TEST(RunnerApiBigFiles, FilesOver500MBAreRefused) {
 
 // --default-runner: a session created without a backend is a remote session of that runner; one
 // that names a backend gets it; mounts on such a session are 501, not silently dropped.
+// The daemon killed (-9) and started again on the same address and data dir while a runner is
+// connected: the runner dials again by itself and the session bound to it works as before, with
+// the files it had.
+TEST(RunnerApiRestart, ARunnerReconnectsToARestartedDaemonAndItsSessionWorksAgain) {
+  TempDir dir("agentbox-runner-restart");
+  const std::string data = dir.path() + "/data";
+  Workspace ws;
+  auto args = [&](const std::string& listen) {
+    std::vector<std::string> a = runner_args();
+    for (const std::string& x : {std::string("--data-dir"), data, std::string("--listen"), listen}) {
+      a.push_back(x);
+    }
+    return a;
+  };
+  auto connected = [](Api& api) {
+    return eventually([&] {
+      auto l = api.get("/v1/runners");
+      return l.status == 200 && !l.body["runners"].empty() &&
+             l.body["runners"][0]["connected"] == true;
+    });
+  };
+  std::optional<Daemon> d(std::in_place, args("127.0.0.1:0"));
+  const std::string addr = d->host_port();
+  RunnerProcess runner(addr, "alice", "alice-secret", ws.path());
+  {
+    Api api(*d);
+    ASSERT_TRUE(connected(api)) << d->log();
+    ASSERT_EQ(api.post("/v1/sessions", {{"id", "kept"}, {"runner", "alice"}}).status, 201);
+    ASSERT_EQ(api.put(files_target("kept", "note.txt"), "before\n").status, 200);
+    EXPECT_EQ(d->stop(SIGKILL), 128 + SIGKILL);
+  }
+  d.reset();
+  d.emplace(args(addr));
+  Api api(*d);
+  ASSERT_TRUE(connected(api)) << "the runner did not come back: " << d->log();
+  auto e = api.exec("kept", {{"command", "cat note.txt; echo after >> note.txt"}});
+  ASSERT_EQ(e.status, 200) << e;
+  EXPECT_EQ(e.body["stdout"], "before\n");
+  EXPECT_EQ(read_host_file(ws.path() + "/note.txt"), "before\nafter\n");
+  EXPECT_EQ(api.get("/v1/sessions/kept").body["backend"], "remote");
+}
+
+// A runner that stops answering without closing its connection (stopped: the kernel still
+// acknowledges, nothing answers the daemon's pings) is dropped after 2 x --ws-ping-sec: its
+// in-flight exec fails with 503, it is listed as disconnected, and once it runs again it dials
+// back and serves its session.
+TEST(RunnerApiFaults, ARunnerThatStopsAnsweringIsDroppedByPingsAndComesBack) {
+  std::vector<std::string> a = runner_args();
+  a.insert(a.end(), {"--ws-ping-sec", "1"});
+  Daemon d(a);
+  Api api(d);
+  Workspace ws;
+  RunnerProcess runner(d.host_port(), "alice", "alice-secret", ws.path());
+  auto state = [&] {
+    auto l = api.get("/v1/runners");
+    return l.status == 200 && !l.body["runners"].empty() ? l.body["runners"][0] : json();
+  };
+  ASSERT_TRUE(eventually([&] { return state().value("connected", false); })) << d.log();
+  ASSERT_EQ(api.post("/v1/sessions", {{"id", "h"}, {"runner", "alice"}}).status, 201);
+  ASSERT_EQ(::kill(runner.pid(), SIGSTOP), 0);
+  const auto t0 = std::chrono::steady_clock::now();
+  auto e = api.exec("h", {{"command", "echo never"}});
+  const auto took = std::chrono::steady_clock::now() - t0;
+  EXPECT_EQ(e.status, 503) << e;
+  EXPECT_LT(took, 10s) << "the silent runner was not dropped by the pings";
+  EXPECT_EQ(state().value("connected", true), false) << state();
+  ASSERT_EQ(::kill(runner.pid(), SIGCONT), 0);
+  ASSERT_TRUE(eventually([&] { return state().value("connected", false); }, 20)) << d.log();
+  auto again = api.exec("h", {{"command", "echo back"}});
+  ASSERT_EQ(again.status, 200) << again;
+  EXPECT_EQ(again.body["stdout"], "back\n");
+}
+
 TEST(RunnerApiDefault, SessionsWithoutABackendGoToTheDefaultRunner) {
   TempDir roots("agentbox-runner-roots");
   std::filesystem::create_directories(roots.path() + "/data");
