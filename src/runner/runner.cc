@@ -644,7 +644,9 @@ class Conn : public std::enable_shared_from_this<Conn> {
       spec.stdout_fd = out_w.get();
       if (err_pipe) {
         int er[2];
-        if (pipe2(er, O_CLOEXEC) != 0) return reply_error(e.id, p::code::kIO, "start process: pipe");
+        if (pipe2(er, O_CLOEXEC) != 0) {
+          return reply_error(e.id, p::code::kIO, "start process: pipe");
+        }
         err_r = UniqueFd(er[0]);
         err_w = UniqueFd(er[1]);
         spec.stderr_fd = err_w.get();

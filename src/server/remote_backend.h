@@ -20,8 +20,10 @@
 //   killed (signal 9: the runner kills its children on a disconnect). With a runner below
 //   version 2, starting one is ENOTSUP (501) naming the version: xbot's stdio drops stderr and
 //   ignores dir, its pty takes no input (PROTOCOLS.md 1.4, 1.7). Managed processes are
-//   supervised by the daemon as on every backend.
-// - File reads and writes are one base64 frame each (xbot's plain form), except with a runner of version 1
+//   supervised by the daemon as on every backend: one that the runner's loss ended is started
+//   again once the runner is back.
+// - Files: reads and writes
+//   are one base64 frame each (xbot's plain form), except with a runner of version 1
 //   (docs/runner-protocol.md): a file over 4 MiB goes up as file_begin/file_chunk.../file_end
 //   from a scratch file and comes down the same way into one, in 1 MiB chunks within the 8 MiB
 //   ack window, so neither side holds the file (up to 500 MB); stat/read_dir/mkdir_all/remove/

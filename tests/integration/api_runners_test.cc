@@ -637,7 +637,8 @@ TEST(RunnerApiProcesses, RunnerKilledMidPtyClosesTheAttachAndAReconnectedRunnerS
   auto managed = api.post(procs, {{"command", "cat"}, {"tag", "m"}, {"stdin", true},
                                   {"restart", "always"}});
   ASSERT_EQ(managed.status, 201) << managed;
-  auto term = api.post(procs, {{"command", "sh"}, {"tag", "term"}, {"pty", {{"cols", 80}, {"rows", 24}}}});
+  const json shell_pty = {{"command", "sh"}, {"tag", "term"}, {"pty", {{"cols", 80}, {"rows", 24}}}};
+  auto term = api.post(procs, shell_pty);
   ASSERT_EQ(term.status, 201) << term;
   const pid_t shell = term.body["pid"].get<int>();
   ASSERT_GT(shell, 0) << term;  // the runner's pid of the command (the runner is on this host)
@@ -672,7 +673,7 @@ TEST(RunnerApiProcesses, RunnerKilledMidPtyClosesTheAttachAndAReconnectedRunnerS
     auto l = api.get("/v1/runners");
     return l.status == 200 && l.body["runners"][0]["connected"] == true;
   }));
-  auto term2 = api.post(procs, {{"command", "sh"}, {"tag", "term"}, {"pty", {{"cols", 80}, {"rows", 24}}}});
+  auto term2 = api.post(procs, shell_pty);
   ASSERT_EQ(term2.status, 201) << term2;
   Ws ws2;
   ASSERT_FALSE(ws2.open(d.host_port(), procs + "/term/attach"));
