@@ -30,8 +30,13 @@ namespace agentbox::runner::proto {
 using Json = nlohmann::ordered_json;
 
 // ---- agentbox's extension (docs/runner-protocol.md) ----
-// `register.body.version` and `register_ok.body.version`; chunking is used only when both are 1.
-inline constexpr int kProtocolVersion = 1;
+// `register.body.version` and `register_ok.body.version`: each side sends the highest version it
+// speaks; agentboxd's register_ok says the lower of the two, and that one is in force.
+inline constexpr int kProtocolVersion = 2;
+// Version 1: chunked files. Version 2: version 1 plus process streams (stderr, eof, signals, pid,
+// exit signal; docs/runner-protocol.md "Process streams").
+inline constexpr int kChunkedVersion = 1;
+inline constexpr int kStreamsVersion = 2;
 // Files strictly larger than this travel in chunks (when both peers speak version 1).
 inline constexpr std::int64_t kChunkThreshold = 4 << 20;
 // Raw bytes per file_chunk (the last one may be shorter).
@@ -76,6 +81,7 @@ inline constexpr std::string_view kPtyResize = "pty_resize";
 inline constexpr std::string_view kPtyClose = "pty_close";
 inline constexpr std::string_view kPtyData = "pty_data";
 inline constexpr std::string_view kPtyExit = "pty_exit";
+inline constexpr std::string_view kStdioSignal = "stdio_signal";  // version 2 only
 inline constexpr std::string_view kLlmGenerate = "llm_generate";
 inline constexpr std::string_view kLlmResponse = "llm_response";
 inline constexpr std::string_view kLlmModels = "llm_models";
@@ -229,18 +235,28 @@ struct StdioStart {
   std::string stream_id, command;
   std::vector<std::string> args, env;  // omitempty
   std::string dir;                     // omitempty
+  bool stderr_pipe = false;            // "stderr", omitempty; version 2: stderr is pushed too
 };
 struct StreamData {  // stdio_write, stdio_data, pty_stdin, pty_data
   std::string stream_id;
-  std::string data;  // base64 on the wire; raw bytes here
+  std::string data;        // base64 on the wire; raw bytes here
+  bool is_stderr = false;  // "stderr", omitempty; version 2: stdio_data of the stderr pipe
+  bool eof = false;        // omitempty; version 2: stdio_write closes stdin after `data`
 };
 struct StreamRequest {  // stdio_close, pty_close; also the ok body of stdio_start/pty_create
   std::string stream_id;
+  int pid = 0;  // omitempty; version 2: the ok body carries the child's pid (= its pgid)
 };
 struct StreamExit {  // stdio_exit, pty_exit
   std::string stream_id;
   int exit_code = 0;
   std::string error;  // omitempty
+  int signal = 0;     // omitempty; version 2: the signal that ended the child
+};
+struct StreamSignal {  // stdio_signal (version 2), for stdio and pty streams alike
+  std::string stream_id;
+  int signal = 0;
+  bool group = false;  // omitempty: to the child's whole process group, else to the child
 };
 struct PtyCreate {
   std::string stream_id, command;
@@ -294,6 +310,7 @@ Json to_json(const StreamRequest&);
 Json to_json(const StreamExit&);
 Json to_json(const PtyCreate&);
 Json to_json(const PtyResize&);
+Json to_json(const StreamSignal&);
 Json to_json(const LlmModels&);
 Json to_json(const FileBegin&);
 Json to_json(const FileChunk&);
@@ -322,6 +339,7 @@ Status from_json(const std::optional<Json>& body, StreamRequest& out);
 Status from_json(const std::optional<Json>& body, StreamExit& out);
 Status from_json(const std::optional<Json>& body, PtyCreate& out);
 Status from_json(const std::optional<Json>& body, PtyResize& out);
+Status from_json(const std::optional<Json>& body, StreamSignal& out);
 Status from_json(const std::optional<Json>& body, LlmModels& out);
 Status from_json(const std::optional<Json>& body, FileBegin& out);
 Status from_json(const std::optional<Json>& body, FileChunk& out);

@@ -844,10 +844,14 @@ Status ProcessTable::resize(std::string_view ref, PtySize size) {
   if (e.ended || e.pty_fd < 0) {
     return fail(Code::kExists, "resize: process " + name_of(e.info) + " has ended");
   }
-  winsize ws{};
-  ws.ws_col = size.cols;
-  ws.ws_row = size.rows;
-  if (::ioctl(e.pty_fd, TIOCSWINSZ, &ws) != 0) return fail_errno(errno, "ioctl(TIOCSWINSZ)");
+  if (auto r = e.proc->resize_pty(size.cols, size.rows)) {
+    if (!*r) return *r;
+  } else {
+    winsize ws{};
+    ws.ws_col = size.cols;
+    ws.ws_row = size.rows;
+    if (::ioctl(e.pty_fd, TIOCSWINSZ, &ws) != 0) return fail_errno(errno, "ioctl(TIOCSWINSZ)");
+  }
   e.info.pty = size;
   return {};
 }

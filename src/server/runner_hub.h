@@ -135,9 +135,18 @@ class RunnerConn : public std::enable_shared_from_this<RunnerConn> {
                                                          std::chrono::milliseconds timeout);
   // Sends a frame that gets no reply (stdio_write: no id).
   void notify(std::string type, proto::Json body);
-  // Version 1 (chunked files) is in force on this connection: the runner's register said 1 and
-  // so did our register_ok.
-  bool chunked() const { return id_.version == proto::kProtocolVersion; }
+  // Version 1 (chunked files) is in force on this connection: the runner's register said 1 or
+  // more and so did our register_ok.
+  bool chunked() const { return id_.version >= proto::kChunkedVersion; }
+  // Version 2 (process streams: stderr, eof, stdio_signal, pids) is in force on this connection.
+  bool streams() const { return id_.version >= proto::kStreamsVersion; }
+  // Version 2's process streams (server/remote_processes.h): the pushes of `stream_id`
+  // (stdio_data/exit, pty_data/exit) go to `fn`, on the io_context, in order; when the
+  // connection goes, `fn` gets EUNAVAILABLE once. false (and no call) when it is closed already.
+  using PushFn = std::function<void(Result<RunnerReply>)>;
+  bool watch(const std::string& stream_id, PushFn fn);
+  void unwatch(const std::string& stream_id);
+
   // Sends request `type` and returns the transfer its frames belong to (EUNAVAILABLE when the
   // connection is closed).
   Result<std::shared_ptr<RunnerTransfer>> start_transfer(std::string type, proto::Json body);
@@ -174,6 +183,7 @@ class RunnerConn : public std::enable_shared_from_this<RunnerConn> {
   std::string closed_why_;
   std::map<std::string, Pending> pending_;  // by request id
   std::map<std::string, std::weak_ptr<RunnerTransfer>> transfers_;  // by request id
+  std::map<std::string, PushFn> watchers_;  // by stream id
 };
 
 class RunnerHub {

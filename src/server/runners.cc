@@ -172,7 +172,8 @@ asio::awaitable<bool> runner_ws(Call* call) {
     id.user = user;
     id.workspace = reg->workspace;
     id.shell = reg->shell;
-    id.version = reg->version;
+    // The version in force: the lower of the runner's and ours (0: xbot's, none).
+    id.version = std::min(std::max(reg->version, 0), proto::kProtocolVersion);
     if (id.workspace.empty() || id.workspace[0] != '/') {
       return refuse("workspace must be an absolute path", "INVALID");
     }
@@ -186,10 +187,11 @@ asio::awaitable<bool> runner_ws(Call* call) {
         });
     state->conn = rc;
     timer->cancel();
-    // xbot's answer; `version: 1` only to a runner that asked for it (docs/runner-protocol.md):
-    // then big files travel in chunks (remote_backend.cc), otherwise in the plain form.
+    // xbot's answer; a `version` only to a runner that asked for one (docs/runner-protocol.md):
+    // 1: big files travel in chunks (remote_backend.cc); 2: also process streams
+    // (remote_processes.cc). Otherwise the plain form.
     proto::RegisterOk ok;
-    if (id.version == proto::kProtocolVersion) ok.version = proto::kProtocolVersion;
+    ok.version = id.version;
     ws->send(proto::frame("", proto::type::kRegisterOk, proto::to_json(ok)));
     // No request may reach the runner before register_ok (xbot's runner takes whatever comes
     // first as the answer to its register): the connection is handed out only once register_ok

@@ -19,6 +19,7 @@
 
 #include "integration/api_test_util.h"
 #include "integration/fake_runner.h"
+#include "integration/ws_test_util.h"
 
 namespace agentbox::testing {
 namespace {
@@ -168,8 +169,17 @@ TEST(RunnerApiSessions, ExecAndFilesOnARemoteSession) {
   auto mv = api.post("/v1/sessions/rs/rename", {{"from", "a"}, {"to", "b"}});
   EXPECT_EQ(mv.status, 501) << mv;
   EXPECT_NE(mv.message().find("rename"), std::string::npos) << mv;
+  // Processes need version 2's streams (xbot's stdio drops stderr, its pty takes no input).
+  before = r.requests_seen();
   auto proc = api.post("/v1/sessions/rs/processes", {{"command", "sleep 1"}});
   EXPECT_EQ(proc.status, 501) << proc;
+  EXPECT_NE(proc.message().find("version 2"), std::string::npos) << proc;
+  EXPECT_EQ(r.requests_seen(), before);
+  // A streaming exec on xbot's runner is its one `exec` frame, output at the end.
+  auto se = api.call("POST", "/v1/sessions/rs/exec/stream", json{{"command", "echo s"}}.dump());
+  EXPECT_EQ(se.status, 200) << se;
+  EXPECT_NE(se.raw.find(R"({"data":"s\n","type":"stdout"})"), std::string::npos) << se;
+  EXPECT_EQ(r.last_request()["type"], "exec");
   auto art = api.exec("rs", {{"command", "true"}, {"artifact_dir", "out"}});
   EXPECT_EQ(art.status, 501) << art;
   EXPECT_NE(art.message().find("artifact_dir"), std::string::npos) << art;
@@ -586,7 +596,7 @@ TEST(RunnerApiBigFiles, HundredMiBUpAndDownInChunksWithBoundedMemory) {
   Workspace& ws = r.ws;
   RunnerProcess& runner = r.runner;
   auto l = api.get("/v1/runners");
-  EXPECT_EQ(l.body["runners"][0]["version"], 1) << l;
+  EXPECT_EQ(l.body["runners"][0]["version"], 2) << l;
   // Warm both up with a small file first, then measure the growth of their peaks.
   ASSERT_EQ(api.put(files_target("big", "small.txt"), "x").status, 200);
   const std::uint64_t daemon0 = peak_rss(d.pid()), runner0 = peak_rss(runner.pid());
@@ -654,6 +664,119 @@ TEST(RunnerApiBigFiles, RunnerKilledMidUploadIs503AndNoFileAtTheTarget) {
   EXPECT_EQ(put.status, 503) << put;
   EXPECT_EQ(put.code(), "EUNAVAILABLE") << put;
   EXPECT_FALSE(std::filesystem::exists(ws.path() + "/big.bin"));
+}
+
+// Processes on a remote session (remote_processes.h, runner protocol version 2) when the runner
+// dies mid-pty: the attached client gets a clean close naming the end, the process reads as
+// killed, the daemon's other sessions do not notice, and a runner that registers again serves
+// the session's processes and execs again.
+TEST(RunnerApiProcesses, RunnerKilledMidPtyClosesTheAttachAndAReconnectedRunnerServesAgain) {
+  RealRemote r;
+  ASSERT_TRUE(r.start("pk")) << r.created << r.d.log();
+  Daemon& d = r.d;
+  Api& api = r.api;
+  const std::string procs = "/v1/sessions/pk/processes";
+  // Another session of the daemon (its default backend), with a process of its own.
+  ASSERT_EQ(api.post("/v1/sessions", {{"id", "other"}}).status, 201);
+  auto other = api.post("/v1/sessions/other/processes", {{"command", "sleep 600"}, {"tag", "s"}});
+  ASSERT_EQ(other.status, 201) << other;
+
+  // A managed process (cat ends with its stdin, which the runner's death closes).
+  auto managed = api.post(procs, {{"command", "cat"}, {"tag", "m"}, {"stdin", true},
+                                  {"restart", "always"}});
+  ASSERT_EQ(managed.status, 201) << managed;
+  const json shell_pty = {{"command", "sh"}, {"tag", "term"}, {"pty", {{"cols", 80}, {"rows", 24}}}};
+  auto term = api.post(procs, shell_pty);
+  ASSERT_EQ(term.status, 201) << term;
+  const pid_t shell = term.body["pid"].get<int>();
+  ASSERT_GT(shell, 0) << term;  // the runner's pid of the command (the runner is on this host)
+  Ws ws;
+  ASSERT_FALSE(ws.open(d.host_port(), procs + "/term/attach"));
+  ws.write("echo hi-$((6*7))\n", true);
+  std::string seen = ws.read_until("hi-42");
+  ASSERT_NE(seen.find("hi-42"), std::string::npos) << seen;
+
+  r.runner.stop(SIGKILL);
+  // The attacher sees the end within seconds, as a normal close naming it.
+  auto t0 = std::chrono::steady_clock::now();
+  while (ws.read(10s)) {
+  }
+  EXPECT_LT(std::chrono::steady_clock::now() - t0, 10s);
+  EXPECT_EQ(ws.reason().code, boost::beast::websocket::close_code::normal);
+  EXPECT_EQ(reason_of(ws), "signal 9");
+  auto g = api.get(procs + "/term");
+  EXPECT_EQ(g.body["state"], "killed") << g;
+  // The runner's pty went with it: the shell is not left behind.
+  EXPECT_TRUE(eventually([&] { return !process_alive(shell); }));
+  // Starting a process while no runner is connected is 503, naming the runner.
+  auto away = api.post(procs, {{"command", "true"}});
+  EXPECT_EQ(away.status, 503) << away;
+  // Nothing else noticed.
+  EXPECT_EQ(api.get("/v1/sessions/other/processes/s").body["state"], "running");
+  EXPECT_EQ(api.get("/healthz").status, 200);
+
+  // The runner comes back (same user and workspace): the session is served again.
+  RunnerProcess again(d.host_port(), "alice", "alice-secret", r.ws.path());
+  ASSERT_TRUE(eventually([&] {
+    auto l = api.get("/v1/runners");
+    return l.status == 200 && l.body["runners"][0]["connected"] == true;
+  }));
+  auto term2 = api.post(procs, shell_pty);
+  ASSERT_EQ(term2.status, 201) << term2;
+  Ws ws2;
+  ASSERT_FALSE(ws2.open(d.host_port(), procs + "/term/attach"));
+  ws2.write("echo back-$((6*7)); exit 3\n", true);
+  seen = ws2.read_until("\x01never");
+  EXPECT_NE(seen.find("back-42"), std::string::npos) << seen;
+  EXPECT_EQ(reason_of(ws2), "exit 3");
+  auto e = api.post("/v1/sessions/pk/exec", {{"command", "echo served"}});
+  EXPECT_EQ(e.body["stdout"], "served\n") << e;
+  // The managed process was restarted by its supervision once the runner was back.
+  EXPECT_TRUE(eventually(
+      [&] {
+        auto m = api.get(procs + "/m");
+        return m.body.value("state", "") == "running" && m.body.value("restarts", 0) >= 1;
+      },
+      20))
+      << api.get(procs + "/m");
+  EXPECT_EQ(api.del(procs + "/m").status, 200);
+  EXPECT_EQ(api.del("/v1/sessions/other/processes/s").status, 200);
+}
+
+// A streaming exec whose runner dies: the stream ends within seconds with an error event (the
+// command is gone with the runner), and a one-shot exec meanwhile is a 503.
+TEST(RunnerApiProcesses, RunnerKilledMidStreamingExecEndsTheStreamWithAnError) {
+  RealRemote r;
+  ASSERT_TRUE(r.start("sx")) << r.created << r.d.log();
+  RawConnection raw(r.d.host_port());
+  std::string b =
+      json{{"command", "echo $$ > sx.pid; echo start; exec sleep 600"}, {"timeout_sec", 900}}
+          .dump();
+  ASSERT_TRUE(raw.send("POST /v1/sessions/sx/exec/stream HTTP/1.1\r\nHost: x\r\n"
+                       "Content-Type: application/json\r\nContent-Length: " +
+                       std::to_string(b.size()) + "\r\n\r\n" + b));
+  std::string got;
+  auto start = std::chrono::steady_clock::now();
+  while (got.find("start") == std::string::npos &&
+         std::chrono::steady_clock::now() - start < 10s) {
+    got += raw.read_until_close(200ms);
+  }
+  ASSERT_NE(got.find("start"), std::string::npos) << got;
+  r.runner.stop(SIGKILL);
+  auto t0 = std::chrono::steady_clock::now();
+  while (got.find("EUNAVAILABLE") == std::string::npos &&
+         std::chrono::steady_clock::now() - t0 < 10s) {
+    got += raw.read_until_close(200ms);
+  }
+  EXPECT_NE(got.find(R"("type":"error")"), std::string::npos) << got;
+  EXPECT_NE(got.find("EUNAVAILABLE"), std::string::npos) << got;
+  EXPECT_EQ(got.find(R"("type":"exit")"), std::string::npos) << got;
+  auto e = r.api.post("/v1/sessions/sx/exec", {{"command", "echo x"}});
+  EXPECT_EQ(e.status, 503) << e;
+  // A runner killed by SIGKILL cannot end its children: this one is the test's to end.
+  const std::string pid = read_host_file(r.ws.path() + "/sx.pid");
+  ASSERT_FALSE(pid.empty());
+  ::kill(std::stoi(pid), SIGKILL);
 }
 
 // Over the 500 MB cap of a chunked file: refused cleanly with 413, naming the limit (a sparse

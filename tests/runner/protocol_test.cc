@@ -15,7 +15,7 @@ TEST(RunnerProtocol, RegisterFrameIsXbotsBytes) {
   EXPECT_EQ(
       encode(e),
       R"({"type":"register","user_id":"U","body":{"user_id":"U","auth_token":"T","workspace":"/abs/ws","shell":"/bin/bash"}})");
-  b.version = kProtocolVersion;
+  b.version = kChunkedVersion;
   e.body = to_json(b);
   EXPECT_EQ(
       encode(e),
@@ -242,6 +242,50 @@ TEST(RunnerProtocol, ChunkedTransferBodies) {
   auto neg = body_as<FileChunk>(
       *decode(R"({"id":"r","type":"file_chunk","body":{"offset":-1,"data":""}})"));
   EXPECT_FALSE(neg);
+}
+
+// Version 2 (docs/runner-protocol.md "Process streams"): optional fields, omitted at their zero
+// value so that the frames of xbot's protocol stay byte for byte the same.
+TEST(RunnerProtocol, ProcessStreamBodies) {
+  StdioStart st{"s", "/bin/sh", {"-c", "x"}, {}, "/ws"};
+  EXPECT_EQ(
+      frame("r", type::kStdioStart, to_json(st)),
+      R"({"id":"r","type":"stdio_start","body":{"stream_id":"s","command":"/bin/sh","args":["-c","x"],"dir":"/ws"}})");
+  st.stderr_pipe = true;
+  auto back = body_as<StdioStart>(*decode(frame("r", type::kStdioStart, to_json(st))));
+  ASSERT_TRUE(back);
+  EXPECT_TRUE(back->stderr_pipe);
+  StreamData d{"s", "hi"};
+  d.is_stderr = true;
+  EXPECT_EQ(frame("", type::kStdioData, to_json(d)),
+            R"({"type":"stdio_data","body":{"stream_id":"s","data":"aGk=","stderr":true}})");
+  StreamData eof{"s", ""};
+  eof.eof = true;
+  auto e = body_as<StreamData>(*decode(frame("", type::kStdioWrite, to_json(eof))));
+  ASSERT_TRUE(e);
+  EXPECT_TRUE(e->eof);
+  EXPECT_FALSE(e->is_stderr);
+  EXPECT_EQ(frame("r", type::kOk, to_json(StreamRequest{"s"})),
+            R"({"id":"r","type":"ok","body":{"stream_id":"s"}})");
+  EXPECT_EQ(frame("r", type::kOk, to_json(StreamRequest{"s", 4242})),
+            R"({"id":"r","type":"ok","body":{"stream_id":"s","pid":4242}})");
+  StreamExit x{"s", -1, "signal: killed"};
+  x.signal = 9;
+  EXPECT_EQ(
+      frame("", type::kStdioExit, to_json(x)),
+      R"({"type":"stdio_exit","body":{"stream_id":"s","exit_code":-1,"error":"signal: killed","signal":9}})");
+  EXPECT_EQ(frame("r", type::kStdioSignal, to_json(StreamSignal{"s", 15, true})),
+            R"({"id":"r","type":"stdio_signal","body":{"stream_id":"s","signal":15,"group":true}})");
+  auto sig = body_as<StreamSignal>(
+      *decode(R"({"id":"r","type":"stdio_signal","body":{"stream_id":"s","signal":2}})"));
+  ASSERT_TRUE(sig);
+  EXPECT_EQ(sig->signal, 2);
+  EXPECT_FALSE(sig->group);
+  auto bad = body_as<StreamSignal>(
+      *decode(R"({"id":"r","type":"stdio_signal","body":{"stream_id":"s","signal":"TERM"}})"));
+  ASSERT_FALSE(bad);
+  EXPECT_NE(bad.error().message.find("'signal'"), std::string::npos);
+  EXPECT_FALSE(is_push("stdio_signal"));
 }
 
 TEST(RunnerProtocol, GoFileModeBits) {
