@@ -14,6 +14,8 @@
 #include <boost/asio/this_coro.hpp>
 #include <boost/asio/use_awaitable.hpp>
 #include <boost/asio/write.hpp>
+#include <atomic>
+#include <csignal>
 #include <deque>
 
 #include "common/log.h"
@@ -29,6 +31,12 @@ namespace {
 constexpr auto kTuple = asio::as_tuple(asio::use_awaitable);
 constexpr std::chrono::milliseconds kStartTimeout = 30s;
 constexpr std::size_t kStdinRead = 32 << 10;  // per stdio_write / pty_stdin frame
+// Backpressure: the protocol has no flow control for pushes, so a command whose reader is slow
+// (a streaming exec to a slow client) is stopped (SIGSTOP to its group) while more than
+// kPauseAt bytes wait here, and continued below kResumeAt, as a local command blocks in write().
+// What the runner already queued still arrives: the daemon holds about kPauseAt + its queue.
+constexpr std::size_t kPauseAt = 8 << 20;
+constexpr std::size_t kResumeAt = 1 << 20;
 
 void ignore_reply(Result<RunnerReply>) {}
 
@@ -93,7 +101,9 @@ class StreamBridge : public RemoteStreamState,
       if (!d || d->data.empty()) return;
       OutPipe& p = d->is_stderr && err_.sd.is_open() ? err_ : out_;
       if (p.broken || !p.sd.is_open()) return;
+      queued_ += d->data.size();
       p.q.push_back(std::move(d->data));
+      if (queued_ > kPauseAt && !paused_) pause(true);
       if (!p.writing) {
         p.writing = true;
         asio::co_spawn(ex_, write_loop(shared_from_this(), &p), asio::detached);
@@ -128,6 +138,13 @@ class StreamBridge : public RemoteStreamState,
     proto::StreamSignal s{id_, signo, group};
     conn_->request(std::string(proto::type::kStdioSignal), proto::to_json(s), kStartTimeout,
                    ignore_reply);
+    // A stopped command would hold the signal until continued: it takes it now. (Any thread: a
+    // second SIGCONT is harmless.)
+    if (signo != SIGKILL && signo != SIGSTOP && signo != SIGCONT && paused_) {
+      proto::StreamSignal cont{id_, SIGCONT, true};
+      conn_->request(std::string(proto::type::kStdioSignal), proto::to_json(cont), kStartTimeout,
+                     ignore_reply);
+    }
   }
 
   void resize(std::uint16_t cols, std::uint16_t rows) {
@@ -154,6 +171,11 @@ class StreamBridge : public RemoteStreamState,
   }
 
  private:
+  void pause(bool stop) {
+    paused_ = stop;
+    send_signal(stop ? SIGSTOP : SIGCONT, /*group=*/true);
+  }
+
   void send_eof() {
     proto::StreamData d{id_, ""};
     d.eof = true;
@@ -181,11 +203,16 @@ class StreamBridge : public RemoteStreamState,
       p->q.pop_front();
       auto [ec, n] = co_await asio::async_write(p->sd, asio::buffer(chunk), kTuple);
       (void)n;
+      self->queued_ -= chunk.size();
       if (ec) {
+        for (const std::string& c : p->q) self->queued_ -= c.size();
         p->q.clear();
         p->broken = true;  // the daemon's reader is gone
-        break;
       }
+      if (self->paused_ && (self->queued_ < kResumeAt || p->broken) && !self->done_) {
+        self->pause(false);
+      }
+      if (ec) break;
     }
     p->writing = false;
     self->maybe_done();
@@ -218,6 +245,8 @@ class StreamBridge : public RemoteStreamState,
   std::optional<sandbox::ExitStatus> exit_;
   bool done_ = false;
   std::string lost_;
+  std::size_t queued_ = 0;  // bytes in out_.q and err_.q
+  std::atomic<bool> paused_{false};  // SIGSTOPped for backpressure
 };
 
 class RemoteProcess : public sandbox::Process {

@@ -15,6 +15,7 @@
 #include <chrono>
 #include <filesystem>
 #include <fstream>
+#include <sstream>
 #include <thread>
 
 #include "integration/api_test_util.h"
@@ -777,6 +778,56 @@ TEST(RunnerApiProcesses, RunnerKilledMidStreamingExecEndsTheStreamWithAnError) {
   const std::string pid = read_host_file(r.ws.path() + "/sx.pid");
   ASSERT_FALSE(pid.empty());
   ::kill(std::stoi(pid), SIGKILL);
+}
+
+// A streaming exec whose client does not read: the daemon holds the command (SIGSTOP, as a
+// local one blocks in write) instead of buffering its output, so its memory stays bounded; read
+// later, every byte arrives in order and the exit comes last.
+TEST(RunnerApiProcesses, AStreamingExecToAClientThatDoesNotReadIsHeldNotBuffered) {
+  RealRemote r;
+  ASSERT_TRUE(r.start("slow")) << r.created << r.d.log();
+  constexpr std::size_t kBytes = 60u << 20;  // under the 64 MiB max_output_bytes
+  RawConnection raw(r.d.host_port());
+  std::string b = json{{"command", "head -c " + std::to_string(kBytes) +
+                                       " /dev/zero | tr '\\0' a; echo end"},
+                       {"timeout_sec", 300},
+                       {"max_output_bytes", 64u << 20}}
+                      .dump();
+  // HTTP/1.0: the stream is the body until the close (no chunked framing to undo here).
+  ASSERT_TRUE(raw.send("POST /v1/sessions/slow/exec/stream HTTP/1.0\r\nHost: x\r\n"
+                       "Content-Type: application/json\r\nContent-Length: " +
+                       std::to_string(b.size()) + "\r\n\r\n" + b));
+  std::this_thread::sleep_for(4s);  // not reading: the command must be held meanwhile
+  const std::uint64_t held_peak = peak_rss(r.d.pid());
+  std::string got = raw.read_until_close(120s);
+  const std::uint64_t peak = peak_rss(r.d.pid());
+  std::size_t bytes = 0;
+  std::string tail;
+  json last;
+  std::size_t body = got.find("\r\n\r\n");
+  ASSERT_NE(body, std::string::npos) << got.substr(0, 300);
+  std::istringstream lines(got.substr(body + 4));
+  for (std::string line; std::getline(lines, line);) {
+    if (line.empty()) continue;
+    json ev = json::parse(line, nullptr, false);
+    ASSERT_FALSE(ev.is_discarded()) << line.substr(0, 200);
+    if (ev.value("type", "") == "stdout") {
+      const std::string d = ev.value("data", "");
+      bytes += d.size();
+      tail = (tail + d).substr(tail.size() + d.size() > 16 ? tail.size() + d.size() - 16 : 0);
+    }
+    last = ev;
+  }
+  EXPECT_EQ(bytes, kBytes + 4) << "every byte, once";
+  EXPECT_TRUE(tail.ends_with("aaaaend\n")) << tail;
+  EXPECT_EQ(last.value("type", ""), "exit") << last;
+  EXPECT_EQ(last.value("stdout_truncated", true), false) << last;
+  EXPECT_EQ(last.value("exit_code", -1), 0) << last;
+  // Bounded: not the 60 MiB the command printed (the daemon idles at about 20 MiB).
+  std::printf("daemon peak RSS: %.1f MiB while held, %.1f MiB after\n",
+              static_cast<double>(held_peak) / (1 << 20), static_cast<double>(peak) / (1 << 20));
+  EXPECT_LT(held_peak, 48u << 20) << "while the client did not read";
+  EXPECT_LT(peak, 48u << 20);
 }
 
 // Over the 500 MB cap of a chunked file: refused cleanly with 413, naming the limit (a sparse
