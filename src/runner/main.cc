@@ -28,8 +28,8 @@ int main(int argc, char** argv) {
   app.add_option("--backoff-base-ms", backoff_ms, "first reconnect delay (default 1000)")
       ->group("");  // for tests
   app.add_option("--protocol-version", o.protocol_version,
-                 "the highest protocol version to speak (default 2)")
-      ->group("");  // for tests: 1 acts as an older agentbox-runner, 0 as xbot's
+                 "the highest protocol version to speak (default 3)")
+      ->group("");  // for tests: 1 or 2 act as an older agentbox-runner, 0 as xbot's
     CLI11_PARSE(app, argc, argv);
   agentbox::init_logging(log_level);
   if (o.token == "-") {

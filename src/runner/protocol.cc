@@ -191,7 +191,7 @@ std::string_view code_for_errno(int err) {
   }
 }
 
-std::string_view code_for_errno_v2(int err) {
+std::string_view code_for_errno_exact(int err) {
   switch (err) {
     case EISDIR: return code::kIsDir;
     case ENOTDIR: return code::kNotDir;
@@ -209,7 +209,7 @@ Code to_code(std::string_view c, std::string_view message) {
   if (c == code::kNotEmpty) return Code::kNotEmpty;
   if (c == code::kIO || c == code::kExists || c.empty()) {
     // Go's *PathError text: "<op> <path>: <strerror>", as xbot's runner (and agentbox-runner
-    // before version 2) put it in the message of an EIO (or, for ENOTEMPTY, an EEXIST).
+    // before version 3) put it in the message of an EIO (or, for ENOTEMPTY, an EEXIST).
     if (c != code::kExists && message.ends_with(": is a directory")) return Code::kIsDir;
     if (c != code::kExists && message.ends_with(": not a directory")) return Code::kNotDir;
     if (message.ends_with(": directory not empty")) return Code::kNotEmpty;
@@ -484,6 +484,7 @@ Json to_json(const StdioStart& b) {
   if (!b.args.empty()) j["args"] = strings(b.args);
   if (!b.env.empty()) j["env"] = strings(b.env);
   if (!b.dir.empty()) j["dir"] = b.dir;
+  if (b.stderr_pipe) j["stderr"] = true;
   return j;
 }
 
@@ -491,11 +492,15 @@ Json to_json(const StreamData& b) {
   Json j = Json::object();
   j["stream_id"] = b.stream_id;
   j["data"] = base64_encode(b.data);
+  if (b.is_stderr) j["stderr"] = true;
+  if (b.eof) j["eof"] = true;
   return j;
 }
 
 Json to_json(const StreamRequest& b) {
-  return Json{{"stream_id", b.stream_id}};
+  Json j = Json{{"stream_id", b.stream_id}};
+  if (b.pid != 0) j["pid"] = b.pid;
+  return j;
 }
 
 Json to_json(const StreamExit& b) {
@@ -503,6 +508,15 @@ Json to_json(const StreamExit& b) {
   j["stream_id"] = b.stream_id;
   j["exit_code"] = b.exit_code;
   if (!b.error.empty()) j["error"] = b.error;
+  if (b.signal != 0) j["signal"] = b.signal;
+  return j;
+}
+
+Json to_json(const StreamSignal& b) {
+  Json j = Json::object();
+  j["stream_id"] = b.stream_id;
+  j["signal"] = b.signal;
+  if (b.group) j["group"] = true;
   return j;
 }
 
@@ -709,17 +723,21 @@ Status from_json(const std::optional<Json>& body, StdioStart& out) {
   AB_TRY(get(o, "args", out.args));
   AB_TRY(get(o, "env", out.env));
   AB_TRY(get(o, "dir", out.dir));
+  AB_TRY(get(o, "stderr", out.stderr_pipe));
   return {};
 }
 
 Status from_json(const std::optional<Json>& body, StreamData& out) {
   AB_BODY(body);
   AB_TRY(get(o, "stream_id", out.stream_id));
+  AB_TRY(get(o, "stderr", out.is_stderr));
+  AB_TRY(get(o, "eof", out.eof));
   return get_b64(o, "data", out.data);
 }
 
 Status from_json(const std::optional<Json>& body, StreamRequest& out) {
   AB_BODY(body);
+  AB_TRY(get(o, "pid", out.pid));
   return get(o, "stream_id", out.stream_id);
 }
 
@@ -728,6 +746,15 @@ Status from_json(const std::optional<Json>& body, StreamExit& out) {
   AB_TRY(get(o, "stream_id", out.stream_id));
   AB_TRY(get(o, "exit_code", out.exit_code));
   AB_TRY(get(o, "error", out.error));
+  AB_TRY(get(o, "signal", out.signal));
+  return {};
+}
+
+Status from_json(const std::optional<Json>& body, StreamSignal& out) {
+  AB_BODY(body);
+  AB_TRY(get(o, "stream_id", out.stream_id));
+  AB_TRY(get(o, "signal", out.signal));
+  AB_TRY(get(o, "group", out.group));
   return {};
 }
 

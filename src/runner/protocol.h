@@ -30,14 +30,17 @@ namespace agentbox::runner::proto {
 using Json = nlohmann::ordered_json;
 
 // ---- agentbox's extension (docs/runner-protocol.md) ----
-// `register.body.version` and `register_ok.body.version`. The runner says the highest version it
-// speaks; agentboxd answers the highest both speak (negotiate()); 0 (absent) is xbot's plain form.
-// Version 1: big files in base64 file_chunk text frames. Version 2: the same transfers, but each
-// chunk's bytes travel in a binary WebSocket frame (binary_chunk()), with a bigger window and
-// EISDIR/ENOTDIR/ENOTEMPTY sent as themselves.
-inline constexpr int kVersionChunked = 1;
-inline constexpr int kVersionBinary = 2;
-inline constexpr int kProtocolVersion = kVersionBinary;  // the highest agentbox speaks
+// `register.body.version` and `register_ok.body.version`: each side sends the highest version it
+// speaks; agentboxd's register_ok says the lower of the two (negotiate()), and that one is in
+// force; 0 (absent) is xbot's plain form.
+inline constexpr int kProtocolVersion = 3;
+// Version 1: chunked files. Version 2: version 1 plus process streams (stderr, eof, signals, pid,
+// exit signal; docs/runner-protocol.md "Process streams"). Version 3: version 2 plus binary
+// chunks (each chunk's bytes in a binary WebSocket frame, binary_chunk(); a bigger window; an
+// upload's size may be unknown at file_begin) and EISDIR/ENOTDIR/ENOTEMPTY sent as themselves.
+inline constexpr int kChunkedVersion = 1;
+inline constexpr int kStreamsVersion = 2;
+inline constexpr int kBinaryVersion = 3;
 // What register_ok answers a runner that said `runner_version`: min(theirs, ours), 0 if none.
 int negotiate(int runner_version, int ours = kProtocolVersion);
 // Files strictly larger than this travel in chunks (when both peers speak version 1).
@@ -48,11 +51,11 @@ inline constexpr std::int64_t kChunkSize = 1 << 20;
 inline constexpr std::int64_t kWindowBytes = 8 << 20;
 // The largest file either side accepts in the chunked form (500 MB, seed 003).
 inline constexpr std::int64_t kMaxFileSize = 500'000'000;
-// Version 2: raw bytes per binary chunk frame, and the unacknowledged bytes a sender may have
+// Version 3: raw bytes per binary chunk frame, and the unacknowledged bytes a sender may have
 // in flight (the receiver's memory is bounded by it).
 inline constexpr std::int64_t kBinaryChunkSize = 1 << 20;
 inline constexpr std::int64_t kBinaryWindowBytes = 16 << 20;
-// Version 2: file_begin of an upload may say this size: not known yet (the sender streams what
+// Version 3: file_begin of an upload may say this size: not known yet (the sender streams what
 // it receives); file_end says the size, and the receiver enforces kMaxFileSize as chunks come.
 inline constexpr std::int64_t kSizeUnknown = -1;
 
@@ -91,6 +94,7 @@ inline constexpr std::string_view kPtyResize = "pty_resize";
 inline constexpr std::string_view kPtyClose = "pty_close";
 inline constexpr std::string_view kPtyData = "pty_data";
 inline constexpr std::string_view kPtyExit = "pty_exit";
+inline constexpr std::string_view kStdioSignal = "stdio_signal";  // version 2 only
 inline constexpr std::string_view kLlmGenerate = "llm_generate";
 inline constexpr std::string_view kLlmResponse = "llm_response";
 inline constexpr std::string_view kLlmModels = "llm_models";
@@ -116,19 +120,19 @@ inline constexpr std::string_view kNotSupported = "ENOTSUP";
 inline constexpr std::string_view kIsDir = "EISDIR";    // in xbot's decode table, never sent
 inline constexpr std::string_view kNotDir = "ENOTDIR";  // in xbot's decode table, never sent
 inline constexpr std::string_view kTooBig = "ETOOBIG";  // version 1: over kMaxFileSize
-inline constexpr std::string_view kNotEmpty = "ENOTEMPTY";  // version 2 (xbot: EEXIST)
+inline constexpr std::string_view kNotEmpty = "ENOTEMPTY";  // version 3 (xbot: EEXIST)
 }  // namespace code
 
 // xbot's ProtoErrorCode: ENOENT->ENOENT; EEXIST and ENOTEMPTY->EEXIST; EACCES/EPERM->EPERM;
 // everything else EIO. agentbox-runner adds EXDEV/ELOOP (openat2 refusing an escape) -> EPERM.
 std::string_view code_for_errno(int err);
-// Version 2's table: xbot's, except EISDIR, ENOTDIR and ENOTEMPTY, sent as themselves.
-std::string_view code_for_errno_v2(int err);
+// Version 3's table: xbot's, except EISDIR, ENOTDIR and ENOTEMPTY, sent as themselves.
+std::string_view code_for_errno_exact(int err);
 // The wire code as one of agentbox's Codes, for agentboxd's remote backend: ENOENT->kNotFound,
 // EEXIST->kExists, EPERM->kAccess, EINVAL->kInvalid, EISDIR->kIsDir, ENOTDIR->kNotDir,
 // ENOTSUP->kNotSupported, ETOOBIG->kTooBig, anything else (EIO, unknown, empty)->kInternal.
 Code to_code(std::string_view wire_code);
-// to_code, and for EIO/EEXIST (what xbot's runner and versions < 2 send for every other errno)
+// to_code, and for EIO/EEXIST (what xbot's runner and versions < 3 send for every other errno)
 // the errno that Go's message ends with: "...: is a directory" -> kIsDir, "...: not a
 // directory" -> kNotDir, "...: directory not empty" -> kNotEmpty. ENOTEMPTY -> kNotEmpty.
 Code to_code(std::string_view wire_code, std::string_view message);
@@ -140,7 +144,7 @@ struct Envelope {
   std::string type;
   std::string user_id;       // "" -> omitted
   std::optional<Json> body;  // nullopt -> omitted; a JSON null is kept as null
-  // Never encoded: a version 2 binary chunk handed on as a file_chunk envelope (body {"offset"})
+  // Never encoded: a version 3 binary chunk handed on as a file_chunk envelope (body {"offset"})
   // carries its bytes here rather than base64 in the body.
   std::optional<std::string> binary;
 };
@@ -154,7 +158,7 @@ std::string frame(std::string_view id, std::string_view type, std::optional<Json
 // its escaper (they held 1 MiB chunks to tens of MB/s).
 std::string chunk_frame(std::string_view id, std::string_view user_id, std::int64_t offset,
                         std::string_view data);
-// Version 2: one chunk of a transfer as a binary WebSocket frame:
+// Version 3: one chunk of a transfer as a binary WebSocket frame:
 //   byte 0        1 (the kind: a file chunk)
 //   byte 1        L, the length of the request id (1..255)
 //   bytes 2..L+1  the request id
@@ -275,18 +279,28 @@ struct StdioStart {
   std::string stream_id, command;
   std::vector<std::string> args, env;  // omitempty
   std::string dir;                     // omitempty
+  bool stderr_pipe = false;            // "stderr", omitempty; version 2: stderr is pushed too
 };
 struct StreamData {  // stdio_write, stdio_data, pty_stdin, pty_data
   std::string stream_id;
-  std::string data;  // base64 on the wire; raw bytes here
+  std::string data;        // base64 on the wire; raw bytes here
+  bool is_stderr = false;  // "stderr", omitempty; version 2: stdio_data of the stderr pipe
+  bool eof = false;        // omitempty; version 2: stdio_write closes stdin after `data`
 };
 struct StreamRequest {  // stdio_close, pty_close; also the ok body of stdio_start/pty_create
   std::string stream_id;
+  int pid = 0;  // omitempty; version 2: the ok body carries the child's pid (= its pgid)
 };
 struct StreamExit {  // stdio_exit, pty_exit
   std::string stream_id;
   int exit_code = 0;
   std::string error;  // omitempty
+  int signal = 0;     // omitempty; version 2: the signal that ended the child
+};
+struct StreamSignal {  // stdio_signal (version 2), for stdio and pty streams alike
+  std::string stream_id;
+  int signal = 0;
+  bool group = false;  // omitempty: to the child's whole process group, else to the child
 };
 struct PtyCreate {
   std::string stream_id, command;
@@ -340,6 +354,7 @@ Json to_json(const StreamRequest&);
 Json to_json(const StreamExit&);
 Json to_json(const PtyCreate&);
 Json to_json(const PtyResize&);
+Json to_json(const StreamSignal&);
 Json to_json(const LlmModels&);
 Json to_json(const FileBegin&);
 Json to_json(const FileChunk&);
@@ -368,6 +383,7 @@ Status from_json(const std::optional<Json>& body, StreamRequest& out);
 Status from_json(const std::optional<Json>& body, StreamExit& out);
 Status from_json(const std::optional<Json>& body, PtyCreate& out);
 Status from_json(const std::optional<Json>& body, PtyResize& out);
+Status from_json(const std::optional<Json>& body, StreamSignal& out);
 Status from_json(const std::optional<Json>& body, LlmModels& out);
 Status from_json(const std::optional<Json>& body, FileBegin& out);
 Status from_json(const std::optional<Json>& body, FileChunk& out);

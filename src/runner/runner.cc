@@ -6,6 +6,7 @@
 #include <stdlib.h>
 #include <sys/ioctl.h>
 #include <sys/stat.h>
+#include <sys/wait.h>
 #include <termios.h>
 #include <unistd.h>
 
@@ -49,6 +50,8 @@ constexpr std::size_t kExecOutputCap = 32 << 20;  // per stream of one exec
 constexpr std::size_t kBgOutputCap = 16 << 20;    // per stream of one bg task
 constexpr std::size_t kMaxMessage = 768u << 20;   // a 500 MB file as plain base64 fits
 constexpr std::size_t kStreamRead = 32 << 10;     // xbot's push size
+// Version 2: how long an exited stream child's buffered output may take before its exit push.
+constexpr std::chrono::milliseconds kExitDrain{500};
 
 std::string first_shell() {
   for (const char* s : {"/bin/bash", "/usr/bin/bash", "/bin/sh"}) {
@@ -66,7 +69,7 @@ class Outbox {
   }
   // A reply: queued at once. false when the connection is gone.
   bool send(std::string f) { return put(std::move(f), false); }
-  // A binary frame (version 2's file chunks), queued at once.
+  // A binary frame (version 3's file chunks), queued at once.
   bool send_binary(std::string f) { return put(std::move(f), false, true); }
   // A push: waits while the outbox is over kPushLimit (a slow server slows the child).
   bool push(std::string f) { return put(std::move(f), true); }
@@ -199,6 +202,9 @@ struct Stream {
   std::mutex mu;
   std::condition_variable cv;
   bool finished = false;
+  int readers = 0;     // output readers still reading (guarded by mu)
+  bool exited = false;  // the exit push is out: readers push nothing more (guarded by mu)
+  bool reaped = false;  // the child is (being) reaped: its pid may be reused (guarded by mu)
   bool wait_finished(std::chrono::milliseconds d) {
     std::unique_lock l(mu);
     return cv.wait_for(l, d, [&] { return finished; });
@@ -216,7 +222,7 @@ struct Download {
 // A chunked upload in flight (version 1); I/O thread only.
 struct Upload {
   WorkspaceFs::Writer writer;
-  std::int64_t size = 0;  // p::kSizeUnknown (version 2): file_end says it
+  std::int64_t size = 0;  // p::kSizeUnknown (version 3): file_end says it
 };
 
 // One connection's state. Request threads hold it by shared_ptr; shutdown() on disconnect.
@@ -227,8 +233,12 @@ class Conn : public std::enable_shared_from_this<Conn> {
 
   Outbox outbox;
 
-  // The version in force (docs/runner-protocol.md): 1 chunked files, 2 binary chunks too.
-  void set_version(int v) { version_ = v; }
+  // The version register_ok put in force: 1 chunked files, 2 also process streams, 3 also
+  // binary chunks and exact error codes.
+  void set_version(int v) {
+    version_ = v;
+    streams_v2_ = v >= p::kStreamsVersion;
+  }
 
   void shutdown() {
     outbox.close();
@@ -258,7 +268,7 @@ class Conn : public std::enable_shared_from_this<Conn> {
       fire_and_forget(e);  // in order, no reply (xbot: pty_stdin's reply is dropped anyway)
       return;
     }
-    if (version_ >= p::kVersionChunked &&
+    if (version_ >= p::kChunkedVersion &&
         (t == p::type::kFileBegin || t == p::type::kFileChunk || t == p::type::kFileEnd ||
          t == p::type::kAck || t == p::type::kError)) {
       transfer_frame(e);  // in order, on the I/O thread
@@ -275,7 +285,7 @@ class Conn : public std::enable_shared_from_this<Conn> {
   void reply_error(const std::string& id, const Error& err) {
     std::string_view c;
     if (err.sys_errno != 0) {
-      c = version_ >= p::kVersionBinary ? p::code_for_errno_v2(err.sys_errno)
+      c = version_ >= p::kBinaryVersion ? p::code_for_errno_exact(err.sys_errno)
                                         : p::code_for_errno(err.sys_errno);
     } else {
       switch (err.code) {
@@ -311,7 +321,7 @@ class Conn : public std::enable_shared_from_this<Conn> {
     if (t == p::type::kReadFile) {
       auto b = body<p::PathRequest>(e);
       if (!b) return;
-      if (version_ >= p::kVersionChunked && send_chunked(id, b->path)) return;
+      if (version_ >= p::kChunkedVersion && send_chunked(id, b->path)) return;
       auto r = fs_.read_file(b->path);
       if (!r) return reply_error(id, r.error());
       return reply(id, p::type::kFileContent, p::to_json(p::FileContent{std::move(*r)}));
@@ -358,6 +368,7 @@ class Conn : public std::enable_shared_from_this<Conn> {
     if (t == p::type::kStdioStart) return stream_start(e, false);
     if (t == p::type::kPtyCreate) return stream_start(e, true);
     if (t == p::type::kStdioClose || t == p::type::kPtyClose) return stream_close(e);
+    if (t == p::type::kStdioSignal && streams_v2_) return stream_signal(e);
     if (t == p::type::kLlmGenerate || t == p::type::kLlmModels) {
       return reply_error(id, p::code::kNotSupported, "local LLM not configured on this runner");
     }
@@ -581,6 +592,7 @@ class Conn : public std::enable_shared_from_this<Conn> {
 
   void stream_start(const p::Envelope& e, bool pty) {
     p::PtyCreate req;
+    bool err_pipe = false;  // version 2: stderr pushed too (xbot drops it)
     if (pty) {
       auto b = body<p::PtyCreate>(e);
       if (!b) return;
@@ -593,6 +605,7 @@ class Conn : public std::enable_shared_from_this<Conn> {
       req.args = b->args;
       req.env = b->env;
       req.dir = b->dir;
+      err_pipe = b->stderr_pipe && streams_v2_;
     }
     if (req.stream_id.empty()) return reply_error(e.id, p::code::kInvalid, "missing stream_id");
     auto cwd = cwd_for(req.dir);
@@ -604,7 +617,7 @@ class Conn : public std::enable_shared_from_this<Conn> {
     spec.argv.insert(spec.argv.end(), req.args.begin(), req.args.end());
     auto st = std::make_shared<Stream>();
     st->pty = pty;
-    UniqueFd read_end, slave, in_r, out_w;
+    UniqueFd read_end, slave, in_r, out_w, err_r, err_w;
     if (pty) {
       std::vector<std::string> env = {"TERM=xterm-256color"};
       for (const char* k : {"PATH", "HOME", "USER", "SHELL", "LANG"}) {
@@ -640,6 +653,15 @@ class Conn : public std::enable_shared_from_this<Conn> {
       st->input = std::make_unique<InputQueue>(in[1], true);
       spec.stdin_fd = in_r.get();
       spec.stdout_fd = out_w.get();
+      if (err_pipe) {
+        int er[2];
+        if (pipe2(er, O_CLOEXEC) != 0) {
+          return reply_error(e.id, p::code::kIO, "start process: pipe");
+        }
+        err_r = UniqueFd(er[0]);
+        err_w = UniqueFd(er[1]);
+        spec.stderr_fd = err_w.get();
+      }
     }
     {
       std::lock_guard l(mu_);
@@ -649,6 +671,13 @@ class Conn : public std::enable_shared_from_this<Conn> {
         return reply_error(e.id, p::code::kExists, "stream " + req.stream_id + " already exists");
       }
       auto pid = spawn(spec);
+      if (!pid && pid.error().sys_errno == ENOENT && streams_v2_) {
+        // Version 2: no such program still starts, as exit 127 with the message on stderr (a
+        // shell's report; the other backends' contract for processes and exec).
+        std::string msg = spec.argv[0] + ": " + std::strerror(ENOENT);
+        spec.argv = {"/bin/sh", "-c", "printf '%s\\n' \"$1\" >&2; exit 127", "sh", msg};
+        pid = spawn(spec);
+      }
       if (!pid) {
         if (st->input) st->input->finish();
         return reply_error(
@@ -666,35 +695,105 @@ class Conn : public std::enable_shared_from_this<Conn> {
     slave.reset();
     in_r.reset();
     out_w.reset();
+    err_w.reset();
     auto self = shared_from_this();
+    st->readers = err_r ? 2 : 1;
     std::thread([self, st, id = req.stream_id, fd = std::move(read_end)]() {
-      self->forward(st, id, fd.get());
+      self->forward(st, id, fd.get(), false);
     }).detach();
-    reply(e.id, p::type::kOk, p::to_json(p::StreamRequest{req.stream_id}));
+    if (err_r) {
+      std::thread([self, st, id = req.stream_id, fd = std::move(err_r)]() {
+        self->forward(st, id, fd.get(), true);
+      }).detach();
+    }
+    const bool v2 = streams_v2_;
+    std::thread([self, st, id = req.stream_id, v2]() { self->report_exit(st, id, v2); }).detach();
+    p::StreamRequest ok{req.stream_id};
+    if (v2) ok.pid = st->pid;  // version 2: the caller shows it and signals by stream
+    reply(e.id, p::type::kOk, p::to_json(ok));
   }
 
-  // Pushes the child's output until EOF (a pty: EIO once every slave holder is gone), then
-  // its exit.
-  void forward(std::shared_ptr<Stream> st, std::string id, int fd) {
+  // Pushes one of the child's outputs until EOF (a pty: EIO once every slave holder is gone);
+  // nothing after the exit push.
+  void forward(std::shared_ptr<Stream> st, std::string id, int fd, bool is_stderr) {
     std::string buf(kStreamRead, '\0');
     auto data_type = st->pty ? p::type::kPtyData : p::type::kStdioData;
     for (;;) {
       ssize_t n = ::read(fd, buf.data(), buf.size());
       if (n < 0 && errno == EINTR) continue;
       if (n <= 0) break;
-      outbox.push(
-          p::frame("", data_type,
-                   p::to_json(p::StreamData{id, buf.substr(0, static_cast<std::size_t>(n))})));
+      {
+        std::lock_guard l(st->mu);
+        if (st->exited) continue;  // read and dropped: a background child's late output
+      }
+      p::StreamData d{id, buf.substr(0, static_cast<std::size_t>(n))};
+      d.is_stderr = is_stderr;
+      outbox.push(p::frame("", data_type, p::to_json(d)));
+    }
+    {
+      std::lock_guard l(st->mu);
+      --st->readers;
+    }
+    st->cv.notify_all();
+  }
+
+  // Waits for the child, then for its output to be pushed, then pushes its exit. xbot's
+  // runner waits for EOF first, so a background child that keeps the pipe holds the exit; with
+  // version 2 the output of an exited leader is drained for at most kExitDrain and the exit
+  // goes (with the signal that ended it).
+  void report_exit(std::shared_ptr<Stream> st, std::string id, bool v2) {
+    siginfo_t si{};
+    while (::waitid(P_PID, static_cast<id_t>(st->pid), &si, WEXITED | WNOWAIT) != 0 &&
+           errno == EINTR) {
+    }
+    {
+      std::lock_guard l(st->mu);
+      st->reaped = true;  // from here on stdio_signal reaches the group only
     }
     int status = wait_for(st->pid);
     p::StreamExit x{id, exit_code_of(status), ""};
-    if (WIFSIGNALED(status)) x.error = std::string("signal: ") + strsignal(WTERMSIG(status));
+    if (WIFSIGNALED(status)) {
+      x.error = std::string("signal: ") + strsignal(WTERMSIG(status));
+      if (v2) x.signal = WTERMSIG(status);
+    }
+    {
+      std::unique_lock l(st->mu);
+      auto drained = [&] { return st->readers == 0; };
+      if (v2) {
+        st->cv.wait_for(l, kExitDrain, drained);
+      } else {
+        st->cv.wait(l, drained);
+      }
+      st->exited = true;
+    }
     outbox.push(p::frame("", st->pty ? p::type::kPtyExit : p::type::kStdioExit, p::to_json(x)));
     {
       std::lock_guard l(st->mu);
       st->finished = true;
     }
     st->cv.notify_all();
+  }
+
+  // stdio_signal (version 2): `signal` to a stream's child, or to its process group.
+  void stream_signal(const p::Envelope& e) {
+    auto b = body<p::StreamSignal>(e);
+    if (!b) return;
+    if (b->stream_id.empty()) return reply_error(e.id, p::code::kInvalid, "missing stream_id");
+    if (b->signal <= 0 || b->signal >= NSIG) {
+      return reply_error(e.id, p::code::kInvalid, "signal " + std::to_string(b->signal));
+    }
+    auto st = find_stream(b->stream_id);
+    if (!st) return reply_error(e.id, p::code::kNotFound, "stream " + b->stream_id + " not found");
+    {
+      std::lock_guard l(st->mu);
+      // A reaped child's pid may be reused, its group's id not while the group has members.
+      if (b->group) {
+        ::kill(-st->pid, b->signal);
+      } else if (!st->reaped) {
+        ::kill(st->pid, b->signal);
+      }
+    }
+    reply(e.id, p::type::kOk, std::nullopt);
   }
 
   std::shared_ptr<Stream> find_stream(const std::string& id) {
@@ -752,8 +851,8 @@ class Conn : public std::enable_shared_from_this<Conn> {
       downloads_[id] = d;
     }
     std::int64_t size = st.st_size, sent = 0;
-    // Version 2: binary frames, read straight into the frame after its header.
-    const bool binary = version_ >= p::kVersionBinary && id.size() <= 255;
+    // Version 3: binary frames, read straight into the frame after its header.
+    const bool binary = version_ >= p::kBinaryVersion && id.size() <= 255;
     const std::int64_t window = binary ? p::kBinaryWindowBytes : p::kWindowBytes;
     const std::int64_t chunk = binary ? p::kBinaryChunkSize : p::kChunkSize;
     reply(id, p::type::kFileBegin, p::to_json(p::FileBegin{"", 0, size}));
@@ -823,10 +922,10 @@ class Conn : public std::enable_shared_from_this<Conn> {
       auto b = body<p::FileBegin>(e);
       if (!b) return;
       const bool unknown = b->size == p::kSizeUnknown;
-      if (unknown ? version_ < p::kVersionBinary : b->size < 0) {
+      if (unknown ? version_ < p::kBinaryVersion : b->size < 0) {
         return reply_error(id, p::code::kInvalid,
                            "file_begin: size " + std::to_string(b->size) +
-                               (unknown ? " (not known yet) needs version 2" : " is negative"));
+                               (unknown ? " (not known yet) needs version 3" : " is negative"));
       }
       if (b->size > p::kMaxFileSize) {
         return reply_error(id, p::code::kTooBig,
@@ -880,7 +979,7 @@ class Conn : public std::enable_shared_from_this<Conn> {
     reply_error(id, code, std::move(msg));
   }
 
-  // One chunk of an upload (a file_chunk frame, or a binary one of version 2), on the I/O
+  // One chunk of an upload (a file_chunk frame, or a binary one of version 3), on the I/O
   // thread: in order, within the announced size (or kMaxFileSize when it is not known yet).
   void upload_chunk(const std::string& id, std::int64_t offset, std::string_view data) {
     Upload* up = upload_of(id);
@@ -908,11 +1007,11 @@ class Conn : public std::enable_shared_from_this<Conn> {
   }
 
  public:
-  // On the I/O thread: a binary frame. Only version 2's chunks of an upload; anything else is
+  // On the I/O thread: a binary frame. Only version 3's chunks of an upload; anything else is
   // answered (a chunk of an unknown transfer) or dropped (not a chunk: there is no id to name).
   void dispatch_binary(std::string_view frame) {
-    if (version_ < p::kVersionBinary) {
-      spdlog::warn("a binary frame without version 2: dropped");
+    if (version_ < p::kBinaryVersion) {
+      spdlog::warn("a binary frame without version 3: dropped");
       return;
     }
     auto c = p::decode_binary_chunk(frame);
@@ -941,11 +1040,13 @@ class Conn : public std::enable_shared_from_this<Conn> {
     auto st = find_stream(b->stream_id);
     if (!st || st->pty != (e.type == p::type::kPtyStdin) || !st->input) return;
     st->input->add(std::move(b->data));
+    if (b->eof && streams_v2_ && !st->pty) st->input->finish();  // version 2: close stdin
   }
 
   const WorkspaceFs& fs_;
   ssl::context& tls_;  // download_file's https (shared: OpenSSL contexts are thread-safe to use)
   std::atomic<int> version_{0};
+  std::atomic<bool> streams_v2_{false};  // version 2: process streams
   std::map<std::string, Upload> uploads_;  // I/O thread only
   std::mutex mu_;
   std::map<std::string, std::shared_ptr<Download>> downloads_;
@@ -1116,7 +1217,7 @@ class Runner {
     if (answer && answer->type == p::type::kRegisterOk) {
       // The version both speak: the server's answer, never above ours.
       auto ok = p::body_as<p::RegisterOk>(*answer);
-      if (ok) conn->set_version(p::negotiate(ok->version, opts_.protocol_version));
+      conn->set_version(ok ? p::negotiate(ok->version, opts_.protocol_version) : 0);
     }
     conn_ = conn;
     auto writer_done = std::make_shared<bool>(false);

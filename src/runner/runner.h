@@ -24,7 +24,7 @@ struct RunnerOptions {
   std::chrono::milliseconds backoff_base{1000};
   std::chrono::milliseconds backoff_max{60000};
   // The version said in `register` (docs/runner-protocol.md); lower only to test older peers.
-  int protocol_version = 2;
+  int protocol_version = 3;  // proto::kProtocolVersion
 };
 
 // Runs until SIGINT/SIGTERM; the process exit code (2: bad options).

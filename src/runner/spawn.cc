@@ -3,7 +3,9 @@
 #include <fcntl.h>
 #include <poll.h>
 #include <signal.h>
+#include <linux/close_range.h>
 #include <sys/ioctl.h>
+#include <sys/syscall.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -106,6 +108,12 @@ Result<pid_t> spawn(const SpawnSpec& spec) {
       if (fds[i] < 0 || dup2(fds[i], i) < 0) die(errno);
     }
     for (int i = 0; i < 3; ++i) ::close(fds[i]);
+    // Nothing but 0..2 reaches the program: the runner's sockets (its connection to the server
+    // above all: a child holding it would keep it open past the runner's death, and could write
+    // frames on it) and any fd opened without O_CLOEXEC close at exec.
+    if (::syscall(SYS_close_range, 3u, ~0u, CLOSE_RANGE_CLOEXEC) != 0) {
+      for (int fd = 3; fd < 65536; ++fd) ::fcntl(fd, F_SETFD, FD_CLOEXEC);
+    }
     if (spec.cwd_fd >= 0 && fchdir(spec.cwd_fd) != 0) die(errno);
     int last = ENOENT;
     for (const auto& c : candidates) {

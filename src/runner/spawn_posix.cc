@@ -47,7 +47,9 @@ std::optional<Result<pid_t>> spawn_posix(const SpawnSpec& spec, char* const* arg
     }
   }
   if (spec.cwd_fd >= 0) posix_spawn_file_actions_addfchdir_np(&fa, spec.cwd_fd);
-  // Every other fd of the runner is O_CLOEXEC.
+  // Nothing but 0..2 reaches the program (as spawn()'s fork path: the runner's connection to the
+  // server above all, which a child holding it would keep open past the runner's death).
+  posix_spawn_file_actions_addclosefrom_np(&fa, 3);
   int last = ENOENT;
   for (const std::string& c : candidates) {
     pid_t pid = -1;

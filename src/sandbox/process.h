@@ -6,6 +6,7 @@
 
 #include <boost/asio/any_io_executor.hpp>
 #include <boost/asio/awaitable.hpp>
+#include <cstdint>
 #include <optional>
 
 #include "common/error.h"
@@ -37,6 +38,14 @@ class Process {
   virtual Status signal(int signo) {
     (void)signo;
     return fail(Code::kInternal, "signal: not supported for this process");
+  }
+  // Sets the terminal size of a pty process whose terminal is not the Launched::pty_master the
+  // table holds (the remote backend's is on the runner's machine). nullopt: the table sets it
+  // with TIOCSWINSZ on pty_master, as for every local backend.
+  virtual std::optional<Status> resize_pty(std::uint16_t cols, std::uint16_t rows) {
+    (void)cols;
+    (void)rows;
+    return std::nullopt;
   }
   // After wait() completed and the tree was killed: releases what the backend kept for the
   // command (the ns backend's per-command cgroup). Called once, by the process table.

@@ -688,6 +688,15 @@ std::vector<ProcessInfo> ProcessTable::list() {
   return out;
 }
 
+bool ProcessTable::starting(std::string_view ref) {
+  std::lock_guard lock(mu_);
+  for (const EntryPtr& e : entries_) {
+    std::lock_guard elock(e->mu);
+    if (e->starting && !e->info.tag.empty() && e->info.tag == ref) return true;
+  }
+  return false;
+}
+
 Result<ProcessInfo> ProcessTable::get(std::string_view ref) {
   std::lock_guard lock(mu_);
   auto e = find_locked(ref);
@@ -835,10 +844,14 @@ Status ProcessTable::resize(std::string_view ref, PtySize size) {
   if (e.ended || e.pty_fd < 0) {
     return fail(Code::kExists, "resize: process " + name_of(e.info) + " has ended");
   }
-  winsize ws{};
-  ws.ws_col = size.cols;
-  ws.ws_row = size.rows;
-  if (::ioctl(e.pty_fd, TIOCSWINSZ, &ws) != 0) return fail_errno(errno, "ioctl(TIOCSWINSZ)");
+  if (auto r = e.proc->resize_pty(size.cols, size.rows)) {
+    if (!*r) return *r;
+  } else {
+    winsize ws{};
+    ws.ws_col = size.cols;
+    ws.ws_row = size.rows;
+    if (::ioctl(e.pty_fd, TIOCSWINSZ, &ws) != 0) return fail_errno(errno, "ioctl(TIOCSWINSZ)");
+  }
   e.info.pty = size;
   return {};
 }

@@ -200,6 +200,8 @@ class ProcessTable {
   // Live ones and those that ended in the last kKeepEnded, oldest first.
   std::vector<ProcessInfo> list();
   Result<ProcessInfo> get(std::string_view ref);  // ENOENT for an unknown ref
+  // A process with this tag is being launched (not listed, not found by get() yet).
+  bool starting(std::string_view ref);
 
   // What is kept from `since` on (nullopt: from the oldest byte kept), at most about max_bytes;
   // includes the exit record once the reader is at the end of an ended process.

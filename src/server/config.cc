@@ -186,6 +186,9 @@ Status load_yaml(const std::string& file, DaemonConfig* c,
     if (root["audit_max_mb"] && !given("audit_max_mb")) {
       c->audit_max_mb = root["audit_max_mb"].as<std::uint64_t>();
     }
+    if (root["ws_ping_sec"] && !given("ws_ping_sec")) {
+      c->ws_ping_sec = root["ws_ping_sec"].as<std::uint32_t>();
+    }
     if (const YAML::Node& nw = root["network"]; nw) {
       if (auto st = load_network(nw, file, c); !st) return st;
     }
@@ -496,6 +499,11 @@ ParseOutcome parse_daemon_args(int argc, const char* const* argv, std::ostream& 
                                  "Rotate data_dir/audit.log at this size, MiB (3 old kept)")
                       ->capture_default_str()
                       ->multi_option_policy(take_last);
+  auto* o_ws_ping = app.add_option("--ws-ping-sec", c.ws_ping_sec,
+                                   "WebSocket peers (runners, attach) quiet this long are pinged; "
+                                   "closed after twice as long without an answer")
+                        ->capture_default_str()
+                        ->multi_option_policy(take_last);
   auto* o_evict = app.add_flag("--evict-idle", c.evict_idle,
                                "At --max-running-boxes, suspend the least recently used idle box "
                                "instead of answering 429");
@@ -577,6 +585,7 @@ ParseOutcome parse_daemon_args(int argc, const char* const* argv, std::ostream& 
   if (o_log->count()) given.push_back("log_level");
   if (o_boxes->count()) given.push_back("max_running_boxes");
   if (o_audit->count()) given.push_back("audit_max_mb");
+  if (o_ws_ping->count()) given.push_back("ws_ping_sec");
   if (o_evict->count()) given.push_back("evict_idle");
   if (o_auto_repair->count()) given.push_back("auto_repair");
   if (o_cache->count()) given.push_back("cache_mb");
@@ -844,6 +853,9 @@ Status validate_config(const DaemonConfig& c) {
   }
   if (c.cache_mb > (std::uint64_t{1} << 20)) {
     return fail(Code::kInvalid, "--cache-mb must be at most 1048576");
+  }
+  if (c.ws_ping_sec < 1 || c.ws_ping_sec > 3600) {
+    return fail(Code::kInvalid, "--ws-ping-sec must be between 1 and 3600");
   }
   if (c.audit_max_mb < 1 || c.audit_max_mb > (std::uint64_t{1} << 20)) {
     return fail(Code::kInvalid, "--audit-max-mb must be between 1 and 1048576");

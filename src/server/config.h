@@ -113,6 +113,9 @@ struct DaemonConfig {
   std::string default_scope;
   // data_dir/audit.log is rotated at this size (3 old files kept).
   std::uint64_t audit_max_mb = 64;
+  // A WebSocket peer quiet this long is pinged, and closed after twice as long without any frame
+  // (a half-open runner connection is found within 2 x this).
+  std::uint32_t ws_ping_sec = 30;
   std::vector<SharedDir> shared_dirs;
   // Host dirs under which sessions may ask for extra mounts and skills (none: refused).
   std::vector<std::string> allowed_mount_roots;

@@ -1267,6 +1267,17 @@ LbResult<Placement> decode_context(const json& c, const std::string& bound) {
 asio::awaitable<LbResult<bool>> fence(Act* a) {
   LangbotState* st = a->st;
   const Placement& p = *a->place;
+  if (st->gens.find(p.ns) == st->gens.end()) {
+    // First sight of this placement since the daemon started: the fence is what the namespace's
+    // sessions say (they outlive a restart; the map does not), so an older placement stays
+    // refused after a restart too.
+    auto have = co_await list_ns(a->ctx, a->caller, p.ns + "-g");
+    std::int64_t newest = -1;
+    if (have) {
+      for (const auto& s : *have) newest = std::max(newest, generation_of(p.ns, s.id));
+    }
+    if (newest >= 1) st->gens.emplace(p.ns, newest);  // unless another action set it meanwhile
+  }
   auto it = st->gens.find(p.ns);
   if (it != st->gens.end() && p.gen < it->second) {
     co_return lb_fail("PermissionError", "Stale Box placement generation");

@@ -26,9 +26,26 @@
 #include "server/websocket.h"
 
 namespace agentbox::server::detail {
+// table->get(ref), but a tagged process the backend is launching right now (a managed one the
+// daemon brings back after a resume or a restart, whose host process may already run) is waited
+// for, up to 10 s, rather than answered 404.
+asio::awaitable<Result<sandbox::ProcessInfo>> get_settled(sandbox::ProcessTable* table,
+                                                           std::string ref) {
+  auto info = table->get(ref);
+  if (info || info.error().code != Code::kNotFound) co_return info;
+  asio::steady_timer t(co_await asio::this_coro::executor);
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(10);
+  while (!info && table->starting(ref) && std::chrono::steady_clock::now() < deadline) {
+    t.expires_after(std::chrono::milliseconds(10));
+    co_await t.async_wait(kTuple);
+    info = table->get(ref);
+  }
+  co_return info;
+}
+
 asio::awaitable<Result<sandbox::ProcessInfo>> kill_and_wait(sandbox::ProcessTable* table,
                                                              std::string ref) {
-  auto before = table->get(ref);
+  auto before = co_await get_settled(table, ref);
   if (!before) co_return std::unexpected(before.error());
   if (auto st = table->kill(ref); !st) co_return std::unexpected(st.error());
   const std::string pid = std::to_string(before->pid);
@@ -233,7 +250,7 @@ asio::awaitable<Reply> list_processes(Context* ctx, Request* req) {
 asio::awaitable<Reply> get_process(Context* ctx, Request* req) {
   auto procs = co_await procs_of(ctx, req, /*create=*/false);
   if (!procs) co_return error_reply(procs.error());
-  auto info = procs->table->get(ref_param(*req));
+  auto info = co_await get_settled(procs->table, ref_param(*req));
   if (!info) co_return error_reply(info.error());
   co_return json_reply(200, encode_process(*info));
 }
@@ -539,7 +556,7 @@ asio::awaitable<bool> serve_attached(Call* call, Procs procs, sandbox::ProcessIn
 asio::awaitable<bool> attach_process(Call* call) {
   auto procs = co_await procs_of(call->ctx, &call->ex.req, /*create=*/false);
   if (!procs) co_return co_await send_error(call, procs.error());
-  auto info = procs->table->get(ref_param(call->ex.req));
+  auto info = co_await get_settled(procs->table, ref_param(call->ex.req));
   if (!info) co_return co_await send_error(call, info.error());
   AttachHooks plain;
   co_return co_await serve_attached(call, std::move(*procs), std::move(*info), false,

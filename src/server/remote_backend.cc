@@ -9,7 +9,9 @@
 #include <cerrno>
 #include <ctime>
 
+#include "sandbox/exec_runner.h"
 #include "sandbox/path.h"
+#include "server/remote_processes.h"
 #include "server/remote_transfer.h"
 
 namespace agentbox::server {
@@ -68,9 +70,9 @@ class RemoteSandbox;
 Result<sandbox::FileReader> reader_of_content(const RunnerReply& r);
 
 // Keeps the upload (bounded by max_bytes) and sends it at commit: up to kChunkThreshold in
-// memory; past it, with a runner of version 2, streamed to the runner as it arrives (binary
-// chunks, the size told at file_end: nothing spooled); with version 1 in a scratch file, sent in
-// file_chunks at commit (docs/runner-protocol.md); else read back and sent as one write_file
+// memory; past it, with a runner of version 3, streamed to the runner as it arrives (binary
+// chunks, the size told at file_end: nothing spooled); with versions 1-2 in a scratch file, sent
+// in file_chunks at commit (docs/runner-protocol.md); else read back and sent as one write_file
 // (xbot's plain form).
 class RemoteWriter : public sandbox::FileWriter {
  public:
@@ -88,12 +90,12 @@ class RemoteWriter : public sandbox::FileWriter {
   std::string path_;
   sandbox::WriteOptions opts_;
   std::string data_;
-  UniqueFd spool_;  // set once the upload is over kChunkThreshold (version 1, plain)
+  UniqueFd spool_;  // set once the upload is over kChunkThreshold (versions 0 to 2)
   std::unique_ptr<ChunkUpload> stream_;  // set once the upload is over it (version 2)
   std::uint64_t size_ = 0;
 };
 
-class RemoteSandbox : public sandbox::Sandbox {
+class RemoteSandbox : public sandbox::Sandbox, private sandbox::ProcessLauncher {
  public:
   RemoteSandbox(std::shared_ptr<RunnerHub> hub, std::string user, std::string workspace,
                 std::map<std::string, std::string> env)
@@ -101,12 +103,15 @@ class RemoteSandbox : public sandbox::Sandbox {
         user_(std::move(user)),
         workspace_(std::move(workspace)),
         env_(std::move(env)) {}
+  ~RemoteSandbox() override { procs_.shutdown(); }
 
   std::string_view name() const override { return "remote"; }
   std::string workspace() const override { return workspace_; }
 
   asio::awaitable<Result<sandbox::ExecResult>> exec(sandbox::ExecSpec spec,
                                                     sandbox::OutputSink* sink) override;
+  // With a runner of version 2 (remote_processes.h); refused (ENOTSUP) on others at start.
+  sandbox::ProcessTable* processes() override { return &procs_; }
 
   Result<sandbox::FileReader> open_file(const std::string& path) override;
   Result<sandbox::FileReader> open_file_streamed(const std::string& path) override;
@@ -123,7 +128,7 @@ class RemoteSandbox : public sandbox::Sandbox {
     return fail(Code::kNotSupported,
                 "rename on a remote runner (xbot's runner protocol has no rename)");
   }
-  void shutdown() override {}
+  void shutdown() override { procs_.shutdown(); }
 
   // The runner's absolute path for an API path (confined to the workspace).
   Result<std::string> runner_path(const std::string& path) const {
@@ -150,6 +155,17 @@ class RemoteSandbox : public sandbox::Sandbox {
   std::string user_;
   std::string workspace_;
   std::map<std::string, std::string> env_;
+  sandbox::ProcessTable procs_{*this};  // last: its processes go before the rest
+
+  asio::awaitable<Result<sandbox::Launched>> launch(sandbox::ProcessSpec spec) override;
+  // The launch of one command (exec or process): argv or `sh -c command`, cwd, env.
+  Result<RemoteLaunchSpec> launch_spec(std::vector<std::string> argv, const std::string& command,
+                                       const std::string& cwd,
+                                       const std::map<std::string, std::string>& env) const;
+  // exec over a version-2 stream: output as it comes, a kill when the client leaves.
+  asio::awaitable<Result<sandbox::ExecResult>> exec_streamed(std::shared_ptr<RunnerConn> conn,
+                                                             sandbox::ExecSpec spec,
+                                                             sandbox::OutputSink* sink);
 };
 
 Status RemoteWriter::write(std::string_view chunk) {
@@ -166,7 +182,7 @@ Status RemoteWriter::write(std::string_view chunk) {
     return {};
   }
   if (auto conn = box_->conn(); !spool_ && conn && conn->binary()) {
-    // Version 2: the transfer starts now and the bytes go on as they come.
+    // Version 3: the transfer starts now and the bytes go on as they come.
     auto target = AB_TRY(box_->runner_path(path_));
     AB_TRY(mkdirs(target));
     stream_ = AB_TRY(ChunkUpload::start(conn, target, perm(), proto::kSizeUnknown));
@@ -235,6 +251,11 @@ asio::awaitable<Result<sandbox::ExecResult>> RemoteSandbox::exec(sandbox::ExecSp
   }
   auto conn = hub_->find(user_);
   if (!conn) co_return fail(Code::kUnavailable, "exec: runner " + user_ + " is not connected");
+  if (conn->streams()) {
+    auto run = exec_streamed(std::move(conn), std::move(spec), sink);
+    auto guarded = sandbox::without_throw_on_cancel(std::move(run));
+    co_return co_await std::move(guarded);
+  }
   proto::ExecRequest req;
   if (spec.argv.empty()) {
     req.command = spec.command;
@@ -304,6 +325,49 @@ asio::awaitable<Result<sandbox::ExecResult>> RemoteSandbox::exec(sandbox::ExecSp
     }
   }
   co_return res;
+}
+
+Result<RemoteLaunchSpec> RemoteSandbox::launch_spec(
+    std::vector<std::string> argv, const std::string& command, const std::string& cwd,
+    const std::map<std::string, std::string>& env) const {
+  RemoteLaunchSpec l;
+  l.argv = argv.empty() ? std::vector<std::string>{"/bin/sh", "-c", command} : std::move(argv);
+  if (!cwd.empty()) l.dir = AB_TRY(runner_path(cwd));
+  for (const auto& [k, v] : env_) l.env.push_back(k + "=" + v);
+  for (const auto& [k, v] : env) l.env.push_back(k + "=" + v);
+  return l;
+}
+
+asio::awaitable<Result<sandbox::ExecResult>> RemoteSandbox::exec_streamed(
+    std::shared_ptr<RunnerConn> conn, sandbox::ExecSpec spec, sandbox::OutputSink* sink) {
+  auto l = launch_spec(std::move(spec.argv), spec.command, spec.cwd, spec.env);
+  if (!l) co_return std::unexpected(l.error());
+  l->with_stdin = !spec.stdin_data.empty();
+  auto started = co_await launch_remote(std::move(conn), std::move(*l));
+  if (!started) co_return std::unexpected(started.error());
+  std::shared_ptr<RemoteStreamState> state = started->state;
+  sandbox::RunOptions opts{.timeout = spec.timeout,
+                           .max_output_bytes = spec.max_output_bytes,
+                           .stdin_data = std::move(spec.stdin_data)};
+  asio::awaitable<sandbox::ExecResult> run =
+      sandbox::run_process(std::move(started->launched.proc), std::move(opts), sink);
+  sandbox::ExecResult res = co_await std::move(run);
+  if (!state->lost().empty()) {
+    co_return fail(Code::kUnavailable, "exec: " + state->lost());
+  }
+  co_return res;
+}
+
+asio::awaitable<Result<sandbox::Launched>> RemoteSandbox::launch(sandbox::ProcessSpec spec) {
+  auto conn = hub_->find(user_);
+  if (!conn) co_return fail(Code::kUnavailable, "process: runner " + user_ + " is not connected");
+  auto l = launch_spec(std::move(spec.argv), spec.command, spec.cwd, spec.env);
+  if (!l) co_return std::unexpected(l.error());
+  l->with_stdin = spec.stdin_open;
+  l->pty = spec.pty;
+  auto started = co_await launch_remote(std::move(conn), std::move(*l));
+  if (!started) co_return std::unexpected(started.error());
+  co_return std::move(started->launched);
 }
 
 // A chunked read_file reply (version 1): file_begin, file_chunk..., file_end, each chunk acked
@@ -388,7 +452,7 @@ Result<sandbox::FileReader> reader_of_content(const RunnerReply& r) {
 Result<sandbox::FileReader> RemoteSandbox::open_file_streamed(const std::string& path) {
   auto conn = hub_->find(user_);
   if (!conn || !conn->binary()) return open_file(path);
-  // Version 2: a big file is handed to the reader while it arrives (remote_transfer.h).
+  // Version 3: a big file is handed to the reader while it arrives (remote_transfer.h).
   auto target = AB_TRY(runner_path(path));
   auto t = AB_TRY(conn->start_transfer("read_file", proto::to_json(proto::PathRequest{target})));
   auto r = AB_TRY(t->next(kFileTimeout));

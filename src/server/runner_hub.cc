@@ -144,6 +144,18 @@ Result<std::shared_ptr<RunnerTransfer>> RunnerConn::start_transfer(std::string t
   return t;
 }
 
+bool RunnerConn::watch(const std::string& stream_id, PushFn fn) {
+  std::lock_guard lk(mu_);
+  if (closed_) return false;
+  watchers_[stream_id] = std::move(fn);
+  return true;
+}
+
+void RunnerConn::unwatch(const std::string& stream_id) {
+  std::lock_guard lk(mu_);
+  watchers_.erase(stream_id);
+}
+
 void RunnerConn::end_transfer(const std::string& id) {
   std::lock_guard lk(mu_);
   transfers_.erase(id);
@@ -154,9 +166,22 @@ bool RunnerConn::on_frame(const std::string& frame) {
   hub_->count_in(frame.size());
   auto env = proto::decode(frame);
   if (!env) return false;
-  // Pushes are routed by type before the id (as xbot's server does); no stream is open through
-  // this hub (processes are not served on remote sessions), so they are dropped.
-  if (proto::is_push(env->type)) return true;
+  // Pushes are routed by type before the id (as xbot's server does), then by their stream id
+  // to the watcher of a stream (remote_processes.cc); a push of no watched stream is dropped.
+  if (proto::is_push(env->type)) {
+    std::string stream;
+    if (env->body && env->body->is_object()) {
+      auto it = env->body->find("stream_id");
+      if (it != env->body->end() && it->is_string()) stream = it->get<std::string>();
+    }
+    PushFn fn;
+    {
+      std::lock_guard lk(mu_);
+      if (auto w = watchers_.find(stream); w != watchers_.end()) fn = w->second;
+    }
+    if (fn) fn(std::move(*env));
+    return true;
+  }
   if (env->id.empty()) {
     spdlog::debug("runner {}: a {} frame without an id dropped", id_.user, env->type);
     return true;
@@ -232,6 +257,7 @@ bool RunnerConn::on_binary(std::string frame) {
 void RunnerConn::on_closed(const std::string& why) {
   std::map<std::string, Pending> failed;
   std::map<std::string, std::weak_ptr<RunnerTransfer>> transfers;
+  std::map<std::string, PushFn> watchers;
   {
     std::lock_guard lk(mu_);
     if (closed_) return;
@@ -239,6 +265,10 @@ void RunnerConn::on_closed(const std::string& why) {
     closed_why_ = why;
     failed.swap(pending_);
     transfers.swap(transfers_);
+    watchers.swap(watchers_);
+  }
+  for (auto& [id, fn] : watchers) {
+    fn(fail(Code::kUnavailable, "runner " + id_.user + " disconnected (" + why + ")"));
   }
   for (auto& [id, w] : transfers) {
     if (auto t = w.lock()) {

@@ -86,7 +86,7 @@ class RunnerTransfer {
   // Sends one frame of this transfer (file_chunk, file_end, ack, ...).
   void send(std::string_view type, proto::Json body);
   // One chunk of the file: a file_chunk text frame (version 1, proto::chunk_frame: no Json copy
-  // of the data), or a binary frame (version 2, proto::binary_chunk).
+  // of the data), or a binary frame (version 3, proto::binary_chunk).
   void send_chunk(std::int64_t offset, std::string_view data);
   // The unacknowledged bytes this transfer may have in flight, and its chunk size.
   std::int64_t window() const;
@@ -112,7 +112,7 @@ class RunnerTransfer {
 // One registered runner connection. Made by RunnerHub::attach; lives as long as someone holds it.
 class RunnerConn : public std::enable_shared_from_this<RunnerConn> {
  public:
-  // Queues one frame (text, or binary for version 2's chunks); any thread.
+  // Queues one frame (text, or binary for version 3's chunks); any thread.
   using Send = std::function<void(std::string frame, bool binary)>;
   using Close = std::function<void(std::string reason)>;   // close the socket; any thread
   using Callback = std::function<void(Result<RunnerReply>)>;
@@ -140,11 +140,20 @@ class RunnerConn : public std::enable_shared_from_this<RunnerConn> {
                                                          std::chrono::milliseconds timeout);
   // Sends a frame that gets no reply (stdio_write: no id).
   void notify(std::string type, proto::Json body);
-  // Version 1 (chunked files) is in force on this connection: the runner's register said 1 and
-  // so did our register_ok.
-  bool chunked() const { return id_.version >= proto::kVersionChunked; }
-  // Version 2 (binary chunks, unknown upload size, exact error codes) is in force.
-  bool binary() const { return id_.version >= proto::kVersionBinary; }
+  // Version 1 (chunked files) is in force on this connection: the runner's register said 1 or
+  // more and so did our register_ok.
+  bool chunked() const { return id_.version >= proto::kChunkedVersion; }
+  // Version 2 (process streams: stderr, eof, stdio_signal, pids) is in force on this connection.
+  bool streams() const { return id_.version >= proto::kStreamsVersion; }
+  // Version 3 (binary chunks, unknown upload size, exact error codes) is in force.
+  bool binary() const { return id_.version >= proto::kBinaryVersion; }
+  // Version 2's process streams (server/remote_processes.h): the pushes of `stream_id`
+  // (stdio_data/exit, pty_data/exit) go to `fn`, on the io_context, in order; when the
+  // connection goes, `fn` gets EUNAVAILABLE once. false (and no call) when it is closed already.
+  using PushFn = std::function<void(Result<RunnerReply>)>;
+  bool watch(const std::string& stream_id, PushFn fn);
+  void unwatch(const std::string& stream_id);
+
   // Sends request `type` and returns the transfer its frames belong to (EUNAVAILABLE when the
   // connection is closed).
   Result<std::shared_ptr<RunnerTransfer>> start_transfer(std::string type, proto::Json body);
@@ -152,7 +161,7 @@ class RunnerConn : public std::enable_shared_from_this<RunnerConn> {
   // From the socket (io_context): one text frame. Returns false when the frame is garbage (not a
   // JSON object with a string "type"): the caller closes the connection.
   bool on_frame(const std::string& frame);
-  // From the socket: one binary frame (version 2's chunks). false when binary frames are not in
+  // From the socket: one binary frame (version 3's chunks). false when binary frames are not in
   // force on this connection or the frame is not a chunk: the caller closes the connection.
   bool on_binary(std::string frame);
   // The socket is gone: every request in flight fails with EUNAVAILABLE. Idempotent.
@@ -184,6 +193,7 @@ class RunnerConn : public std::enable_shared_from_this<RunnerConn> {
   std::string closed_why_;
   std::map<std::string, Pending> pending_;  // by request id
   std::map<std::string, std::weak_ptr<RunnerTransfer>> transfers_;  // by request id
+  std::map<std::string, PushFn> watchers_;  // by stream id
 };
 
 class RunnerHub {

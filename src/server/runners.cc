@@ -10,8 +10,8 @@
 // {workspace}/.skills/<name>/ and {workspace}/.agents/ (in the pool, in the background).
 //
 // After that every frame goes to the connection (RunnerConn::on_frame, on_binary); a frame that
-// is not a JSON object with a string "type", or a binary frame that is not a version 2 chunk on a
-// connection of version 2, closes that connection (and fails what was in flight on it), nothing
+// is not a JSON object with a string "type", or a binary frame that is not a version 3 chunk on a
+// connection of version 3, closes that connection (and fails what was in flight on it), nothing
 // else.
 
 #include <boost/asio/post.hpp>
@@ -175,8 +175,8 @@ asio::awaitable<bool> runner_ws(Call* call) {
     id.user = user;
     id.workspace = reg->workspace;
     id.shell = reg->shell;
-    // The version both speak (docs/runner-protocol.md): 2 for today's agentbox-runner, 1 for
-    // an older one, 0 (the plain form) for xbot's runner.
+    // The version in force (docs/runner-protocol.md): the lower of the runner's and ours (3
+    // for today's agentbox-runner, 1 or 2 for an older one, 0 for xbot's runner: none).
     id.version = proto::negotiate(reg->version);
     if (id.workspace.empty() || id.workspace[0] != '/') {
       return refuse("workspace must be an absolute path", "INVALID");
@@ -191,8 +191,9 @@ asio::awaitable<bool> runner_ws(Call* call) {
         });
     state->conn = rc;
     timer->cancel();
-    // xbot's answer; `version: 1` only to a runner that asked for it (docs/runner-protocol.md):
-    // then big files travel in chunks (remote_backend.cc), otherwise in the plain form.
+    // xbot's answer; a `version` only to a runner that asked for one (docs/runner-protocol.md):
+    // 1: big files travel in chunks (remote_backend.cc); 2: also process streams
+    // (remote_processes.cc). Otherwise the plain form.
     proto::RegisterOk ok;
     ok.version = id.version;
     ws->send(proto::frame("", proto::type::kRegisterOk, proto::to_json(ok)));

@@ -761,6 +761,35 @@ TEST(LangBotTenancy, SessionsBelongToTheLangBotTenantOnly) {
       404);
 }
 
+// The generation fence outlives a daemon restart: it is rebuilt from the sessions LangBot's
+// namespace still has, so a stale placement stays refused and the current one keeps its session.
+TEST(LangBotRestart, TheGenerationFenceSurvivesADaemonRestart) {
+  TempDir dir("agentbox-lb-restart");
+  const std::string data = dir.path() + "/data";
+  std::vector<std::string> a = {"--langbot-control-token", kToken, "--data-dir", data};
+  if (test_backend() == "ns") a.insert(a.end(), {"--backend", "ns"});
+  std::string phys;
+  {
+    Daemon d(a);
+    LangBot lb;
+    ASSERT_EQ(lb.connect(d), 101);
+    ASSERT_TRUE(ok(lb.call("box_create_session", box_spec("r"), context("w", 3))));
+    auto got = lb.call("box_get_session", {{"session_id", "r"}}, context("w", 3));
+    phys = got["data"].value("backend_session_id", "");
+    ASSERT_NE(phys.find("-g3-r"), std::string::npos) << got;
+    EXPECT_EQ(d.stop(SIGTERM), 0);
+  }
+  Daemon d(a);
+  LangBot lb;
+  ASSERT_EQ(lb.connect(d), 101);
+  auto stale = lb.call("box_get_sessions", ojson::object(), context("w", 2));
+  EXPECT_EQ(message(stale), "PermissionError: Stale Box placement generation") << stale;
+  EXPECT_EQ(Api(d).get("/v1/sessions/" + phys).status, 200) << "the stale call deleted nothing";
+  auto current = lb.call("box_exec", box_spec("r", "echo still"), context("w", 3));
+  ASSERT_TRUE(ok(current)) << current;
+  EXPECT_EQ(current["data"].value("stdout", ""), "still") << current;
+}
+
 TEST(LangBotConfig, TrustedInstanceAndTokensWithoutAControlToken) {
   std::vector<std::string> ns;
   if (test_backend() == "ns") ns = {"--backend", "ns"};

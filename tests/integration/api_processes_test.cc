@@ -34,54 +34,6 @@ namespace websocket = beast::websocket;
 using tcp = asio::ip::tcp;
 
 // A Beast WebSocket client; reads wait at most a timeout.
-class Ws {
- public:
-  beast::error_code open(const std::string& host_port, const std::string& target) {
-    return ws_connect(ioc_, ws_, host_port, target, res_);
-  }
-  int status() const { return res_.result_int(); }
-  // The next message, or nullopt when the socket closed or nothing came within `timeout`.
-  std::optional<std::string> read(std::chrono::milliseconds timeout = std::chrono::seconds(20)) {
-    beast::error_code ec;
-    auto m = ws_read_for(ioc_, ws_, timeout, &ec);
-    if (m) binary_ = ws_.got_binary();
-    return m;
-  }
-  // Reads until the frames seen so far contain `want` (or the socket ends); returns them.
-  std::string read_until(const std::string& want) {
-    std::string all;
-    while (all.find(want) == std::string::npos) {
-      auto m = read();
-      if (!m) break;
-      all += *m;
-    }
-    return all;
-  }
-  void write(const std::string& data, bool binary) {
-    ws_.binary(binary);
-    beast::error_code ec;
-    ws_.write(asio::buffer(data), ec);
-    EXPECT_FALSE(ec) << ec.message();
-  }
-  void close() {
-    beast::error_code ec;
-    ws_.close(websocket::close_code::normal, ec);
-  }
-  bool last_binary() const { return binary_; }
-  websocket::close_reason reason() const { return ws_.reason(); }
-
- private:
-  asio::io_context ioc_;
-  websocket::stream<tcp::socket> ws_{ioc_};
-  websocket::response_type res_;
-  bool binary_ = false;
-};
-
-std::string reason_of(const Ws& ws) {
-  auto r = ws.reason().reason;
-  return std::string(r.data(), r.size());
-}
-
 class ProcessesApi : public ::testing::Test {
  protected:
   ProcessesApi() : daemon_(backend_args()), api_(daemon_) {}

@@ -15,10 +15,12 @@
 #include <chrono>
 #include <filesystem>
 #include <fstream>
+#include <sstream>
 #include <thread>
 
 #include "integration/api_test_util.h"
 #include "integration/fake_runner.h"
+#include "integration/ws_test_util.h"
 
 namespace agentbox::testing {
 namespace {
@@ -168,8 +170,17 @@ TEST(RunnerApiSessions, ExecAndFilesOnARemoteSession) {
   auto mv = api.post("/v1/sessions/rs/rename", {{"from", "a"}, {"to", "b"}});
   EXPECT_EQ(mv.status, 501) << mv;
   EXPECT_NE(mv.message().find("rename"), std::string::npos) << mv;
+  // Processes need version 2's streams (xbot's stdio drops stderr, its pty takes no input).
+  before = r.requests_seen();
   auto proc = api.post("/v1/sessions/rs/processes", {{"command", "sleep 1"}});
   EXPECT_EQ(proc.status, 501) << proc;
+  EXPECT_NE(proc.message().find("version 2"), std::string::npos) << proc;
+  EXPECT_EQ(r.requests_seen(), before);
+  // A streaming exec on xbot's runner is its one `exec` frame, output at the end.
+  auto se = api.call("POST", "/v1/sessions/rs/exec/stream", json{{"command", "echo s"}}.dump());
+  EXPECT_EQ(se.status, 200) << se;
+  EXPECT_NE(se.raw.find(R"({"data":"s\n","type":"stdout"})"), std::string::npos) << se;
+  EXPECT_EQ(r.last_request()["type"], "exec");
   auto art = api.exec("rs", {{"command", "true"}, {"artifact_dir", "out"}});
   EXPECT_EQ(art.status, 501) << art;
   EXPECT_NE(art.message().find("artifact_dir"), std::string::npos) << art;
@@ -409,6 +420,54 @@ TEST(RunnerApiFaults, RepliesInAnyOrderAndUnknownIdsAreDropped) {
   EXPECT_FALSE(r.ended());
 }
 
+// A request the runner never answers fails by itself at its deadline (an exec: its timeout plus
+// 5 s, as xbot's server waits) with 504 ETIMEDOUT; the connection stays (other requests on it
+// were answered meanwhile and after), and a late reply to the expired request is dropped.
+TEST(RunnerApiFaults, ARequestNeverAnsweredIs504AtItsDeadlineAndTheRunnerStaysUsable) {
+  Daemon d(runner_args());
+  Api api(d);
+  Workspace ws;
+  FakeRunner r(d, "alice", "alice-secret", ws.path());
+  ASSERT_EQ(r.start()["type"], "register_ok");
+  ASSERT_EQ(api.post("/v1/sessions", {{"id", "n"}, {"runner", "alice"}}).status, 201);
+  std::mutex mu;
+  json held;
+  r.on("exec", [&](const json& req) {
+    std::lock_guard lk(mu);
+    if (req["body"]["command"] == "ignored") {
+      held = req;
+      return FakeRunner::Outcome{FakeRunner::Action::kSilent, {}};
+    }
+    std::vector<json> extra;
+    if (held.is_object()) {  // the expired request's reply, late: dropped
+      extra.push_back({{"id", held["id"]},
+                       {"type", "exec_result"},
+                       {"body",
+                        {{"stdout", "late\n"}, {"stderr", ""}, {"exit_code", 0}, {"timed_out", false}}}});
+    }
+    return FakeRunner::Outcome{
+        FakeRunner::Action::kReply,
+        {{"type", "exec_result"},
+         {"body", {{"stdout", "ok\n"}, {"stderr", ""}, {"exit_code", 0}, {"timed_out", false}}}},
+        extra};
+  });
+  const auto t0 = std::chrono::steady_clock::now();
+  auto lost = api.exec("n", {{"command", "ignored"}, {"timeout_sec", 1}});
+  const auto took = std::chrono::steady_clock::now() - t0;
+  EXPECT_EQ(lost.status, 504) << lost;
+  EXPECT_EQ(lost.code(), "ETIMEDOUT") << lost;
+  EXPECT_GE(took, 5s);
+  EXPECT_LT(took, 15s);
+  for (int i = 0; i < 2; ++i) {
+    auto fine = api.exec("n", {{"command", "fine"}});
+    EXPECT_EQ(fine.status, 200) << fine;
+    EXPECT_EQ(fine.body["stdout"], "ok\n") << fine;
+  }
+  EXPECT_FALSE(r.ended());
+  auto l = api.get("/v1/runners");
+  EXPECT_EQ(l.body["runners"][0]["connected"], true) << l;
+}
+
 TEST(RunnerApiFaults, ANewRegistrationReplacesTheOldAndTheOldClosingKeepsTheNew) {
   Daemon d(runner_args());
   Api api(d);
@@ -541,7 +600,7 @@ TEST(RunnerApiBigFiles, HundredMiBUpAndDownInChunksWithBoundedMemory) {
   Workspace& ws = r.ws;
   RunnerProcess& runner = r.runner;
   auto l = api.get("/v1/runners");
-  EXPECT_EQ(l.body["runners"][0]["version"], 2) << l;  // binary chunks
+  EXPECT_EQ(l.body["runners"][0]["version"], 3) << l;  // binary chunks
   // Warm both up with a small file first, then measure the growth of their peaks.
   ASSERT_EQ(api.put(files_target("big", "small.txt"), "x").status, 200);
   const std::uint64_t daemon0 = peak_rss(d.pid()), runner0 = peak_rss(runner.pid());
@@ -579,13 +638,13 @@ TEST(RunnerApiBigFiles, HundredMiBUpAndDownInChunksWithBoundedMemory) {
               static_cast<unsigned long long>(runner_growth >> 20));
 }
 
-// Interop: a runner of an older version against today's daemon (which speaks 2). Version 1
-// (an agentbox-runner before binary chunks): big files still go both ways in base64 text chunks.
+// Interop: a runner of an older version against today's daemon (which speaks 3). Versions 1 and 2
+// (agentbox-runners before binary chunks): big files still go both ways in base64 text chunks.
 // Version 0 (xbot's plain form): files in one frame. Either way a directory read as a file and a
 // file listed as a directory are 409 EISDIR/ENOTDIR as on the host backend, told apart by the Go
 // text of the EIO those runners send.
 TEST(RunnerApiBigFiles, OlderRunnersStillWork) {
-  for (const std::string v : {"1", "0"}) {
+  for (const std::string v : {"2", "1", "0"}) {
     SCOPED_TRACE("runner version " + v);
     RealRemote r({"--protocol-version", v});
     ASSERT_TRUE(r.start("old")) << r.created << r.d.log();
@@ -594,9 +653,9 @@ TEST(RunnerApiBigFiles, OlderRunnersStillWork) {
     if (v == "0") {
       EXPECT_TRUE(l.body["runners"][0]["version"].is_null()) << l;
     } else {
-      EXPECT_EQ(l.body["runners"][0]["version"], 1) << l;
+      EXPECT_EQ(l.body["runners"][0]["version"], std::stoi(v)) << l;
     }
-    const std::string big = big_payload(v == "1" ? (20u << 20) + 3 : (5u << 20) + 1);
+    const std::string big = big_payload(v != "0" ? (20u << 20) + 3 : (5u << 20) + 1);
     auto put = api.put(files_target("old", "d/big.bin", "&mkdirs=true"), big);
     ASSERT_EQ(put.status, 200) << put << r.d.log();
     EXPECT_EQ(put.body["size"], big.size());
@@ -648,6 +707,169 @@ TEST(RunnerApiBigFiles, RunnerKilledMidUploadIs503AndNoFileAtTheTarget) {
   EXPECT_FALSE(std::filesystem::exists(ws.path() + "/big.bin"));
 }
 
+// Processes on a remote session (remote_processes.h, runner protocol version 2) when the runner
+// dies mid-pty: the attached client gets a clean close naming the end, the process reads as
+// killed, the daemon's other sessions do not notice, and a runner that registers again serves
+// the session's processes and execs again.
+TEST(RunnerApiProcesses, RunnerKilledMidPtyClosesTheAttachAndAReconnectedRunnerServesAgain) {
+  RealRemote r;
+  ASSERT_TRUE(r.start("pk")) << r.created << r.d.log();
+  Daemon& d = r.d;
+  Api& api = r.api;
+  const std::string procs = "/v1/sessions/pk/processes";
+  // Another session of the daemon (its default backend), with a process of its own.
+  ASSERT_EQ(api.post("/v1/sessions", {{"id", "other"}}).status, 201);
+  auto other = api.post("/v1/sessions/other/processes", {{"command", "sleep 600"}, {"tag", "s"}});
+  ASSERT_EQ(other.status, 201) << other;
+
+  // A managed process (cat ends with its stdin, which the runner's death closes).
+  auto managed = api.post(procs, {{"command", "cat"}, {"tag", "m"}, {"stdin", true},
+                                  {"restart", "always"}});
+  ASSERT_EQ(managed.status, 201) << managed;
+  const json shell_pty = {{"command", "sh"}, {"tag", "term"}, {"pty", {{"cols", 80}, {"rows", 24}}}};
+  auto term = api.post(procs, shell_pty);
+  ASSERT_EQ(term.status, 201) << term;
+  const pid_t shell = term.body["pid"].get<int>();
+  ASSERT_GT(shell, 0) << term;  // the runner's pid of the command (the runner is on this host)
+  Ws ws;
+  ASSERT_FALSE(ws.open(d.host_port(), procs + "/term/attach"));
+  ws.write("echo hi-$((6*7))\n", true);
+  std::string seen = ws.read_until("hi-42");
+  ASSERT_NE(seen.find("hi-42"), std::string::npos) << seen;
+
+  r.runner.stop(SIGKILL);
+  // The attacher sees the end within seconds, as a normal close naming it.
+  auto t0 = std::chrono::steady_clock::now();
+  while (ws.read(10s)) {
+  }
+  EXPECT_LT(std::chrono::steady_clock::now() - t0, 10s);
+  EXPECT_EQ(ws.reason().code, boost::beast::websocket::close_code::normal);
+  EXPECT_EQ(reason_of(ws), "signal 9");
+  auto g = api.get(procs + "/term");
+  EXPECT_EQ(g.body["state"], "killed") << g;
+  // The runner's pty went with it: the shell is not left behind.
+  EXPECT_TRUE(eventually([&] { return !process_alive(shell); }));
+  // Starting a process while no runner is connected is 503, naming the runner.
+  auto away = api.post(procs, {{"command", "true"}});
+  EXPECT_EQ(away.status, 503) << away;
+  // Nothing else noticed.
+  EXPECT_EQ(api.get("/v1/sessions/other/processes/s").body["state"], "running");
+  EXPECT_EQ(api.get("/healthz").status, 200);
+
+  // The runner comes back (same user and workspace): the session is served again.
+  RunnerProcess again(d.host_port(), "alice", "alice-secret", r.ws.path());
+  ASSERT_TRUE(eventually([&] {
+    auto l = api.get("/v1/runners");
+    return l.status == 200 && l.body["runners"][0]["connected"] == true;
+  }));
+  auto term2 = api.post(procs, shell_pty);
+  ASSERT_EQ(term2.status, 201) << term2;
+  Ws ws2;
+  ASSERT_FALSE(ws2.open(d.host_port(), procs + "/term/attach"));
+  ws2.write("echo back-$((6*7)); exit 3\n", true);
+  seen = ws2.read_until("\x01never");
+  EXPECT_NE(seen.find("back-42"), std::string::npos) << seen;
+  EXPECT_EQ(reason_of(ws2), "exit 3");
+  auto e = api.post("/v1/sessions/pk/exec", {{"command", "echo served"}});
+  EXPECT_EQ(e.body["stdout"], "served\n") << e;
+  // The managed process was restarted by its supervision once the runner was back.
+  EXPECT_TRUE(eventually(
+      [&] {
+        auto m = api.get(procs + "/m");
+        return m.body.value("state", "") == "running" && m.body.value("restarts", 0) >= 1;
+      },
+      20))
+      << api.get(procs + "/m");
+  EXPECT_EQ(api.del(procs + "/m").status, 200);
+  EXPECT_EQ(api.del("/v1/sessions/other/processes/s").status, 200);
+}
+
+// A streaming exec whose runner dies: the stream ends within seconds with an error event (the
+// command is gone with the runner), and a one-shot exec meanwhile is a 503.
+TEST(RunnerApiProcesses, RunnerKilledMidStreamingExecEndsTheStreamWithAnError) {
+  RealRemote r;
+  ASSERT_TRUE(r.start("sx")) << r.created << r.d.log();
+  RawConnection raw(r.d.host_port());
+  std::string b =
+      json{{"command", "echo $$ > sx.pid; echo start; exec sleep 600"}, {"timeout_sec", 900}}
+          .dump();
+  ASSERT_TRUE(raw.send("POST /v1/sessions/sx/exec/stream HTTP/1.1\r\nHost: x\r\n"
+                       "Content-Type: application/json\r\nContent-Length: " +
+                       std::to_string(b.size()) + "\r\n\r\n" + b));
+  std::string got;
+  auto start = std::chrono::steady_clock::now();
+  while (got.find("start") == std::string::npos &&
+         std::chrono::steady_clock::now() - start < 10s) {
+    got += raw.read_until_close(200ms);
+  }
+  ASSERT_NE(got.find("start"), std::string::npos) << got;
+  r.runner.stop(SIGKILL);
+  auto t0 = std::chrono::steady_clock::now();
+  while (got.find("EUNAVAILABLE") == std::string::npos &&
+         std::chrono::steady_clock::now() - t0 < 10s) {
+    got += raw.read_until_close(200ms);
+  }
+  EXPECT_NE(got.find(R"("type":"error")"), std::string::npos) << got;
+  EXPECT_NE(got.find("EUNAVAILABLE"), std::string::npos) << got;
+  EXPECT_EQ(got.find(R"("type":"exit")"), std::string::npos) << got;
+  auto e = r.api.post("/v1/sessions/sx/exec", {{"command", "echo x"}});
+  EXPECT_EQ(e.status, 503) << e;
+  // A runner killed by SIGKILL cannot end its children: this one is the test's to end.
+  const std::string pid = read_host_file(r.ws.path() + "/sx.pid");
+  ASSERT_FALSE(pid.empty());
+  ::kill(std::stoi(pid), SIGKILL);
+}
+
+// A streaming exec whose client does not read: the daemon holds the command (SIGSTOP, as a
+// local one blocks in write) instead of buffering its output, so its memory stays bounded; read
+// later, every byte arrives in order and the exit comes last.
+TEST(RunnerApiProcesses, AStreamingExecToAClientThatDoesNotReadIsHeldNotBuffered) {
+  RealRemote r;
+  ASSERT_TRUE(r.start("slow")) << r.created << r.d.log();
+  constexpr std::size_t kBytes = 60u << 20;  // under the 64 MiB max_output_bytes
+  RawConnection raw(r.d.host_port());
+  std::string b = json{{"command", "head -c " + std::to_string(kBytes) +
+                                       " /dev/zero | tr '\\0' a; echo end"},
+                       {"timeout_sec", 300},
+                       {"max_output_bytes", 64u << 20}}
+                      .dump();
+  // HTTP/1.0: the stream is the body until the close (no chunked framing to undo here).
+  ASSERT_TRUE(raw.send("POST /v1/sessions/slow/exec/stream HTTP/1.0\r\nHost: x\r\n"
+                       "Content-Type: application/json\r\nContent-Length: " +
+                       std::to_string(b.size()) + "\r\n\r\n" + b));
+  std::this_thread::sleep_for(4s);  // not reading: the command must be held meanwhile
+  const std::uint64_t held_peak = peak_rss(r.d.pid());
+  std::string got = raw.read_until_close(120s);
+  const std::uint64_t peak = peak_rss(r.d.pid());
+  std::size_t bytes = 0;
+  std::string tail;
+  json last;
+  std::size_t body = got.find("\r\n\r\n");
+  ASSERT_NE(body, std::string::npos) << got.substr(0, 300);
+  std::istringstream lines(got.substr(body + 4));
+  for (std::string line; std::getline(lines, line);) {
+    if (line.empty()) continue;
+    json ev = json::parse(line, nullptr, false);
+    ASSERT_FALSE(ev.is_discarded()) << line.substr(0, 200);
+    if (ev.value("type", "") == "stdout") {
+      const std::string d = ev.value("data", "");
+      bytes += d.size();
+      tail = (tail + d).substr(tail.size() + d.size() > 16 ? tail.size() + d.size() - 16 : 0);
+    }
+    last = ev;
+  }
+  EXPECT_EQ(bytes, kBytes + 4) << "every byte, once";
+  EXPECT_TRUE(tail.ends_with("aaaaend\n")) << tail;
+  EXPECT_EQ(last.value("type", ""), "exit") << last;
+  EXPECT_EQ(last.value("stdout_truncated", true), false) << last;
+  EXPECT_EQ(last.value("exit_code", -1), 0) << last;
+  // Bounded: not the 60 MiB the command printed (the daemon idles at about 20 MiB).
+  std::printf("daemon peak RSS: %.1f MiB while held, %.1f MiB after\n",
+              static_cast<double>(held_peak) / (1 << 20), static_cast<double>(peak) / (1 << 20));
+  EXPECT_LT(held_peak, 48u << 20) << "while the client did not read";
+  EXPECT_LT(peak, 48u << 20);
+}
+
 // Over the 500 MB cap of a chunked file: refused cleanly with 413, naming the limit (a sparse
 // file, so nothing of that size is written).
 TEST(RunnerApiBigFiles, FilesOver500MBAreRefused) {
@@ -670,6 +892,79 @@ TEST(RunnerApiBigFiles, FilesOver500MBAreRefused) {
 
 // --default-runner: a session created without a backend is a remote session of that runner; one
 // that names a backend gets it; mounts on such a session are 501, not silently dropped.
+// The daemon killed (-9) and started again on the same address and data dir while a runner is
+// connected: the runner dials again by itself and the session bound to it works as before, with
+// the files it had.
+TEST(RunnerApiRestart, ARunnerReconnectsToARestartedDaemonAndItsSessionWorksAgain) {
+  TempDir dir("agentbox-runner-restart");
+  const std::string data = dir.path() + "/data";
+  Workspace ws;
+  auto args = [&](const std::string& listen) {
+    std::vector<std::string> a = runner_args();
+    for (const std::string& x : {std::string("--data-dir"), data, std::string("--listen"), listen}) {
+      a.push_back(x);
+    }
+    return a;
+  };
+  auto connected = [](Api& api) {
+    return eventually([&] {
+      auto l = api.get("/v1/runners");
+      return l.status == 200 && !l.body["runners"].empty() &&
+             l.body["runners"][0]["connected"] == true;
+    });
+  };
+  std::optional<Daemon> d(std::in_place, args("127.0.0.1:0"));
+  const std::string addr = d->host_port();
+  RunnerProcess runner(addr, "alice", "alice-secret", ws.path());
+  {
+    Api api(*d);
+    ASSERT_TRUE(connected(api)) << d->log();
+    ASSERT_EQ(api.post("/v1/sessions", {{"id", "kept"}, {"runner", "alice"}}).status, 201);
+    ASSERT_EQ(api.put(files_target("kept", "note.txt"), "before\n").status, 200);
+    EXPECT_EQ(d->stop(SIGKILL), 128 + SIGKILL);
+  }
+  d.reset();
+  d.emplace(args(addr));
+  Api api(*d);
+  ASSERT_TRUE(connected(api)) << "the runner did not come back: " << d->log();
+  auto e = api.exec("kept", {{"command", "cat note.txt; echo after >> note.txt"}});
+  ASSERT_EQ(e.status, 200) << e;
+  EXPECT_EQ(e.body["stdout"], "before\n");
+  EXPECT_EQ(read_host_file(ws.path() + "/note.txt"), "before\nafter\n");
+  EXPECT_EQ(api.get("/v1/sessions/kept").body["backend"], "remote");
+}
+
+// A runner that stops answering without closing its connection (stopped: the kernel still
+// acknowledges, nothing answers the daemon's pings) is dropped after 2 x --ws-ping-sec: its
+// in-flight exec fails with 503, it is listed as disconnected, and once it runs again it dials
+// back and serves its session.
+TEST(RunnerApiFaults, ARunnerThatStopsAnsweringIsDroppedByPingsAndComesBack) {
+  std::vector<std::string> a = runner_args();
+  a.insert(a.end(), {"--ws-ping-sec", "1"});
+  Daemon d(a);
+  Api api(d);
+  Workspace ws;
+  RunnerProcess runner(d.host_port(), "alice", "alice-secret", ws.path());
+  auto state = [&] {
+    auto l = api.get("/v1/runners");
+    return l.status == 200 && !l.body["runners"].empty() ? l.body["runners"][0] : json();
+  };
+  ASSERT_TRUE(eventually([&] { return state().value("connected", false); })) << d.log();
+  ASSERT_EQ(api.post("/v1/sessions", {{"id", "h"}, {"runner", "alice"}}).status, 201);
+  ASSERT_EQ(::kill(runner.pid(), SIGSTOP), 0);
+  const auto t0 = std::chrono::steady_clock::now();
+  auto e = api.exec("h", {{"command", "echo never"}});
+  const auto took = std::chrono::steady_clock::now() - t0;
+  EXPECT_EQ(e.status, 503) << e;
+  EXPECT_LT(took, 10s) << "the silent runner was not dropped by the pings";
+  EXPECT_EQ(state().value("connected", true), false) << state();
+  ASSERT_EQ(::kill(runner.pid(), SIGCONT), 0);
+  ASSERT_TRUE(eventually([&] { return state().value("connected", false); }, 20)) << d.log();
+  auto again = api.exec("h", {{"command", "echo back"}});
+  ASSERT_EQ(again.status, 200) << again;
+  EXPECT_EQ(again.body["stdout"], "back\n");
+}
+
 TEST(RunnerApiDefault, SessionsWithoutABackendGoToTheDefaultRunner) {
   TempDir roots("agentbox-runner-roots");
   std::filesystem::create_directories(roots.path() + "/data");

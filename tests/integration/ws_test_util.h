@@ -8,6 +8,7 @@
 #include <boost/asio/ip/tcp.hpp>
 #include <boost/beast/core.hpp>
 #include <boost/beast/websocket.hpp>
+#include <gtest/gtest.h>
 #include <chrono>
 #include <optional>
 #include <string>
@@ -53,6 +54,55 @@ inline std::optional<std::string> ws_read_for(
   *error = *done;
   if (*done) return std::nullopt;
   return boost::beast::buffers_to_string(buf.data());
+}
+
+// A WebSocket client for a test: binary or text frames, reads bounded in time, the close reason.
+class Ws {
+ public:
+  boost::beast::error_code open(const std::string& host_port, const std::string& target) {
+    return ws_connect(ioc_, ws_, host_port, target, res_);
+  }
+  int status() const { return res_.result_int(); }
+  // The next message, or nullopt when the socket closed or nothing came within `timeout`.
+  std::optional<std::string> read(std::chrono::milliseconds timeout = std::chrono::seconds(20)) {
+    boost::beast::error_code ec;
+    auto m = ws_read_for(ioc_, ws_, timeout, &ec);
+    if (m) binary_ = ws_.got_binary();
+    return m;
+  }
+  // Reads until the frames seen so far contain `want` (or the socket ends); returns them.
+  std::string read_until(const std::string& want) {
+    std::string all;
+    while (all.find(want) == std::string::npos) {
+      auto m = read();
+      if (!m) break;
+      all += *m;
+    }
+    return all;
+  }
+  void write(const std::string& data, bool binary) {
+    ws_.binary(binary);
+    boost::beast::error_code ec;
+    ws_.write(boost::asio::buffer(data), ec);
+    EXPECT_FALSE(ec) << ec.message();
+  }
+  void close() {
+    boost::beast::error_code ec;
+    ws_.close(boost::beast::websocket::close_code::normal, ec);
+  }
+  bool last_binary() const { return binary_; }
+  boost::beast::websocket::close_reason reason() const { return ws_.reason(); }
+
+ private:
+  boost::asio::io_context ioc_;
+  boost::beast::websocket::stream<boost::asio::ip::tcp::socket> ws_{ioc_};
+  boost::beast::websocket::response_type res_;
+  bool binary_ = false;
+};
+
+inline std::string reason_of(const Ws& ws) {
+  auto r = ws.reason().reason;
+  return std::string(r.data(), r.size());
 }
 
 }  // namespace agentbox::testing

@@ -39,7 +39,7 @@ class FakeXbotServer {
   struct Options {
     std::string user = "alice";
     std::string token = "T";
-    bool send_version = false;  // answer register_ok with version 1 (agentboxd), not xbot's
+    bool send_version = false;  // register_ok says version 2 (an agentboxd before 3), not xbot's
   };
 
   explicit FakeXbotServer(Options o) : opts_(std::move(o)), acceptor_(io_) {
@@ -249,7 +249,7 @@ class FakeXbotServer {
       if (b->user_id != url_user) return refuse("FORBIDDEN", "user_id mismatch");
       s->registered = true;
       fx::p::RegisterOk ok;
-      if (opts_.send_version) ok.version = fx::p::kVersionChunked;
+      if (opts_.send_version) ok.version = fx::p::kStreamsVersion;
       s->write(fx::p::frame("", fx::p::type::kRegisterOk, fx::p::to_json(ok)));
       cur_ = s;
       {

@@ -15,7 +15,7 @@ TEST(RunnerProtocol, RegisterFrameIsXbotsBytes) {
   EXPECT_EQ(
       encode(e),
       R"({"type":"register","user_id":"U","body":{"user_id":"U","auth_token":"T","workspace":"/abs/ws","shell":"/bin/bash"}})");
-  b.version = kVersionChunked;
+  b.version = kChunkedVersion;
   e.body = to_json(b);
   EXPECT_EQ(
       encode(e),
@@ -244,6 +244,50 @@ TEST(RunnerProtocol, ChunkedTransferBodies) {
   EXPECT_FALSE(neg);
 }
 
+// Version 2 (docs/runner-protocol.md "Process streams"): optional fields, omitted at their zero
+// value so that the frames of xbot's protocol stay byte for byte the same.
+TEST(RunnerProtocol, ProcessStreamBodies) {
+  StdioStart st{"s", "/bin/sh", {"-c", "x"}, {}, "/ws"};
+  EXPECT_EQ(
+      frame("r", type::kStdioStart, to_json(st)),
+      R"({"id":"r","type":"stdio_start","body":{"stream_id":"s","command":"/bin/sh","args":["-c","x"],"dir":"/ws"}})");
+  st.stderr_pipe = true;
+  auto back = body_as<StdioStart>(*decode(frame("r", type::kStdioStart, to_json(st))));
+  ASSERT_TRUE(back);
+  EXPECT_TRUE(back->stderr_pipe);
+  StreamData d{"s", "hi"};
+  d.is_stderr = true;
+  EXPECT_EQ(frame("", type::kStdioData, to_json(d)),
+            R"({"type":"stdio_data","body":{"stream_id":"s","data":"aGk=","stderr":true}})");
+  StreamData eof{"s", ""};
+  eof.eof = true;
+  auto e = body_as<StreamData>(*decode(frame("", type::kStdioWrite, to_json(eof))));
+  ASSERT_TRUE(e);
+  EXPECT_TRUE(e->eof);
+  EXPECT_FALSE(e->is_stderr);
+  EXPECT_EQ(frame("r", type::kOk, to_json(StreamRequest{"s"})),
+            R"({"id":"r","type":"ok","body":{"stream_id":"s"}})");
+  EXPECT_EQ(frame("r", type::kOk, to_json(StreamRequest{"s", 4242})),
+            R"({"id":"r","type":"ok","body":{"stream_id":"s","pid":4242}})");
+  StreamExit x{"s", -1, "signal: killed"};
+  x.signal = 9;
+  EXPECT_EQ(
+      frame("", type::kStdioExit, to_json(x)),
+      R"({"type":"stdio_exit","body":{"stream_id":"s","exit_code":-1,"error":"signal: killed","signal":9}})");
+  EXPECT_EQ(frame("r", type::kStdioSignal, to_json(StreamSignal{"s", 15, true})),
+            R"({"id":"r","type":"stdio_signal","body":{"stream_id":"s","signal":15,"group":true}})");
+  auto sig = body_as<StreamSignal>(
+      *decode(R"({"id":"r","type":"stdio_signal","body":{"stream_id":"s","signal":2}})"));
+  ASSERT_TRUE(sig);
+  EXPECT_EQ(sig->signal, 2);
+  EXPECT_FALSE(sig->group);
+  auto bad = body_as<StreamSignal>(
+      *decode(R"({"id":"r","type":"stdio_signal","body":{"stream_id":"s","signal":"TERM"}})"));
+  ASSERT_FALSE(bad);
+  EXPECT_NE(bad.error().message.find("'signal'"), std::string::npos);
+  EXPECT_FALSE(is_push("stdio_signal"));
+}
+
 TEST(RunnerProtocol, GoFileModeBits) {
   EXPECT_EQ(go_mode_from_st_mode(S_IFDIR | 0755), 2147484141u);
   EXPECT_EQ(go_mode_from_st_mode(S_IFREG | 0644), 420u);
@@ -321,24 +365,25 @@ TEST(RunnerProtocol, GeneratedIdsLookLikeXbots) {
   EXPECT_NE(a, b);
 }
 
-// Version 2 (docs/runner-protocol.md): the register frame says 2, register_ok answers the
+// Version 3 (docs/runner-protocol.md): the register frame says 3, register_ok answers the
 // highest version both speak, and a chunk's bytes travel in a binary frame.
-TEST(RunnerProtocol, Version2RegisterAndNegotiation) {
+TEST(RunnerProtocol, Version3RegisterAndNegotiation) {
   RegisterBody b{.user_id = "U", .auth_token = "T", .workspace = "/w", .shell = "/bin/sh",
                  .version = kProtocolVersion};
   EXPECT_EQ(
       frame("", type::kRegister, to_json(b)),
-      R"({"type":"register","body":{"user_id":"U","auth_token":"T","workspace":"/w","shell":"/bin/sh","version":2}})");
-  EXPECT_EQ(frame("", type::kRegisterOk, to_json(RegisterOk{"ok", 2})),
-            R"({"type":"register_ok","body":{"status":"ok","version":2}})");
+      R"({"type":"register","body":{"user_id":"U","auth_token":"T","workspace":"/w","shell":"/bin/sh","version":3}})");
+  EXPECT_EQ(frame("", type::kRegisterOk, to_json(RegisterOk{"ok", 3})),
+            R"({"type":"register_ok","body":{"status":"ok","version":3}})");
   EXPECT_EQ(negotiate(0), 0);  // xbot's runner: the plain form
-  EXPECT_EQ(negotiate(1), 1);  // an older agentbox-runner: text chunks
+  EXPECT_EQ(negotiate(1), 1);  // older agentbox-runners: text chunks
   EXPECT_EQ(negotiate(2), 2);
-  EXPECT_EQ(negotiate(7), 2);  // a newer one: what we speak
+  EXPECT_EQ(negotiate(3), 3);
+  EXPECT_EQ(negotiate(7), 3);  // a newer one: what we speak
   EXPECT_EQ(negotiate(-3), 0);
-  EXPECT_EQ(negotiate(2, 1), 1);  // a runner of 2 told 1 by an older server
-  EXPECT_EQ(negotiate(0, 2), 0);  // xbot's server answers no version
-  // An upload of a size not known yet (version 2 only) decodes; other negative sizes do not.
+  EXPECT_EQ(negotiate(3, 2), 2);  // a runner of 3 told 2 by an older server
+  EXPECT_EQ(negotiate(0, 3), 0);  // xbot's server answers no version
+  // An upload of a size not known yet (version 3 only) decodes; other negative sizes do not.
   auto unknown = body_as<FileBegin>(
       *decode(R"({"id":"r","type":"file_begin","body":{"path":"/w/f","perm":420,"size":-1}})"));
   ASSERT_TRUE(unknown);
@@ -389,18 +434,18 @@ TEST(RunnerProtocol, BinaryChunkFrameBytes) {
             std::string::npos);
 }
 
-// Error codes: version 2 sends EISDIR/ENOTDIR/ENOTEMPTY as themselves; from xbot's runner (and
+// Error codes: version 3 sends EISDIR/ENOTDIR/ENOTEMPTY as themselves; from xbot's runner (and
 // older ones) the EIO/EEXIST message's Go text tells them apart.
 TEST(RunnerProtocol, ErrorCodesOfVersion2AndFromGosMessages) {
   EXPECT_EQ(code_for_errno(EISDIR), "EIO");  // xbot's table, unchanged
   EXPECT_EQ(code_for_errno(ENOTDIR), "EIO");
   EXPECT_EQ(code_for_errno(ENOTEMPTY), "EEXIST");
-  EXPECT_EQ(code_for_errno_v2(EISDIR), "EISDIR");
-  EXPECT_EQ(code_for_errno_v2(ENOTDIR), "ENOTDIR");
-  EXPECT_EQ(code_for_errno_v2(ENOTEMPTY), "ENOTEMPTY");
-  EXPECT_EQ(code_for_errno_v2(ENOENT), "ENOENT");
-  EXPECT_EQ(code_for_errno_v2(EACCES), "EPERM");
-  EXPECT_EQ(code_for_errno_v2(ENOSPC), "EIO");
+  EXPECT_EQ(code_for_errno_exact(EISDIR), "EISDIR");
+  EXPECT_EQ(code_for_errno_exact(ENOTDIR), "ENOTDIR");
+  EXPECT_EQ(code_for_errno_exact(ENOTEMPTY), "ENOTEMPTY");
+  EXPECT_EQ(code_for_errno_exact(ENOENT), "ENOENT");
+  EXPECT_EQ(code_for_errno_exact(EACCES), "EPERM");
+  EXPECT_EQ(code_for_errno_exact(ENOSPC), "EIO");
   EXPECT_EQ(to_code("EISDIR", "read /w/d: is a directory"), Code::kIsDir);
   EXPECT_EQ(to_code("ENOTEMPTY", "remove /w/d: directory not empty"), Code::kNotEmpty);
   EXPECT_EQ(to_code("EIO", "read /w/d: is a directory"), Code::kIsDir);

@@ -117,7 +117,7 @@ TEST_F(RunnerTest, RegistersAsXbotsRunnerDoes) {
   EXPECT_EQ(b->auth_token, "T");
   EXPECT_EQ(b->workspace, std::filesystem::canonical(ws_).string());
   EXPECT_EQ(b->shell, access("/bin/bash", X_OK) == 0 ? "/bin/bash" : "/bin/sh");
-  EXPECT_EQ(b->version, 2);  // agentbox's extension; xbot's server ignores it
+  EXPECT_EQ(b->version, 3);  // agentbox's version 3; xbot's server ignores it
 }
 
 TEST_F(RunnerTest, ExecShellAndArgvForms) {
@@ -369,6 +369,21 @@ TEST_F(RunnerTest, StdioStreams) {
   EXPECT_EQ(
       code_of(server_.request(p::type::kStdioStart, p::to_json(p::StdioStart{.command = "cat"}))),
       "EINVAL");
+  // Version 2's fields mean nothing to a peer that did not negotiate it (xbot's server): stderr
+  // is dropped, no pid, no stdio_signal.
+  p::StdioStart s2{.stream_id = "s2", .command = "sh", .args = {"-c", "echo out; echo err >&2"}};
+  s2.stderr_pipe = true;
+  auto r2 = server_.request(p::type::kStdioStart, p::to_json(s2));
+  EXPECT_EQ(p::encode(r2), R"({"id":")" + r2.id + R"(","type":"ok","body":{"stream_id":"s2"}})");
+  EXPECT_TRUE(server_.wait_push([](const auto& v) {
+    for (const auto& e : v) {
+      if (e.type == "stdio_exit" && e.body && (*e.body)["stream_id"] == "s2") return true;
+    }
+    return false;
+  }));
+  EXPECT_EQ(server_.pushed_data("stdio_data", "s2"), "out\n");
+  EXPECT_EQ(code_of(server_.request(p::type::kStdioSignal, p::to_json(p::StreamSignal{"s2", 15}))),
+            "EINVAL");
 }
 
 TEST_F(RunnerTest, PtyInputAndResizeWork) {
@@ -535,9 +550,9 @@ TEST_F(RunnerTest, DisconnectKillsChildrenAndReconnects) {
   EXPECT_EQ(code_of(server_.request(p::type::kBgStatus, p::to_json(p::TaskRequest{"t"}))), "EIO");
 }
 
-// A peer that answers register_ok with version 1 (an agentboxd before version 2) to the runner's
-// 2: version 1 is in force (the interop of a version-2 runner with a version-1 server): files
-// over 4 MiB in base64 file_chunk text frames, no binary frame.
+// A peer that answers register_ok with version 2 (an agentboxd before version 3) to the runner's
+// 3: version 2 is in force (the interop of a version-3 runner with an older server): files over
+// 4 MiB in base64 file_chunk text frames, no binary frame; process streams.
 class RunnerChunkedTest : public ::testing::Test {
  protected:
   void SetUp() override {
@@ -561,6 +576,59 @@ class RunnerChunkedTest : public ::testing::Test {
   FakeXbotServer server_{FakeXbotServer::Options{.send_version = true}};
   std::unique_ptr<RunnerProcess> runner_;
 };
+
+// Version 2 (docs/runner-protocol.md "Process streams"): stderr apart, the pid, stdin's eof,
+// stdio_signal, the exit's signal.
+TEST_F(RunnerChunkedTest, ProcessStreamsOfVersion2) {
+  p::StdioStart s{.stream_id = "v1", .command = "sh", .args = {"-c", "cat; echo err >&2; exit 3"}};
+  s.stderr_pipe = true;
+  auto r = server_.request(p::type::kStdioStart, p::to_json(s));
+  ASSERT_EQ(r.type, "ok");
+  auto ok = p::body_as<p::StreamRequest>(r);
+  ASSERT_TRUE(ok);
+  EXPECT_GT(ok->pid, 0);
+  p::StreamData in{"v1", "typed\n"};
+  in.eof = true;
+  server_.send(p::frame("", p::type::kStdioWrite, p::to_json(in)));
+  auto exit_of = [&](const std::string& id) -> std::optional<p::StreamExit> {
+    std::optional<p::StreamExit> x;
+    server_.wait_push([&](const auto& v) {
+      for (const auto& e : v) {
+        if (e.type != "stdio_exit") continue;
+        auto b = p::body_as<p::StreamExit>(e);
+        if (b && b->stream_id == id) x = *b;
+      }
+      return x.has_value();
+    });
+    return x;
+  };
+  auto x = exit_of("v1");
+  ASSERT_TRUE(x);
+  EXPECT_EQ(x->exit_code, 3);
+  EXPECT_EQ(x->signal, 0);
+  // stdout and stderr apart: the stderr pushes carry the flag.
+  std::string out, err;
+  for (const auto& e : server_.pushes()) {
+    auto d = p::body_as<p::StreamData>(e);
+    if (e.type == "stdio_data" && d && d->stream_id == "v1") (d->is_stderr ? err : out) += d->data;
+  }
+  EXPECT_EQ(out, "typed\n");
+  EXPECT_EQ(err, "err\n");
+  EXPECT_EQ(server_.request(p::type::kStdioClose, p::to_json(p::StreamRequest{"v1"})).type, "ok");
+
+  p::StdioStart t{.stream_id = "v2", .command = "sleep", .args = {"60"}};
+  ASSERT_EQ(server_.request(p::type::kStdioStart, p::to_json(t)).type, "ok");
+  EXPECT_EQ(server_.request(p::type::kStdioSignal, p::to_json(p::StreamSignal{"v2", 15})).type,
+            "ok");
+  auto y = exit_of("v2");
+  ASSERT_TRUE(y);
+  EXPECT_EQ(y->signal, 15);
+  EXPECT_EQ(y->exit_code, -1);
+  EXPECT_EQ(code_of(server_.request(p::type::kStdioSignal, p::to_json(p::StreamSignal{"zz", 9}))),
+            "ENOENT");
+  EXPECT_EQ(code_of(server_.request(p::type::kStdioSignal, p::to_json(p::StreamSignal{"v2", 0}))),
+            "EINVAL");
+}
 
 TEST_F(RunnerChunkedTest, UploadInChunksWithAcks) {
   std::string data = pattern((9 << 20) + 123);

@@ -214,6 +214,13 @@ TEST(ConfigTenants, YamlTenantsQuotasAndAuditSize) {
   EXPECT_EQ(flags.config->max_running_boxes, 3u);
   EXPECT_EQ(flags.config->audit_max_mb, 2u);
   EXPECT_EQ(parse({}).config->audit_max_mb, 64u);
+  EXPECT_EQ(parse({}).config->ws_ping_sec, 30u);
+  EXPECT_EQ(parse({"--ws-ping-sec", "5"}).config->ws_ping_sec, 5u);
+  DaemonConfig silent;
+  silent.ws_ping_sec = 0;
+  auto st = validate_config(silent);
+  ASSERT_FALSE(st.has_value());
+  EXPECT_NE(st.error().message.find("--ws-ping-sec"), std::string::npos) << st.error().message;
   EXPECT_TRUE(effective_tenants(*parse({}).config).empty());
 }
 
