@@ -309,14 +309,19 @@ void RunnerConn::expire() {
 // ---- RunnerTransfer ----------------------------------------------------------------------------
 
 RunnerTransfer::RunnerTransfer(std::shared_ptr<RunnerConn> conn, std::string id, std::string op)
-    : conn_(std::move(conn)), id_(std::move(id)), op_(std::move(op)) {}
+    : conn_(std::move(conn)), id_(std::move(id)), op_(std::move(op)) {
+  conn_->hub_->transfer_started();
+}
 
 RunnerTransfer::~RunnerTransfer() {
+  RunnerHub* hub = conn_->hub_;
   conn_->end_transfer(id_);
   if (!done_ && conn_->open()) {
     // The runner stops sending (a download) or drops its temp file (an upload).
     conn_->send_frame(proto::error_frame(id_, proto::code::kIO, op_ + ": abandoned by the server"));
   }
+  conn_.reset();  // (maybe the last reference) before the hub may go
+  hub->transfer_ended();
 }
 
 void RunnerTransfer::send(std::string_view type, proto::Json body) {
@@ -378,7 +383,31 @@ RunnerHub::RunnerHub(asio::any_io_executor ex, std::vector<RunnerUser> users)
 
 // The timer belongs to its own wait chain (and so to the io_context), never to the hub: the hub
 // may outlive the io_context, and the io_context the hub.
-RunnerHub::~RunnerHub() { stopped_->store(true); }
+RunnerHub::~RunnerHub() {
+  stopped_->store(true);
+  // What is still in flight fails now (a download's producer thread wakes and lets go of its
+  // transfer), and the hub outlives every transfer.
+  std::vector<std::shared_ptr<RunnerConn>> conns;
+  {
+    std::lock_guard lk(mu_);
+    for (auto& [u, c] : conns_) conns.push_back(c);
+  }
+  for (auto& c : conns) c->on_closed("the daemon is stopping");
+  std::unique_lock lk(transfers_mu_);
+  if (!transfers_cv_.wait_for(lk, std::chrono::seconds(10), [&] { return live_transfers_ == 0; })) {
+    spdlog::warn("runners: {} transfer(s) still running at exit", live_transfers_);
+  }
+}
+
+void RunnerHub::transfer_started() {
+  std::lock_guard lk(transfers_mu_);
+  ++live_transfers_;
+}
+
+void RunnerHub::transfer_ended() {
+  std::lock_guard lk(transfers_mu_);
+  if (--live_transfers_ == 0) transfers_cv_.notify_all();
+}
 
 void RunnerHub::arm(std::shared_ptr<Timer> timer) {
   timer->t.expires_after(kSweep);

@@ -237,6 +237,10 @@ class RunnerHub {
   void count_out(std::uint64_t n) { bytes_out_.fetch_add(n, std::memory_order_relaxed); }
   void count_in(std::uint64_t n) { bytes_in_.fetch_add(n, std::memory_order_relaxed); }
   boost::asio::any_io_executor executor() const { return ex_; }
+  // Transfers alive (a streamed download's producer thread holds one past its request): the
+  // destructor waits for them, so none touches the hub after it.
+  void transfer_started();
+  void transfer_ended();
 
  private:
   struct Timer;
@@ -252,6 +256,9 @@ class RunnerHub {
   std::vector<std::function<void(std::shared_ptr<RunnerConn>)>> registered_hooks_;
   std::atomic<std::uint64_t> requests_{0}, failed_{0}, bytes_out_{0}, bytes_in_{0};
   std::shared_ptr<std::atomic<bool>> stopped_;
+  std::mutex transfers_mu_;
+  std::condition_variable transfers_cv_;
+  int live_transfers_ = 0;  // under transfers_mu_
 };
 
 

@@ -675,6 +675,25 @@ TEST(RunnerApiBigFiles, OlderRunnersStillWork) {
   }
 }
 
+// The daemon stopped (SIGTERM) while a big download streams to a client that reads slowly: it
+// exits 0 and at once (the transfer in flight fails; nothing outlives the daemon's hub).
+TEST(RunnerApiBigFiles, ADaemonStoppedMidDownloadExitsCleanly) {
+  RealRemote r;
+  ASSERT_TRUE(r.start("dl")) << r.created << r.d.log();
+  {
+    std::ofstream f(r.ws.path() + "/big.bin", std::ios::binary);
+    f << big_payload(96u << 20);
+  }
+  RawConnection raw(r.d.host_port());
+  ASSERT_TRUE(raw.send("GET /v1/sessions/dl/files?path=big.bin HTTP/1.1\r\nHost: x\r\n\r\n"));
+  std::string head = raw.read_until_close(500ms);  // a little, then no more reading
+  ASSERT_EQ(http_status_of(head), 200) << head.substr(0, 200);
+  const auto t0 = std::chrono::steady_clock::now();
+  EXPECT_EQ(r.d.stop(SIGTERM), 0) << r.d.log();
+  EXPECT_LT(std::chrono::steady_clock::now() - t0, 12s);
+  EXPECT_EQ(r.d.log().find("still running at exit"), std::string::npos) << r.d.log();
+}
+
 // A runner that dies in the middle of an upload: the request fails with 503 and the target is
 // not there (the runner writes a temp file and renames only on file_end).
 TEST(RunnerApiBigFiles, RunnerKilledMidUploadIs503AndNoFileAtTheTarget) {
