@@ -1589,8 +1589,8 @@ std::vector<double> time_execs(Client& c, const std::string& id, int n) {
 }
 
 void section_runners(const std::string& bin, int n, std::uint64_t mb, int count) {
-  std::printf("\n[runners] daemon -> agentbox-runner on loopback (xbot's protocol + version 2: "
-              "binary chunks over 4 MiB)\n");
+  std::printf("\n[runners] daemon -> agentbox-runner on loopback (xbot's protocol + version 3: "
+              "process streams, binary chunks over 4 MiB)\n");
   const std::string runner_bin = (fs::path(bin).parent_path() / "agentbox-runner").string();
   if (!fs::exists(runner_bin)) die("no " + runner_bin);
   std::vector<std::string> extra;
