@@ -231,7 +231,7 @@ TEST_F(SessionsApi, LifecycleRoutes) {
 
   auto health = api_.call("POST", "/v1/sessions/life/health");
   ASSERT_EQ(health.status, 200) << health;
-  EXPECT_EQ(health.body["healthy"], true);
+  EXPECT_EQ(health.body["healthy"], true) << health;
   ASSERT_TRUE(health.body["checks"].is_array());
   ASSERT_FALSE(health.body["checks"].empty());
   for (const auto& c : health.body["checks"]) {

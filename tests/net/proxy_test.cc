@@ -377,6 +377,11 @@ TEST(BoxEgressTest, ServesTheBoxWhileRunningAndTheEnvPointsAtIt) {
   auto r = run_in_netns(box.ns(), argv);
   EXPECT_THAT(r.out, StartsWith("pkgs got GET /hello")) << r.err;
   EXPECT_THAT(r.out, HasSubstr("\n200")) << r.err;
+  // Counted on the proxy's thread as the relay's writes complete: curl may have the reply a
+  // moment before the counter has it.
+  for (int i = 0; i < 200 && (*egress)->counters().bytes_in == 0; ++i) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  }
   EXPECT_GT((*egress)->counters().bytes_in, 0u);
   // A second proxy for the same box: the port is taken.
   auto again = BoxEgress::start(io, box.pid(), policy, cfg);
