@@ -52,6 +52,7 @@ constexpr std::size_t kMaxMessage = 768u << 20;   // a 500 MB file as plain base
 constexpr std::size_t kStreamRead = 32 << 10;     // xbot's push size
 // Version 2: how long an exited stream child's buffered output may take before its exit push.
 constexpr std::chrono::milliseconds kExitDrain{500};
+constexpr std::chrono::seconds kExitDrainMax{5};
 
 std::string first_shell() {
   for (const char* s : {"/bin/bash", "/usr/bin/bash", "/bin/sh"}) {
@@ -205,6 +206,15 @@ struct Stream {
   int readers = 0;     // output readers still reading (guarded by mu)
   bool exited = false;  // the exit push is out: readers push nothing more (guarded by mu)
   bool reaped = false;  // the child is (being) reaped: its pid may be reused (guarded by mu)
+  // Dups of the output read ends, to see whether output is still unread (FIONREAD).
+  std::vector<UniqueFd> probes;
+  bool unread_output() const {
+    for (const UniqueFd& fd : probes) {
+      int n = 0;
+      if (::ioctl(fd.get(), FIONREAD, &n) == 0 && n > 0) return true;
+    }
+    return false;
+  }
   bool wait_finished(std::chrono::milliseconds d) {
     std::unique_lock l(mu);
     return cv.wait_for(l, d, [&] { return finished; });
@@ -698,6 +708,9 @@ class Conn : public std::enable_shared_from_this<Conn> {
     err_w.reset();
     auto self = shared_from_this();
     st->readers = err_r ? 2 : 1;
+    for (int fd : {read_end.get(), err_r.get()}) {
+      if (fd >= 0) st->probes.emplace_back(fcntl(fd, F_DUPFD_CLOEXEC, 0));
+    }
     std::thread([self, st, id = req.stream_id, fd = std::move(read_end)]() {
       self->forward(st, id, fd.get(), false);
     }).detach();
@@ -760,7 +773,20 @@ class Conn : public std::enable_shared_from_this<Conn> {
       std::unique_lock l(st->mu);
       auto drained = [&] { return st->readers == 0; };
       if (v2) {
-        st->cv.wait_for(l, kExitDrain, drained);
+        // The leader's own output is in the pipe when it exits: it is always pushed (however
+        // late the readers run); only a background child still holding the pipe open with
+        // nothing written is given up on, after kExitDrain of quiet.
+        // (A background child that keeps writing holds the exit at most kExitDrainMax.)
+        const auto give_up = std::chrono::steady_clock::now() + kExitDrainMax;
+        auto quiet_since = std::chrono::steady_clock::now();
+        while (!st->cv.wait_for(l, std::chrono::milliseconds(20), drained) &&
+               std::chrono::steady_clock::now() < give_up) {
+          if (st->unread_output()) {
+            quiet_since = std::chrono::steady_clock::now();
+          } else if (std::chrono::steady_clock::now() - quiet_since >= kExitDrain) {
+            break;
+          }
+        }
       } else {
         st->cv.wait(l, drained);
       }
