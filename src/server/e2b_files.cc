@@ -42,6 +42,7 @@
 #include "server/internal/blocking.h"
 #include "server/internal/e2b.h"
 #include "server/internal/files.h"
+#include "server/internal/transport.h"
 #include "server/multipart.h"
 
 namespace agentbox::server::detail {
@@ -765,19 +766,11 @@ asio::awaitable<bool> get_files(EnvdCall* env, std::string abs, bool gzip) {
     }
     offset += step->first;
     if (!step->second.empty()) {
-      call->conn->stream.expires_after(ctx->opts.io_timeout);
-      auto chunk = http::make_chunk(asio::buffer(step->second));
-      auto [ec, n] = co_await asio::async_write(call->conn->stream, chunk, kTuple);
-      ctx->metrics.add_bytes_out(n);
-      if (ec) co_return false;
+      if (!co_await write_stream(ctx, call->conn, /*chunked=*/true, step->second)) co_return false;
     }
     if (step->first == 0) break;
   }
-  call->conn->stream.expires_after(ctx->opts.io_timeout);
-  auto [lec, ln] =
-      co_await asio::async_write(call->conn->stream, http::make_chunk_last(), kTuple);
-  ctx->metrics.add_bytes_out(ln);
-  if (lec) co_return false;
+  if (!co_await end_stream(ctx, call->conn, /*chunked=*/true)) co_return false;
   co_return keep;
 }
 

@@ -433,12 +433,7 @@ asio::awaitable<bool> output_process(Call* call) {
     ok = co_await pump_output(ctx, conn, chunked, procs->table, pid, *since, false);
   }
   if (!ok) co_return false;
-  if (chunked) {
-    conn->stream.expires_after(ctx->opts.io_timeout);
-    auto [ec, n] = co_await asio::async_write(conn->stream, http::make_chunk_last(), kTuple);
-    ctx->metrics.add_bytes_out(n);
-    if (ec) co_return false;
-  }
+  if (!co_await end_stream(ctx, conn, chunked)) co_return false;
   co_return keep;
 }
 

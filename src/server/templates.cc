@@ -255,12 +255,7 @@ asio::awaitable<bool> build_log(Call* call) {
     }
     if (end) break;
   }
-  if (chunked) {
-    conn->stream.expires_after(ctx->opts.io_timeout);
-    auto [ec, n] = co_await asio::async_write(conn->stream, http::make_chunk_last(), kTuple);
-    ctx->metrics.add_bytes_out(n);
-    if (ec) co_return false;
-  }
+  if (!co_await end_stream(ctx, conn, chunked)) co_return false;
   co_return keep;
 }
 

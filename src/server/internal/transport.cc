@@ -115,6 +115,14 @@ asio::awaitable<bool> write_stream(Context* ctx, Conn* conn, bool chunked, std::
   co_return !ec;
 }
 
+asio::awaitable<bool> end_stream(Context* ctx, Conn* conn, bool chunked) {
+  if (!chunked) co_return true;
+  conn->stream.expires_after(ctx->opts.io_timeout);
+  auto [ec, n] = co_await asio::async_write(conn->stream, http::make_chunk_last(), kTuple);
+  ctx->metrics.add_bytes_out(n);
+  co_return !ec;
+}
+
 asio::awaitable<bool> maybe_continue(Call* call) {
   Exchange* ex = &call->ex;
   if (!ex->expect_continue) co_return true;

@@ -82,6 +82,8 @@ struct NdjsonStream {
 asio::awaitable<NdjsonStream> start_ndjson(Call* call);
 // Writes `data` (whole lines) to a started stream: one chunk when chunked.
 asio::awaitable<bool> write_stream(Context* ctx, Conn* conn, bool chunked, std::string_view data);
+// Ends a started stream: the last chunk when chunked (without chunking the close ends it).
+asio::awaitable<bool> end_stream(Context* ctx, Conn* conn, bool chunked);
 
 // Completes when the client has closed its end (EOF or an error on the socket), and sets *gone.
 // Runs beside a command as `exec || watch_disconnect`: its completion cancels the exec.
