@@ -737,12 +737,7 @@ asio::awaitable<bool> get_files(EnvdCall* env, std::string abs, bool gzip) {
   const bool keep = ex->keep_alive && !ex->body_pending && !ctx->stopping;
   res.keep_alive(keep);
   res.chunked(true);
-  http::response_serializer<http::empty_body> sr{res};
-  call->conn->stream.expires_after(ctx->opts.io_timeout);
-  auto [hec, hn] = co_await http::async_write_header(call->conn->stream, sr, kTuple);
-  ctx->metrics.add_bytes_out(hn);
-  if (hec) co_return false;
-  log_request(call, 200);
+  if (!co_await write_head(call, res)) co_return false;
   auto deflater = std::make_shared<GzipDeflater>(1);  // fast: the network is the slow side
   auto file = std::make_shared<sandbox::FileReader>(std::move(*reader));
   std::uint64_t offset = 0;

@@ -117,12 +117,7 @@ asio::awaitable<bool> send_file(Call* call, sandbox::FileReader file, std::strin
   res.content_length(reader->size);
   const bool keep = ex->keep_alive && !ctx->stopping;
   res.keep_alive(keep);
-  http::response_serializer<http::empty_body> sr{res};
-  conn->stream.expires_after(ctx->opts.io_timeout);
-  auto [hec, hn] = co_await http::async_write_header(conn->stream, sr, kTuple);
-  ctx->metrics.add_bytes_out(hn);
-  if (hec) co_return false;
-  log_request(call, 200);
+  if (!co_await write_head(call, res)) co_return false;
 
   // The body bypasses the tcp_stream, so its timeout does not apply: our own timer bounds how
   // long the client may leave the socket full. While a sendfile job runs in the pool, this

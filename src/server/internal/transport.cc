@@ -80,7 +80,6 @@ asio::awaitable<bool> send_error(Call* call, Error e) {
 
 asio::awaitable<NdjsonStream> start_ndjson(Call* call) {
   Context* ctx = call->ctx;
-  Conn* conn = call->conn;
   Exchange* ex = &call->ex;
   NdjsonStream out;
   out.chunked = ex->version >= 11;
@@ -91,14 +90,18 @@ asio::awaitable<NdjsonStream> start_ndjson(Call* call) {
   res.set(http::field::cache_control, "no-store");
   res.keep_alive(out.keep);
   if (out.chunked) res.chunked(true);
-  http::response_serializer<http::empty_body> sr{res};
-  conn->stream.expires_after(ctx->opts.io_timeout);
-  auto [hec, hn] = co_await http::async_write_header(conn->stream, sr, kTuple);
-  ctx->metrics.add_bytes_out(hn);
-  if (hec) co_return out;
-  log_request(call, 200);
-  out.ok = true;
+  out.ok = co_await write_head(call, res);
   co_return out;
+}
+
+asio::awaitable<bool> write_head(Call* call, http::response<http::empty_body>& res) {
+  http::response_serializer<http::empty_body> sr{res};
+  call->conn->stream.expires_after(call->ctx->opts.io_timeout);
+  auto [ec, n] = co_await http::async_write_header(call->conn->stream, sr, kTuple);
+  call->ctx->metrics.add_bytes_out(n);
+  if (ec) co_return false;
+  log_request(call, 200);
+  co_return true;
 }
 
 asio::awaitable<bool> write_stream(Context* ctx, Conn* conn, bool chunked, std::string_view data) {

@@ -80,6 +80,9 @@ struct NdjsonStream {
   bool keep = false;
 };
 asio::awaitable<NdjsonStream> start_ndjson(Call* call);
+// Writes the head of a 200 whose body the caller then writes itself (counted, logged once
+// written); false when the client is gone.
+asio::awaitable<bool> write_head(Call* call, http::response<http::empty_body>& res);
 // Writes `data` (whole lines) to a started stream: one chunk when chunked.
 asio::awaitable<bool> write_stream(Context* ctx, Conn* conn, bool chunked, std::string_view data);
 // Ends a started stream: the last chunk when chunked (without chunking the close ends it).
