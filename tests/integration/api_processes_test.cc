@@ -33,7 +33,6 @@ namespace beast = boost::beast;
 namespace websocket = beast::websocket;
 using tcp = asio::ip::tcp;
 
-// A Beast WebSocket client; reads wait at most a timeout.
 class ProcessesApi : public ::testing::Test {
  protected:
   ProcessesApi() : daemon_(backend_args()), api_(daemon_) {}
