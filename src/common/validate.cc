@@ -142,4 +142,14 @@ Status limit(const LimitBounds& b, std::uint64_t value, std::string_view prefix)
                         " (got " + std::to_string(value) + ")");
 }
 
+bool is_process_tag(std::string_view tag) {
+  if (tag.empty() || tag.size() > kMaxTagBytes) return false;
+  bool all_digits = true;
+  for (char c : tag) {
+    if (!id_char(c)) return false;
+    if (c < '0' || c > '9') all_digits = false;
+  }
+  return !all_digits;
+}
+
 }  // namespace agentbox::validate

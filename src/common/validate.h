@@ -79,6 +79,11 @@ Status limits(const L& l, std::string_view prefix) {
   return {};
 }
 
+// A process tag (API.md "Processes"; LangBot's process_id): 1..64 of [A-Za-z0-9._-], not all
+// digits (so a tag never reads as a pid).
+inline constexpr std::size_t kMaxTagBytes = 64;
+bool is_process_tag(std::string_view tag);
+
 // `s` as it can be shown in a message: quoted, printable ASCII kept, anything else as \xNN, cut
 // after 160 bytes so a hostile megabyte-long value does not come back in every error and log.
 std::string quote(std::string_view s);

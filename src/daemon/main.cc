@@ -34,8 +34,8 @@
 #include "server/audit.h"
 #include "server/config.h"
 #include "server/http_server.h"
-#include "server/remote_backend.h"
-#include "server/runner_hub.h"
+#include "remote/remote_backend.h"
+#include "remote/runner_hub.h"
 #include "session/session_manager.h"
 #include "session/template_manager.h"
 
@@ -250,10 +250,10 @@ int main(int argc, char** argv) {
   }
   // Remote runners (API.md "Runners"): `remote` needs no --allow-backend; a runner configured
   // for the caller's tenant is the permission (RemoteBackend::create checks it).
-  std::vector<server::RunnerUser> runner_users;
+  std::vector<remote::RunnerUser> runner_users;
   for (const auto& r : cfg.runners) runner_users.push_back({r.user, r.token, r.tenant});
-  auto runner_hub = std::make_shared<server::RunnerHub>(ioc.get_executor(), std::move(runner_users));
-  mc.backends["remote"] = std::make_shared<server::RemoteBackend>(runner_hub);
+  auto runner_hub = std::make_shared<remote::RunnerHub>(ioc.get_executor(), std::move(runner_users));
+  mc.backends["remote"] = std::make_shared<remote::RemoteBackend>(runner_hub);
   mc.default_runner = cfg.default_runner;
   for (const auto& d : cfg.shared_dirs) {
     mc.shared_dirs.push_back(sandbox::BindMount{d.host_path, d.prefix, /*read_only=*/true});
@@ -323,12 +323,17 @@ int main(int argc, char** argv) {
   opts.langbot = cfg.langbot;
   opts.max_file_bytes = cfg.max_file_mb << 20;
   opts.ws_ping_interval = std::chrono::seconds(cfg.ws_ping_sec);
-  opts.auto_repair = cfg.auto_repair;
   opts.seed_shell = cfg.seed.shell;
   opts.seed_workspace_root = cfg.seed.workdir.empty() ? data_dir + "/workspaces" : cfg.seed.workdir;
 
   {
-    server::HttpServer http(ioc, pool, **manager, default_backend, opts);
+    // The operations every surface calls (service/); their events are audited and counted.
+    service::ServiceOptions so;
+    so.auto_repair = cfg.auto_repair;
+    so.templates = (*manager)->config().templates;
+    service::Services services(ioc, pool, **manager, std::move(so));
+    std::shared_ptr<void> audit_ops_sub = server::audit_operations(services.bus(), audit_log);
+    server::HttpServer http(ioc, pool, services, default_backend, opts);
     auto ep = http.listen();
     if (!ep) {
       spdlog::error("{}", ep.error().message);
@@ -343,6 +348,8 @@ int main(int argc, char** argv) {
     spdlog::info("listening on {} (backend {}, data dir {}, auth {}, {} tenant(s))", host_port,
                  cfg.backend, data_dir, opts.tenants.empty() ? "off" : "on", opts.tenants.size());
     http.start();
+    // Sessions with managed processes come up without a client (API.md).
+    services.start();
     // The hint is printed (and flushed) before the ready file appears: whoever waits for the file
     // may read the whole startup message at once.
     print_usage_hint("http://" + host_port, !opts.tenants.empty());

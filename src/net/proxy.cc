@@ -7,7 +7,6 @@
 #include <boost/asio/as_tuple.hpp>
 #include <boost/asio/co_spawn.hpp>
 #include <boost/asio/connect.hpp>
-#include <boost/asio/detached.hpp>
 #include <boost/asio/ip/tcp.hpp>
 #include <boost/asio/post.hpp>
 #include <boost/asio/steady_timer.hpp>
@@ -18,6 +17,9 @@
 #include <mutex>
 #include <set>
 #include <vector>
+
+#include "common/log.h"
+#include "common/log_errors.h"
 
 namespace agentbox::net {
 
@@ -553,7 +555,7 @@ asio::awaitable<void> serve(std::shared_ptr<Conn> c) {
   }
   c->pumps = up_limit == 0 ? 1 : 2;
   if (up_limit > 0)
-    asio::co_spawn(c->client.get_executor(), pump(c, true, up_limit), asio::detached);
+    asio::co_spawn(c->client.get_executor(), pump(c, true, up_limit), LogErrors{"proxy pump"});
   co_await pump(c, false, UINT64_MAX);
   if (!tunnel && c->timed_out && !c->response_started) {
     // Re-open nothing: the box's side is still open, answer there.
@@ -573,7 +575,7 @@ void log_exception(std::exception_ptr e) {
 
 asio::awaitable<void> run_conn(std::shared_ptr<Conn> c) {
   c->deadline = Clock::now() + c->impl->limits.header_timeout;
-  asio::co_spawn(c->client.get_executor(), watchdog(c), asio::detached);
+  asio::co_spawn(c->client.get_executor(), watchdog(c), LogErrors{"proxy watchdog"});
   co_await serve(c);
   if (c->pumps == 0) c->finish();
 }

@@ -29,6 +29,7 @@
 #include <thread>
 
 #include "common/log.h"
+#include "common/log_errors.h"
 #include "runner/download.h"
 #include "runner/protocol.h"
 #include "runner/spawn.h"
@@ -1100,7 +1101,7 @@ class Runner {
       if (conn_) conn_->shutdown();
       io_.stop();
     });
-    asio::co_spawn(io_, loop(), asio::detached);
+    asio::co_spawn(io_, loop(), LogErrors{"runner loop"});
     io_.run();
     if (conn_) conn_->shutdown();
     return 0;
@@ -1247,7 +1248,7 @@ class Runner {
     }
     conn_ = conn;
     auto writer_done = std::make_shared<bool>(false);
-    asio::co_spawn(io_, writer(s, conn, writer_done), asio::detached);
+    asio::co_spawn(io_, writer(s, conn, writer_done), LogErrors{"runner writer"});
     for (;;) {
       buf.consume(buf.size());
       co_await s.async_read(buf, asio::redirect_error(asio::use_awaitable, ec));

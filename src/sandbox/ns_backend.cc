@@ -14,7 +14,6 @@
 #include <atomic>
 #include <boost/asio/as_tuple.hpp>
 #include <boost/asio/co_spawn.hpp>
-#include <boost/asio/detached.hpp>
 #include <boost/asio/executor_work_guard.hpp>
 #include <boost/asio/experimental/concurrent_channel.hpp>
 #include <boost/asio/io_context.hpp>
@@ -40,6 +39,7 @@
 
 #include "common/fnv.h"
 #include "common/log.h"
+#include "common/log_errors.h"
 #include "common/validate.h"
 #include "linux/box.h"
 #include "linux/caps.h"
@@ -565,7 +565,7 @@ class NsSandbox final : public Sandbox, private ProcessLauncher {
         conn_(std::make_shared<Conn>(std::move(control_dup),
                                      UniqueFd(::fcntl(box_->control_fd(), F_DUPFD_CLOEXEC, 3)),
                                      core_->admit_executor())) {
-    asio::co_spawn(core_->control_executor(), read_loop(conn_), asio::detached);
+    asio::co_spawn(core_->control_executor(), read_loop(conn_), LogErrors{"box control reader"});
   }
 
   ~NsSandbox() override { shutdown(); }

@@ -19,6 +19,8 @@
 
 #include "common/log.h"
 #include "common/no_sigpipe.h"
+#include "common/validate.h"
+#include "sandbox/internal/process_entry.h"
 
 namespace agentbox::sandbox {
 
@@ -26,88 +28,9 @@ namespace asio = boost::asio;
 
 namespace detail {
 
-// One process. Its I/O objects belong to `ex` (see process_table.h, Threading); `mu` guards the
-// state fields so that list()/get() may also be called from elsewhere.
-struct ProcEntry {
-  explicit ProcEntry(asio::any_io_executor executor)
-      : ex(executor), out_sd(executor), err_sd(executor), in_sd(executor), readers_done(executor) {}
-
-  asio::any_io_executor ex;
-  std::mutex mu;
-  ProcessInfo info;   // guarded by mu
-  OutputRing ring;    // guarded by mu
-  bool starting = true;   // launch in progress: the tag is reserved, the entry not listed
-  bool ended = false;     // the exit record is in (info final)
-  bool requested_end = false;  // kill() or shutdown() ended it
-  bool shutdown_end = false;   // shutdown() ended it
-  bool attached = false;
-  ExitStatus exit;
-
-  // Executor-only from here on.
-  std::unique_ptr<Process> proc;
-  asio::posix::stream_descriptor out_sd;  // stdout pipe, or the pty master
-  asio::posix::stream_descriptor err_sd;  // stderr pipe (not with a pty)
-  asio::posix::stream_descriptor in_sd;   // stdin pipe, or a dup of the pty master
-  int pty_fd = -1;                        // out_sd's fd with a pty, while open
-  int open_readers = 0;
-  asio::steady_timer readers_done;  // cancelled when the last reader ends
-  std::vector<asio::steady_timer*> waiters;  // follow() calls waiting for output; under mu
-  std::deque<std::string> stdin_q;           // under mu
-  std::size_t stdin_bytes = 0;               // under mu
-  bool stdin_close = false;                  // close once the queue is written; under mu
-  bool writer_running = false;               // under mu
-  ProcessTable::ExitCallback on_exit;
-  std::shared_ptr<Managed> managed;  // set for a managed process; immutable
-
-  void notify_locked() {
-    for (asio::steady_timer* t : waiters) t->cancel();
-    waiters.clear();
-  }
-};
-
-// The supervision of one managed process, across its incarnations. Outlives the table when a
-// restart coroutine holds it; `table` is used only while `keepalive` is held (it owns the table).
-struct Managed : std::enable_shared_from_this<Managed> {
-  explicit Managed(asio::any_io_executor ex) : timer(ex) {}
-
-  std::mutex mu;                       // guards what follows, up to `timer`
-  ProcessSpec spec;                    // restarts: of the last incarnation started
-  ProcessTable::ExitCallback on_exit;  // immutable
-  std::shared_ptr<void> keepalive;     // held while supervised
-  ProcessTable* table = nullptr;
-  bool stopped = false;  // supervision over: no restart
-  bool stopped_by_shutdown = false;
-  bool waiting = false;  // a backoff runs (no incarnation lives)
-  std::chrono::seconds backoff = ProcessTable::kFirstBackoff;
-  ProcessInfo last;          // the last incarnation's final info
-  asio::steady_timer timer;  // the backoff; executor-only (cancel is posted)
-
-  // Ends the supervision; returns the keepalive for the caller to drop outside its locks. mu held.
-  std::shared_ptr<void> stop_locked(bool by_shutdown) {
-    if (!stopped) {
-      stopped = true;
-      stopped_by_shutdown = by_shutdown;
-    }
-    if (waiting) {
-      asio::post(timer.get_executor(), [self = shared_from_this()] { self->timer.cancel(); });
-    }
-    return std::move(keepalive);
-  }
-};
-
-}  // namespace detail
-
-namespace {
-
-using detail::Managed;
-using detail::ProcEntry;
-using EntryPtr = std::shared_ptr<ProcEntry>;
-
-// How long the readers may still drain after the leader exited and its tree was killed. Only a
-// writer outside the tree (host backend: a child that left the process group) makes it matter.
-constexpr std::chrono::seconds kDrainGrace{2};
-constexpr std::size_t kReadBytes = 64 * 1024;
-constexpr std::uint16_t kMaxPtyDim = 1000;
+std::string name_of(const ProcessInfo& i) {
+  return i.tag.empty() ? "pid " + std::to_string(i.pid) : "'" + i.tag + "'";
+}
 
 void log_exception(std::exception_ptr p, const char* what) {
   if (!p) return;
@@ -118,17 +41,19 @@ void log_exception(std::exception_ptr p, const char* what) {
   }
 }
 
-bool valid_tag(std::string_view t) {
-  if (t.empty() || t.size() > 64) return false;
-  bool all_digits = true;
-  for (char c : t) {
-    if (!std::isalnum(static_cast<unsigned char>(c)) && c != '.' && c != '_' && c != '-') {
-      return false;
-    }
-    if (!std::isdigit(static_cast<unsigned char>(c))) all_digits = false;
-  }
-  return !all_digits;
-}
+}  // namespace detail
+
+namespace {
+
+using detail::kDrainGrace;
+using detail::log_exception;
+using detail::Managed;
+using detail::name_of;
+using detail::ProcEntry;
+using EntryPtr = std::shared_ptr<ProcEntry>;
+
+constexpr std::size_t kReadBytes = 64 * 1024;
+constexpr std::uint16_t kMaxPtyDim = 1000;
 
 std::optional<int> parse_pid(std::string_view ref) {
   if (ref.empty() || ref.size() > 9) return std::nullopt;
@@ -147,10 +72,6 @@ Status check_pty_size(PtySize s) {
                                     std::to_string(s.rows) + ")");
   }
   return {};
-}
-
-std::string name_of(const ProcessInfo& i) {
-  return i.tag.empty() ? "pid " + std::to_string(i.pid) : "'" + i.tag + "'";
 }
 
 // Reads one stream until EOF (a pty master reports EIO once no slave is left): waits for
@@ -248,139 +169,6 @@ OutputRecord::Type record_type(OutputStream s) {
 }  // namespace
 
 // Waits for the leader, ends the tree, lets the readers drain, then records the exit.
-asio::awaitable<void> ProcessTable::supervise(EntryPtr e) {
-  ExitStatus st = co_await e->proc->wait();
-  // SECURITY: a process is its tree: nothing it started outlives it (kill reaches every
-  // descendant in its cgroup on ns, its process group on host).
-  e->proc->kill_tree();
-  if (e->open_readers > 0) {
-    e->readers_done.expires_after(kDrainGrace);
-    auto [ec] = co_await e->readers_done.async_wait(asio::as_tuple(asio::use_awaitable));
-    (void)ec;
-  }
-  boost::system::error_code ignored;
-  e->out_sd.close(ignored);
-  e->err_sd.close(ignored);
-  e->in_sd.close(ignored);
-  e->pty_fd = -1;
-  ProcessInfo final_info;
-  ProcessEnd end;
-  {
-    std::lock_guard lock(e->mu);
-    e->ended = true;
-    e->exit = st;
-    e->info.state = st.signal ? ProcessState::kKilled : ProcessState::kExited;
-    e->info.exit_code = st.exit_code;
-    e->info.signal = st.signal;
-    e->info.ended_at = std::chrono::system_clock::now();
-    e->info.stdin_open = false;
-    e->stdin_q.clear();
-    e->stdin_bytes = 0;
-    e->notify_locked();
-    final_info = e->info;
-    end.requested = e->requested_end;
-    end.shutdown = e->shutdown_end;
-  }
-  std::optional<std::chrono::seconds> backoff;
-  std::shared_ptr<void> drop;  // a supervision's keepalive, let go last
-  if (Managed* m = e->managed.get()) {
-    std::lock_guard lock(m->mu);
-    m->last = final_info;
-    if (!m->stopped && !end.requested) backoff = next_backoff_locked(*m, final_info);
-    if (backoff) {
-      m->waiting = true;
-    } else {
-      drop = m->stop_locked(end.shutdown);
-    }
-    end.restarting = backoff.has_value();
-  }
-  if (e->on_exit) {
-    try {
-      e->on_exit(final_info, end);
-    } catch (const std::exception& ex) {
-      spdlog::error("process {}: exit callback: {}", name_of(final_info), ex.what());
-    }
-  }
-  co_await e->proc->release();
-  if (backoff) {
-    spdlog::info("process {}: {} (exit code {}); restarting it in {} s", name_of(final_info),
-                 state_name(final_info.state), final_info.exit_code.value_or(-1), backoff->count());
-    co_spawn(e->ex, restart_after(e->managed, *backoff),
-             [](std::exception_ptr p) { log_exception(p, "restart"); });
-  }
-}
-
-std::optional<std::chrono::seconds> ProcessTable::next_backoff_locked(Managed& m,
-                                                                      const ProcessInfo& ended) {
-  const bool failed = ended.signal.has_value() || ended.exit_code.value_or(0) != 0;
-  if (m.spec.restart == ProcessSpec::Restart::kNever ||
-      (m.spec.restart == ProcessSpec::Restart::kOnFailure && !failed)) {
-    return std::nullopt;
-  }
-  if (ended.ended_at && *ended.ended_at - ended.started_at >= kGoodRun) m.backoff = kFirstBackoff;
-  const std::chrono::seconds delay = m.backoff;
-  m.backoff = std::min(m.backoff * 2, kMaxBackoff);
-  return delay;
-}
-
-asio::awaitable<void> ProcessTable::restart_after(ManagedPtr m, std::chrono::milliseconds delay) {
-  for (;;) {
-    bool stopped;
-    {
-      std::lock_guard lock(m->mu);
-      stopped = m->stopped;
-    }
-    // Checked and armed without a suspension between: a cancel posted by kill() or shutdown()
-    // runs either before the check or after the wait started.
-    if (!stopped) {
-      m->timer.expires_after(delay);
-      auto [ec] = co_await m->timer.async_wait(asio::as_tuple(asio::use_awaitable));
-      (void)ec;
-    }
-    std::shared_ptr<void> keep;
-    ProcessTable* table = nullptr;
-    ProcessSpec spec;
-    ProcessInfo last;
-    bool by_shutdown = false;
-    {
-      std::lock_guard lock(m->mu);
-      m->waiting = false;
-      if (m->stopped) {
-        last = m->last;
-        by_shutdown = m->stopped_by_shutdown;
-      } else {
-        keep = m->keepalive;  // the table lives while this is held
-        table = m->table;
-        ++m->spec.restarts;
-        spec = m->spec;
-      }
-    }
-    if (!keep) {
-      // Killed during the backoff: the hook learns that the supervision is over.
-      if (!by_shutdown && m->on_exit) {
-        ProcessEnd end;
-        end.requested = true;
-        try {
-          m->on_exit(last, end);
-        } catch (const std::exception& ex) {
-          spdlog::error("process {}: exit callback: {}", name_of(last), ex.what());
-        }
-      }
-      co_return;
-    }
-    auto started = co_await table->start_entry(spec, m->on_exit, m);
-    if (started) co_return;  // its supervise() takes over
-    // Not started (the box is going down, its cwd is gone, ...): try again after the next backoff,
-    // unless the supervision ended meanwhile.
-    spdlog::warn("process {}: restart failed: {}", name_of(m->last), started.error().message);
-    std::lock_guard lock(m->mu);
-    if (m->stopped) co_return;
-    delay = m->backoff;
-    m->backoff = std::min(m->backoff * 2, kMaxBackoff);
-    m->waiting = true;
-  }
-}
-
 std::string_view state_name(ProcessState s) {
   switch (s) {
     case ProcessState::kRunning: return "running";
@@ -501,7 +289,7 @@ asio::awaitable<Result<ProcessInfo>> ProcessTable::start(ProcessSpec spec, ExitC
   if (!spec.argv.empty() && spec.argv.front().empty()) {
     co_return fail(Code::kInvalid, "process: argv[0] is empty");
   }
-  if (!spec.tag.empty() && !valid_tag(spec.tag)) {
+  if (!spec.tag.empty() && !validate::is_process_tag(spec.tag)) {
     co_return fail(Code::kInvalid, "process: tag '" + spec.tag +
                                        "' must be 1-64 of [A-Za-z0-9._-] and not all digits");
   }

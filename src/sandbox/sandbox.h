@@ -259,7 +259,7 @@ struct BoxConfig {
   // Network mode "open" (net/open_egress.h): routed outbound TCP/UDP from the box's own netns.
   // Exclusive with egress_policy. A backend that cannot serve it fails create() with ENOTSUP.
   bool open_network = false;
-  // Backend "remote" (server/remote_backend.h): the runner user that serves the box, and the
+  // Backend "remote" (remote/remote_backend.h): the runner user that serves the box, and the
   // session's tenant (the runner must be configured for it).
   std::string runner;
   std::string tenant;

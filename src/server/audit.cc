@@ -130,4 +130,41 @@ std::shared_ptr<void> audit_session_events(session::SessionManager& sessions,
       [log = std::move(log)](const session::SessionEvent& ev) { record_session_event(*log, ev); });
 }
 
+nlohmann::ordered_json op_fields_json(const service::Fields& fields) {
+  using ojson = nlohmann::ordered_json;
+  struct ToJson {
+    ojson operator()(std::nullptr_t) const { return nullptr; }
+    ojson operator()(bool v) const { return v; }
+    ojson operator()(std::int64_t v) const { return v; }
+    ojson operator()(std::uint64_t v) const { return v; }
+    ojson operator()(const std::string& v) const { return v; }
+    ojson operator()(const std::vector<std::string>& v) const { return v; }
+    ojson operator()(const std::map<std::string, std::string>& v) const { return v; }
+    ojson operator()(const std::vector<service::FieldRecord>& v) const {
+      ojson arr = ojson::array();
+      for (const auto& rec : v) {
+        ojson o = ojson::object();
+        for (const auto& [k, val] : rec) o[k] = val;
+        arr.push_back(std::move(o));
+      }
+      return arr;
+    }
+  };
+  ojson out = ojson::object();
+  for (const auto& [name, value] : fields) out[name] = std::visit(ToJson{}, value);
+  return out;
+}
+
+std::shared_ptr<void> audit_operations(service::OpBus& bus, std::shared_ptr<AuditLog> log) {
+  return bus.subscribe([log = std::move(log)](const service::OpEvent& ev) {
+    nlohmann::ordered_json fields = op_fields_json(ev.fields);
+    // The surface, for every door but the native API (seed 001 is the daemon's own too).
+    if (ev.origin.surface != service::Surface::kV1 &&
+        ev.origin.surface != service::Surface::kSeed001) {
+      fields["via"] = service::surface_name(ev.origin.surface);
+    }
+    log->record(ev.op, ev.origin.caller.tenant, ev.session, fields);
+  });
+}
+
 }  // namespace agentbox::server

@@ -23,6 +23,7 @@
 
 #include "common/error.h"
 #include "common/unique_fd.h"
+#include "service/op_events.h"
 #include "session/events.h"
 
 namespace agentbox::session {
@@ -63,5 +64,12 @@ class AuditLog {
                                                          std::shared_ptr<AuditLog> log);
 // One event as audit lines (exposed for tests).
 void record_session_event(AuditLog& log, const session::SessionEvent& ev);
+
+// Every operation event of service/ (op_events.h) as one line {"event": op, "tenant": the
+// caller's, "session", ...fields}, until the returned handle is dropped.
+[[nodiscard]] std::shared_ptr<void> audit_operations(service::OpBus& bus,
+                                                     std::shared_ptr<AuditLog> log);
+// One operation event's fields as the JSON object of its line (exposed for tests).
+nlohmann::ordered_json op_fields_json(const service::Fields& fields);
 
 }  // namespace agentbox::server

@@ -30,29 +30,6 @@ using namespace boost::asio::experimental::awaitable_operators;
 // Seed 001's /exec-stream sends output as lines; a longer line goes out in pieces of this size.
 constexpr std::size_t kMaxLine = 64u << 10;
 
-// The one-shot exec's sink: collects the output (the runner applies the cap) and stops the
-// command once the client is gone.
-class CollectingSink final : public sandbox::OutputSink {
- public:
-  explicit CollectingSink(const bool* gone) : gone_(gone) {}
-  asio::awaitable<bool> on_output(sandbox::StreamKind kind, std::string data) override {
-    if (*gone_) co_return false;
-    (kind == sandbox::StreamKind::kStdout ? stdout_ : stderr_) += data;
-    co_return true;
-  }
-  std::string stdout_;
-  std::string stderr_;
-
- private:
-  const bool* gone_;
-};
-
-asio::awaitable<Result<sandbox::ExecResult>> run_exec(std::shared_ptr<sandbox::Sandbox> box,
-                                                      sandbox::ExecSpec spec,
-                                                      sandbox::OutputSink* sink) {
-  co_return co_await box->exec(std::move(spec), sink);
-}
-
 struct PreparedExec {
   sandbox::ExecSpec spec;
   std::shared_ptr<sandbox::Sandbox> box;
@@ -151,78 +128,28 @@ asio::awaitable<Result<PreparedExec>> prepare_exec(Context* ctx, Request* rq, bo
       p.spec.command.clear();
     }
   }
-  if (auto st = check_artifact_dir(p.spec.artifact_dir, p.box->workspace()); !st) {
+  // (Exec::run checks it too; here it is a 400 before a stream starts.)
+  if (auto st = service::check_artifact_dir(p.spec.artifact_dir, p.box->workspace()); !st) {
     co_return std::unexpected(st.error());
   }
   co_return p;
-}
-
-// One audit line per exec that ran: what was run (argv or command), how it ended. Never its
-// output or stdin.
-void audit_exec(Context* ctx, const Request& req, const std::string& session_id,
-                const sandbox::ExecSpec& spec, const Result<sandbox::ExecResult>& r,
-                bool client_gone) {
-  nlohmann::ordered_json f = nlohmann::ordered_json::object();
-  if (!spec.argv.empty()) {
-    f["argv"] = spec.argv;
-  } else {
-    f["command"] = spec.command;
-  }
-  if (r) {
-    f["exit_code"] = r->exit_code;
-    f["duration_ms"] = r->duration.count();
-    f["timed_out"] = r->timed_out;
-  } else {
-    f["exit_code"] = nullptr;
-    f["duration_ms"] = 0;
-    f["error"] = code_name(r.error().code);
-  }
-  if (client_gone) f["client_gone"] = true;
-  audit(ctx, "exec", req.caller, session_id, f);
-}
-
-void record_exec(Context* ctx, const Result<sandbox::ExecResult>& r) {
-  if (!r) {
-    ctx->metrics.record_exec(std::chrono::milliseconds(0), true, false);
-    return;
-  }
-  ctx->metrics.record_exec(r->duration, r->exit_code != 0, r->timed_out);
 }
 
 }  // namespace
 
 asio::awaitable<std::optional<Result<sandbox::ExecResult>>> run_collected_until(
     Context* ctx, const Request& req, std::shared_ptr<sandbox::Sandbox> box,
-    std::string session_id, sandbox::ExecSpec spec, asio::awaitable<void> stop, bool* gone) {
-  CollectingSink sink(gone);
-  sandbox::ExecSpec audited = spec;  // what ran, for the audit line
-  audited.stdin_data.clear();
-  audited.env.clear();
-  auto op = run_exec(std::move(box), std::move(spec), &sink) || std::move(stop);
-  auto outcome = co_await std::move(op);
-  if (outcome.index() == 1 || *gone) {
-    spdlog::info("req={} caller gone; command in session {} killed", req.id, session_id);
-    if (outcome.index() == 0) {
-      record_exec(ctx, std::get<0>(outcome));
-      audit_exec(ctx, req, session_id, audited, std::get<0>(outcome), true);
-    }
-    co_return std::nullopt;
-  }
-  auto r = std::get<0>(std::move(outcome));
-  record_exec(ctx, r);
-  audit_exec(ctx, req, session_id, audited, r, false);
-  if (!r) {
-    spdlog::warn("req={} exec in session {}: {}", req.id, session_id, r.error().message);
-    co_return r;
-  }
-  r->stdout_data = std::move(sink.stdout_);
-  r->stderr_data = std::move(sink.stderr_);
-  co_return r;
+    std::string session_id, sandbox::ExecSpec spec, asio::awaitable<void> stop, bool* gone,
+    service::Surface surface) {
+  service::Lease lease{std::move(session_id), std::move(box)};
+  co_return co_await ctx->svc->exec.run(origin_of(req, surface), std::move(lease),
+                                        std::move(spec), nullptr,
+                                        service::StopSignal{std::move(stop), gone});
 }
 
 asio::awaitable<std::optional<Result<sandbox::ExecResult>>> run_collected(
     Call* call, std::shared_ptr<sandbox::Sandbox> box, std::string session_id,
-    sandbox::ExecSpec spec) {
+    sandbox::ExecSpec spec, service::Surface surface) {
   Conn* conn = call->conn;
   // The command may run for a long time; the exec has its own timeout.
   conn->stream.expires_never();
@@ -230,7 +157,7 @@ asio::awaitable<std::optional<Result<sandbox::ExecResult>>> run_collected(
   auto watch = watch_disconnect(&conn->stream.socket(), &gone);
   co_return co_await run_collected_until(call->ctx, call->ex.req, std::move(box),
                                          std::move(session_id), std::move(spec),
-                                         std::move(watch), &gone);
+                                         std::move(watch), &gone, surface);
 }
 
 namespace {
@@ -240,7 +167,8 @@ asio::awaitable<bool> exec_once(Call* call, bool seed) {
   auto prepared = co_await prepare_exec(call->ctx, &call->ex.req, seed);
   if (!prepared) co_return co_await send_error(call, prepared.error());
   auto ran = co_await run_collected(call, prepared->box, prepared->session_id,
-                                    std::move(prepared->spec));
+                                    std::move(prepared->spec),
+                                    seed ? service::Surface::kSeed001 : service::Surface::kV1);
   if (!ran) co_return false;  // the client is gone
   auto r = std::move(*ran);
   if (!r) co_return co_await send_error(call, r.error());
@@ -363,24 +291,17 @@ asio::awaitable<bool> exec_stream(Call* call, bool seed) {
   bool gone = false;
   NdjsonSink sink(ctx, conn, seed, chunked, &gone);
   conn->stream.expires_never();
-  sandbox::ExecSpec audited = prepared->spec;  // what ran, for the audit line
-  audited.stdin_data.clear();
-  audited.env.clear();
-  auto op = run_exec(prepared->box, std::move(prepared->spec), &sink) ||
-            watch_disconnect(&conn->stream.socket(), &gone);
-  auto outcome = co_await std::move(op);
-  if (outcome.index() == 1 || gone || sink.failed()) {
+  service::Lease lease{prepared->session_id, prepared->box};
+  service::StopSignal stop{watch_disconnect(&conn->stream.socket(), &gone), &gone};
+  auto ran = co_await ctx->svc->exec.run(
+      origin_of(ex->req, seed ? service::Surface::kSeed001 : service::Surface::kV1),
+      std::move(lease), std::move(prepared->spec), &sink, std::move(stop));
+  if (!ran || sink.failed()) {
     spdlog::info("conn={} req={} client went away; command in session {} killed", conn->id,
                  ex->req.id, prepared->session_id);
-    if (outcome.index() == 0) {
-      record_exec(ctx, std::get<0>(outcome));
-      audit_exec(ctx, ex->req, prepared->session_id, audited, std::get<0>(outcome), true);
-    }
     co_return false;
   }
-  auto r = std::get<0>(std::move(outcome));
-  record_exec(ctx, r);
-  audit_exec(ctx, ex->req, prepared->session_id, audited, r, false);
+  auto r = std::move(*ran);
   if (!co_await sink.flush()) co_return false;
   json last;
   if (!r) {

@@ -94,14 +94,10 @@ asio::awaitable<bool> get_file(Call* call) {
   if (!id) co_return co_await send_error(call, id.error());
   auto path = required_query(ex->req, "path");
   if (!path) co_return co_await send_error(call, path.error());
-  auto box = co_await acquire_sandbox(ctx, *id, false, ex->req.caller);
-  if (!box) co_return co_await send_error(call, box.error());
-  std::shared_ptr<sandbox::Sandbox> sb = std::move(*box);
-  std::string p = *path;
-  auto open_job = run_blocking(ctx->pool, [sb, p] { return sb->open_file_streamed(p); });
-  auto reader = co_await std::move(open_job);
+  auto reader = co_await ctx->svc->files.open(origin_of(ex->req, service::Surface::kV1), *id,
+                                              *path, /*streamed=*/true);
   if (!reader) co_return co_await send_error(call, reader.error());
-  co_return co_await send_file(call, std::move(*reader), p);
+  co_return co_await send_file(call, std::move(*reader), *path);
 }
 
 }  // namespace
@@ -221,21 +217,17 @@ asio::awaitable<bool> put_file(Call* call) {
   if (ex->content_length && *ex->content_length > cap) {
     co_return co_await send_error(call, too_big);
   }
-  auto box = co_await acquire_sandbox(ctx, *id, false, ex->req.caller);
-  if (!box) co_return co_await send_error(call, box.error());
-  std::shared_ptr<sandbox::Sandbox> sb = std::move(*box);
-
   sandbox::WriteOptions opts;
   opts.mkdirs = *mkdirs;
   if (ex->req.query.count("mode")) opts.mode = *mode;
   opts.max_bytes = cap;
-  std::string p = *path;
-  auto create_job = run_blocking(ctx->pool, [sb, p, opts] { return sb->create_file(p, opts); });
-  auto created = co_await std::move(create_job);
-  if (!created) co_return co_await send_error(call, created.error());
+  const std::string p = *path;
+  const service::Origin origin = origin_of(ex->req, service::Surface::kV1);
+  auto upload = co_await ctx->svc->files.begin_upload(origin, *id, p, opts);
+  if (!upload) co_return co_await send_error(call, upload.error());
   // Destroying an uncommitted writer removes its temp file: every early return below (client
   // gone, too big, write error) leaves the target as it was.
-  std::unique_ptr<sandbox::FileWriter> writer = std::move(*created);
+  std::unique_ptr<sandbox::FileWriter>& writer = upload->writer;
 
   if (!co_await maybe_continue(call)) co_return false;
   BodyReader body;
@@ -286,12 +278,8 @@ asio::awaitable<bool> put_file(Call* call) {
     }
   }
   ex->body_pending = false;
-  sandbox::FileWriter* w = writer.get();
-  auto commit_job = run_blocking(ctx->pool, [w] { return w->commit(); });
-  auto size = co_await std::move(commit_job);
+  auto size = co_await ctx->svc->files.commit(origin, &*upload);
   if (!size) co_return co_await send_error(call, size.error());
-  nlohmann::ordered_json fields = {{"path", p}, {"size", *size}};
-  audit(ctx, "file.put", ex->req.caller, *id, fields);
   json done = {{"path", p}, {"size", *size}};
   co_return co_await send_reply(call, json_reply(200, done));
 }
@@ -314,12 +302,7 @@ asio::awaitable<Reply> stat_route(Context* ctx, Request* req) {
   // Decode everything before touching the session, so bad input is 400 whatever the session.
   auto t = target_of(*req);
   if (!t) co_return error_reply(t.error());
-  auto sb = co_await acquire_sandbox(ctx, t->id, false, req->caller);
-  if (!sb) co_return error_reply(sb.error());
-  std::shared_ptr<sandbox::Sandbox> box = std::move(*sb);
-  std::string path = t->path;
-  auto job = run_blocking(ctx->pool, [box, path] { return box->stat(path); });
-  auto r = co_await std::move(job);
+  auto r = co_await ctx->svc->files.stat(origin_of(*req, service::Surface::kV1), t->id, t->path);
   if (!r) co_return error_reply(r.error());
   co_return json_reply(200, encode_file_info(*r));
 }
@@ -327,12 +310,7 @@ asio::awaitable<Reply> stat_route(Context* ctx, Request* req) {
 asio::awaitable<Reply> dir_route(Context* ctx, Request* req) {
   auto t = target_of(*req);
   if (!t) co_return error_reply(t.error());
-  auto sb = co_await acquire_sandbox(ctx, t->id, false, req->caller);
-  if (!sb) co_return error_reply(sb.error());
-  std::shared_ptr<sandbox::Sandbox> box = std::move(*sb);
-  std::string path = t->path;
-  auto job = run_blocking(ctx->pool, [box, path] { return box->read_dir(path); });
-  auto r = co_await std::move(job);
+  auto r = co_await ctx->svc->files.list(origin_of(*req, service::Surface::kV1), t->id, t->path);
   if (!r) co_return error_reply(r.error());
   co_return json_reply(200, encode_dir(*r));
 }
@@ -342,19 +320,10 @@ asio::awaitable<Reply> delete_route(Context* ctx, Request* req) {
   if (!t) co_return error_reply(t.error());
   auto rec = bool_query(*req, "recursive");
   if (!rec) co_return error_reply(rec.error());
-  bool recursive = *rec;
-  auto sb = co_await acquire_sandbox(ctx, t->id, false, req->caller);
-  if (!sb) co_return error_reply(sb.error());
-  std::shared_ptr<sandbox::Sandbox> box = std::move(*sb);
-  std::string path = t->path;
-  auto job = run_blocking(ctx->pool, [box, path, recursive] {
-    return recursive ? box->remove_all(path) : box->remove(path);
-  });
-  auto r = co_await std::move(job);
+  auto r = co_await ctx->svc->files.remove(origin_of(*req, service::Surface::kV1), t->id,
+                                           t->path, *rec);
   if (!r) co_return error_reply(r.error());
-  ojson fields = {{"path", path}, {"recursive", recursive}};
-  audit(ctx, "file.delete", req->caller, t->id, fields);
-  co_return json_reply(200, {{"path", path}});
+  co_return json_reply(200, {{"path", t->path}});
 }
 
 asio::awaitable<Reply> mkdir_route(Context* ctx, Request* req) {
@@ -364,16 +333,9 @@ asio::awaitable<Reply> mkdir_route(Context* ctx, Request* req) {
   if (!body) co_return error_reply(body.error());
   auto p = decode_mkdir(*body);
   if (!p) co_return error_reply(p.error());
-  std::string path = std::move(*p);
-  auto sb = co_await acquire_sandbox(ctx, *id, false, req->caller);
-  if (!sb) co_return error_reply(sb.error());
-  std::shared_ptr<sandbox::Sandbox> box = std::move(*sb);
-  auto job = run_blocking(ctx->pool, [box, path] { return box->mkdir_all(path); });
-  auto r = co_await std::move(job);
+  auto r = co_await ctx->svc->files.mkdir(origin_of(*req, service::Surface::kV1), *id, *p);
   if (!r) co_return error_reply(r.error());
-  ojson fields = {{"path", path}};
-  audit(ctx, "file.mkdir", req->caller, *id, fields);
-  co_return json_reply(200, {{"path", path}});
+  co_return json_reply(200, {{"path", *p}});
 }
 
 asio::awaitable<Reply> rename_route(Context* ctx, Request* req) {
@@ -383,17 +345,10 @@ asio::awaitable<Reply> rename_route(Context* ctx, Request* req) {
   if (!body) co_return error_reply(body.error());
   auto d = decode_rename(*body);
   if (!d) co_return error_reply(d.error());
-  std::string from = std::move(d->from);
-  std::string to = std::move(d->to);
-  auto sb = co_await acquire_sandbox(ctx, *id, false, req->caller);
-  if (!sb) co_return error_reply(sb.error());
-  std::shared_ptr<sandbox::Sandbox> box = std::move(*sb);
-  auto job = run_blocking(ctx->pool, [box, from, to] { return box->rename(from, to); });
-  auto r = co_await std::move(job);
+  auto r = co_await ctx->svc->files.rename(origin_of(*req, service::Surface::kV1), *id, d->from,
+                                           d->to);
   if (!r) co_return error_reply(r.error());
-  ojson fields = {{"from", from}, {"to", to}};
-  audit(ctx, "file.rename", req->caller, *id, fields);
-  co_return json_reply(200, {{"from", from}, {"to", to}});
+  co_return json_reply(200, {{"from", d->from}, {"to", d->to}});
 }
 
 }  // namespace

@@ -3,12 +3,9 @@
 
 #include "common/log.h"
 #include "server/http_error.h"
-#include "server/internal/blocking.h"
 #include "server/internal/context.h"
 
 namespace agentbox::server::detail {
-
-using session::SessionManager;
 
 Reply json_reply(int status, const json& j) {
   Reply r;
@@ -57,16 +54,12 @@ asio::awaitable<Result<std::shared_ptr<sandbox::Sandbox>>> acquire_sandbox(Conte
                                                                            std::string id,
                                                                            bool create_if_missing,
                                                                            session::Caller caller) {
-  SessionManager* sm = ctx->sessions;
-  // The common case, a running session, without a hop through the pool and back.
-  if (session::validate_id(id)) {
-    if (auto box = sm->try_acquire_running(id, caller)) co_return box;
-  }
-  // A session made or resumed here is told by the manager's events (audited from there).
-  auto job16 = run_blocking(ctx->pool, [sm, id, create_if_missing, caller] {
-    return sm->acquire(id, create_if_missing, caller);
-  });
-  co_return co_await std::move(job16);
+  // The one lease rule is service::Sessions::lease; this is its form for surfaces that hold the
+  // sandbox themselves.
+  auto lease = co_await ctx->svc->sessions.lease(service::Origin(caller, 0, service::Surface::kV1),
+                                                 std::move(id), create_if_missing);
+  if (!lease) co_return std::unexpected(lease.error());
+  co_return std::move(lease->box);
 }
 
 Result<json> body_object(Request* req, bool allow_empty) {

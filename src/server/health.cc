@@ -1,27 +1,19 @@
 // Seed 004's workspace care (API.md "Templates, snapshots, health, packages"):
-// POST /v1/sessions/{id}/health, /repair and /packages, and the config's auto_repair on resume.
-// The work itself is workspace/health.h and workspace/installers.h; it runs on the worker pool
-// (its file calls block; its box commands are awaited there).
-
-#include <boost/asio/co_spawn.hpp>
-#include <boost/asio/use_awaitable.hpp>
+// POST /v1/sessions/{id}/health, /repair and /packages.
+// The operations are service/health.h; this file decodes and encodes.
 
 #include "common/log.h"
 #include "server/http_error.h"
 #include "server/internal/blocking.h"
 #include "server/internal/surfaces.h"
 #include "server/internal/transport.h"
-#include "workspace/health.h"
-#include "workspace/installers.h"
+#include "sandbox/health_checks.h"
+#include "sandbox/installers.h"
 
 namespace agentbox::server::detail {
 namespace {
 
-using session::Caller;
-using session::SessionManager;
-using ojson = nlohmann::ordered_json;
-
-json encode_report(const workspace::HealthReport& r) {
+json encode_report(const sandbox::HealthReport& r) {
   json checks = json::array();
   for (const auto& c : r.checks) {
     json j = {{"name", c.name}, {"ok", c.ok}, {"detail", c.detail}};
@@ -34,53 +26,19 @@ json encode_report(const workspace::HealthReport& r) {
   return {{"healthy", r.healthy}, {"checks", std::move(checks)}};
 }
 
-// The session's box (resumed if suspended) and its template's checks.
-asio::awaitable<Result<workspace::HealthTarget>> health_target(Context* ctx, const std::string& id,
-                                                               Caller caller) {
-  SessionManager* sm = ctx->sessions;
-  auto job = run_blocking(ctx->pool, [sm, id, caller] { return sm->get(id, caller); });
-  auto info = co_await std::move(job);
-  if (!info) co_return std::unexpected(info.error());
-  workspace::HealthTarget t;
-  auto sb = co_await acquire_sandbox(ctx, id, false, caller);
-  if (sb) {
-    t.box = std::move(*sb);
-  } else if (sb.error().code == Code::kNotFound) {
-    co_return std::unexpected(sb.error());  // destroyed meanwhile
-  } else {
-    t.box_error = sb.error().message;
-  }
-  t.template_checks = template_health_checks(ctx, *info);
-  t.configured = !info->spec.template_name.empty();
-  co_return t;
-}
-
-// Runs `work` on the worker pool (its file calls block) and awaits it.
-template <typename T>
-asio::awaitable<T> on_pool(Context* ctx, asio::awaitable<T> work) {
-  co_return co_await asio::co_spawn(ctx->pool->get_executor(), std::move(work),
-                                    asio::use_awaitable);
-}
+service::Origin v1(const Request& req) { return origin_of(req, service::Surface::kV1); }
 
 asio::awaitable<Reply> health_or_repair(Context* ctx, Request* req, bool repair) {
   auto sid = session_param(*req);
   if (!sid) co_return error_reply(sid.error());
-  std::string id = *sid;
-  auto target = co_await health_target(ctx, id, req->caller);
-  if (!target) co_return error_reply(target.error());
-  workspace::HealthReport report;
+  Result<sandbox::HealthReport> report = fail(Code::kInternal, "health");
   if (repair) {
-    auto work = workspace::repair_health(*target);
-    report = co_await on_pool(ctx, std::move(work));
-    ojson fields = {{"healthy", report.healthy}};
-    audit(ctx, "session.repair", req->caller, id, fields);
-    spdlog::info("req={} session {}: repair: {}", req->id, id,
-                 report.healthy ? "healthy" : "still unhealthy");
+    report = co_await ctx->svc->health.repair(v1(*req), *sid);
   } else {
-    auto work = workspace::check_health(*target);
-    report = co_await on_pool(ctx, std::move(work));
+    report = co_await ctx->svc->health.check(v1(*req), *sid);
   }
-  co_return json_reply(200, encode_report(report));
+  if (!report) co_return error_reply(report.error());
+  co_return json_reply(200, encode_report(*report));
 }
 
 asio::awaitable<Reply> session_health(Context* ctx, Request* req) {
@@ -102,21 +60,8 @@ asio::awaitable<Reply> install_packages(Context* ctx, Request* rq) {
   if (!body) co_return error_reply(body.error());
   auto decoded = decode_install(*body);
   if (!decoded) co_return error_reply(decoded.error());
-  auto sb = co_await acquire_sandbox(ctx, id, false, req.caller);
-  if (!sb) co_return error_reply(sb.error());
-  std::shared_ptr<sandbox::Sandbox> box = std::move(*sb);
-  workspace::InstallRequest ireq = std::move(*decoded);
-  const std::string manager(workspace::manager_name(ireq.manager));
-  const std::vector<std::string> packages = ireq.packages;
-  const bool persist = ireq.persist;
-  auto work = workspace::install_packages(*box, std::move(ireq));
-  auto r = co_await on_pool(ctx, std::move(work));
+  auto r = co_await ctx->svc->health.install(v1(req), id, std::move(*decoded));
   if (!r) co_return error_reply(r.error());
-  ojson fields = {{"manager", manager}, {"packages", packages}, {"persist", persist},
-                  {"exit_code", r->exit_code}, {"recorded", r->recorded}};
-  audit(ctx, "session.packages", req.caller, id, fields);
-  spdlog::info("req={} session {}: {} install of {} package(s): exit {}", req.id, id, manager,
-               packages.size(), r->exit_code);
   json out = {{"exit_code", r->exit_code},     {"stdout", std::move(r->stdout_data)},
               {"stderr", std::move(r->stderr_data)}, {"recorded", r->recorded},
               {"timed_out", r->timed_out}};
@@ -124,47 +69,7 @@ asio::awaitable<Reply> install_packages(Context* ctx, Request* rq) {
   co_return json_reply(200, out);
 }
 
-asio::awaitable<void> auto_repair(Context* ctx, std::string id) {
-  SessionManager* sm = ctx->sessions;
-  auto job = run_blocking(ctx->pool, [sm, id]() -> Result<workspace::HealthTarget> {
-    workspace::HealthTarget t;
-    t.box = sm->acquire_running(id, Caller::daemon());
-    if (!t.box) return fail(Code::kNotFound, "session " + id + " is not running");
-    return t;
-  });
-  auto target = co_await std::move(job);
-  if (!target) co_return;
-  auto get = run_blocking(ctx->pool, [sm, id] { return sm->get(id, Caller::daemon()); });
-  auto info = co_await std::move(get);
-  if (!info) co_return;
-  target->template_checks = template_health_checks(ctx, *info);
-  target->configured = !info->spec.template_name.empty();
-  auto work = workspace::repair_health(*target);
-  workspace::HealthReport report = co_await on_pool(ctx, std::move(work));
-  std::string failing;
-  for (const auto& c : report.checks) {
-    if (!c.ok) failing += (failing.empty() ? "" : ", ") + c.name;
-  }
-  if (report.healthy) {
-    spdlog::info("session {}: auto_repair on resume: healthy", id);
-  } else {
-    spdlog::warn("session {}: auto_repair on resume: still failing: {}", id, failing);
-  }
-}
-
 }  // namespace
-
-void on_session_event_for_health(Context* ctx, const session::SessionEvent& ev) {
-  if (!ctx->opts.auto_repair || ev.kind != session::EventKind::kResumed) return;
-  asio::co_spawn(*ctx->ioc, auto_repair(ctx, ev.session.id), [](std::exception_ptr p) {
-    if (!p) return;
-    try {
-      std::rethrow_exception(p);
-    } catch (const std::exception& e) {
-      spdlog::error("auto_repair: {}", e.what());
-    }
-  });
-}
 
 std::vector<RouteSpec> health_routes() {
   using B = BodyKind;

@@ -107,20 +107,23 @@ bool origin_allowed(const std::vector<std::string>& allowed, std::string_view or
 }  // namespace
 
 struct HttpServer::Impl {
-  Impl(asio::io_context& ioc, asio::thread_pool& pool, session::SessionManager& sessions,
+  Impl(asio::io_context& ioc, asio::thread_pool& pool, service::Services& services,
        std::shared_ptr<sandbox::Backend> backend, ServerOptions opts)
       : acceptor(ioc) {
     ctx.ioc = &ioc;
     ctx.pool = &pool;
-    ctx.sessions = &sessions;
+    ctx.svc = &services;
+    ctx.sessions = &services.manager();
     ctx.default_backend = std::move(backend);
     ctx.opts = std::move(opts);
   }
 
   Context ctx;
   std::shared_ptr<void> events_sub;  // SessionManager::subscribe handle (metrics)
+  std::shared_ptr<void> ops_sub;     // OpBus::subscribe handle (metrics)
   tcp::acceptor acceptor;
   std::list<Conn*> conns;
+  asio::steady_timer* drained = nullptr;  // drain()'s timer while a shutdown waits
   std::uint64_t next_conn = 1;
   std::uint64_t next_request = 1;
 };
@@ -318,7 +321,11 @@ asio::awaitable<void> run_connection(std::shared_ptr<Impl> impl, tcp::socket soc
   struct Unregister {
     Impl* impl;
     std::list<Conn*>::iterator it;
-    ~Unregister() { impl->conns.erase(it); }
+    ~Unregister() {
+      impl->conns.erase(it);
+      // The last connection of a shutdown: drain() stops waiting.
+      if (impl->conns.empty() && impl->drained) impl->drained->cancel();
+    }
   } unregister{impl.get(), std::prev(impl->conns.end())};
 
   beast::flat_buffer buffer;
@@ -367,12 +374,11 @@ asio::awaitable<void> accept_loop(std::shared_ptr<Impl> impl) {
 }
 
 asio::awaitable<void> drain(std::shared_ptr<Impl> impl, std::function<void()> done) {
-  auto deadline = std::chrono::steady_clock::now() + impl->ctx.opts.shutdown_grace;
-  asio::steady_timer t(impl->acceptor.get_executor());
-  while (!impl->conns.empty() && std::chrono::steady_clock::now() < deadline) {
-    t.expires_after(std::chrono::milliseconds(20));
-    co_await t.async_wait(kTuple);
-  }
+  // Woken by the last connection leaving (Unregister), or by the grace running out.
+  asio::steady_timer t(impl->acceptor.get_executor(), impl->ctx.opts.shutdown_grace);
+  impl->drained = &t;
+  if (!impl->conns.empty()) co_await t.async_wait(kTuple);
+  impl->drained = nullptr;
   if (!impl->conns.empty()) {
     spdlog::warn("shutdown: {} connection(s) still busy after {} s; stopping anyway",
                  impl->conns.size(), impl->ctx.opts.shutdown_grace.count());
@@ -383,19 +389,20 @@ asio::awaitable<void> drain(std::shared_ptr<Impl> impl, std::function<void()> do
 }  // namespace
 
 HttpServer::HttpServer(asio::io_context& ioc, asio::thread_pool& pool,
-                       session::SessionManager& sessions,
+                       service::Services& services,
                        std::shared_ptr<sandbox::Backend> default_backend, ServerOptions opts)
-    : impl_(std::make_shared<Impl>(ioc, pool, sessions, std::move(default_backend),
+    : impl_(std::make_shared<Impl>(ioc, pool, services, std::move(default_backend),
                                    std::move(opts))) {
-  // /metrics counts the manager's lifecycle events; the weak pointer keeps a late event (from
-  // the reaper, during shutdown) off a server that is gone.
-  impl_->events_sub = sessions.subscribe([w = std::weak_ptr<Impl>(impl_)](
-                                             const session::SessionEvent& ev) {
-    if (auto impl = w.lock()) {
-      impl->ctx.metrics.record_event(ev.kind, ev.cause);
-      detail::on_session_event_for_processes(&impl->ctx, ev);
-      detail::on_session_event_for_health(&impl->ctx, ev);
-    }
+  // /metrics counts the manager's lifecycle events and the execs of every surface; the weak
+  // pointer keeps a late event (from the reaper, during shutdown) off a server that is gone.
+  impl_->events_sub = services.manager().subscribe(
+      [w = std::weak_ptr<Impl>(impl_)](const session::SessionEvent& ev) {
+        if (auto impl = w.lock()) impl->ctx.metrics.record_event(ev.kind, ev.cause);
+      });
+  impl_->ops_sub = services.bus().subscribe([w = std::weak_ptr<Impl>(impl_)](
+                                                const service::OpEvent& ev) {
+    if (ev.exec == nullptr) return;
+    if (auto impl = w.lock()) impl->ctx.metrics.record_exec_result(*ev.exec);
   });
 }
 
@@ -441,8 +448,6 @@ Result<tcp::endpoint> HttpServer::listen() {
 void HttpServer::start() {
   asio::co_spawn(impl_->acceptor.get_executor(), accept_loop(impl_),
                  [](std::exception_ptr e) { log_exception("accept loop", 0, e); });
-  // Sessions with managed processes come up without a client (API.md).
-  detail::resume_managed_sessions(&impl_->ctx);
 }
 
 void HttpServer::shutdown(std::function<void()> done) {

@@ -19,12 +19,16 @@
 #include "common/error.h"
 #include "sandbox/sandbox.h"
 #include "server/config.h"
+#include "service/services.h"
 #include "session/session_manager.h"
+
+namespace agentbox::remote {
+class RunnerHub;  // remote/runner_hub.h
+}
 
 namespace agentbox::server {
 
 class AuditLog;
-class RunnerHub;  // runner_hub.h
 
 struct ServerOptions {
   std::string address = "127.0.0.1";
@@ -66,20 +70,19 @@ struct ServerOptions {
   LangbotConfig langbot;
   // Remote runners (runner_hub.h): GET /ws/{user}, GET /v1/runners, the remote backend. Null:
   // no runner is accepted. Runner frames are bounded by runner_max_frame_bytes.
-  std::shared_ptr<RunnerHub> runners;
+  std::shared_ptr<remote::RunnerHub> runners;
   std::size_t runner_max_frame_bytes = 64u << 20;
   // How long shutdown waits for requests in flight.
   std::chrono::seconds shutdown_grace{10};
-  // Seed 004: run a session's health checks and repairs when it resumes (config auto_repair).
-  bool auto_repair = false;
 };
 
 class HttpServer {
  public:
-  // `default_backend` answers /readyz. The server keeps references to ioc, pool and sessions.
+  // `default_backend` answers /readyz. The server keeps references to ioc, pool and the
+  // services (and through them the session manager), which outlive it.
   HttpServer(boost::asio::io_context& ioc, boost::asio::thread_pool& pool,
-             session::SessionManager& sessions,
-             std::shared_ptr<sandbox::Backend> default_backend, ServerOptions opts);
+             service::Services& services, std::shared_ptr<sandbox::Backend> default_backend,
+             ServerOptions opts);
   ~HttpServer();
   HttpServer(const HttpServer&) = delete;
   HttpServer& operator=(const HttpServer&) = delete;

@@ -484,23 +484,6 @@ Result<SeedExecRequest> decode_seed_exec(const json& body) {
   return req;
 }
 
-Status check_artifact_dir(const std::string& dir, std::string_view workspace) {
-  if (dir.empty() || dir[0] != '/') return {};  // relative: under the workspace
-  auto under = [&](std::string_view root) {
-    while (root.size() > 1 && root.back() == '/') root.remove_suffix(1);
-    std::string_view d = dir;
-    return !root.empty() && d.starts_with(root) &&
-           (d.size() == root.size() || d[root.size()] == '/' || root == "/");
-  };
-  // /workspace names the workspace on every backend (the host backend maps it to its dir).
-  if (under(kWorkspacePath) || under(workspace)) return {};
-  std::string_view ws = workspace;
-  return bad_field("artifact_dir",
-                   "must be a path in the box under the workspace (" + std::string(ws) +
-                       "), not \"" + dir + "\" (a host path, or a place whose files the API "
-                       "cannot return)");
-}
-
 Status check_limits_unchanged(const sandbox::Limits& want, const sandbox::Limits& have,
                               std::string_view field) {
   auto differs = [&](const char* name, std::optional<std::uint64_t> w,
@@ -806,10 +789,10 @@ json encode_process(const sandbox::ProcessInfo& p) {
   return j;
 }
 
-Result<workspace::InstallRequest> decode_install(const json& body) {
-  workspace::InstallRequest req;
+Result<sandbox::InstallRequest> decode_install(const json& body) {
+  sandbox::InstallRequest req;
   AB_ASSIGN_OR_RETURN(auto manager, req_string(body, "manager"));
-  AB_ASSIGN_OR_RETURN(req.manager, workspace::parse_manager(manager));
+  AB_ASSIGN_OR_RETURN(req.manager, sandbox::parse_manager(manager));
   AB_ASSIGN_OR_RETURN(auto packages, opt_string_array(body, "packages"));
   if (!packages) return missing("packages");
   req.packages = std::move(*packages);
@@ -830,7 +813,7 @@ Result<workspace::InstallRequest> decode_install(const json& body) {
     }
     req.timeout = std::chrono::milliseconds(static_cast<std::int64_t>(*timeout * 1000));
   }
-  if (auto st = workspace::validate_install(req); !st) return std::unexpected(st.error());
+  if (auto st = sandbox::validate_install(req); !st) return std::unexpected(st.error());
   return req;
 }
 

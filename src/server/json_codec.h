@@ -17,7 +17,7 @@
 #include "sandbox/process_table.h"
 #include "sandbox/sandbox.h"
 #include "session/session_manager.h"
-#include "workspace/installers.h"
+#include "sandbox/installers.h"
 
 namespace agentbox::server {
 
@@ -55,10 +55,6 @@ Result<sandbox::Limits> decode_limits(const json& obj, std::string_view key);
 // (needs mode allowlist: EINVAL otherwise).
 Status decode_network(const json& body, session::NetworkSpec* out);
 
-// An exec's artifact_dir, once the box is known: relative, or absolute under /workspace or the
-// box's workspace path (what the file routes can return). Else EINVAL naming artifact_dir.
-Status check_artifact_dir(const std::string& dir, std::string_view workspace);
-
 // Seed 001's `cgroup` on an exec of an existing session: each limit it sets must equal the
 // box's (effective) one; a different one is ENOTSUP naming "<field>.<name>" (a live box's
 // limits are not changed).
@@ -83,11 +79,11 @@ Result<CreateSessionRequest> decode_create_session(const json& body,
 // read_only_skills are what to add.
 Result<session::SessionSpec> decode_add_mounts(const json& body);
 // POST /v1/sessions/{id}/packages {"manager": "pip|npm", "packages": [..], "persist", and for
-// pip "index_url", "find_links", "no_index"; "timeout_sec"}: checked (workspace::validate_install).
-Result<workspace::InstallRequest> decode_install(const json& body);
+// pip "index_url", "find_links", "no_index"; "timeout_sec"}: checked (sandbox::validate_install).
+Result<sandbox::InstallRequest> decode_install(const json& body);
 
 // POST /v1/sessions/{id}/exec and .../exec/stream: "command" or "argv" (exactly one), cwd, env,
-// stdin, timeout_sec, max_output_bytes, artifact_dir (no NUL, no '..'; see check_artifact_dir).
+// stdin, timeout_sec, max_output_bytes, artifact_dir (no NUL, no '..'; service::check_artifact_dir checks it against the box).
 Result<sandbox::ExecSpec> decode_exec(const json& body);
 
 // POST /exec and /exec-stream (seed 001): command (or argv), timeout_sec, max_output_bytes, env

@@ -17,6 +17,14 @@ nlohmann::json features_json() {
   return j;
 }
 
+void Metrics::record_exec_result(const Result<sandbox::ExecResult>& r) {
+  if (!r) {
+    record_exec(std::chrono::milliseconds(0), true, false);
+    return;
+  }
+  record_exec(r->duration, r->exit_code != 0, r->timed_out);
+}
+
 void Metrics::record_exec(std::chrono::milliseconds duration, bool failed, bool timed_out) {
   execs_.fetch_add(1, std::memory_order_relaxed);
   if (timed_out) {

@@ -12,7 +12,9 @@
 #include <utility>
 #include <vector>
 
+#include "common/error.h"
 #include "net/proxy.h"
+#include "sandbox/sandbox.h"
 #include "session/events.h"
 
 namespace agentbox::server {
@@ -53,6 +55,8 @@ class Metrics {
 
   // One finished exec: `failed` = it could not run or exited non-zero (timeouts count apart).
   void record_exec(std::chrono::milliseconds duration, bool failed, bool timed_out);
+  // record_exec() of an exec's outcome (an Error: it could not run).
+  void record_exec_result(const Result<sandbox::ExecResult>& r);
   void add_bytes_in(std::uint64_t n) { bytes_in_.fetch_add(n, std::memory_order_relaxed); }
   void add_bytes_out(std::uint64_t n) { bytes_out_.fetch_add(n, std::memory_order_relaxed); }
   // One session lifecycle event (the server subscribes this to the SessionManager).

@@ -9,7 +9,7 @@
 #include "common/log.h"
 #include "server/http_error.h"
 #include "server/metrics.h"
-#include "server/runner_hub.h"
+#include "remote/runner_hub.h"
 #include "server/internal/blocking.h"
 #include "server/internal/surfaces.h"
 #include "server/internal/transport.h"
@@ -71,7 +71,7 @@ asio::awaitable<Reply> metrics(Context* ctx, Request*) {
   r.content_type = "text/plain; version=0.0.4; charset=utf-8";
   RunnerCounters rc;
   if (ctx->opts.runners) {
-    RunnerStats s = ctx->opts.runners->stats();
+    remote::RunnerStats s = ctx->opts.runners->stats();
     rc = {s.connections, s.requests, s.failed, s.bytes_out, s.bytes_in};
   }
   r.body = ctx->metrics.render(counts ? *counts : std::map<std::string, std::size_t>{},

@@ -26,41 +26,6 @@
 #include "server/websocket.h"
 
 namespace agentbox::server::detail {
-// table->get(ref), but a tagged process the backend is launching right now (a managed one the
-// daemon brings back after a resume or a restart, whose host process may already run) is waited
-// for, up to 10 s, rather than answered 404.
-asio::awaitable<Result<sandbox::ProcessInfo>> get_settled(sandbox::ProcessTable* table,
-                                                           std::string ref) {
-  auto info = table->get(ref);
-  if (info || info.error().code != Code::kNotFound) co_return info;
-  asio::steady_timer t(co_await asio::this_coro::executor);
-  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(10);
-  while (!info && table->starting(ref) && std::chrono::steady_clock::now() < deadline) {
-    t.expires_after(std::chrono::milliseconds(10));
-    co_await t.async_wait(kTuple);
-    info = table->get(ref);
-  }
-  co_return info;
-}
-
-asio::awaitable<Result<sandbox::ProcessInfo>> kill_and_wait(sandbox::ProcessTable* table,
-                                                             std::string ref) {
-  auto before = co_await get_settled(table, ref);
-  if (!before) co_return std::unexpected(before.error());
-  if (auto st = table->kill(ref); !st) co_return std::unexpected(st.error());
-  const std::string pid = std::to_string(before->pid);
-  asio::steady_timer t(co_await asio::this_coro::executor);
-  auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(5);
-  auto info = table->get(pid);
-  while (info && info->state == sandbox::ProcessState::kRunning &&
-         std::chrono::steady_clock::now() < deadline) {
-    t.expires_after(std::chrono::milliseconds(5));
-    co_await t.async_wait(kTuple);
-    info = table->get(pid);
-  }
-  co_return info;
-}
-
 WsOptions ws_options(const ServerOptions& o) {
   WsOptions w;
   w.max_message_bytes = o.ws_max_message_bytes;
@@ -86,27 +51,15 @@ using sandbox::OutputBatch;
 using sandbox::OutputRecord;
 using sandbox::ProcessTable;
 
-// The session's table, and the sandbox that owns it (held while the table is used).
-struct Procs {
-  std::shared_ptr<sandbox::Sandbox> box;
-  ProcessTable* table = nullptr;
-  std::string session;
-};
+// The session's table, and the lease of the sandbox that owns it (held while it is used).
+using Procs = service::ProcTarget;
+
+service::Origin v1(const Request& req) { return origin_of(req, service::Surface::kV1); }
 
 asio::awaitable<Result<Procs>> procs_of(Context* ctx, Request* req, bool create) {
   auto id = session_param(*req);
   if (!id) co_return std::unexpected(id.error());
-  auto box = co_await acquire_sandbox(ctx, *id, create, req->caller);
-  if (!box) co_return std::unexpected(box.error());
-  Procs p;
-  p.box = std::move(*box);
-  p.table = p.box->processes();
-  p.session = std::move(*id);
-  if (p.table == nullptr) {
-    co_return std::unexpected(Error::make(
-        Code::kNotSupported, "processes: not supported by the backend of session " + p.session));
-  }
-  co_return p;
+  co_return co_await ctx->svc->processes.target(v1(*req), *id, create);
 }
 
 const std::string& ref_param(const Request& req) { return req.params.at("ref"); }
@@ -128,40 +81,6 @@ Result<std::optional<std::uint64_t>> since_query(const Request& req) {
   return std::optional<std::uint64_t>(n);
 }
 
-void audit_start(Context* ctx, const Request& req, const std::string& session,
-                 const sandbox::ProcessInfo& p) {
-  nlohmann::ordered_json f = nlohmann::ordered_json::object();
-  if (!p.argv.empty()) {
-    f["argv"] = p.argv;
-  } else {
-    f["command"] = p.command;
-  }
-  f["pid"] = p.pid;
-  if (!p.tag.empty()) f["tag"] = p.tag;
-  f["pty"] = p.pty.has_value();
-  audit(ctx, "process.start", req.caller, session, f);
-}
-
-// A managed process's exit hook: once its supervision ends for good (killed, or ended in a way
-// its policy does not restart), its spec leaves the session's state. Not when the box went down:
-// the spec brings it back in the next box.
-ProcessTable::ExitCallback managed_hook(Context* ctx, std::string session, std::string key) {
-  return [sm = ctx->sessions, pool = ctx->pool, session = std::move(session), key = std::move(key)](
-             const sandbox::ProcessInfo&, const sandbox::ProcessEnd& end) {
-    if (end.restarting || end.shutdown) return;
-    asio::post(*pool, [sm, session, key] { (void)sm->forget_managed(session, key); });
-  };
-}
-
-// A key for a managed process without a tag: 16 hex digits, never all digits (so never a pid).
-std::string new_process_key() {
-  std::random_device rd;
-  std::uint64_t v = (std::uint64_t{rd()} << 32) | rd();
-  char buf[20];
-  std::snprintf(buf, sizeof buf, "m%016llx", static_cast<unsigned long long>(v));
-  return buf;
-}
-
 // POST /v1/sessions/{id}/processes
 asio::awaitable<Reply> start_process(Context* ctx, Request* req) {
   auto body = body_object(req);
@@ -170,69 +89,9 @@ asio::awaitable<Reply> start_process(Context* ctx, Request* req) {
   if (!spec) co_return error_reply(spec.error());
   auto procs = co_await procs_of(ctx, req, /*create=*/true);
   if (!procs) co_return error_reply(procs.error());
-  if (spec->restart == sandbox::ProcessSpec::Restart::kNever) {
-    auto info = co_await procs->table->start(std::move(*spec));
-    if (!info) co_return error_reply(info.error());
-    audit_start(ctx, *req, procs->session, *info);
-    co_return json_reply(201, encode_process(*info));
-  }
-  // Managed: the spec is in the session's state before the process runs (a crash between the
-  // two brings it back rather than losing it), and leaves it again if the start fails.
-  spec->key = spec->tag.empty() ? new_process_key() : spec->tag;
-  session::SessionManager* sm = ctx->sessions;
-  const std::string session = procs->session;
-  const sandbox::ProcessSpec saved = *spec;
-  // A tag in use (by a live or a supervised process) must not replace that one's stored spec.
-  if (auto st = procs->table->check_tag(spec->tag); !st) co_return error_reply(st.error());
-  // (Jobs made apart from their co_await: g++ 12 and capturing lambdas, STYLE.md.)
-  auto save_job =
-      run_blocking(ctx->pool, [sm, session, saved] { return sm->save_managed(session, saved); });
-  auto saved_st = co_await std::move(save_job);
-  if (!saved_st) co_return error_reply(saved_st.error());
-  auto info = co_await procs->table->start(std::move(*spec), managed_hook(ctx, session, saved.key),
-                                           procs->box);
-  if (!info) {
-    if (info.error().code != Code::kExists) {
-      auto forget_job = run_blocking(
-          ctx->pool, [sm, session, key = saved.key] { return sm->forget_managed(session, key); });
-      (void)co_await std::move(forget_job);
-    }
-    co_return error_reply(info.error());
-  }
-  audit_start(ctx, *req, procs->session, *info);
+  auto info = co_await ctx->svc->processes.start(v1(*req), std::move(*procs), std::move(*spec));
+  if (!info) co_return error_reply(info.error());
   co_return json_reply(201, encode_process(*info));
-}
-
-// Starts the managed processes of a session that just came up (a resume by a client, by the
-// reaper's counterpart, or at daemon start), in its new box. On the network thread.
-asio::awaitable<void> start_managed(Context* ctx, std::string session) {
-  session::SessionManager* sm = ctx->sessions;
-  using Found = std::pair<std::vector<sandbox::ProcessSpec>, std::shared_ptr<sandbox::Sandbox>>;
-  auto job = run_blocking(ctx->pool, [sm, session]() -> Result<Found> {
-    auto specs = sm->managed_specs(session);
-    std::shared_ptr<sandbox::Sandbox> box;
-    if (!specs.empty()) box = sm->acquire_running(session, session::Caller::daemon());
-    return Found{std::move(specs), std::move(box)};
-  });
-  auto found = co_await std::move(job);
-  if (!found) co_return;
-  std::vector<sandbox::ProcessSpec> specs = std::move(found->first);
-  std::shared_ptr<sandbox::Sandbox> box = std::move(found->second);
-  if (specs.empty() || !box || box->processes() == nullptr) co_return;
-  for (sandbox::ProcessSpec& spec : specs) {
-    const std::string key = spec.key;
-    auto info =
-        co_await box->processes()->start(std::move(spec), managed_hook(ctx, session, key), box);
-    if (!info) {
-      // EEXIST: already running in this box (a second resume event).
-      if (info.error().code != Code::kExists) {
-        spdlog::error("session {}: starting managed process {}: {}", session, key,
-                      info.error().message);
-      }
-      continue;
-    }
-    spdlog::info("session {}: managed process {} runs again (pid {})", session, key, info->pid);
-  }
 }
 
 // GET /v1/sessions/{id}/processes
@@ -250,7 +109,7 @@ asio::awaitable<Reply> list_processes(Context* ctx, Request* req) {
 asio::awaitable<Reply> get_process(Context* ctx, Request* req) {
   auto procs = co_await procs_of(ctx, req, /*create=*/false);
   if (!procs) co_return error_reply(procs.error());
-  auto info = co_await get_settled(procs->table, ref_param(*req));
+  auto info = co_await ctx->svc->processes.get(std::move(*procs), ref_param(*req));
   if (!info) co_return error_reply(info.error());
   co_return json_reply(200, encode_process(*info));
 }
@@ -260,10 +119,8 @@ asio::awaitable<Reply> get_process(Context* ctx, Request* req) {
 asio::awaitable<Reply> delete_process(Context* ctx, Request* req) {
   auto procs = co_await procs_of(ctx, req, /*create=*/false);
   if (!procs) co_return error_reply(procs.error());
-  auto info = co_await kill_and_wait(procs->table, ref_param(*req));
+  auto info = co_await ctx->svc->processes.kill(v1(*req), std::move(*procs), ref_param(*req));
   if (!info) co_return error_reply(info.error());
-  audit(ctx, "process.kill", req->caller, procs->session,
-        nlohmann::ordered_json{{"pid", info->pid}});
   co_return json_reply(200, encode_process(*info));
 }
 
@@ -551,7 +408,7 @@ asio::awaitable<bool> serve_attached(Call* call, Procs procs, sandbox::ProcessIn
 asio::awaitable<bool> attach_process(Call* call) {
   auto procs = co_await procs_of(call->ctx, &call->ex.req, /*create=*/false);
   if (!procs) co_return co_await send_error(call, procs.error());
-  auto info = co_await get_settled(procs->table, ref_param(call->ex.req));
+  auto info = co_await service::get_settled(procs->table, ref_param(call->ex.req));
   if (!info) co_return co_await send_error(call, info.error());
   AttachHooks plain;
   co_return co_await serve_attached(call, std::move(*procs), std::move(*info), false,
@@ -591,9 +448,8 @@ asio::awaitable<bool> pty_session(Call* call) {
   if (!spec) co_return co_await send_error(call, spec.error());
   auto procs = co_await procs_of(call->ctx, &req, /*create=*/true);
   if (!procs) co_return co_await send_error(call, procs.error());
-  auto info = co_await procs->table->start(std::move(*spec));
+  auto info = co_await call->ctx->svc->processes.start(v1(req), *procs, std::move(*spec));
   if (!info) co_return co_await send_error(call, info.error());
-  audit_start(call->ctx, req, procs->session, *info);
   AttachHooks plain;
   co_return co_await serve_attached(call, std::move(*procs), std::move(*info), true,
                                     std::move(plain));
@@ -606,31 +462,9 @@ asio::awaitable<bool> attach_to_process(Call* call, std::shared_ptr<sandbox::San
                                         AttachHooks hooks) {
   Procs procs;
   procs.table = box->processes();
-  procs.box = std::move(box);
-  procs.session = std::move(session);
+  procs.lease = service::Lease{std::move(session), std::move(box)};
   co_return co_await serve_attached(call, std::move(procs), std::move(info), false,
                                     std::move(hooks));
-}
-
-void on_session_event_for_processes(Context* ctx, const session::SessionEvent& ev) {
-  if (ev.kind != session::EventKind::kResumed) return;
-  asio::co_spawn(*ctx->ioc, start_managed(ctx, ev.session.id), [](std::exception_ptr p) {
-    if (!p) return;
-    try {
-      std::rethrow_exception(p);
-    } catch (const std::exception& e) {
-      spdlog::error("starting managed processes: {}", e.what());
-    }
-  });
-}
-
-void resume_managed_sessions(Context* ctx) {
-  session::SessionManager* sm = ctx->sessions;
-  asio::post(*ctx->pool, [sm] {
-    if (std::size_t n = sm->resume_managed()) {
-      spdlog::info("resumed {} session(s) with managed processes", n);
-    }
-  });
 }
 
 std::vector<RouteSpec> process_routes() {

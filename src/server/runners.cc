@@ -24,10 +24,15 @@
 #include "common/log.h"
 #include "server/internal/surfaces.h"
 #include "server/internal/transport.h"
-#include "server/runner_hub.h"
+#include "remote/runner_hub.h"
 #include "server/websocket.h"
 
 namespace agentbox::server::detail {
+
+using remote::RunnerConn;
+using remote::RunnerHub;
+using remote::RunnerIdentity;
+namespace proto = runner::proto;
 namespace {
 
 namespace fs = std::filesystem;
@@ -166,7 +171,7 @@ asio::awaitable<bool> runner_ws(Call* call) {
     auto reg = proto::body_as<proto::RegisterBody>(*env);
     if (!reg) return refuse(reg.error().message, "INVALID");
     const std::string user = reg->user_id;
-    std::optional<RunnerUser> who;
+    std::optional<remote::RunnerUser> who;
     if (hub) who = hub->authenticate(url_user, reg->auth_token);
     if (!who) return refuse("authentication failed", "AUTH_FAILED");
     if (user.empty()) return refuse("missing user_id", "INVALID");

@@ -280,23 +280,6 @@ asio::awaitable<bool> guarded_log(Call* call) {
 
 }  // namespace
 
-std::vector<workspace::HealthCheck> template_health_checks(Context* ctx,
-                                                           const session::SessionInfo& info) {
-  std::vector<workspace::HealthCheck> out;
-  TemplateManager* m = manager(ctx);
-  if (!m || info.spec.template_name.empty()) return out;
-  auto t = m->get(info.spec.template_name);
-  if (!t) return out;  // deleted since: its sessions keep only the built-in checks
-  // The checks of the snapshot the session started on (a later upload or build changes only
-  // the sessions made after it).
-  const std::vector<workspace::TemplateHealthCheck>* checks = &t->tmpl.health;
-  for (const auto& s : t->snapshots) {
-    if (s.id == info.spec.snapshot && s.version == info.spec.template_version) checks = &s.health;
-  }
-  for (const auto& c : *checks) out.push_back({c.name, c.command, c.repair});
-  return out;
-}
-
 std::vector<RouteSpec> template_routes() {
   constexpr BodyKind J = BodyKind::kJson;  // bounded; YAML for POST /v1/templates
   constexpr BodyKind N = BodyKind::kNone;

@@ -15,20 +15,13 @@
 namespace agentbox::server::detail {
 namespace {
 
-using session::Caller;
 using session::SessionInfo;
-using session::SessionManager;
-using ojson = nlohmann::ordered_json;
 
 Reply session_reply(int status, const SessionInfo& s) {
   return json_reply(status, encode_session(s));
 }
 
-asio::awaitable<Result<SessionInfo>> get_session(Context* ctx, std::string id, Caller caller) {
-  SessionManager* sm = ctx->sessions;
-  auto job1 = run_blocking(ctx->pool, [sm, id, caller] { return sm->get(id, caller); });
-  co_return co_await std::move(job1);
-}
+service::Origin v1(const Request& req) { return origin_of(req, service::Surface::kV1); }
 
 asio::awaitable<Reply> create_session(Context* ctx, Request* rq) {
   Request& req = *rq;
@@ -41,24 +34,14 @@ asio::awaitable<Reply> create_session(Context* ctx, Request* rq) {
   }
   auto decoded = decode_create_session(*body, default_scope);
   if (!decoded) co_return error_reply(decoded.error());
-  SessionManager* sm = ctx->sessions;
-  Caller caller = req.caller;
-  auto job2 = run_blocking(ctx->pool, [sm, d = std::move(*decoded), caller] {
-    return sm->create_or_get(d.id, d.spec, caller);
-  });
-  auto r = co_await std::move(job2);
+  auto r = co_await ctx->svc->sessions.create(v1(req), std::move(decoded->id),
+                                              std::move(decoded->spec));
   if (!r) co_return error_reply(r.error());
-  // The audit line comes from the manager's kCreated event (audit_session_events).
-  if (r->second) spdlog::info("req={} session {} created", req.id, r->first.id);
   co_return session_reply(r->second ? 201 : 200, r->first);
 }
 
 asio::awaitable<Reply> list_sessions(Context* ctx, Request* req) {
-  Caller caller = req->caller;
-  SessionManager* sm = ctx->sessions;
-  auto job3 = run_blocking(
-      ctx->pool, [sm, caller]() -> Result<std::vector<SessionInfo>> { return sm->list(caller); });
-  auto list = co_await std::move(job3);
+  auto list = co_await ctx->svc->sessions.list(v1(*req));
   if (!list) co_return error_reply(list.error());
   json arr = json::array();
   for (const auto& s : *list) arr.push_back(encode_session(s));
@@ -72,20 +55,9 @@ asio::awaitable<Reply> delete_session(Context* ctx, Request* rq) {
   std::string id = *sid;
   auto archive = bool_query(req, "archive");
   if (!archive) co_return error_reply(archive.error());
-  SessionManager* sm = ctx->sessions;
-  Caller caller = req.caller;
-  if (*archive) {
-    auto job4a =
-        run_blocking(ctx->pool, [sm, id, caller] { return sm->destroy_archived(id, caller); });
-    auto path = co_await std::move(job4a);
-    if (!path) co_return error_reply(path.error());
-    spdlog::info("req={} session {} archived to {} and destroyed", req.id, id, *path);
-    co_return json_reply(200, {{"id", id}, {"archive", *path}});
-  }
-  auto job4 = run_blocking(ctx->pool, [sm, id, caller] { return sm->destroy(id, caller); });
-  auto st = co_await std::move(job4);
-  if (!st) co_return error_reply(st.error());
-  spdlog::info("req={} session {} destroyed", req.id, id);
+  auto path = co_await ctx->svc->sessions.destroy(v1(req), id, *archive);
+  if (!path) co_return error_reply(path.error());
+  if (*archive) co_return json_reply(200, {{"id", id}, {"archive", *path}});
   co_return json_reply(200, {{"id", id}});
 }
 
@@ -94,21 +66,17 @@ asio::awaitable<Reply> lifecycle(Context* ctx, RouteId route, Request* rq) {
   Request& req = *rq;
   auto sid = session_param(req);
   if (!sid) co_return error_reply(sid.error());
-  std::string id = *sid;
-  SessionManager* sm = ctx->sessions;
-  Caller caller = req.caller;
-  auto job = run_blocking(ctx->pool, [sm, route, id, caller]() -> Result<SessionInfo> {
-    if (route == RouteId::kSessionSuspend) return sm->suspend(id, caller);
-    if (route == RouteId::kSessionResume) return sm->resume(id, caller);
-    return sm->keepalive(id, caller);
-  });
-  auto s = co_await std::move(job);
-  if (!s) co_return error_reply(s.error());
-  if (route != RouteId::kSessionKeepalive) {
-    // The audit line comes from the manager's event (a no-op step writes none).
-    const char* event = route == RouteId::kSessionSuspend ? "suspend" : "resume";
-    spdlog::info("req={} session {}: {}", req.id, id, event);
+  service::Sessions& ss = ctx->svc->sessions;
+  // The audit line comes from the manager's event (a no-op step writes none).
+  Result<SessionInfo> s = fail(Code::kInternal, "lifecycle step");
+  if (route == RouteId::kSessionSuspend) {
+    s = co_await ss.suspend(v1(req), *sid);
+  } else if (route == RouteId::kSessionResume) {
+    s = co_await ss.resume(v1(req), *sid);
+  } else {
+    s = co_await ss.keepalive(v1(req), *sid);
   }
+  if (!s) co_return error_reply(s.error());
   co_return session_reply(200, *s);
 }
 
@@ -126,21 +94,15 @@ asio::awaitable<Reply> restore_session(Context* ctx, Request* rq) {
   if (!it->is_string()) {
     co_return error_reply(Error::make(Code::kInvalid, "field 'archive' must be a string"));
   }
-  std::string archive = it->get<std::string>();
-  SessionManager* sm = ctx->sessions;
-  Caller caller = req.caller;
-  auto job = run_blocking(ctx->pool,
-                          [sm, id, archive, caller] { return sm->restore(id, archive, caller); });
-  auto s = co_await std::move(job);
+  auto s = co_await ctx->svc->sessions.restore(v1(req), id, it->get<std::string>());
   if (!s) co_return error_reply(s.error());
-  spdlog::info("req={} session {} restored from {}", req.id, id, archive);
   co_return session_reply(201, *s);
 }
 
 asio::awaitable<Reply> get_session_route(Context* ctx, Request* req) {
   auto id = session_param(*req);
   if (!id) co_return error_reply(id.error());
-  auto s = co_await get_session(ctx, *id, req->caller);
+  auto s = co_await ctx->svc->sessions.get(v1(*req), *id);
   if (!s) co_return error_reply(s.error());
   co_return session_reply(200, *s);
 }
@@ -171,17 +133,8 @@ asio::awaitable<Reply> set_network(Context* ctx, Request* rq) {
   if (auto st = decode_network(json{{"network", *body}}, &spec); !st) {
     co_return error_reply(st.error());
   }
-  SessionManager* sm = ctx->sessions;
-  Caller caller = req.caller;
-  auto job = run_blocking(ctx->pool, [sm, sid = *id, spec, caller] {
-    return sm->set_network(sid, spec, caller);
-  });
-  auto s = co_await std::move(job);
+  auto s = co_await ctx->svc->sessions.set_network(v1(req), *id, std::move(spec));
   if (!s) co_return error_reply(s.error());
-  ojson fields = {{"mode", spec.mode}, {"allow", spec.allow}};
-  audit(ctx, "session.network", req.caller, *id, fields);
-  spdlog::info("req={} session {}: network policy set ({} entries)", req.id, *id,
-               spec.allow.size());
   co_return session_reply(200, *s);
 }
 
@@ -197,22 +150,9 @@ asio::awaitable<Reply> add_mounts(Context* ctx, Request* rq) {
   if (!body) co_return error_reply(body.error());
   auto add = decode_add_mounts(*body);
   if (!add) co_return error_reply(add.error());
-  ojson fields = {{"mounts", ojson::array()}, {"skills", add->skills}};
-  for (const auto& m : add->mounts) {
-    fields["mounts"].push_back({{"host_path", m.host_path}, {"mount_path", m.mount_path},
-                                {"mode", m.mode}});
-  }
-  SessionManager* sm = ctx->sessions;
-  Caller caller = req.caller;
-  auto job = run_blocking(ctx->pool, [sm, sid = *id, a = std::move(*add), caller] {
-    return sm->add_mounts(sid, a, caller);
-  });
-  auto r = co_await std::move(job);
+  auto r = co_await ctx->svc->sessions.add_mounts(v1(req), *id, std::move(*add));
   if (!r) co_return error_reply(r.error());
   const char* applied = r->live ? "live" : "next_start";
-  fields["applied"] = applied;
-  audit(ctx, "session.mounts", req.caller, *id, fields);
-  spdlog::info("req={} session {}: mounts added ({})", req.id, *id, applied);
   co_return json_reply(200, {{"session", encode_session(r->info)}, {"applied", applied}});
 }
 

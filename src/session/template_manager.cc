@@ -18,7 +18,7 @@
 #include "linux/quota_disk.h"
 #include "net/policy.h"
 #include "sandbox/rooted_fs.h"
-#include "workspace/installers.h"
+#include "sandbox/installers.h"
 #include "workspace/tree.h"
 
 namespace agentbox::session {
@@ -565,7 +565,7 @@ void TemplateManager::run_build(std::shared_ptr<Build> b, workspace::Template tm
 
     // Seed 004's dependencies, with the installers sessions use (workspace/installers.h): a
     // venv and pyproject.toml, node_modules and package.json, recorded for repair and rebuilds.
-    auto log_result = [&](const workspace::InstallResult& ir) {
+    auto log_result = [&](const sandbox::InstallResult& ir) {
       output(0, ir.stdout_data);
       output(1, ir.stderr_data);
       flush();
@@ -581,8 +581,8 @@ void TemplateManager::run_build(std::shared_ptr<Build> b, workspace::Template tm
     }
     if (tmpl.python.present && !tmpl.python.dependencies.empty()) {
       step("python.dependencies (" + std::to_string(tmpl.python.dependencies.size()) + ")");
-      workspace::InstallRequest req;
-      req.manager = workspace::PackageManager::kPip;
+      sandbox::InstallRequest req;
+      req.manager = sandbox::PackageManager::kPip;
       req.packages = tmpl.python.dependencies;
       req.python.index_url = tmpl.python.index_url;
       req.python.find_links = tmpl.python.find_links;
@@ -590,10 +590,10 @@ void TemplateManager::run_build(std::shared_ptr<Build> b, workspace::Template tm
       req.python.no_index = tmpl.network == "none" && req.python.index_url.empty() &&
                             !req.python.find_links.empty();
       req.timeout = config_.step_timeout;
-      if (auto st = workspace::validate_install(req); !st) {
+      if (auto st = sandbox::validate_install(req); !st) {
         return fail(Code::kInvalid, "python.dependencies: " + st.error().message);
       }
-      auto r = run_sync(loop_->io, workspace::install_packages(*box, std::move(req)));
+      auto r = run_sync(loop_->io, sandbox::install_packages(*box, std::move(req)));
       if (!r) return fail(r.error().code, "python.dependencies: " + r.error().message);
       log_result(*r);
       if (r->exit_code != 0) {
@@ -612,17 +612,17 @@ void TemplateManager::run_build(std::shared_ptr<Build> b, workspace::Template tm
     }
     if (tmpl.nodejs.present && !tmpl.nodejs.dependencies.empty()) {
       step("nodejs.dependencies (" + std::to_string(tmpl.nodejs.dependencies.size()) + ")");
-      workspace::InstallRequest req;
-      req.manager = workspace::PackageManager::kNpm;
+      sandbox::InstallRequest req;
+      req.manager = sandbox::PackageManager::kNpm;
       for (const auto& [name, spec] : tmpl.nodejs.dependencies) {
         // A local tarball or directory is installed as the path itself.
         req.packages.push_back(spec.empty() ? name : spec.front() == '/' ? spec : name + "@" + spec);
       }
       req.timeout = config_.step_timeout;
-      if (auto st = workspace::validate_install(req); !st) {
+      if (auto st = sandbox::validate_install(req); !st) {
         return fail(Code::kInvalid, "nodejs.dependencies: " + st.error().message);
       }
-      auto r = run_sync(loop_->io, workspace::install_packages(*box, std::move(req)));
+      auto r = run_sync(loop_->io, sandbox::install_packages(*box, std::move(req)));
       if (!r) return fail(r.error().code, "nodejs.dependencies: " + r.error().message);
       log_result(*r);
       if (r->exit_code != 0) {
@@ -652,7 +652,7 @@ void TemplateManager::run_build(std::shared_ptr<Build> b, workspace::Template tm
       }
     }
     // Seed 004's marker: the workspace was configured completely.
-    AB_TRY(workspace::write_configured_marker(*box));
+    AB_TRY(sandbox::write_configured_marker(*box));
     box->shutdown();
     box.reset();
 

@@ -21,8 +21,9 @@
 #include "server/json_codec.h"
 #include "server/metrics.h"
 #include "server/routes.h"
+#include "service/services.h"
 #include "session/session_manager.h"
-#include "workspace/health.h"
+#include "sandbox/health_checks.h"
 
 namespace agentbox::server::detail {
 
@@ -40,7 +41,8 @@ class E2bProcesses;  // e2b_process.cc: what E2B's process.Process keeps beside 
 struct Context {
   asio::io_context* ioc = nullptr;
   asio::thread_pool* pool = nullptr;
-  session::SessionManager* sessions = nullptr;
+  service::Services* svc = nullptr;             // the operations (service/services.h)
+  session::SessionManager* sessions = nullptr;  // svc->manager(), for what has no operation yet
   std::shared_ptr<sandbox::Backend> default_backend;
   ServerOptions opts;
   Metrics metrics;
@@ -80,6 +82,11 @@ struct Reply {
 
 Reply json_reply(int status, const json& j);
 Reply error_reply(const Error& e);
+
+// The Origin of a service/ operation made for `req` through `surface`.
+inline service::Origin origin_of(const Request& req, service::Surface surface) {
+  return service::Origin(req.caller, req.id, surface);
+}
 
 // Helpers shared by the surfaces.
 // The request body as a JSON object (parse_object), parsed by the transport when it was big.

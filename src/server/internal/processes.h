@@ -8,16 +8,15 @@
 #include <string>
 
 #include "sandbox/process_table.h"
+#include "service/processes.h"
 #include "server/internal/transport.h"
 #include "server/websocket.h"
 
 namespace agentbox::server::detail {
 
-// Kills `ref` and everything it started, then waits (at most a few seconds) until the table has
-// seen it end, and returns its final state. The wait goes by pid: a tag is free for a new process
-// once this one ended.
-asio::awaitable<Result<sandbox::ProcessInfo>> kill_and_wait(sandbox::ProcessTable* table,
-                                                             std::string ref);
+// Kills `ref` and everything it started and waits until the table has seen it end
+// (service/processes.h).
+using service::kill_and_wait;
 
 // The WebSocket options of the server's sockets (ServerOptions ws_*).
 WsOptions ws_options(const ServerOptions& o);

@@ -7,7 +7,7 @@
 #include "server/routes.h"
 #include "session/events.h"
 #include "session/session_manager.h"
-#include "workspace/health.h"
+#include "sandbox/health_checks.h"
 
 namespace agentbox::server::detail {
 
@@ -29,19 +29,5 @@ std::vector<RouteSpec> template_routes();   // templates.cc: /v1/templates...
 std::vector<RouteSpec> not_built_routes();  // not_built.cc: API.md routes not built yet (501)
 // not_built.cc: the handler of a not-built route (501 ENOTSUP naming the route).
 boost::asio::awaitable<bool> not_built(Call* call);
-
-// templates.cc: the health checks (YAML `health:`) of the template a session started on, added to
-// the built-in ones by /health, /repair and auto_repair (health.cc). None for a plain session.
-// Blocking (reads the template store): call on a pool thread.
-std::vector<workspace::HealthCheck> template_health_checks(Context* ctx,
-                                                           const session::SessionInfo& info);
-
-// processes.cc: managed processes come back with their session. A kResumed event starts the
-// session's stored managed processes in its new box; resume_managed_sessions() (once, when the
-// server starts) resumes the sessions that have some. Any thread.
-void on_session_event_for_processes(Context* ctx, const session::SessionEvent& ev);
-void resume_managed_sessions(Context* ctx);
-// health.cc: with the config's auto_repair, a kResumed event runs the session's repair. Any thread.
-void on_session_event_for_health(Context* ctx, const session::SessionEvent& ev);
 
 }  // namespace agentbox::server::detail

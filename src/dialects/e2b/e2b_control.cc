@@ -1,0 +1,471 @@
+// The E2B control plane (shared/E2B-MCP.md 2) onto agentbox sessions: a sandbox is a session of
+// the caller's tenant (X-API-KEY is its agentbox token).
+//
+//   POST /sandboxes, POST /v2/sandboxes        create: a new session "e2b-<hex>"; timeout ->
+//                                              ttl_sec, metadata -> labels, envVars -> env
+//   GET /sandboxes, GET /v2/sandboxes          list (state, metadata filters; limit/nextToken)
+//   GET /sandboxes/{id}                        get
+//   DELETE /sandboxes/{id}                     kill = destroy
+//   POST [/v2]/sandboxes/{id}/connect          resume if paused (201) or 200; timeout -> ttl
+//   POST /sandboxes/{id}/resume                the older resume
+//   POST /sandboxes/{id}/timeout               ttl_sec = timeout
+//   POST /sandboxes/{id}/pause                 suspend (409 when paused already)
+//
+// `timeout` is agentbox's ttl_sec: idle seconds (no API use, no command running) after which
+// the daemon's reaper suspends the session (or destroys it, with the daemon's ttl_destroys), not
+// E2B's wall-clock end. templateID: agentbox has no templates routes yet, so "base" (E2B's
+// default) is the only one; another is refused naming it. Fields that would change what the
+// sandbox is and that agentbox does not do (network, volumeMounts, mcp, autoResume, ...) are
+// refused (501) naming the field, never ignored.
+
+#include <algorithm>
+
+#include "common/log.h"
+#include "server/base64.h"
+#include "server/internal/blocking.h"
+#include "dialects/e2b/e2b.h"
+
+namespace agentbox::server::detail {
+namespace {
+
+using session::Caller;
+using session::SessionInfo;
+using session::SessionManager;
+
+constexpr std::string_view kDefaultTemplate = "base";
+constexpr std::int64_t kDefaultTimeoutSec = 300;    // E2B's default
+constexpr std::int64_t kMaxTimeoutSec = 86400 * 30;
+
+std::string new_sandbox_id() { return "e2b-" + random_hex(10); }
+
+std::string template_of(const SessionInfo& s) {
+  return s.spec.template_name.empty() ? std::string(kDefaultTemplate) : s.spec.template_name;
+}
+
+// The Sandbox reply of create and connect.
+Result<json> sandbox_json(Context* ctx, const SessionInfo& s) {
+  json j = json::object();
+  j["sandboxID"] = s.id;
+  j["templateID"] = template_of(s);
+  j["clientID"] = "agentbox";
+  j["alias"] = template_of(s);
+  j["envdVersion"] = std::string(kEnvdVersion);
+  j["envdAccessToken"] = AB_TRY(envd_token(ctx, s));
+  j["domain"] = nullptr;
+  return j;
+}
+
+// The SandboxDetail of get, and (without domain) of list.
+json detail_json(const SessionInfo& s) {
+  json j = json::object();
+  j["sandboxID"] = s.id;
+  j["templateID"] = template_of(s);
+  j["alias"] = template_of(s);
+  j["clientID"] = "agentbox";
+  j["startedAt"] = rfc3339(s.created_at);
+  std::int64_t ttl = s.spec.ttl_sec.value_or(0);
+  // The earliest the reaper may act: idle since last use for ttl seconds. No TTL: far away.
+  auto end = ttl > 0 ? s.last_used_at + std::chrono::seconds(ttl)
+                     : s.created_at + std::chrono::hours(24 * 365 * 10);
+  j["endAt"] = rfc3339(end);
+  j["state"] = s.state == session::State::kRunning ? "running" : "paused";
+  const auto& l = s.spec.limits;
+  j["cpuCount"] = l.cpu_percent ? std::max<std::uint32_t>(1, (*l.cpu_percent + 99) / 100) : 0;
+  j["memoryMB"] = l.memory_mb.value_or(0);
+  j["diskSizeMB"] = l.disk_mb.value_or(0);
+  j["envdVersion"] = std::string(kEnvdVersion);
+  j["metadata"] = s.spec.labels;
+  return j;
+}
+
+Reply no_content() {
+  Reply r;
+  r.status = 204;
+  r.content_type.clear();
+  return r;
+}
+
+Reply reply_of(const Result<json>& j, int status) {
+  if (!j) return control_error(j.error());
+  return json_reply(status, *j);
+}
+
+// ---- bodies
+
+Result<json> body_json(const std::string& body) {
+  if (body.empty()) return json::object();
+  json j = json::parse(body, nullptr, /*allow_exceptions=*/false);
+  if (j.is_discarded()) return fail(Code::kInvalid, "request body is not valid JSON");
+  if (!j.is_object()) return fail(Code::kInvalid, "request body must be a JSON object");
+  return j;
+}
+
+Result<std::optional<std::int64_t>> timeout_field(const json& b) {
+  auto it = b.find("timeout");
+  if (it == b.end() || it->is_null()) return std::optional<std::int64_t>{};
+  if (!it->is_number_integer()) return fail(Code::kInvalid, "'timeout' must be an integer (seconds)");
+  auto v = it->get<std::int64_t>();
+  if (v < 0 || v > kMaxTimeoutSec) {
+    return fail(Code::kInvalid,
+                "'timeout' must be from 0 to " + std::to_string(kMaxTimeoutSec) + " seconds");
+  }
+  return std::optional<std::int64_t>(v);
+}
+
+Result<std::map<std::string, std::string>> string_map(const json& b, const char* name) {
+  std::map<std::string, std::string> out;
+  auto it = b.find(name);
+  if (it == b.end() || it->is_null()) return out;
+  if (!it->is_object()) return fail(Code::kInvalid, std::string("'") + name + "' must be an object of strings");
+  for (auto e = it->begin(); e != it->end(); ++e) {
+    if (!e.value().is_string()) {
+      return fail(Code::kInvalid, std::string("'") + name + "." + e.key() + "' must be a string");
+    }
+    out[e.key()] = e.value().get<std::string>();
+  }
+  return out;
+}
+
+struct Create {
+  std::string template_id;
+  session::SessionSpec spec;
+};
+
+Result<Create> decode_create(const json& b) {
+  Create c;
+  // What the SDKs send and agentbox does: E2B-MCP.md 2.
+  static constexpr std::string_view kKnown[] = {
+      "templateID", "timeout", "metadata", "envVars", "secure", "allow_internet_access",
+      "autoPause", "autoPauseMemory"};
+  for (auto it = b.begin(); it != b.end(); ++it) {
+    if (std::find(std::begin(kKnown), std::end(kKnown), it.key()) != std::end(kKnown)) continue;
+    if (it->is_null() || (it->is_boolean() && !it->get<bool>())) continue;  // off: nothing asked
+    return fail(Code::kNotSupported,
+                "'" + it.key() + "' is not supported by agentbox's E2B dialect");
+  }
+  auto tmpl = b.find("templateID");
+  if (tmpl != b.end() && !tmpl->is_null() && !tmpl->is_string()) {
+    return fail(Code::kInvalid, "'templateID' must be a string");
+  }
+  c.template_id = tmpl != b.end() && tmpl->is_string() ? tmpl->get<std::string>() : "";
+  if (c.template_id.empty()) c.template_id = kDefaultTemplate;
+  if (c.template_id != kDefaultTemplate) {
+    return fail(Code::kInvalid, "template '" + c.template_id +
+                                    "' does not exist: agentbox serves only the template 'base' "
+                                    "(its default box) until its templates routes exist");
+  }
+  auto timeout = AB_TRY(timeout_field(b));
+  c.spec.ttl_sec = timeout.value_or(kDefaultTimeoutSec);
+  c.spec.labels = AB_TRY(string_map(b, "metadata"));
+  c.spec.env = AB_TRY(string_map(b, "envVars"));
+  for (const char* flag : {"secure", "autoPause", "autoPauseMemory"}) {
+    auto it = b.find(flag);
+    if (it != b.end() && !it->is_null() && !it->is_boolean()) {
+      return fail(Code::kInvalid, std::string("'") + flag + "' must be a boolean");
+    }
+  }
+  // secure: every sandbox has an envdAccessToken anyway. autoPause: a timeout suspends (pauses)
+  // unless the daemon is set to destroy (ttl_destroys), so true is what agentbox does; false is
+  // only E2B's default spelled out.
+  // allow_internet_access (older SDKs always send true): the session has the daemon's default
+  // network; asking for none is what agentbox can promise, anything else is refused above
+  // unless it is the SDK's default `true`, which the daemon's network policy then decides.
+  if (auto it = b.find("allow_internet_access"); it != b.end() && !it->is_null()) {
+    if (!it->is_boolean()) return fail(Code::kInvalid, "'allow_internet_access' must be a boolean");
+    if (!it->get<bool>()) c.spec.network.mode = "none";
+  }
+  return c;
+}
+
+// ---- the pool jobs (plain functions: no lambda is made inside a co_await)
+
+Result<json> create_job(Context* ctx, Create c, Caller caller) {
+  SessionManager* sm = ctx->sessions;
+  c.spec.template_name = "";  // the default box ("base")
+  for (int attempt = 0;; ++attempt) {
+    std::string id = new_sandbox_id();
+    auto r = sm->create_or_get(id, c.spec, caller);
+    if (!r) return std::unexpected(r.error());
+    if (!r->second) {
+      if (attempt < 3) continue;  // an id taken already: 80 random bits, never in practice
+      return fail(Code::kInternal, "could not pick a free sandbox id");
+    }
+    return sandbox_json(ctx, r->first);
+  }
+}
+
+// connect: resumes a paused sandbox; a timeout sets its TTL. 201 when it was resumed.
+Result<std::pair<json, bool>> connect_job(Context* ctx, std::string id,
+                                          std::optional<std::int64_t> timeout, Caller caller) {
+  SessionManager* sm = ctx->sessions;
+  SessionInfo s = AB_TRY(sm->get(id, caller));
+  bool resumed = false;
+  if (s.state != session::State::kRunning) {
+    s = AB_TRY(sm->resume(id, caller));
+    resumed = true;
+  }
+  if (timeout) {
+    session::SessionSpec ttl;
+    ttl.ttl_sec = *timeout;
+    s = AB_TRY(sm->create_or_get(id, ttl, caller)).first;
+  }
+  s = AB_TRY(sm->keepalive(id, caller));
+  return std::pair{AB_TRY(sandbox_json(ctx, s)), resumed};
+}
+
+Status timeout_job(Context* ctx, std::string id, std::int64_t timeout, Caller caller) {
+  SessionManager* sm = ctx->sessions;
+  AB_TRY(sm->get(id, caller));  // ENOENT before a create_or_get could make it
+  session::SessionSpec ttl;
+  ttl.ttl_sec = timeout;
+  AB_TRY(sm->create_or_get(id, ttl, caller));
+  AB_TRY(sm->keepalive(id, caller));
+  return {};
+}
+
+Status pause_job(Context* ctx, std::string id, Caller caller) {
+  SessionManager* sm = ctx->sessions;
+  SessionInfo s = AB_TRY(sm->get(id, caller));
+  if (s.state != session::State::kRunning) {
+    return fail(Code::kExists, "sandbox " + id + " is paused already");
+  }
+  AB_TRY(sm->suspend(id, caller));
+  return {};
+}
+
+Result<json> get_job(Context* ctx, std::string id, Caller caller) {
+  SessionInfo s = AB_TRY(ctx->sessions->get(id, caller));
+  return detail_json(s);
+}
+
+Status kill_job(Context* ctx, std::string id, Caller caller) {
+  return ctx->sessions->destroy(id, caller);
+}
+
+struct ListQuery {
+  bool running = true;
+  bool paused = true;
+  std::map<std::string, std::string> metadata;
+  std::size_t limit = 100;
+  std::string after;  // nextToken: the last id of the previous page
+};
+
+// `raw_query`: the request's query string, for the repeated `state` keys openapi-fetch sends
+// (state=running&state=paused; Request::query keeps only the first).
+Result<ListQuery> decode_list(const Request& req, std::string_view raw_query) {
+  ListQuery q;
+  std::string states;
+  while (!raw_query.empty()) {
+    auto amp = raw_query.find('&');
+    std::string_view pair = raw_query.substr(0, amp);
+    raw_query = amp == std::string_view::npos ? std::string_view{} : raw_query.substr(amp + 1);
+    if (pair.rfind("state=", 0) != 0) continue;
+    auto v = url_decode(pair.substr(6), true);
+    if (!v) return std::unexpected(v.error());
+    if (!v->empty()) states += (states.empty() ? "" : ",") + *v;
+  }
+  if (!states.empty()) {
+    q.running = q.paused = false;
+    std::string_view s = states;
+    while (!s.empty()) {
+      auto comma = s.find(',');
+      std::string_view one = s.substr(0, comma);
+      s = comma == std::string_view::npos ? std::string_view{} : s.substr(comma + 1);
+      if (one == "running") {
+        q.running = true;
+      } else if (one == "paused") {
+        q.paused = true;
+      } else {
+        return fail(Code::kInvalid, "state '" + std::string(one) + "' is not running or paused");
+      }
+    }
+  }
+  if (auto it = req.query.find("metadata"); it != req.query.end() && !it->second.empty()) {
+    auto m = parse_query(it->second);  // "k=v&k2=v2", itself URL-encoded
+    if (!m) return std::unexpected(m.error());
+    q.metadata = std::move(*m);
+  }
+  if (auto it = req.query.find("limit"); it != req.query.end() && !it->second.empty()) {
+    const std::string& v = it->second;
+    bool ok = v.size() <= 4;
+    for (char c : v) ok = ok && c >= '0' && c <= '9';
+    if (!ok || std::stoi(v) < 1 || std::stoi(v) > 1000) {
+      return fail(Code::kInvalid, "limit must be from 1 to 1000");
+    }
+    q.limit = static_cast<std::size_t>(std::stoi(v));
+  }
+  if (auto it = req.query.find("nextToken"); it != req.query.end()) q.after = it->second;
+  for (const auto& [k, v] : req.query) {
+    static constexpr std::string_view kKnown[] = {"state", "metadata", "limit", "nextToken",
+                                                  "query"};
+    if (std::find(std::begin(kKnown), std::end(kKnown), k) == std::end(kKnown)) {
+      return fail(Code::kNotSupported, "list filter '" + k + "' is not supported");
+    }
+  }
+  return q;
+}
+
+Result<std::pair<json, std::string>> list_job(Context* ctx, ListQuery q, Caller caller) {
+  json arr = json::array();
+  std::string next;
+  for (const SessionInfo& s : ctx->sessions->list(caller)) {  // sorted by id
+    if (!q.after.empty() && s.id <= q.after) continue;
+    bool running = s.state == session::State::kRunning;
+    if (running ? !q.running : !q.paused) continue;
+    bool match = true;
+    for (const auto& [k, v] : q.metadata) {
+      auto it = s.spec.labels.find(k);
+      match = match && it != s.spec.labels.end() && it->second == v;
+    }
+    if (!match) continue;
+    if (arr.size() == q.limit) {
+      next = arr.back()["sandboxID"].get<std::string>();
+      break;
+    }
+    arr.push_back(detail_json(s));
+  }
+  return std::pair{std::move(arr), std::move(next)};
+}
+
+// ---- routing
+
+struct Path {
+  std::vector<std::string> segs;
+};
+
+std::vector<std::string> split(const std::string& path) {
+  std::vector<std::string> out;
+  std::size_t i = 1;  // after the leading "/"
+  while (i <= path.size()) {
+    auto slash = path.find('/', i);
+    if (slash == std::string::npos) slash = path.size();
+    out.push_back(path.substr(i, slash - i));
+    i = slash + 1;
+  }
+  return out;
+}
+
+// A route of E2B's API that agentbox does not serve (metrics, snapshots, templates, volumes,
+// ...) is 501 naming it; a path that is no E2B route at all is 404.
+Reply not_served(const Request& req, const std::string& path) {
+  static constexpr std::string_view kE2bRoots[] = {"sandboxes", "templates", "volumes",
+                                                   "snapshots", "secrets",   "teams",
+                                                   "nodes",     "health",    "access-tokens",
+                                                   "api-keys"};
+  std::vector<std::string> s = split(path);
+  if (!s.empty() && s[0] == "v2") s.erase(s.begin());
+  if (!s.empty() && std::find(std::begin(kE2bRoots), std::end(kE2bRoots), s[0]) != std::end(kE2bRoots)) {
+    return e2b_error(501, req.method + " " + path + " is not served by agentbox's E2B dialect");
+  }
+  return e2b_error(404, req.method + " " + path + " is not a route of the E2B API");
+}
+
+}  // namespace
+
+asio::awaitable<bool> serve_control(Call* call, std::string path) {
+  Context* ctx = call->ctx;
+  Request& req = call->ex.req;
+  const Caller caller = req.caller;
+  std::string raw_query;  // before the body: a chunked body's parser takes the head over
+  {
+    std::string_view target = call->hp->get().target();
+    if (auto q = target.find('?'); q != std::string_view::npos) raw_query = target.substr(q + 1);
+  }
+  auto body = co_await read_whole_body(call, ctx->opts.max_json_bytes);
+  if (!body) {
+    if (body.error().code == Code::kUnavailable) co_return false;
+    call->ex.keep_alive = false;
+    co_return co_await send_reply(call, control_error(body.error()));
+  }
+  std::vector<std::string> s = split(path);
+  // "/v2/sandboxes..." and "/sandboxes..." are the same routes here.
+  if (!s.empty() && s[0] == "v2") s.erase(s.begin());
+  const std::string& m = req.method;
+  if (s.empty() || s[0] != "sandboxes" || s.size() > 3) {
+    co_return co_await send_reply(call, not_served(req, path));
+  }
+  if (s.size() == 1) {
+    if (m == "POST") {
+      auto b = body_json(*body);
+      if (!b) co_return co_await send_reply(call, control_error(b.error()));
+      auto c = decode_create(*b);
+      if (!c) co_return co_await send_reply(call, control_error(c.error()));
+      auto job = run_blocking(ctx->pool, [ctx, c = std::move(*c), caller] {
+        return create_job(ctx, c, caller);
+      });
+      auto r = co_await std::move(job);
+      if (r) spdlog::info("req={} e2b sandbox {} created", req.id, (*r)["sandboxID"].get<std::string>());
+      co_return co_await send_reply(call, reply_of(r, 201));
+    }
+    if (m == "GET") {
+      auto q = decode_list(req, raw_query);
+      if (!q) co_return co_await send_reply(call, control_error(q.error()));
+      auto job = run_blocking(ctx->pool, [ctx, q = std::move(*q), caller] {
+        return list_job(ctx, q, caller);
+      });
+      auto r = co_await std::move(job);
+      if (!r) co_return co_await send_reply(call, control_error(r.error()));
+      Reply rep = json_reply(200, r->first);
+      if (!r->second.empty()) rep.headers.emplace_back("X-Next-Token", r->second);
+      co_return co_await send_reply(call, std::move(rep));
+    }
+    co_return co_await send_reply(call, not_served(req, path));
+  }
+  const std::string id = s[1];
+  if (auto st = session::validate_id(id); !st) {
+    co_return co_await send_reply(call, e2b_error(404, "sandbox " + id + " not found"));
+  }
+  // The SDK reads `code == 404` in the body as "not found": the session's ENOENT gives it.
+  if (s.size() == 2) {
+    if (m == "GET") {
+      auto job = run_blocking(ctx->pool, [ctx, id, caller] { return get_job(ctx, id, caller); });
+      auto r = co_await std::move(job);
+      co_return co_await send_reply(call, reply_of(r, 200));
+    }
+    if (m == "DELETE") {
+      auto job = run_blocking(ctx->pool, [ctx, id, caller] { return kill_job(ctx, id, caller); });
+      auto r = co_await std::move(job);
+      if (!r) co_return co_await send_reply(call, control_error(r.error()));
+      co_return co_await send_reply(call, no_content());
+    }
+    co_return co_await send_reply(call, not_served(req, path));
+  }
+  const std::string& action = s[2];
+  if (m != "POST") co_return co_await send_reply(call, not_served(req, path));
+  auto b = body_json(*body);
+  if (!b) co_return co_await send_reply(call, control_error(b.error()));
+  if (action == "connect" || action == "resume") {
+    auto timeout = timeout_field(*b);
+    if (!timeout) co_return co_await send_reply(call, control_error(timeout.error()));
+    std::optional<std::int64_t> t = *timeout;
+    auto job = run_blocking(ctx->pool, [ctx, id, t, caller] { return connect_job(ctx, id, t, caller); });
+    auto r = co_await std::move(job);
+    if (!r) co_return co_await send_reply(call, control_error(r.error()));
+    int status = r->second ? 201 : 200;
+    co_return co_await send_reply(call, json_reply(status, r->first));
+  }
+  if (action == "timeout") {
+    auto timeout = timeout_field(*b);
+    if (!timeout) co_return co_await send_reply(call, control_error(timeout.error()));
+    if (!*timeout) {
+      co_return co_await send_reply(call, e2b_error(400, "'timeout' (seconds) is required"));
+    }
+    std::int64_t t = **timeout;
+    auto job = run_blocking(ctx->pool, [ctx, id, t, caller] { return timeout_job(ctx, id, t, caller); });
+    auto r = co_await std::move(job);
+    if (!r) co_return co_await send_reply(call, control_error(r.error()));
+    co_return co_await send_reply(call, no_content());
+  }
+  if (action == "pause") {
+    if (auto it = b->find("memory"); it != b->end() && !it->is_null() && !it->is_boolean()) {
+      co_return co_await send_reply(call, e2b_error(400, "'memory' must be a boolean"));
+    }
+    auto job = run_blocking(ctx->pool, [ctx, id, caller] { return pause_job(ctx, id, caller); });
+    auto r = co_await std::move(job);
+    if (!r) co_return co_await send_reply(call, control_error(r.error()));
+    co_return co_await send_reply(call, no_content());
+  }
+  co_return co_await send_reply(call, not_served(req, path));
+}
+
+}  // namespace agentbox::server::detail

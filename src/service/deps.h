@@ -1,0 +1,25 @@
+#pragma once
+// What every operation class of service/ works with. Owned by the daemon (daemon/main.cc); the
+// pointers outlive the services.
+
+#include <boost/asio/io_context.hpp>
+#include <boost/asio/thread_pool.hpp>
+
+#include "service/op_events.h"
+#include "session/session_manager.h"
+
+namespace agentbox::service {
+
+namespace asio = boost::asio;
+
+struct Deps {
+  // The network loop: process I/O and the daemon's own coroutines (revival, auto-repair) run
+  // here, as a request's would.
+  asio::io_context* ioc = nullptr;
+  // Blocking work (SessionManager calls, file syscalls, fsync).
+  asio::thread_pool* pool = nullptr;
+  session::SessionManager* sessions = nullptr;
+  OpBus* bus = nullptr;
+};
+
+}  // namespace agentbox::service

@@ -1,0 +1,23 @@
+#include "service/services.h"
+
+namespace agentbox::service {
+
+Services::Services(asio::io_context& ioc, asio::thread_pool& pool,
+                   session::SessionManager& manager, ServiceOptions opts)
+    : deps_{&ioc, &pool, &manager, &bus_},
+      opts_(std::move(opts)),
+      sessions(deps_),
+      exec(deps_),
+      files(deps_),
+      processes(deps_),
+      health(deps_, opts_.templates, opts_.auto_repair) {}
+
+void Services::start() {
+  lifecycle_sub_ = deps_.sessions->subscribe([this](const session::SessionEvent& ev) {
+    processes.on_session_event(ev);
+    health.on_session_event(ev);
+  });
+  processes.resume_managed_sessions();
+}
+
+}  // namespace agentbox::service

@@ -1,0 +1,63 @@
+#pragma once
+// The operations layer of one daemon (shared/DESIGN.md "Architecture": service/), made once by
+// daemon/main.cc and lent to every surface: /v1, the dialects, the runner hub. Owns the
+// operation events' bus (the audit log and the metrics subscribe to it) and subscribes what must
+// follow a session's lifecycle whatever surface moved it: managed-process revival and
+// auto-repair on resume.
+
+#include <boost/asio/io_context.hpp>
+#include <boost/asio/thread_pool.hpp>
+#include <memory>
+
+#include "service/deps.h"
+#include "service/exec.h"
+#include "service/files.h"
+#include "service/health.h"
+#include "service/op_events.h"
+#include "service/processes.h"
+#include "service/sessions.h"
+#include "session/session_manager.h"
+#include "session/template_manager.h"
+
+namespace agentbox::service {
+
+struct ServiceOptions {
+  // Seed 004: run a session's health checks and repairs when it resumes (config auto_repair).
+  bool auto_repair = false;
+  // The template store (null: none).
+  std::shared_ptr<session::TemplateManager> templates;
+};
+
+class Services {
+ private:
+  // First: the operation classes below are made from these.
+  OpBus bus_;
+  Deps deps_;
+  ServiceOptions opts_;
+  std::shared_ptr<void> lifecycle_sub_;  // SessionManager::subscribe handle
+
+ public:
+  // Keeps references to ioc, pool and manager, which outlive it.
+  Services(asio::io_context& ioc, asio::thread_pool& pool, session::SessionManager& manager,
+           ServiceOptions opts);
+  Services(const Services&) = delete;
+  Services& operator=(const Services&) = delete;
+
+  // Subscribes revival and auto-repair to the manager's events, and resumes the sessions that
+  // have managed processes. Once, when the daemon starts serving.
+  void start();
+
+  OpBus& bus() { return bus_; }
+  const Deps& deps() const { return deps_; }
+  session::SessionManager& manager() { return *deps_.sessions; }
+  const std::shared_ptr<session::TemplateManager>& templates() const { return opts_.templates; }
+
+  Sessions sessions;
+  Exec exec;
+  Files files;
+  Processes processes;
+  Health health;
+
+};
+
+}  // namespace agentbox::service

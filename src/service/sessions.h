@@ -1,0 +1,69 @@
+#pragma once
+// Sessions as operations (API.md "Sessions", "Live changes to a session"): create-or-get, get,
+// list, the lifecycle steps, destroy (with archive), restore, network policy, mounts, and the
+// one way any surface gets a session's sandbox (lease). Each call validates the id once, runs the
+// manager's blocking work on the pool and resumes on the caller's executor. Lifecycle changes are
+// told by the manager's own events (session/events.h); policy and mount changes emit an operation
+// event here.
+
+#include <boost/asio/awaitable.hpp>
+#include <memory>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "common/error.h"
+#include "sandbox/sandbox.h"
+#include "service/deps.h"
+#include "service/origin.h"
+#include "session/session_manager.h"
+
+namespace agentbox::service {
+
+// A session's live sandbox, held for one operation (the box stays up while it is held: a
+// suspend waits for no lease, but the Sandbox object outlives it).
+struct Lease {
+  std::string id;
+  std::shared_ptr<sandbox::Sandbox> box;
+};
+
+class Sessions {
+ public:
+  explicit Sessions(Deps deps) : d_(deps) {}
+
+  // POST /v1/sessions: the session and whether it was made now; an existing id is returned as
+  // it is (its spec is not changed by `spec`).
+  asio::awaitable<Result<std::pair<session::SessionInfo, bool>>> create(Origin origin,
+                                                                         std::string id,
+                                                                         session::SessionSpec spec);
+  asio::awaitable<Result<session::SessionInfo>> get(Origin origin, std::string id);
+  asio::awaitable<Result<std::vector<session::SessionInfo>>> list(Origin origin);
+  asio::awaitable<Result<session::SessionInfo>> suspend(Origin origin, std::string id);
+  asio::awaitable<Result<session::SessionInfo>> resume(Origin origin, std::string id);
+  asio::awaitable<Result<session::SessionInfo>> keepalive(Origin origin, std::string id);
+  // Tears the box down and deletes the workspace; with `archive`, writes it to
+  // data_dir/archives first and returns the archive's path ("" without).
+  asio::awaitable<Result<std::string>> destroy(Origin origin, std::string id, bool archive);
+  asio::awaitable<Result<session::SessionInfo>> restore(Origin origin, std::string id,
+                                                        std::string archive);
+  // The session's egress policy (emits "session.network").
+  asio::awaitable<Result<session::SessionInfo>> set_network(Origin origin, std::string id,
+                                                            session::NetworkSpec network);
+  // More mounts and skills (emits "session.mounts" with where they apply).
+  asio::awaitable<Result<session::SessionManager::MountsAdded>> add_mounts(
+      Origin origin, std::string id, session::SessionSpec add);
+
+  // The one lease rule: the live sandbox of session `id` (resumed when suspended), made with the
+  // default spec first when `create_if_missing` (exec and process routes create; file routes do
+  // not). A running session is leased without a hop through the pool.
+  asio::awaitable<Result<Lease>> lease(Origin origin, std::string id, bool create_if_missing);
+  // The running session's sandbox, never resuming it: nullptr when it is not running.
+  asio::awaitable<std::shared_ptr<sandbox::Sandbox>> lease_running(Origin origin, std::string id);
+
+  const Deps& deps() const { return d_; }
+
+ private:
+  Deps d_;
+};
+
+}  // namespace agentbox::service
