@@ -117,6 +117,8 @@ void record_session_event(AuditLog& log, const session::SessionEvent& ev) {
       return;
     case EventKind::kResumed: log.record("session.resume", tenant, s.id, fields); return;
     case EventKind::kSuspended: log.record("session.suspend", tenant, s.id, fields); return;
+    case EventKind::kUpdated:
+      return;  // the route writes session.update / session.network with the request's fields
     case EventKind::kDestroyed:
       if (fields.contains("archive")) log.record("session.archive", tenant, s.id, fields);
       log.record("session.destroy", tenant, s.id, fields);

@@ -155,9 +155,9 @@ asio::awaitable<Reply> keepalive(Context* ctx, Request* req) {
   co_return co_await lifecycle(ctx, RouteId::kSessionKeepalive, req);
 }
 
-// POST /v1/sessions/{id}/network {"mode", "allow"}: the session's egress policy. A running box's
-// proxy takes it for new connections; the spec keeps it (resume, restart). A change of mode is
-// ENOTSUP (the box's network namespace was made for its mode).
+// POST /v1/sessions/{id}/network {"mode", "allow"}: the session's network mode and allowlist. A
+// running box switches live for new connections (SessionManager::set_network); the spec keeps
+// it (resume, restart).
 asio::awaitable<Reply> set_network(Context* ctx, Request* rq) {
   Request& req = *rq;
   auto id = session_param(req);
@@ -182,6 +182,32 @@ asio::awaitable<Reply> set_network(Context* ctx, Request* rq) {
   audit(ctx, "session.network", req.caller, *id, fields);
   spdlog::info("req={} session {}: network policy set ({} entries)", req.id, *id,
                spec.allow.size());
+  co_return session_reply(200, *s);
+}
+
+// PATCH /v1/sessions/{id} {"limits", "ttl_sec", "labels"}: a live change (SessionManager::
+// update); the reply is the session with what is now in force.
+asio::awaitable<Reply> update_session(Context* ctx, Request* rq) {
+  Request& req = *rq;
+  auto id = session_param(req);
+  if (!id) co_return error_reply(id.error());
+  auto body = body_object(&req);
+  if (!body) co_return error_reply(body.error());
+  auto u = decode_session_patch(*body);
+  if (!u) co_return error_reply(u.error());
+  SessionManager* sm = ctx->sessions;
+  Caller caller = req.caller;
+  auto job = run_blocking(ctx->pool, [sm, sid = *id, upd = std::move(*u), caller] {
+    return sm->update(sid, upd, caller);
+  });
+  auto s = co_await std::move(job);
+  if (!s) co_return error_reply(s.error());
+  ojson fields = ojson::object();
+  for (const char* k : {"limits", "ttl_sec", "labels"}) {
+    if (auto it = body->find(k); it != body->end()) fields[k] = *it;
+  }
+  audit(ctx, "session.update", req.caller, *id, fields);
+  spdlog::info("req={} session {}: updated", req.id, *id);
   co_return session_reply(200, *s);
 }
 
@@ -226,6 +252,7 @@ std::vector<RouteSpec> session_routes() {
       {R::kSessionList, "GET", "/v1/sessions", B::kNone, true, simple<list_sessions>},
       {R::kSessionGet, "GET", "/v1/sessions/{id}", B::kNone, true, simple<get_session_route>},
       {R::kSessionDelete, "DELETE", "/v1/sessions/{id}", B::kNone, true, simple<delete_session>},
+      {R::kSessionUpdate, "PATCH", "/v1/sessions/{id}", B::kJson, true, simple<update_session>},
       {R::kSessionSuspend, "POST", "/v1/sessions/{id}/suspend", B::kJson, true, simple<suspend>},
       {R::kSessionResume, "POST", "/v1/sessions/{id}/resume", B::kJson, true, simple<resume>},
       {R::kSessionKeepalive, "POST", "/v1/sessions/{id}/keepalive", B::kJson, true,
@@ -234,8 +261,7 @@ std::vector<RouteSpec> session_routes() {
        simple<restore_session>},
       {R::kSessionNetwork, "POST", "/v1/sessions/{id}/network", B::kJson, true,
        simple<set_network>},
-      {R::kSessionMounts, "POST", "/v1/sessions/{id}/mounts", B::kJson, true,
-       simple<add_mounts>},
+      {R::kSessionMounts, "POST", "/v1/sessions/{id}/mounts", B::kJson, true, simple<add_mounts>},
   };
 }
 
