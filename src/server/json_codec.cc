@@ -481,7 +481,9 @@ Result<session::SessionManager::Update> decode_session_patch(const json& body) {
     }
   }
   session::SessionManager::Update u;
-  if (lookup(body, "limits")) AB_ASSIGN_OR_RETURN(u.limits, decode_limits(body, "limits"));
+  if (lookup(body, "limits")) {
+    AB_ASSIGN_OR_RETURN(u.limits, decode_limits(body, "limits"));
+  }
   AB_ASSIGN_OR_RETURN(auto ttl, opt_uint(body, "ttl_sec", std::uint64_t{1} << 40));
   if (ttl) u.ttl_sec = static_cast<std::int64_t>(*ttl);
   AB_ASSIGN_OR_RETURN(u.labels, opt_string_map(body, "labels"));

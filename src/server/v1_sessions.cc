@@ -204,7 +204,7 @@ asio::awaitable<Reply> update_session(Context* ctx, Request* rq) {
   if (!s) co_return error_reply(s.error());
   ojson fields = ojson::object();
   for (const char* k : {"limits", "ttl_sec", "labels"}) {
-    if (auto it = body->find(k); it != body->end()) fields[k] = *it;
+    if (auto it = body->find(k); it != body->end()) fields[k] = ojson::parse(it->dump());
   }
   audit(ctx, "session.update", req.caller, *id, fields);
   spdlog::info("req={} session {}: updated", req.id, *id);
