@@ -475,7 +475,8 @@ Result<CreateSessionRequest> decode_create_session(const json& body,
 Result<sandbox::ExecSpec> decode_exec(const json& body) { return decode_exec_fields(body); }
 
 Result<session::SessionManager::Update> decode_session_patch(const json& body) {
-  for (const auto& [key, value] : body.items()) {
+  for (auto it = body.begin(); it != body.end(); ++it) {
+    const std::string& key = it.key();
     if (key != "limits" && key != "ttl_sec" && key != "labels") {
       return bad_field(key, "is not a field of a session change (limits, ttl_sec, labels)");
     }
