@@ -57,6 +57,7 @@ Status BoxNetwork::set_mode(const NetworkMode& mode) {
   }
   if (new_egress) egress_ = std::move(new_egress);
   if (new_open) open_ = std::move(new_open);
+  has_proxy_.store(egress_ != nullptr);
   return result;
 }
 
@@ -65,11 +66,6 @@ Status BoxNetwork::set_policy(std::shared_ptr<const net::Policy> policy) {
   if (!egress_) return fail(Code::kNotSupported, "network policy: this box has no egress proxy");
   egress_->set_policy(std::move(policy));
   return {};
-}
-
-bool BoxNetwork::has_proxy() const {
-  std::lock_guard lk(mu_);
-  return egress_ != nullptr;
 }
 
 std::optional<net::ProxyCounters> BoxNetwork::counters() const {
@@ -81,6 +77,7 @@ std::optional<net::ProxyCounters> BoxNetwork::counters() const {
 void BoxNetwork::stop() {
   std::lock_guard lk(mu_);
   stopped_ = true;
+  has_proxy_.store(false);
   if (egress_) egress_->stop();
   if (open_) open_->stop();
 }

@@ -5,6 +5,7 @@
 
 #include <sys/types.h>
 
+#include <atomic>
 #include <boost/asio/io_context.hpp>
 #include <memory>
 #include <mutex>
@@ -34,8 +35,9 @@ class BoxNetwork {
   Status set_mode(const NetworkMode& mode);
   // The allowlist's policy for new connections; ENOTSUP without a proxy.
   Status set_policy(std::shared_ptr<const net::Policy> policy);
-  // Whether commands get the proxy variables (mode allowlist).
-  bool has_proxy() const;
+  // Whether commands get the proxy variables (mode allowlist). Never waits for a switch in
+  // progress (called where each command starts, on a network thread).
+  bool has_proxy() const { return has_proxy_.load(); }
   std::optional<net::ProxyCounters> counters() const;
   // The box is going down: nothing listens and nothing routes out once this returns.
   void stop();
@@ -49,6 +51,7 @@ class BoxNetwork {
   std::unique_ptr<net::BoxEgress> egress_;  // mode allowlist
   std::unique_ptr<net::OpenEgress> open_;   // mode open
   bool stopped_ = false;
+  std::atomic<bool> has_proxy_{false};  // egress_ != nullptr, readable without mu_
 };
 
 }  // namespace agentbox::sandbox
