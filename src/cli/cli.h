@@ -257,6 +257,31 @@ struct MountsAddArgs {
 // POST /v1/sessions/{id}/mounts; says whether the mounts are live or come at the next start.
 int session_mounts_add(const Globals& g, const MountsAddArgs& a);
 
+// agentbox session limits SESSION --memory-mb N ...: PATCH /v1/sessions/{id} {"limits"}; prints
+// the limits now in force (the server's JSON with --json). No limit given: a usage error.
+struct SessionLimitsArgs {
+  std::string id;
+  std::optional<std::uint64_t> memory_mb;
+  std::optional<std::uint32_t> cpu_percent;
+  std::optional<std::uint32_t> max_pids;
+  std::optional<std::uint32_t> cpu_time_sec;
+  std::optional<std::uint64_t> tmp_mb;
+  std::optional<std::uint32_t> max_open_files;
+  std::optional<std::uint64_t> disk_mb;
+  bool json = false;
+};
+int session_limits(const Globals& g, const SessionLimitsArgs& a);
+
+// agentbox network SESSION MODE [--allow DOMAIN ...]: POST /v1/sessions/{id}/network; a running
+// session switches live. Prints the mode now in force (the server's JSON with --json).
+struct NetworkArgs {
+  std::string id;
+  std::string mode;                // none | allowlist | open
+  std::vector<std::string> allow;  // with allowlist
+  bool json = false;
+};
+int network(const Globals& g, const NetworkArgs& a);
+
 // Polls GET /healthz until it answers 200 (exit 0) or the timeout passes (kExitUnreachable).
 int wait(const Globals& g, const std::string& url_arg, std::optional<std::uint32_t> timeout_sec);
 

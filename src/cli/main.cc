@@ -170,6 +170,21 @@ int main(int argc, char** argv) {
   s_madd->add_flag("--json", madd.json, "print the server's JSON");
   s_madd->callback([&] { run = [&] { return session_mounts_add(g, madd); }; });
 
+  agentbox::cli::SessionLimitsArgs lim;
+  CLI::App* s_lim = session->add_subcommand(
+      "limits", "change a session's limits; a running box takes them at once");
+  s_lim->add_option("id", lim.id, "session id")->required();
+  add_optional(s_lim, "--memory-mb", lim.memory_mb, "memory limit in MiB");
+  add_optional(s_lim, "--cpu-percent", lim.cpu_percent, "CPU limit, 100 = one core");
+  add_optional(s_lim, "--max-pids", lim.max_pids, "process limit");
+  add_optional(s_lim, "--cpu-time-sec", lim.cpu_time_sec, "CPU seconds per command");
+  add_optional(s_lim, "--tmp-mb", lim.tmp_mb, "size of /tmp in MiB (suspended sessions only)");
+  add_optional(s_lim, "--max-open-files", lim.max_open_files,
+               "open files per process (suspended sessions only)");
+  add_optional(s_lim, "--disk-mb", lim.disk_mb, "workspace size cap in MiB (cannot change)");
+  s_lim->add_flag("--json", lim.json, "print the server's JSON");
+  s_lim->callback([&] { run = [&] { return agentbox::cli::session_limits(g, lim); }; });
+
   std::string life_id;
   for (const char* action : {"suspend", "resume", "keepalive"}) {
     std::string help = std::string(action) == "suspend"
@@ -181,6 +196,19 @@ int main(int argc, char** argv) {
     sub->callback(
         [&, action] { run = [&, action] { return session_lifecycle(g, life_id, action); }; });
   }
+
+  // ---- network ----
+  agentbox::cli::NetworkArgs net;
+  CLI::App* netc = app.add_subcommand(
+      "network", "set a session's network mode; a running session switches at once");
+  netc->add_option("session", net.id, "session id")->required();
+  netc->add_option("mode", net.mode, "none, allowlist or open")
+      ->required()
+      ->check(CLI::IsMember({"none", "allowlist", "open"}));
+  netc->add_option("--allow", net.allow, "allowed domain with allowlist (repeatable)")
+      ->allow_extra_args(false);
+  netc->add_flag("--json", net.json, "print the server's JSON");
+  netc->callback([&] { run = [&] { return agentbox::cli::network(g, net); }; });
 
   // ---- exec ----
   ExecArgs ex;

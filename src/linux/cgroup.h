@@ -101,6 +101,17 @@ class Cgroup {
   // Every pid in it and below (host pids, sorted, no duplicates).
   [[nodiscard]] virtual Result<std::vector<pid_t>> pids() = 0;
 
+  // Writes the memory, cpu and pids limits (a box cgroup, CgroupDriver::create; live changes of
+  // a running box, API.md "Live changes to a session"). Lowering memory below what the box uses
+  // makes the kernel reclaim: on v2 it OOM-kills when that is not enough (the write succeeds);
+  // on v1 the write fails (EBUSY, returned as kExists naming the usage) and the old limit stays.
+  // The memory limit is written first, so a failure there leaves all three as they were.
+  // kNotSupported on a v2 exec child (limits belong to the box).
+  [[nodiscard]] virtual Status set_limits(const CgroupLimits& limits) {
+    (void)limits;
+    return fail(Code::kNotSupported, "limits on " + describe());
+  }
+
   // Bytes charged to it and below (v2 memory.current, v1 memory.usage_in_bytes).
   [[nodiscard]] virtual Result<std::uint64_t> memory_usage() = 0;
 

@@ -134,6 +134,58 @@ class V1Cgroup final : public Cgroup {
     return out;
   }
 
+  Status set_limits(const CgroupLimits& limits) override {
+    const std::string& mem = dirs_[kMemory];
+    const std::string bytes = limits.memory_bytes == 0 ? "-1" : std::to_string(limits.memory_bytes);
+    const std::string limit_file = join(mem, "memory.limit_in_bytes");
+    const std::string memsw = join(mem, "memory.memsw.limit_in_bytes");
+    const bool has_memsw = detail::exists(memsw);
+    // The kernel requires memsw.limit >= limit at every step: raising writes memsw first,
+    // lowering (and a fresh cgroup, unlimited in both) writes the limit first.
+    bool raising = false;
+    if (has_memsw) {
+      // Unreadable (a fake layout in tests) counts as unlimited, as a fresh cgroup is.
+      auto cur = detail::read_u64(limit_file);
+      raising = cur && (limits.memory_bytes == 0 || limits.memory_bytes > *cur);
+    }
+    // SECURITY: no swap escape. memsw limits RAM + swap together, so setting it to the RAM limit
+    // means not one page beyond the limit can live in swap.
+    if (raising) {
+      if (auto st = detail::write_file(memsw, bytes); !st) return st;
+    }
+    if (auto st = detail::write_file(limit_file, bytes); !st) {
+      // EBUSY: v1 reclaimed what it could and the box still uses more; it does not OOM-kill.
+      if (st.error().sys_errno == EBUSY) {
+        auto used = detail::read_u64(join(mem, "memory.usage_in_bytes"));
+        return fail(Code::kExists,
+                    "memory limit " + std::to_string(limits.memory_bytes >> 20) +
+                        " MiB: the box uses " + (used ? std::to_string(*used >> 20) : "?") +
+                        " MiB that the kernel could not reclaim (cgroup v1 refuses the lower "
+                        "limit rather than OOM-kill; the old limit stays)");
+      }
+      return st;
+    }
+    if (has_memsw && !raising) {
+      if (auto st = detail::write_file(memsw, bytes); !st) return st;
+    } else if (!has_memsw) {
+      if (const std::string sw = join(mem, "memory.swappiness"); detail::exists(sw)) {
+        // Kernel without swap accounting (CONFIG_MEMCG_SWAP off or swapaccount=0): memsw is
+        // absent and swap cannot be capped. swappiness 0 stops this cgroup's limit reclaim from
+        // swapping anonymous memory, so hitting the limit means the OOM killer rather than
+        // growth into swap. Global memory pressure may still swap the box's pages out; that is
+        // the best v1 allows.
+        if (auto st = detail::write_file(sw, "0"); !st) return st;
+      }
+    }
+    const std::string& cpu = dirs_[kCpu];
+    if (auto st = detail::write_file(join(cpu, "cpu.cfs_period_us"), "100000"); !st) return st;
+    const std::string quota =
+        limits.cpu_percent == 0 ? "-1" : std::to_string(std::uint64_t{limits.cpu_percent} * 1000);
+    if (auto st = detail::write_file(join(cpu, "cpu.cfs_quota_us"), quota); !st) return st;
+    const std::string pids = limits.max_pids == 0 ? "max" : std::to_string(limits.max_pids);
+    return detail::write_file(join(dirs_[kPids], "pids.max"), pids);
+  }
+
   Result<std::uint64_t> memory_usage() override {
     return detail::read_u64(join(dirs_[kMemory], "memory.usage_in_bytes"));
   }
@@ -268,7 +320,7 @@ class V1Driver final : public CgroupDriver {
         std::make_unique<V1Cgroup>(fs_, dirs_under(root_, parent_ + "/" + std::string(name)));
     if (auto st = box->destroy(); !st) return std::unexpected(std::move(st.error()));  // leftover
     if (auto st = box->make_dirs(); !st) return std::unexpected(std::move(st.error()));
-    if (auto st = configure(*box, limits); !st) {
+    if (auto st = box->set_limits(limits); !st) {
       (void)box->destroy();
       return std::unexpected(std::move(st.error()));
     }
@@ -328,32 +380,6 @@ class V1Driver final : public CgroupDriver {
       }
     }
     return {};
-  }
-
-  Status configure(const V1Cgroup& box, const CgroupLimits& limits) {
-    const std::string& mem = box.dir(kMemory);
-    const std::string bytes = limits.memory_bytes == 0 ? "-1" : std::to_string(limits.memory_bytes);
-    // limit_in_bytes first: the kernel requires memsw.limit >= limit at every step, and a fresh
-    // cgroup starts with both unlimited.
-    if (auto st = detail::write_file(join(mem, "memory.limit_in_bytes"), bytes); !st) return st;
-    // SECURITY: no swap escape. memsw limits RAM + swap together, so setting it to the RAM limit
-    // means not one page beyond the limit can live in swap.
-    if (const std::string memsw = join(mem, "memory.memsw.limit_in_bytes"); detail::exists(memsw)) {
-      if (auto st = detail::write_file(memsw, bytes); !st) return st;
-    } else if (const std::string sw = join(mem, "memory.swappiness"); detail::exists(sw)) {
-      // Kernel without swap accounting (CONFIG_MEMCG_SWAP off or swapaccount=0): memsw is absent
-      // and swap cannot be capped. swappiness 0 stops this cgroup's limit reclaim from swapping
-      // anonymous memory, so hitting the limit means the OOM killer rather than growth into swap.
-      // Global memory pressure may still swap the box's pages out; that is the best v1 allows.
-      if (auto st = detail::write_file(sw, "0"); !st) return st;
-    }
-    const std::string& cpu = box.dir(kCpu);
-    if (auto st = detail::write_file(join(cpu, "cpu.cfs_period_us"), "100000"); !st) return st;
-    const std::string quota =
-        limits.cpu_percent == 0 ? "-1" : std::to_string(std::uint64_t{limits.cpu_percent} * 1000);
-    if (auto st = detail::write_file(join(cpu, "cpu.cfs_quota_us"), quota); !st) return st;
-    const std::string pids = limits.max_pids == 0 ? "max" : std::to_string(limits.max_pids);
-    return detail::write_file(join(box.dir(kPids), "pids.max"), pids);
   }
 
   std::string root_;

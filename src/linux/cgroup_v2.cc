@@ -133,6 +133,27 @@ class V2Cgroup final : public Cgroup {
     return out;
   }
 
+  Status set_limits(const CgroupLimits& limits) override {
+    if (!is_box_) return Cgroup::set_limits(limits);
+    // memory.max below memory.current: the kernel reclaims, then OOM-kills (the write returns
+    // once usage is under the new limit).
+    const std::string mem = limits.memory_bytes == 0 ? "max" : std::to_string(limits.memory_bytes);
+    if (auto st = detail::write_file(join(dir_, "memory.max"), mem); !st) return st;
+    // SECURITY: no swap escape: swapped-out pages would not count against memory.max. The file is
+    // absent when the kernel has no swap accounting (CONFIG_MEMCG_SWAP off, swapaccount=0); then
+    // the host has no per-cgroup swap control at all and memory.max is the only bound.
+    if (const std::string swap = join(dir_, "memory.swap.max"); detail::exists(swap)) {
+      if (auto st = detail::write_file(swap, "0"); !st) return st;
+    }
+    const std::string cpu =
+        (limits.cpu_percent == 0 ? std::string("max")
+                                 : std::to_string(std::uint64_t{limits.cpu_percent} * 1000)) +
+        " " + std::to_string(kCpuPeriodUs);
+    if (auto st = detail::write_file(join(dir_, "cpu.max"), cpu); !st) return st;
+    const std::string pids = limits.max_pids == 0 ? "max" : std::to_string(limits.max_pids);
+    return detail::write_file(join(dir_, "pids.max"), pids);
+  }
+
   Result<std::uint64_t> memory_usage() override {
     return detail::read_u64(join(dir_, "memory.current"));
   }
@@ -200,7 +221,7 @@ class V2Driver final : public CgroupDriver {
     if (auto st = detail::make_dir(*fs_, box->describe(), false); !st) {
       return std::unexpected(std::move(st.error()));
     }
-    if (auto st = configure(box->describe(), limits); !st) {
+    if (auto st = configure(*box, limits); !st) {
       (void)box->destroy();
       return std::unexpected(std::move(st.error()));
     }
@@ -231,24 +252,11 @@ class V2Driver final : public CgroupDriver {
 
  private:
   // Limits on the box, controllers handed down to its children, and the init leaf.
-  Status configure(const std::string& box, const CgroupLimits& limits) {
-    const std::string mem = limits.memory_bytes == 0 ? "max" : std::to_string(limits.memory_bytes);
-    if (auto st = detail::write_file(join(box, "memory.max"), mem); !st) return st;
-    // SECURITY: no swap escape: swapped-out pages would not count against memory.max. The file is
-    // absent when the kernel has no swap accounting (CONFIG_MEMCG_SWAP off, swapaccount=0); then
-    // the host has no per-cgroup swap control at all and memory.max is the only bound.
-    if (const std::string swap = join(box, "memory.swap.max"); detail::exists(swap)) {
-      if (auto st = detail::write_file(swap, "0"); !st) return st;
-    }
-    const std::string cpu =
-        (limits.cpu_percent == 0 ? std::string("max")
-                                 : std::to_string(std::uint64_t{limits.cpu_percent} * 1000)) +
-        " " + std::to_string(kCpuPeriodUs);
-    if (auto st = detail::write_file(join(box, "cpu.max"), cpu); !st) return st;
-    const std::string pids = limits.max_pids == 0 ? "max" : std::to_string(limits.max_pids);
-    if (auto st = detail::write_file(join(box, "pids.max"), pids); !st) return st;
-    if (auto st = enable_controllers(box); !st) return st;
-    return detail::make_dir(*fs_, join(box, kInitLeaf), false);
+  Status configure(V2Cgroup& box, const CgroupLimits& limits) {
+    if (auto st = box.set_limits(limits); !st) return st;
+    const std::string dir = box.describe();
+    if (auto st = enable_controllers(dir); !st) return st;
+    return detail::make_dir(*fs_, join(dir, kInitLeaf), false);
   }
 
   // <root>, then each component of the parent path: created if missing, and each hands the

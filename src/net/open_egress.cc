@@ -242,6 +242,21 @@ void OpenEgress::stop() {
   }
 }
 
+Status OpenEgress::stop_and_cut(pid_t box_pid) {
+  stop();
+  if (box_address_.empty()) return {};
+  static const std::string ss = find_tool("ss");
+  if (ss.empty()) {
+    return fail(Code::kUnavailable, "cutting the open connections needs `ss` (iproute2)");
+  }
+  const std::string ns_path = "/proc/" + std::to_string(box_pid) + "/ns/net";
+  UniqueFd ns(::open(ns_path.c_str(), O_RDONLY | O_CLOEXEC));
+  if (!ns) return fail_errno(errno, "open(" + ns_path + ")");
+  auto r = run_tool({ss, "-K", "-a", "-t", "-u", "-n", "src", box_address_}, "", ns.get());
+  if (!r) return std::unexpected(r.error());
+  return {};
+}
+
 OpenEgress::~OpenEgress() {
   stop();
 }

@@ -52,6 +52,12 @@ class OpenEgress {
   // Deletes the host side of the pair (the box loses its route out at once). Idempotent.
   void stop();
 
+  // A live change away from mode "open" (API.md "Network"): stop(), then every socket in the
+  // netns of `box_pid` bound to box_address() (the connections that went out through the pair)
+  // is aborted with SOCK_DESTROY (`ss -K`, iproute2): their owners see ECONNABORTED at once
+  // instead of waiting on a route that is gone. Loopback sockets of the box are untouched.
+  Status stop_and_cut(pid_t box_pid);
+
   const std::string& host_ifname() const { return ifname_; }
   const std::string& box_address() const { return box_address_; }  // "10.201.0.2"
   const std::string& gateway() const { return gateway_; }          // "10.201.0.1"

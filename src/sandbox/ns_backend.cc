@@ -55,6 +55,7 @@
 #include "sandbox/blocking.h"
 #include "sandbox/default_limits.h"
 #include "sandbox/exec_runner.h"
+#include "sandbox/ns_network.h"
 #include "sandbox/path.h"
 #include "sandbox/process.h"
 #include "sandbox/process_table.h"
@@ -560,6 +561,7 @@ class NsSandbox final : public Sandbox, private ProcessLauncher {
         env_(std::move(env)),
         cgroup_(std::move(cgroup)),
         box_(std::move(box)),
+        net_(std::make_unique<BoxNetwork>(core_->io, box_->init_pid(), core_->opts.network, key_)),
         mntns_(std::move(mntns)),
         fs_(std::move(root), RootMode::kInRoot, Owner{uid, gid}),
         conn_(std::make_shared<Conn>(std::move(control_dup),
@@ -578,36 +580,33 @@ class NsSandbox final : public Sandbox, private ProcessLauncher {
 
   ProcessTable* processes() override { return &procs_; }
 
-  // Called once by NsBackend::create(), before the sandbox is handed out.
-  Status start_egress(std::shared_ptr<const net::Policy> policy, net::ProxyHooks hooks) {
-    auto network = core_->opts.network ? core_->opts.network
-                                       : std::make_shared<const net::NetworkConfig>();
-    auto eg = net::BoxEgress::start(core_->io, box_->init_pid(), std::move(policy),
-                                    std::move(network), std::move(hooks));
-    if (!eg) return std::unexpected(with_context(eg.error(), "box " + key_ + ": egress proxy"));
-    egress_ = std::move(*eg);
-    return {};
-  }
+  // The network mode the box starts in (a live change is set_network); blocking.
+  Status start_network(const NetworkMode& mode) { return net_->set_mode(mode); }
 
-  // Network mode "open": once, before the sandbox is shared (blocking: runs ip and nft).
-  Status start_open_network() {
-    const net::NetworkConfig defaults;
-    const net::NetworkConfig& network = core_->opts.network ? *core_->opts.network : defaults;
-    auto eg = net::OpenEgress::start(box_->init_pid(), network);
-    if (!eg) return std::unexpected(with_context(eg.error(), "box " + key_ + ": open network"));
-    open_ = std::move(*eg);
-    return {};
-  }
+  Status set_network(const NetworkMode& mode) override { return net_->set_mode(mode); }
 
   Status set_egress_policy(std::shared_ptr<const net::Policy> policy) override {
-    if (!egress_) return Sandbox::set_egress_policy(std::move(policy));
-    egress_->set_policy(std::move(policy));
-    return {};
+    return net_->set_policy(std::move(policy));
   }
 
-  std::optional<net::ProxyCounters> egress_counters() const override {
-    if (!egress_) return std::nullopt;
-    return egress_->counters();
+  std::optional<net::ProxyCounters> egress_counters() const override { return net_->counters(); }
+
+  // memory, cpu and pids into the box cgroup (limits on it bound every exec child below it);
+  // cpu_time_sec for the commands started from now on.
+  Status set_limits(const Limits& limits) override {
+    lx::CgroupLimits cl;
+    cl.memory_bytes = limits.memory_mb.value_or(kDefaultMemoryMb) << 20;
+    cl.cpu_percent = limits.cpu_percent.value_or(kDefaultCpuPercent);
+    cl.max_pids = limits.max_pids.value_or(kDefaultMaxPids);
+    {
+      std::lock_guard lock(cgroup_mu_);
+      if (shut_down_cgroups_) return fail(Code::kUnavailable, "box " + key_ + " is shut down");
+      if (auto st = cgroup_->set_limits(cl); !st) {
+        return std::unexpected(with_context(st.error(), "box " + key_ + ": limits"));
+      }
+    }
+    cpu_time_sec_.store(limits.cpu_time_sec.value_or(0));
+    return {};
   }
 
   // Mounts into the running box (linux/host_binds.h): prepared here as for a start (idmapped
@@ -723,9 +722,8 @@ class NsSandbox final : public Sandbox, private ProcessLauncher {
       if (shut_down_) return;
       shut_down_ = true;
     }
-    // The box can no longer reach out: its proxy stops listening at once.
-    if (egress_) egress_->stop();
-    if (open_) open_->stop();
+    // The box can no longer reach out: its proxy stops listening, its route out goes.
+    net_->stop();
     // Their ends are reported as asked for (no supervisor restarts them).
     procs_.shutdown();
     // SECURITY: every process of the box dies: the cgroup first (it holds the init and every
@@ -950,19 +948,17 @@ class NsSandbox final : public Sandbox, private ProcessLauncher {
   const std::string key_;
   const uid_t uid_;
   const gid_t gid_;
-  const std::uint32_t cpu_time_sec_;  // RLIMIT_CPU of every command (limits.cpu_time_sec); 0 none
+  // RLIMIT_CPU of every command (limits.cpu_time_sec); 0 none. set_limits() changes it.
+  std::atomic<std::uint32_t> cpu_time_sec_;
   const std::map<std::string, std::string> env_;
   std::mutex cgroup_mu_;  // serialises use of cgroup_ (thread-compatible)
   std::unique_ptr<lx::Cgroup> cgroup_;
-  // Set once by start_egress() before the sandbox is shared; null without an allowlist.
-  std::unique_ptr<net::BoxEgress> egress_;
-  // Set once by start_open_network() before the sandbox is shared; null unless mode "open".
-  std::unique_ptr<net::OpenEgress> open_;
   // Empty exec cgroups kept for reuse, and whether shutdown() took them; under cgroup_mu_.
   static constexpr std::size_t kSpareExecCgroups = 4;
   std::vector<std::unique_ptr<lx::Cgroup>> spare_cgroups_;
   bool shut_down_cgroups_ = false;
   std::unique_ptr<lx::Box> box_;
+  std::unique_ptr<BoxNetwork> net_;  // its proxy or veth, as its network mode has it
   // The box's mount namespace (/proc/<init>/ns/mnt), for mounts added while it runs; opened
   // while the init was surely ours (not yet reaped). live_mounts_mu_ serialises those adds.
   const UniqueFd mntns_;
@@ -1013,7 +1009,7 @@ Result<NsSandbox::Prepared> NsSandbox::prepare_exec(ExecSpec& spec, const asio::
   cmd.uid = uid_;
   cmd.gid = gid_;
   cmd.oom_score_adj = core_->opts.command_oom_score_adj;
-  cmd.cpu_time_sec = cpu_time_sec_;
+  cmd.cpu_time_sec = cpu_time_sec_.load();
   if (!spec.argv.empty()) {
     if (spec.argv.front().empty()) return fail(Code::kInvalid, "exec: argv[0] is empty");
     cmd.argv = std::move(spec.argv);
@@ -1034,6 +1030,10 @@ Result<NsSandbox::Prepared> NsSandbox::prepare_exec(ExecSpec& spec, const asio::
       {"TERM", pty ? "xterm-256color" : "dumb"},
   };
   for (const auto& [k, v] : env_) env[k] = v;
+  if (net_->has_proxy()) {
+    // The proxy is the box's only way out; its variables win over the session's env.
+    for (auto& [k, v] : net::BoxEgress::box_env()) env[k] = std::move(v);
+  }
   for (auto& [k, v] : spec.env) env[k] = std::move(v);
   cmd.env.reserve(env.size());
   for (const auto& [k, v] : env) cmd.env.push_back(k + "=" + v);
@@ -1413,25 +1413,15 @@ Result<std::unique_ptr<Sandbox>> NsBackend::create(BoxConfig config) {
     config.env["PATH"] = std::string(kWorkspaceBins) + ":" + core_->opts.path_prefix + ":" +
                          (kBoxPath + kWorkspaceBins.size() + 1);
   }
-  if (config.egress_policy) {
-    // The proxy is the box's only way out; its variables win over the session's env.
-    for (auto& [k, v] : net::BoxEgress::box_env()) config.env[k] = std::move(v);
-  }
   auto sb = std::make_unique<NsSandbox>(
       core_, config.key, uid, gid, config.limits.cpu_time_sec.value_or(0), std::move(config.env),
       std::move(*cgroup), std::move(*box), std::move(root), std::move(mntns),
       std::move(control_dup));
-  if (config.egress_policy) {
-    // After the init exists: the listener is opened in its network namespace.
-    if (auto st = sb->start_egress(std::move(config.egress_policy),
-                                   std::move(config.egress_hooks));
-        !st) {
-      sb->shutdown();
-      return std::unexpected(st.error());
-    }
-  }
-  if (config.open_network) {
-    if (auto st = sb->start_open_network(); !st) {
+  if (config.egress_policy || config.open_network) {
+    // After the init exists: the listener (or veth) goes into its network namespace.
+    NetworkMode mode{std::move(config.egress_policy), std::move(config.egress_hooks),
+                     config.open_network};
+    if (auto st = sb->start_network(mode); !st) {
       sb->shutdown();
       return std::unexpected(st.error());
     }

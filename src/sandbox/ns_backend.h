@@ -24,7 +24,10 @@
 // The proxy variables (BoxEgress::box_env) are in every command's and process's environment.
 // Network mode "open" (BoxConfig::open_network): once the init exists, a net::OpenEgress gives
 // its netns a veth with a filtered route out (net/open_egress.h); it is deleted when the box
-// shuts down, and a resumed box gets a new one.
+// shuts down, and a resumed box gets a new one. Sandbox::set_network switches a running box
+// between the three modes in its existing netns (sandbox/ns_network.h), and the proxy variables
+// are added to each command's environment as it starts, exactly while the mode is allowlist.
+// Sandbox::set_limits writes new memory/cpu/pids limits into the box cgroup in place.
 //
 // Processes (Sandbox::processes(), process_table.h) start the same way as an exec (a request to
 // the init, a per-process cgroup the child self-joins, pipes or a pty in the box's own devpts

@@ -153,6 +153,14 @@ struct BindMount {
 };
 
 class ProcessTable;  // sandbox/process_table.h
+struct Limits;       // below
+
+// A network mode for a running box (API.md "Network"; Sandbox::set_network).
+struct NetworkMode {
+  std::shared_ptr<const net::Policy> egress_policy;  // set: "allowlist" with this policy
+  net::ProxyHooks egress_hooks;                      // with egress_policy
+  bool open = false;                                 // "open"; neither set: "none"
+};
 
 class Sandbox {
  public:
@@ -185,6 +193,29 @@ class Sandbox {
     (void)policy;
     return fail(Code::kNotSupported, "network policy: this box has no egress proxy");
   }
+  // Switches a running box to `mode` for new connections, without stopping it (API.md "Network"):
+  // none <-> allowlist <-> open. What the old mode allowed and the new one does not is cut:
+  // leaving allowlist stops the proxy and closes its connections; leaving open removes the
+  // box's route out and aborts the connections that used it. An allowlist box that stays one
+  // only takes the new policy. Commands started afterwards get the proxy variables exactly when
+  // the mode is allowlist. On an error the box is in mode "none" or its old mode (the error
+  // says). Blocking. ENOTSUP naming network.mode on a backend that cannot.
+  virtual Status set_network(const NetworkMode& mode) {
+    (void)mode;
+    return fail(Code::kNotSupported, "field 'network.mode': changing the mode of a running " +
+                                         std::string(name()) + " session");
+  }
+  // Writes new limits (the effective ones: every field set) to the running box: memory_mb,
+  // cpu_percent and max_pids into its cgroup, cpu_time_sec for commands started afterwards; the
+  // other fields must be as the box was made with (the caller checks). Lowering memory below
+  // what the box uses lets the kernel reclaim or OOM-kill (linux/cgroup.h set_limits). Blocking.
+  // ENOTSUP on a backend that cannot (the caller names the field).
+  virtual Status set_limits(const Limits& limits) {
+    (void)limits;
+    return fail(Code::kNotSupported,
+                "changing the limits of a running " + std::string(name()) + " session");
+  }
+
   // The egress proxy's counters (for /metrics), nullopt without one.
   virtual std::optional<net::ProxyCounters> egress_counters() const { return std::nullopt; }
 
@@ -238,6 +269,8 @@ struct Limits {
   std::optional<std::uint32_t> cpu_time_sec;
   // Size of the box's /tmp (a tmpfs: in memory, charged to memory_mb).
   std::optional<std::uint64_t> tmp_mb;
+
+  bool operator==(const Limits&) const = default;
 };
 
 

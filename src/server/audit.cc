@@ -117,6 +117,8 @@ void record_session_event(AuditLog& log, const session::SessionEvent& ev) {
       return;
     case EventKind::kResumed: log.record("session.resume", tenant, s.id, fields); return;
     case EventKind::kSuspended: log.record("session.suspend", tenant, s.id, fields); return;
+    case EventKind::kUpdated:
+      return;  // the route writes session.update / session.network with the request's fields
     case EventKind::kDestroyed:
       if (fields.contains("archive")) log.record("session.archive", tenant, s.id, fields);
       log.record("session.destroy", tenant, s.id, fields);
@@ -140,6 +142,7 @@ nlohmann::ordered_json op_fields_json(const service::Fields& fields) {
     ojson operator()(const std::string& v) const { return v; }
     ojson operator()(const std::vector<std::string>& v) const { return v; }
     ojson operator()(const std::map<std::string, std::string>& v) const { return v; }
+    ojson operator()(const std::map<std::string, std::uint64_t>& v) const { return v; }
     ojson operator()(const std::vector<service::FieldRecord>& v) const {
       ojson arr = ojson::array();
       for (const auto& rec : v) {

@@ -85,24 +85,14 @@ asio::awaitable<Result<PreparedExec>> prepare_exec(Context* ctx, Request* rq, bo
     p.spec = std::move(d->spec);
     p.session_id = d->session_id;
     const auto& l = d->limits;
-    if (l.memory_mb || l.cpu_percent || l.max_pids || l.disk_mb || l.max_open_files) {
-      // Seed 001's "cgroup" applies when the agent's session is made. A later exec's cgroup
-      // must match the box's limits: a live box's limits are not changed, so a different one
-      // is 501 ENOTSUP naming it (never run as if applied).
+    if (l != sandbox::Limits{}) {
+      // Seed 001's "cgroup" applies when the agent's session is made; a later exec's cgroup
+      // that differs changes the live box's limits first (SessionManager::update), so the
+      // command runs under them.
       session::SessionSpec spec;
       spec.limits = l;
-      session::SessionManager* sm = ctx->sessions;
-      std::string id = p.session_id;
-      session::Caller caller = req.caller;
-      auto job = run_blocking(ctx->pool, [sm, id, spec, caller]() -> Status {
-        if (auto have = sm->get(id, caller)) {
-          return check_limits_unchanged(spec.limits, have->spec.limits, "cgroup");
-        }
-        auto r = sm->create_or_get(id, spec, caller);
-        if (!r) return std::unexpected(r.error());
-        return {};
-      });
-      auto made = co_await std::move(job);
+      auto made = co_await ctx->svc->sessions.ensure(
+          origin_of(req, service::Surface::kSeed001), p.session_id, std::move(spec), "cgroup");
       if (!made) co_return std::unexpected(made.error());
     }
   } else {

@@ -474,6 +474,26 @@ Result<CreateSessionRequest> decode_create_session(const json& body,
 
 Result<sandbox::ExecSpec> decode_exec(const json& body) { return decode_exec_fields(body); }
 
+Result<session::SessionManager::Update> decode_session_patch(const json& body) {
+  for (auto it = body.begin(); it != body.end(); ++it) {
+    const std::string& key = it.key();
+    if (key != "limits" && key != "ttl_sec" && key != "labels") {
+      return bad_field(key, "is not a field of a session change (limits, ttl_sec, labels)");
+    }
+  }
+  session::SessionManager::Update u;
+  if (lookup(body, "limits")) {
+    AB_ASSIGN_OR_RETURN(u.limits, decode_limits(body, "limits"));
+  }
+  AB_ASSIGN_OR_RETURN(auto ttl, opt_uint(body, "ttl_sec", std::uint64_t{1} << 40));
+  if (ttl) u.ttl_sec = static_cast<std::int64_t>(*ttl);
+  AB_ASSIGN_OR_RETURN(u.labels, opt_string_map(body, "labels"));
+  if (!u.limits && !u.ttl_sec && !u.labels) {
+    return fail(Code::kInvalid, "give 'limits', 'ttl_sec' or 'labels' to change");
+  }
+  return u;
+}
+
 Result<SeedExecRequest> decode_seed_exec(const json& body) {
   SeedExecRequest req;
   AB_ASSIGN_OR_RETURN(req.spec, decode_exec_fields(body));
@@ -482,32 +502,6 @@ Result<SeedExecRequest> decode_seed_exec(const json& body) {
   // Seed 001: commands run in the agent's workspace.
   if (req.spec.cwd.empty()) req.spec.cwd = "/workspace";
   return req;
-}
-
-Status check_limits_unchanged(const sandbox::Limits& want, const sandbox::Limits& have,
-                              std::string_view field) {
-  auto differs = [&](const char* name, std::optional<std::uint64_t> w,
-                     std::optional<std::uint64_t> h) -> Status {
-    if (!w || w == h) return {};
-    return not_supported(name_of(field, name),
-                         "= " + std::to_string(*w) + " for a box that runs with " +
-                             (h ? std::to_string(*h) : std::string("no such limit")) +
-                             " (the limits of a live box cannot be changed; they are set when "
-                             "the session is made)");
-  };
-  auto u = [](auto o) -> std::optional<std::uint64_t> {
-    if (!o) return std::nullopt;
-    return static_cast<std::uint64_t>(*o);
-  };
-  if (auto st = differs("memory_mb", want.memory_mb, have.memory_mb); !st) return st;
-  if (auto st = differs("cpu_percent", u(want.cpu_percent), u(have.cpu_percent)); !st) return st;
-  if (auto st = differs("max_pids", u(want.max_pids), u(have.max_pids)); !st) return st;
-  if (auto st = differs("disk_mb", want.disk_mb, have.disk_mb); !st) return st;
-  if (auto st = differs("cpu_time_sec", u(want.cpu_time_sec), u(have.cpu_time_sec)); !st) {
-    return st;
-  }
-  if (auto st = differs("tmp_mb", want.tmp_mb, have.tmp_mb); !st) return st;
-  return differs("max_open_files", u(want.max_open_files), u(have.max_open_files));
 }
 
 Result<SeedFileRequest> decode_seed_read(const json& body) {

@@ -55,11 +55,6 @@ Result<sandbox::Limits> decode_limits(const json& obj, std::string_view key);
 // (needs mode allowlist: EINVAL otherwise).
 Status decode_network(const json& body, session::NetworkSpec* out);
 
-// Seed 001's `cgroup` on an exec of an existing session: each limit it sets must equal the
-// box's (effective) one; a different one is ENOTSUP naming "<field>.<name>" (a live box's
-// limits are not changed).
-Status check_limits_unchanged(const sandbox::Limits& want, const sandbox::Limits& have,
-                              std::string_view field);
 
 // POST /v1/sessions: id | scope (+ variables, always type-checked), backend, mounts,
 // extra_mounts (= mounts), host_path/mount_path/host_path_mode (seed 002's primary mount: one
@@ -78,6 +73,9 @@ Result<CreateSessionRequest> decode_create_session(const json& body,
 // at least one mount or skill (EINVAL otherwise). The result's mounts, skills and
 // read_only_skills are what to add.
 Result<session::SessionSpec> decode_add_mounts(const json& body);
+// PATCH /v1/sessions/{id}: "limits" (the fields to change, bounds checked as at create),
+// "ttl_sec", "labels" (replaces them); at least one, no other field (EINVAL naming it).
+Result<session::SessionManager::Update> decode_session_patch(const json& body);
 // POST /v1/sessions/{id}/packages {"manager": "pip|npm", "packages": [..], "persist", and for
 // pip "index_url", "find_links", "no_index"; "timeout_sec"}: checked (sandbox::validate_install).
 Result<sandbox::InstallRequest> decode_install(const json& body);

@@ -77,7 +77,7 @@ class Metrics {
   std::atomic<std::uint64_t> duration_ms_sum_{0};
   std::atomic<std::uint64_t> bytes_in_{0};
   std::atomic<std::uint64_t> bytes_out_{0};
-  static constexpr std::size_t kKinds = 4, kCauses = 5;  // events.h
+  static constexpr std::size_t kKinds = 5, kCauses = 5;  // events.h
   std::array<std::atomic<std::uint64_t>, kKinds * kCauses> events_{};
 };
 

@@ -28,6 +28,7 @@ enum class RouteId {
   kSessionHealth,
   kSessionRepair,
   kSessionNetwork,
+  kSessionUpdate,
   kSessionMounts,
   kSessionPackages,
   // Exec

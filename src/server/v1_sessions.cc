@@ -117,9 +117,9 @@ asio::awaitable<Reply> keepalive(Context* ctx, Request* req) {
   co_return co_await lifecycle(ctx, RouteId::kSessionKeepalive, req);
 }
 
-// POST /v1/sessions/{id}/network {"mode", "allow"}: the session's egress policy. A running box's
-// proxy takes it for new connections; the spec keeps it (resume, restart). A change of mode is
-// ENOTSUP (the box's network namespace was made for its mode).
+// POST /v1/sessions/{id}/network {"mode", "allow"}: the session's network mode and allowlist. A
+// running box switches live for new connections (SessionManager::set_network); the spec keeps
+// it (resume, restart).
 asio::awaitable<Reply> set_network(Context* ctx, Request* rq) {
   Request& req = *rq;
   auto id = session_param(req);
@@ -134,6 +134,21 @@ asio::awaitable<Reply> set_network(Context* ctx, Request* rq) {
     co_return error_reply(st.error());
   }
   auto s = co_await ctx->svc->sessions.set_network(v1(req), *id, std::move(spec));
+  if (!s) co_return error_reply(s.error());
+  co_return session_reply(200, *s);
+}
+
+// PATCH /v1/sessions/{id} {"limits", "ttl_sec", "labels"}: a live change (SessionManager::
+// update); the reply is the session with what is now in force.
+asio::awaitable<Reply> update_session(Context* ctx, Request* rq) {
+  Request& req = *rq;
+  auto id = session_param(req);
+  if (!id) co_return error_reply(id.error());
+  auto body = body_object(&req);
+  if (!body) co_return error_reply(body.error());
+  auto u = decode_session_patch(*body);
+  if (!u) co_return error_reply(u.error());
+  auto s = co_await ctx->svc->sessions.update(v1(req), *id, std::move(*u));
   if (!s) co_return error_reply(s.error());
   co_return session_reply(200, *s);
 }
@@ -166,6 +181,7 @@ std::vector<RouteSpec> session_routes() {
       {R::kSessionList, "GET", "/v1/sessions", B::kNone, true, simple<list_sessions>},
       {R::kSessionGet, "GET", "/v1/sessions/{id}", B::kNone, true, simple<get_session_route>},
       {R::kSessionDelete, "DELETE", "/v1/sessions/{id}", B::kNone, true, simple<delete_session>},
+      {R::kSessionUpdate, "PATCH", "/v1/sessions/{id}", B::kJson, true, simple<update_session>},
       {R::kSessionSuspend, "POST", "/v1/sessions/{id}/suspend", B::kJson, true, simple<suspend>},
       {R::kSessionResume, "POST", "/v1/sessions/{id}/resume", B::kJson, true, simple<resume>},
       {R::kSessionKeepalive, "POST", "/v1/sessions/{id}/keepalive", B::kJson, true,
@@ -174,8 +190,7 @@ std::vector<RouteSpec> session_routes() {
        simple<restore_session>},
       {R::kSessionNetwork, "POST", "/v1/sessions/{id}/network", B::kJson, true,
        simple<set_network>},
-      {R::kSessionMounts, "POST", "/v1/sessions/{id}/mounts", B::kJson, true,
-       simple<add_mounts>},
+      {R::kSessionMounts, "POST", "/v1/sessions/{id}/mounts", B::kJson, true, simple<add_mounts>},
   };
 }
 

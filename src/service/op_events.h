@@ -28,7 +28,7 @@ namespace agentbox::service {
 using FieldRecord = std::vector<std::pair<std::string, std::string>>;  // {"host_path": "/srv"...}
 using FieldValue = std::variant<std::nullptr_t, bool, std::int64_t, std::uint64_t, std::string,
                                 std::vector<std::string>, std::map<std::string, std::string>,
-                                std::vector<FieldRecord>>;
+                                std::map<std::string, std::uint64_t>, std::vector<FieldRecord>>;
 // In the order the audit line shows them.
 using Fields = std::vector<std::pair<std::string, FieldValue>>;
 

@@ -97,6 +97,71 @@ asio::awaitable<Result<SessionInfo>> Sessions::restore(Origin origin, std::strin
   co_return r;
 }
 
+namespace {
+
+std::map<std::string, std::uint64_t> limits_fields(const sandbox::Limits& l) {
+  std::map<std::string, std::uint64_t> out;
+  auto put = [&](const char* k, const auto& v) {
+    if (v) out[k] = static_cast<std::uint64_t>(*v);
+  };
+  put("memory_mb", l.memory_mb);
+  put("cpu_percent", l.cpu_percent);
+  put("max_pids", l.max_pids);
+  put("disk_mb", l.disk_mb);
+  put("max_open_files", l.max_open_files);
+  put("cpu_time_sec", l.cpu_time_sec);
+  put("tmp_mb", l.tmp_mb);
+  return out;
+}
+
+}  // namespace
+
+asio::awaitable<Status> Sessions::ensure(Origin origin, std::string id, session::SessionSpec spec,
+                                         std::string limits_field) {
+  if (auto st = session::validate_id(id); !st) co_return st;
+  SessionManager* sm = d_.sessions;
+  auto job = on_pool(d_.pool, [sm, id, spec, caller = origin.caller]() -> Result<bool> {
+    if (sm->get(id, caller)) return false;
+    auto r = sm->create_or_get(id, spec, caller);
+    if (!r) return std::unexpected(r.error());
+    return true;
+  });
+  auto made = co_await std::move(job);
+  if (!made) co_return std::unexpected(made.error());
+  if (*made || spec.limits == sandbox::Limits{}) co_return Status{};
+  SessionManager::Update u;
+  u.limits = spec.limits;
+  u.limits_field = std::move(limits_field);
+  auto r = co_await update(std::move(origin), std::move(id), std::move(u));
+  if (!r) co_return std::unexpected(r.error());
+  co_return Status{};
+}
+
+asio::awaitable<Result<SessionInfo>> Sessions::update(Origin origin, std::string id,
+                                                      SessionManager::Update update) {
+  if (auto st = session::validate_id(id); !st) co_return std::unexpected(st.error());
+  Fields f;
+  if (update.limits) f.emplace_back("limits", limits_fields(*update.limits));
+  if (update.ttl_sec) f.emplace_back("ttl_sec", std::int64_t{*update.ttl_sec});
+  if (update.labels) f.emplace_back("labels", *update.labels);
+  SessionManager* sm = d_.sessions;
+  auto job = on_pool(d_.pool, [sm, id, upd = std::move(update), caller = origin.caller] {
+    return sm->update(id, upd, caller);
+  });
+  auto r = co_await std::move(job);
+  if (!r) co_return r;
+  d_.bus->emit("session.update", origin, id, f);
+  spdlog::info("req={} session {}: updated", origin.request_id, id);
+  co_return r;
+}
+
+asio::awaitable<Result<SessionInfo>> Sessions::set_ttl(Origin origin, std::string id,
+                                                       std::int64_t ttl_sec) {
+  SessionManager::Update u;
+  u.ttl_sec = ttl_sec;
+  co_return co_await update(std::move(origin), std::move(id), std::move(u));
+}
+
 asio::awaitable<Result<SessionInfo>> Sessions::set_network(Origin origin, std::string id,
                                                            session::NetworkSpec network) {
   if (auto st = session::validate_id(id); !st) co_return std::unexpected(st.error());

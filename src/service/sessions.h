@@ -46,6 +46,17 @@ class Sessions {
   asio::awaitable<Result<std::string>> destroy(Origin origin, std::string id, bool archive);
   asio::awaitable<Result<session::SessionInfo>> restore(Origin origin, std::string id,
                                                         std::string archive);
+  // Makes session `id` with `spec` when it does not exist; an existing one is taken as it is,
+  // except its limits: the ones `spec` sets that differ are changed in place (update(), errors
+  // naming `limits_field`), so a command run next runs under them (seed 001's `cgroup`).
+  asio::awaitable<Status> ensure(Origin origin, std::string id, session::SessionSpec spec,
+                                 std::string limits_field);
+  // A live change of limits, TTL and labels (emits "session.update"): the session as it is now.
+  asio::awaitable<Result<session::SessionInfo>> update(Origin origin, std::string id,
+                                                       session::SessionManager::Update update);
+  // update() of the idle TTL alone (E2B's timeout).
+  asio::awaitable<Result<session::SessionInfo>> set_ttl(Origin origin, std::string id,
+                                                        std::int64_t ttl_sec);
   // The session's egress policy (emits "session.network").
   asio::awaitable<Result<session::SessionInfo>> set_network(Origin origin, std::string id,
                                                             session::NetworkSpec network);

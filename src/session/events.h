@@ -12,12 +12,14 @@ namespace agentbox::session {
 
 struct SessionInfo;
 
-enum class EventKind { kCreated, kResumed, kSuspended, kDestroyed };
+// kUpdated: a live change (PATCH /v1/sessions/{id}, a new network mode or policy); the detail
+// names what changed ("limits", "ttl_sec", "labels", "network").
+enum class EventKind { kCreated, kResumed, kSuspended, kDestroyed, kUpdated };
 // Why: a client asked (kApi), the idle reaper, eviction at max_running_boxes, a restore from an
 // archive, or the daemon's own start (sessions it resumes itself, e.g. for managed processes).
 enum class EventCause { kApi, kReaper, kEviction, kRestore, kStartup };
 
-std::string_view event_kind_name(EventKind k);    // "created", "resumed", "suspended", "destroyed"
+std::string_view event_kind_name(EventKind k);    // "created", ..., "destroyed", "updated"
 std::string_view event_cause_name(EventCause c);  // "api", "reaper", "eviction", "restore", "startup"
 
 struct SessionEvent {

@@ -417,6 +417,7 @@ std::string_view event_kind_name(EventKind k) {
     case EventKind::kResumed: return "resumed";
     case EventKind::kSuspended: return "suspended";
     case EventKind::kDestroyed: return "destroyed";
+    case EventKind::kUpdated: return "updated";
   }
   return "unknown";
 }
@@ -782,21 +783,10 @@ Result<SessionManager::BoxStart> SessionManager::start_box(const Entry& e) {
   cfg.gid = static_cast<gid_t>(e.uid);
   cfg.runner = e.spec.runner;
   cfg.tenant = e.tenant;
-  if (e.spec.network.mode == "allowlist") {
-    auto policy = net::Policy::parse(e.spec.network.allow);  // validated at create
-    if (!policy) return std::unexpected(policy.error());
-    cfg.egress_policy = std::make_shared<const net::Policy>(std::move(*policy));
-    if (config_.on_net_deny) {
-      cfg.egress_hooks.on_deny = [fn = config_.on_net_deny, id = e.id,
-                                  tenant = e.tenant](const net::DenyEvent& d) {
-        fn(id, tenant, d);
-      };
-    }
-  } else if (e.spec.network.mode == "open") {
-    cfg.open_network = true;
-  } else if (e.spec.network.mode != "none") {
-    return fail(Code::kNotSupported, "network.mode \"" + e.spec.network.mode + "\"");
-  }
+  sandbox::NetworkMode net_mode = AB_TRY(network_mode(e, e.spec.network));
+  cfg.egress_policy = std::move(net_mode.egress_policy);
+  cfg.egress_hooks = std::move(net_mode.egress_hooks);
+  cfg.open_network = net_mode.open;
 
   cfg.mounts = AB_TRY(spec_binds(e.spec));
   for (const sandbox::BindMount& m : shared_binds(config_)) cfg.mounts.push_back(m);
@@ -1396,36 +1386,128 @@ void SessionManager::reaper_loop() {
   }
 }
 
+Result<sandbox::NetworkMode> SessionManager::network_mode(const Entry& e,
+                                                          const NetworkSpec& net) const {
+  sandbox::NetworkMode mode;
+  if (net.mode == "allowlist") {
+    auto policy = net::Policy::parse(net.allow);
+    if (!policy) return std::unexpected(policy.error());
+    mode.egress_policy = std::make_shared<const net::Policy>(std::move(*policy));
+    if (config_.on_net_deny) {
+      mode.egress_hooks.on_deny = [fn = config_.on_net_deny, id = e.id, tenant = e.tenant](
+                                      const net::DenyEvent& d) { fn(id, tenant, d); };
+    }
+  } else if (net.mode == "open") {
+    mode.open = true;
+  } else if (net.mode != "none") {
+    return fail(Code::kNotSupported, "network.mode \"" + net.mode + "\"");
+  }
+  return mode;
+}
+
 Result<SessionInfo> SessionManager::set_network(const std::string& id, const NetworkSpec& network,
                                                 const Caller& caller) {
   if (auto st = validate_id(id); !st) return std::unexpected(st.error());
   SessionSpec probe;
   probe.network = network;
   if (auto st = validate_spec(probe); !st) return std::unexpected(st.error());
-  std::shared_ptr<const net::Policy> policy;
-  if (network.mode == "allowlist") {
-    auto p = net::Policy::parse(network.allow);
-    if (!p) return std::unexpected(p.error());
-    policy = std::make_shared<const net::Policy>(std::move(*p));
-  }
+  std::lock_guard serial(update_mu_);
   std::unique_lock lk(mu_);
   auto e = find_settled_locked(lk, id);
   if (!e || !visible(*e, caller)) return fail(Code::kNotFound, "no such session: " + id);
-  if (network.mode != e->spec.network.mode && e->state == State::kRunning) {
-    // A running box's netns was set up for its mode (its proxy, its veth, the proxy variables
-    // in its commands' environment): it is not rewired under running processes. A suspended
-    // session takes the new mode when it resumes.
-    return fail(Code::kExists, "network.mode change (\"" + e->spec.network.mode + "\" to \"" +
-                                   network.mode +
-                                   "\") of a running session: suspend it first, the new mode "
-                                   "applies when it resumes");
-  }
-  if (e->state == State::kRunning && e->box && policy) {
-    if (auto st = e->box->set_egress_policy(policy); !st) return std::unexpected(st.error());
+  sandbox::NetworkMode mode = AB_TRY(network_mode(*e, network));
+  if (e->state == State::kRunning && e->box) {
+    std::shared_ptr<sandbox::Sandbox> box = lease_locked(e);
+    const bool same_mode = network.mode == e->spec.network.mode;
+    lk.unlock();
+    // Blocking (a mode switch runs ip/nft/ss): without mu_. A new allowlist for an allowlist
+    // box only replaces the proxy's policy.
+    Status st = same_mode && network.mode != "allowlist" ? Status{}
+                : same_mode ? box->set_egress_policy(mode.egress_policy)
+                            : box->set_network(mode);
+    box.reset();
+    lk.lock();
+    if (!st) return std::unexpected(st.error());
+    if (find_settled_locked(lk, id) != e) return fail(Code::kNotFound, "no such session: " + id);
   }
   e->spec.network = network;
-  (void)record_locked(*e);
+  if (auto st = record_locked(*e); !st) return std::unexpected(st.error());
   e->last_used_ms.store(now_ms());
+  publish_locked(lk, *e, EventKind::kUpdated, EventCause::kApi, caller.tenant, "network");
+  return info_locked(*e);
+}
+
+Result<SessionInfo> SessionManager::update(const std::string& id, const Update& u,
+                                           const Caller& caller) {
+  AB_TRY(validate_id(id));
+  if (u.ttl_sec && *u.ttl_sec < 0) return fail(Code::kInvalid, "field 'ttl_sec': must be >= 0");
+  const std::string& lf = u.limits_field;
+  if (u.limits) AB_TRY(validate::limits(*u.limits, lf));
+  std::lock_guard serial(update_mu_);
+  std::unique_lock lk(mu_);
+  auto e = find_settled_locked(lk, id);
+  if (!e || !visible(*e, caller)) return fail(Code::kNotFound, "no such session: " + id);
+  sandbox::Limits limits = e->spec.limits;
+  std::vector<std::string> changed;
+  std::string box_limits;  // the first limit the running box takes live that changed
+  if (u.limits) {
+    const sandbox::Limits& w = *u.limits;
+    const bool running = e->state == State::kRunning && e->box;
+    auto not_live = [&](const char* field, auto want, auto have, const char* why) -> Status {
+      if (!want || want == have) return {};
+      return fail(Code::kNotSupported,
+                  "field '" + lf + "." + field + "' = " + std::to_string(*want) + ": " + why);
+    };
+    AB_TRY(not_live("disk_mb", w.disk_mb, limits.disk_mb,
+                    "the workspace's disk is sized when it is made; it cannot change"));
+    if (running) {
+      const char* why =
+          "fixed while the box runs (suspend the session first; it applies at resume)";
+      AB_TRY(not_live("tmp_mb", w.tmp_mb, limits.tmp_mb, why));
+      AB_TRY(not_live("max_open_files", w.max_open_files, limits.max_open_files, why));
+    }
+    auto take = [&](const char* field, auto want, auto& have, bool live) {
+      if (!want || want == have) return;
+      have = want;
+      if (live && box_limits.empty()) box_limits = lf + "." + field;
+    };
+    take("memory_mb", w.memory_mb, limits.memory_mb, true);
+    take("cpu_percent", w.cpu_percent, limits.cpu_percent, true);
+    take("max_pids", w.max_pids, limits.max_pids, true);
+    take("cpu_time_sec", w.cpu_time_sec, limits.cpu_time_sec, true);
+    take("tmp_mb", w.tmp_mb, limits.tmp_mb, false);
+    take("max_open_files", w.max_open_files, limits.max_open_files, false);
+    AB_TRY(sandbox::check_limits_together(limits, lf));
+    if (limits != e->spec.limits) changed.push_back("limits");
+  }
+  if (u.ttl_sec && u.ttl_sec != e->spec.ttl_sec) changed.push_back("ttl_sec");
+  if (u.labels && *u.labels != e->spec.labels) changed.push_back("labels");
+  if (!box_limits.empty() && e->state == State::kRunning && e->box) {
+    std::shared_ptr<sandbox::Sandbox> box = lease_locked(e);
+    lk.unlock();
+    // Blocking (lowering memory waits for the kernel's reclaim): without mu_.
+    Status st = box->set_limits(limits);
+    box.reset();
+    lk.lock();
+    if (!st && st.error().code == Code::kNotSupported) {
+      return fail(Code::kNotSupported, "field '" + box_limits + "': " + st.error().message);
+    }
+    if (!st) return std::unexpected(st.error());
+    if (find_settled_locked(lk, id) != e) return fail(Code::kNotFound, "no such session: " + id);
+  }
+  if (changed.empty()) return info_locked(*e);
+  SessionSpec before = e->spec;
+  e->spec.limits = limits;
+  if (u.ttl_sec) e->spec.ttl_sec = u.ttl_sec;
+  if (u.labels) e->spec.labels = *u.labels;
+  if (auto st = record_locked(*e); !st) {
+    e->spec = std::move(before);
+    return std::unexpected(st.error());
+  }
+  e->last_used_ms.store(now_ms());
+  std::string what;
+  for (const std::string& c : changed) what += (what.empty() ? "" : ",") + c;
+  publish_locked(lk, *e, EventKind::kUpdated, EventCause::kApi, caller.tenant, what);
   return info_locked(*e);
 }
 

@@ -223,9 +223,11 @@ class SessionManager {
   // Writes batched last-used times to the database (the reaper does this every interval).
   void flush_used();
 
-  // POST /v1/sessions/{id}/network: a new allowlist for a session (running or suspended); a
-  // running box's proxy uses it for new connections at once, and it is stored in the spec.
-  // EINVAL naming a malformed entry; ENOTSUP for a change of mode; nothing half-applied.
+  // POST /v1/sessions/{id}/network: a new mode or allowlist for a session (running or
+  // suspended), stored in the spec. A running box switches mode live (Sandbox::set_network:
+  // new connections follow the new mode, what it no longer allows is cut) or its proxy takes
+  // the new allowlist. EINVAL naming a malformed entry; ENOTSUP (naming network.mode) from a
+  // backend that cannot switch live; nothing half-applied. An event kUpdated ("network").
   Result<SessionInfo> set_network(const std::string& id, const NetworkSpec& network,
                                   const Caller& caller);
   // POST /v1/sessions/{id}/mounts: more mounts and skills (`add`: its mounts, skills and
@@ -242,6 +244,23 @@ class SessionManager {
   };
   Result<MountsAdded> add_mounts(const std::string& id, const SessionSpec& add,
                                  const Caller& caller);
+
+  // PATCH /v1/sessions/{id} (API.md "Live changes to a session"): what is set changes, the rest
+  // stays. limits: the fields given over the session's effective ones (EINVAL naming the field
+  // when out of range, or when tmp_mb would exceed half of memory_mb); a running box gets
+  // memory_mb, cpu_percent and max_pids in its cgroup now and cpu_time_sec for its next
+  // commands (Sandbox::set_limits); tmp_mb and max_open_files are ENOTSUP naming the field on a
+  // running session (they are fixed when the box starts: a suspended one takes them at resume);
+  // disk_mb is ENOTSUP whenever it differs (the workspace's disk is sized when it is made).
+  // Stored in the database (resume and restart keep it); nothing half-applied; an event
+  // kUpdated naming what changed. Blocking.
+  struct Update {
+    std::optional<sandbox::Limits> limits;
+    std::optional<std::int64_t> ttl_sec;
+    std::optional<std::map<std::string, std::string>> labels;  // replaces the labels
+    std::string limits_field = "limits";  // names the limits in errors (seed 001: "cgroup")
+  };
+  Result<SessionInfo> update(const std::string& id, const Update& update, const Caller& caller);
 
   // The egress proxy counters of every running session that has one, by session id.
   std::map<std::string, net::ProxyCounters> egress_counters();
@@ -303,6 +322,8 @@ class SessionManager {
   Result<std::vector<sandbox::BindMount>> spec_binds(const SessionSpec& spec) const;
   // The daemon's global skills and agents dir (ManagerConfig) a box with `spec` gets.
   std::vector<sandbox::BindMount> global_binds(const SessionSpec& spec) const;
+  // The network mode `net` as a box takes it (policy parsed, the deny hook naming e's session).
+  Result<sandbox::NetworkMode> network_mode(const Entry& e, const NetworkSpec& net) const;
   // Creates (or finds) the workspace and asks the backend for a box. Slow: called without mu_,
   // on an entry that no other thread touches while it is kCreating.
   Result<BoxStart> start_box(const Entry& e);
@@ -336,6 +357,7 @@ class SessionManager {
   std::map<uid_t, std::string> uids_;  // allocated uid -> session id
   std::unique_ptr<Store> store_;       // null when !config_.persist
   std::mutex mounts_mu_;               // one add_mounts() at a time (taken before mu_)
+  std::mutex update_mu_;               // one update() / set_network() at a time (taken before mu_)
   std::chrono::system_clock::time_point started_at_;
 
   mutable std::mutex subs_mu_;

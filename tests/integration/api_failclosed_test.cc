@@ -81,8 +81,9 @@ TEST_F(FailClosedApi, ArtifactDirOutsideTheWorkspaceIs400) {
 }
 
 // Seed 001's cgroup sets the limits when the agent's session is made; on a later exec a
-// different one would not be applied, so it is refused instead of run as if it were.
-TEST_F(FailClosedApi, SeedCgroupThatWouldChangeALiveBoxIs501) {
+// different one changes the live box's limits (ns), or, where the backend cannot (host), is
+// refused naming it instead of run as if it were applied.
+TEST_F(FailClosedApi, SeedCgroupThatCannotChangeALiveBoxIs501) {
   auto first = api_.post("/exec", {{"command", "true"},
                                    {"agent_id", "seed"},
                                    {"cgroup", {{"memory_mb", 256}, {"max_pids", 64}}}});
@@ -92,6 +93,12 @@ TEST_F(FailClosedApi, SeedCgroupThatWouldChangeALiveBoxIs501) {
                                   {"cgroup", {{"memory_mb", 256}}}});
   EXPECT_EQ(same.status, 200) << same;
   EXPECT_EQ(same.body["stdout"], "same\n");
+  // disk_mb is fixed on every backend (the workspace's disk is sized when it is made).
+  auto disk = api_.post(
+      "/exec", {{"command", "echo ran"}, {"agent_id", "seed"}, {"cgroup", {{"disk_mb", 64}}}});
+  EXPECT_EQ(disk.status, 501) << disk;
+  EXPECT_NE(disk.message().find("'cgroup.disk_mb'"), std::string::npos) << disk;
+  if (test_backend() != "host") return;  // ns: LiveLimits.SeedExecWithADifferentCgroup...
   auto other = api_.post("/exec", {{"command", "echo ran"},
                                    {"agent_id", "seed"},
                                    {"cgroup", {{"memory_mb", 1024}}}});

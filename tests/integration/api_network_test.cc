@@ -27,6 +27,7 @@
 #include <cstring>
 #include <filesystem>
 #include <fstream>
+#include <future>
 #include <map>
 #include <mutex>
 #include <string>
@@ -300,13 +301,10 @@ TEST_F(NetworkApi, PolicyChangeTakesEffectOnTheLiveBoxAndSurvivesSuspend) {
                 .find("code=403"),
             std::string::npos);
 
-  // Bad input changes nothing; a mode change of a running box is 409 (not rewired under its
-  // processes); unknown sessions are 404.
+  // Bad input changes nothing; unknown sessions are 404 (a live mode change:
+  // OpenNetworkApi.ModeChangesLiveAndCutsWhatTheNewModeRefuses).
   auto bad = api_.post("/v1/sessions/ch/network", {{"mode", "allowlist"}, {"allow", {"a b"}}});
   EXPECT_EQ(bad.status, 400) << bad;
-  auto mode = api_.post("/v1/sessions/ch/network", {{"mode", "none"}});
-  EXPECT_EQ(mode.status, 409) << mode;
-  EXPECT_NE(mode.message().find("suspend it first"), std::string::npos) << mode;
   EXPECT_EQ(api_.post("/v1/sessions/nope/network", {{"mode", "allowlist"}}).status, 404);
   EXPECT_EQ(api_.get("/v1/sessions/ch").body["network"]["allow"],
             json::array({allow_entry("other.example.test")}));
@@ -420,9 +418,10 @@ bool sh_ok(const std::string& cmd) {
 
 // "The internet": a network namespace beside the test's, joined by a veth (the test's side
 // 10.77.0.1/24 on `upv`, the upstream's 10.77.0.2/24). A Python server in it answers HTTP on TCP
-// 8080 ("upstream saw <peer address>"), echoes UDP on 53 ("echo:<data>"), and drops every SYN to
-// TCP 9 (a target that never answers). Every TCP/UDP peer it sees is logged. Killed with the
-// test: its namespace and the veth go with it.
+// 8080 ("upstream saw <peer address>"), echoes UDP on 53 ("echo:<data>"), holds every connection
+// to TCP 7001 open without a word, and drops every SYN to TCP 9 (a target that never answers).
+// Every TCP/UDP peer it sees is logged. Killed with the test: its namespace and the veth go with
+// it.
 class Upstream {
  public:
   static constexpr char kAddr[] = "10.77.0.2";
@@ -439,7 +438,12 @@ class Upstream {
         "    d,a=u.recvfrom(2048); log.write('udp '+a[0]+'\\n'); u.sendto(b'echo:'+d,a)\n"
         "t=socket.socket(); t.setsockopt(socket.SOL_SOCKET,socket.SO_REUSEADDR,1)\n"
         "t.bind(('0.0.0.0',8080)); t.listen(64)\n"
+        "def hold():\n"
+        "  h=socket.socket(); h.setsockopt(socket.SOL_SOCKET,socket.SO_REUSEADDR,1)\n"
+        "  h.bind(('0.0.0.0',7001)); h.listen(16); held=[]\n"
+        "  while True: held.append(h.accept()[0])\n"
         "threading.Thread(target=udp,daemon=True).start()\n"
+        "threading.Thread(target=hold,daemon=True).start()\n"
         "log.write('ready\\n')\n"
         "while True:\n"
         "  c,a=t.accept(); log.write('tcp '+a[0]+'\\n'); c.settimeout(5)\n"
@@ -600,6 +604,64 @@ TEST_F(OpenNetworkApi, OpenBoxReachesAnAllowedTargetOverTcpAndUdp) {
                              "\ntcp " + Upstream::kOurAddr + "\n");
 }
 
+// POST /v1/sessions/{id}/network on a running session (API.md "Network"): none -> allowlist ->
+// open -> none without a suspend (a file in the box's /tmp, a tmpfs, lives through it all), each
+// mode in force for the next command, and a connection the new mode refuses is cut at once.
+TEST_F(OpenNetworkApi, ModeChangesLiveAndCutsWhatTheNewModeRefuses) {
+  ASSERT_EQ(api_.post("/v1/sessions", {{"id", "lv"}}).status, 201);
+  ASSERT_EQ(api_.sh("lv", "echo up > /tmp/alive").body["exit_code"], 0);
+  const std::string up = std::string("HTTP upstream saw ") + Upstream::kOurAddr;
+  EXPECT_NE(probe("lv", "http", Upstream::kAddr, "8080"), up);
+  auto mode = [&](const json& body) {
+    auto r = api_.post("/v1/sessions/lv/network", body);
+    EXPECT_EQ(r.status, 200) << r;
+    return r.body["network"]["mode"];
+  };
+  // Holds a connection to host:port in the box until it ends; "CUT <why>" then (60 s at most).
+  auto hold = [&](const std::string& host, int port) {
+    return std::async(std::launch::async, [this, host, port] {
+      Api api(daemon_);
+      const std::string py =
+          "import socket,errno\ns=socket.create_connection(('" + host + "'," +
+          std::to_string(port) +
+          "),timeout=60)\nopen('/workspace/held','w').close()\ntry:\n"
+          "  print('CUT', 'EOF' if not s.recv(1) else 'DATA')\nexcept socket.timeout:\n"
+          "  print('TIMEOUT')\nexcept OSError as e:\n"
+          "  print('CUT', errno.errorcode.get(e.errno, e))\n";
+      auto r = api.exec("lv", {{"argv", {"python3", "-c", py}}, {"timeout_sec", 90}});
+      return r.body.value("stdout", r.raw);
+    });
+  };
+  auto held = [&] {
+    return eventually([&] { return api_.sh("lv", "rm /workspace/held").body["exit_code"] == 0; });
+  };
+
+  EXPECT_EQ(mode({{"mode", "allowlist"}, {"allow", {"up.example.test:8080"}}}), "allowlist");
+  auto via_proxy = api_.sh("lv", "curl -sS --max-time 10 http://up.example.test:8080/x");
+  EXPECT_EQ(via_proxy.body["stdout"], std::string("upstream saw ") + Upstream::kOurAddr + "\n")
+      << via_proxy;
+  auto to_proxy = hold("127.0.0.1", 3128);
+  ASSERT_TRUE(held());
+
+  // allowlist -> open: the proxy's connections end, the box routes out itself, no proxy vars.
+  EXPECT_EQ(mode({{"mode", "open"}}), "open");
+  const std::string proxy_end = to_proxy.get();  // EOF, or ECONNRESET: closed either way
+  EXPECT_EQ(proxy_end.rfind("CUT ", 0), 0u) << proxy_end;
+  EXPECT_EQ(api_.sh("lv", "echo \"[$HTTP_PROXY]\"").body["stdout"], "[]\n");
+  EXPECT_EQ(probe("lv", "http", Upstream::kAddr, "8080"), up);
+  auto direct = hold(Upstream::kAddr, 7001);
+  ASSERT_TRUE(held());
+
+  // open -> none: the flow out is aborted, nothing leaves the box any more.
+  EXPECT_EQ(mode({{"mode", "none"}}), "none");
+  EXPECT_EQ(direct.get(), "CUT ECONNABORTED\n");
+  EXPECT_NE(probe("lv", "http", Upstream::kAddr, "8080"), up);
+  EXPECT_EQ(api_.sh("lv", "cat /tmp/alive").body["stdout"], "up\n");  // never suspended
+  auto s = api_.get("/v1/sessions/lv");
+  EXPECT_EQ(s.body["state"], "running") << s;
+  EXPECT_EQ(s.body["network"]["mode"], "none") << s;
+}
+
 TEST_F(OpenNetworkApi, OpenBoxCannotReachTheHostTheDaemonMetadataOrOtherBoxes) {
   ASSERT_EQ(api_.post("/v1/sessions", {{"id", "oa"}, {"network", {{"mode", "open"}}}}).status, 201);
   ASSERT_EQ(api_.post("/v1/sessions", {{"id", "ob"}, {"network", {{"mode", "open"}}}}).status, 201);
@@ -700,14 +762,10 @@ TEST_F(OpenNetworkApi, NoneAndAllowlistBoxesSendNoUdpAndNoDirectTcp) {
   EXPECT_EQ(r.body["stdout"], std::string("upstream saw ") + Upstream::kOurAddr + "\n") << r;
 }
 
-TEST_F(OpenNetworkApi, ModeChangesApplyWhenTheSessionResumesNeverUnderRunningProcesses) {
+// A suspended session takes a mode change when it resumes (a running one switches at once:
+// ModeChangesLiveAndCutsWhatTheNewModeRefuses).
+TEST_F(OpenNetworkApi, ModeChangesOfASuspendedSessionApplyWhenItResumes) {
   ASSERT_EQ(api_.post("/v1/sessions", {{"id", "mc"}}).status, 201);
-  EXPECT_EQ(probe("mc", "tcp", Upstream::kAddr, "8080"), "ENETUNREACH");
-  // Running: 409, nothing changed.
-  auto busy = api_.post("/v1/sessions/mc/network", {{"mode", "open"}});
-  EXPECT_EQ(busy.status, 409) << busy;
-  EXPECT_NE(busy.message().find("suspend it first"), std::string::npos) << busy;
-  EXPECT_EQ(api_.get("/v1/sessions/mc").body["network"]["mode"], "none");
   EXPECT_EQ(probe("mc", "tcp", Upstream::kAddr, "8080"), "ENETUNREACH");
   // Suspended: the answer says the new mode and that the session is suspended; it applies on
   // resume.

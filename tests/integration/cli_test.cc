@@ -1024,6 +1024,59 @@ TEST(CliMounts, SessionMountsAddPutsASkillIntoTheRunningBox) {
   }
 }
 
+// agentbox session limits and agentbox network change a running ns box in place.
+TEST(CliLive, SessionLimitsAndNetworkChangeTheRunningBox) {
+  Daemon d({"--backend", "ns"});
+  auto cli = [&d](std::vector<std::string> args) {
+    args.insert(args.begin(), {"--server", d.url()});
+    CliProcess p(args, {}, "");
+    CliRun r;
+    r.code = p.wait();
+    r.out = p.out();
+    r.err = p.err();
+    return r;
+  };
+  ASSERT_EQ(cli({"session", "create", "cl", "-q", "--max-pids", "64"}).code, 0);
+  ASSERT_EQ(cli({"exec", "cl", "--", "sh", "-c", "echo up > /tmp/alive"}).code, 0);
+  CliRun lim = cli({"session", "limits", "cl", "--max-pids", "12", "--memory-mb", "300"});
+  ASSERT_EQ(lim.code, 0) << lim;
+  EXPECT_NE(lim.out.find("cl: "), std::string::npos) << lim;
+  EXPECT_NE(lim.out.find(" max_pids=12"), std::string::npos) << lim;
+  EXPECT_NE(lim.out.find(" memory_mb=300"), std::string::npos) << lim;
+  // The box's pids.max is 12 now: 20 sleeping children cannot all be forked.
+  CliRun forks = cli({"exec", "cl", "--", "python3", "-c",
+                      "import os,time\nn=0\nfor i in range(20):\n  try: p=os.fork()\n"
+                      "  except OSError: break\n  if p==0:\n    time.sleep(1); os._exit(0)\n"
+                      "  n+=1\nprint(n)"});
+  EXPECT_EQ(forks.code, 0) << forks;
+  EXPECT_LT(std::strtol(forks.out.c_str(), nullptr, 10), 12) << forks;
+  EXPECT_GT(std::strtol(forks.out.c_str(), nullptr, 10), 0) << forks;
+  EXPECT_EQ(cli({"session", "limits", "cl"}).code, 2);  // nothing to change
+  CliRun bad = cli({"session", "limits", "cl", "--memory-mb", "1"});
+  EXPECT_EQ(bad.code, 1) << bad;
+  EXPECT_NE(bad.err.find("limits.memory_mb"), std::string::npos) << bad;
+  CliRun disk = cli({"session", "limits", "cl", "--disk-mb", "64"});
+  EXPECT_EQ(disk.code, 9) << disk;
+  EXPECT_NE(disk.err.find("limits.disk_mb"), std::string::npos) << disk;
+  EXPECT_EQ(cli({"session", "limits", "nobody", "--max-pids", "64"}).code, 3);
+
+  CliRun al = cli({"network", "cl", "allowlist", "--allow", "example.test"});
+  ASSERT_EQ(al.code, 0) << al;
+  EXPECT_EQ(al.out, "cl: network allowlist example.test\n") << al;
+  EXPECT_EQ(cli({"exec", "cl", "--", "sh", "-c", "echo $HTTP_PROXY"}).out,
+            "http://127.0.0.1:3128\n");
+  CliRun none = cli({"network", "cl", "none", "--json"});
+  ASSERT_EQ(none.code, 0) << none;
+  EXPECT_EQ(json::parse(none.out, nullptr, false)["network"]["mode"], "none") << none;
+  EXPECT_EQ(cli({"exec", "cl", "--", "sh", "-c", "echo \"[$HTTP_PROXY]\"; cat /tmp/alive"}).out,
+            "[]\nup\n");
+  EXPECT_EQ(cli({"network", "cl", "bogus"}).code, 2);
+  CliRun allow = cli({"network", "cl", "none", "--allow", "example.test"});
+  EXPECT_EQ(allow.code, 1) << allow;
+  EXPECT_NE(allow.err.find("network.allow"), std::string::npos) << allow;
+  EXPECT_EQ(cli({"network", "nobody", "none"}).code, 3);
+}
+
 // A loopback port nothing listens on (bound, then released).
 int free_port() {
   UniqueFd s(::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0));

@@ -686,6 +686,26 @@ void real_create_applies_limits(RealCgroup& t) {
   ASSERT_TRUE(usage) << usage.error().message;
 }
 
+// Live changes (set_limits): up and down again; on v1 raising must write memsw before the limit
+// and lowering after it, or the kernel refuses the step (EINVAL).
+void real_set_limits_raises_and_lowers(RealCgroup& t) {
+  auto box = t.driver().create("live", kLimits);
+  ASSERT_TRUE(box) << box.error().message;
+  const bool v1 = t.version() == "v1";
+  const std::string mem = v1 ? "memory.limit_in_bytes" : "memory.max";
+  for (std::uint64_t mb : {256, 32, 128}) {
+    auto st = (*box)->set_limits(CgroupLimits{mb << 20, 150, 48});
+    ASSERT_TRUE(st) << mb << ": " << st.error().message;
+    EXPECT_EQ(t.limit("live", mem), std::to_string(mb << 20));
+    if (v1 && fs::exists(t.box_dirs("live")[0] + "/memory.memsw.limit_in_bytes")) {
+      EXPECT_EQ(t.limit("live", "memory.memsw.limit_in_bytes"), std::to_string(mb << 20));
+    }
+    EXPECT_EQ(t.limit("live", v1 ? "cpu.cfs_quota_us" : "cpu.max"),
+              v1 ? "150000" : "150000 100000");
+    EXPECT_EQ(t.limit("live", "pids.max"), "48");
+  }
+}
+
 void real_tracks_processes_in_box_and_child(RealCgroup& t) {
   auto box = t.driver().create("track", kLimits);
   ASSERT_TRUE(box) << box.error().message;
@@ -978,6 +998,7 @@ struct RealCase {
 };
 constexpr RealCase kRealCases[] = {
     {"CreateAppliesLimits", real_create_applies_limits},
+    {"SetLimitsRaisesAndLowers", real_set_limits_raises_and_lowers},
     {"TracksProcessesInBoxAndChild", real_tracks_processes_in_box_and_child},
     {"KillAllReachesSetsidSigtermIgnorers", real_kill_all_reaches_setsid_sigterm_ignorers},
     {"ExecKillIsScopedToTheExec", real_exec_kill_is_scoped_to_the_exec},

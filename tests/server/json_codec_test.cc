@@ -297,29 +297,25 @@ TEST(JsonCodec, ArtifactDirIsAPathInTheBox) {
   }
 }
 
-TEST(JsonCodec, SeedCgroupMustMatchALiveBox) {
-  sandbox::Limits have = sandbox::builtin_default_limits();
-  sandbox::Limits want;
-  EXPECT_TRUE(check_limits_unchanged(want, have, "cgroup"));
-  want.memory_mb = sandbox::kDefaultMemoryMb;
-  want.max_pids = sandbox::kDefaultMaxPids;
-  EXPECT_TRUE(check_limits_unchanged(want, have, "cgroup"));
-  want.cpu_percent = 50;
-  auto st = check_limits_unchanged(want, have, "cgroup");
-  ASSERT_FALSE(st);
-  EXPECT_EQ(st.error().code, Code::kNotSupported);
-  EXPECT_NE(st.error().message.find("'cgroup.cpu_percent'"), std::string::npos);
-  want.cpu_percent.reset();
-  want.disk_mb = 64;  // the box has no disk cap
-  auto disk = check_limits_unchanged(want, have, "cgroup");
-  ASSERT_FALSE(disk);
-  EXPECT_NE(disk.error().message.find("'cgroup.disk_mb'"), std::string::npos);
-  // The CPU-time and /tmp limits are compared too.
-  want.disk_mb.reset();
-  want.cpu_time_sec = 5;
-  auto cpu = check_limits_unchanged(want, have, "cgroup");
-  ASSERT_FALSE(cpu);
-  EXPECT_NE(cpu.error().message.find("'cgroup.cpu_time_sec'"), std::string::npos);
+TEST(JsonCodec, SessionPatch) {
+  auto u = decode_session_patch(*parse_object(
+      R"({"limits":{"memory_mb":256,"max_pids":64},"ttl_sec":60,"labels":{"a":"b"}})"));
+  ASSERT_TRUE(u) << u.error().message;
+  ASSERT_TRUE(u->limits);
+  EXPECT_EQ(u->limits->memory_mb, 256u);
+  EXPECT_EQ(u->limits->max_pids, 64u);
+  EXPECT_FALSE(u->limits->cpu_percent);
+  EXPECT_EQ(u->ttl_sec, 60);
+  EXPECT_EQ(u->labels->at("a"), "b");
+  // Out of range: 400 naming the field.
+  auto low = decode_session_patch(*parse_object(R"({"limits":{"memory_mb":1}})"));
+  ASSERT_FALSE(low);
+  EXPECT_EQ(low.error().code, Code::kInvalid);
+  EXPECT_NE(low.error().message.find("limits.memory_mb"), std::string::npos);
+  auto other = decode_session_patch(*parse_object(R"({"network":{"mode":"open"}})"));
+  ASSERT_FALSE(other);
+  EXPECT_NE(other.error().message.find("'network'"), std::string::npos);
+  EXPECT_FALSE(decode_session_patch(*parse_object("{}")));
 }
 
 TEST(JsonCodec, SeedRequests) {

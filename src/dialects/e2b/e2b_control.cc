@@ -179,67 +179,70 @@ Result<Create> decode_create(const json& b) {
 
 // ---- the pool jobs (plain functions: no lambda is made inside a co_await)
 
-Result<json> create_job(Context* ctx, Create c, Caller caller) {
-  SessionManager* sm = ctx->sessions;
-  c.spec.template_name = "";  // the default box ("base")
-  for (int attempt = 0;; ++attempt) {
-    std::string id = new_sandbox_id();
-    auto r = sm->create_or_get(id, c.spec, caller);
-    if (!r) return std::unexpected(r.error());
-    if (!r->second) {
-      if (attempt < 3) continue;  // an id taken already: 80 random bits, never in practice
-      return fail(Code::kInternal, "could not pick a free sandbox id");
-    }
-    return sandbox_json(ctx, r->first);
-  }
+
+// The control plane's operations (service::Sessions; coroutines on the io thread).
+
+service::Origin e2b_origin(const Request& req, const Caller& caller) {
+  return service::Origin(caller, req.id, service::Surface::kE2b);
 }
 
 // connect: resumes a paused sandbox; a timeout sets its TTL. 201 when it was resumed.
-Result<std::pair<json, bool>> connect_job(Context* ctx, std::string id,
-                                          std::optional<std::int64_t> timeout, Caller caller) {
-  SessionManager* sm = ctx->sessions;
-  SessionInfo s = AB_TRY(sm->get(id, caller));
+asio::awaitable<Result<std::pair<json, bool>>> connect_sandbox(Context* ctx, service::Origin o,
+                                                              std::string id,
+                                                              std::optional<std::int64_t> timeout) {
+  service::Sessions& ss = ctx->svc->sessions;
+  auto s = co_await ss.get(o, id);
+  if (!s) co_return std::unexpected(s.error());
   bool resumed = false;
-  if (s.state != session::State::kRunning) {
-    s = AB_TRY(sm->resume(id, caller));
+  if (s->state != session::State::kRunning) {
+    s = co_await ss.resume(o, id);
+    if (!s) co_return std::unexpected(s.error());
     resumed = true;
   }
   if (timeout) {
-    session::SessionSpec ttl;
-    ttl.ttl_sec = *timeout;
-    s = AB_TRY(sm->create_or_get(id, ttl, caller)).first;
+    s = co_await ss.set_ttl(o, id, *timeout);
+    if (!s) co_return std::unexpected(s.error());
   }
-  s = AB_TRY(sm->keepalive(id, caller));
-  return std::pair{AB_TRY(sandbox_json(ctx, s)), resumed};
+  s = co_await ss.keepalive(o, id);
+  if (!s) co_return std::unexpected(s.error());
+  auto j = sandbox_json(ctx, *s);
+  if (!j) co_return std::unexpected(j.error());
+  co_return std::pair{std::move(*j), resumed};
 }
 
-Status timeout_job(Context* ctx, std::string id, std::int64_t timeout, Caller caller) {
-  SessionManager* sm = ctx->sessions;
-  AB_TRY(sm->get(id, caller));  // ENOENT before a create_or_get could make it
-  session::SessionSpec ttl;
-  ttl.ttl_sec = timeout;
-  AB_TRY(sm->create_or_get(id, ttl, caller));
-  AB_TRY(sm->keepalive(id, caller));
-  return {};
+asio::awaitable<Status> set_timeout(Context* ctx, service::Origin o, std::string id,
+                                    std::int64_t timeout) {
+  service::Sessions& ss = ctx->svc->sessions;
+  auto s = co_await ss.set_ttl(o, id, timeout);
+  if (!s) co_return std::unexpected(s.error());
+  s = co_await ss.keepalive(o, id);
+  if (!s) co_return std::unexpected(s.error());
+  co_return Status{};
 }
 
-Status pause_job(Context* ctx, std::string id, Caller caller) {
-  SessionManager* sm = ctx->sessions;
-  SessionInfo s = AB_TRY(sm->get(id, caller));
-  if (s.state != session::State::kRunning) {
-    return fail(Code::kExists, "sandbox " + id + " is paused already");
+asio::awaitable<Result<json>> create_sandbox(Context* ctx, service::Origin o, Create c) {
+  c.spec.template_name = "";  // the default box ("base")
+  for (int attempt = 0;; ++attempt) {
+    auto r = co_await ctx->svc->sessions.create(o, new_sandbox_id(), c.spec);
+    if (!r) co_return std::unexpected(r.error());
+    if (!r->second) {
+      if (attempt < 3) continue;  // an id taken already: 80 random bits, never in practice
+      co_return fail(Code::kInternal, "could not pick a free sandbox id");
+    }
+    co_return sandbox_json(ctx, r->first);
   }
-  AB_TRY(sm->suspend(id, caller));
-  return {};
 }
 
-Result<json> get_job(Context* ctx, std::string id, Caller caller) {
-  SessionInfo s = AB_TRY(ctx->sessions->get(id, caller));
-  return detail_json(s);
-}
-
-Status kill_job(Context* ctx, std::string id, Caller caller) {
-  return ctx->sessions->destroy(id, caller);
+asio::awaitable<Status> pause_sandbox(Context* ctx, service::Origin o, std::string id) {
+  service::Sessions& ss = ctx->svc->sessions;
+  auto s = co_await ss.get(o, id);
+  if (!s) co_return std::unexpected(s.error());
+  if (s->state != session::State::kRunning) {
+    co_return fail(Code::kExists, "sandbox " + id + " is paused already");
+  }
+  auto p = co_await ss.suspend(o, id);
+  if (!p) co_return std::unexpected(p.error());
+  co_return Status{};
 }
 
 struct ListQuery {
@@ -390,10 +393,7 @@ asio::awaitable<bool> serve_control(Call* call, std::string path) {
       if (!b) co_return co_await send_reply(call, control_error(b.error()));
       auto c = decode_create(*b);
       if (!c) co_return co_await send_reply(call, control_error(c.error()));
-      auto job = run_blocking(ctx->pool, [ctx, c = std::move(*c), caller] {
-        return create_job(ctx, c, caller);
-      });
-      auto r = co_await std::move(job);
+      auto r = co_await create_sandbox(ctx, e2b_origin(req, caller), std::move(*c));
       if (r) spdlog::info("req={} e2b sandbox {} created", req.id, (*r)["sandboxID"].get<std::string>());
       co_return co_await send_reply(call, reply_of(r, 201));
     }
@@ -418,13 +418,12 @@ asio::awaitable<bool> serve_control(Call* call, std::string path) {
   // The SDK reads `code == 404` in the body as "not found": the session's ENOENT gives it.
   if (s.size() == 2) {
     if (m == "GET") {
-      auto job = run_blocking(ctx->pool, [ctx, id, caller] { return get_job(ctx, id, caller); });
-      auto r = co_await std::move(job);
+      auto info = co_await ctx->svc->sessions.get(e2b_origin(req, caller), id);
+      Result<json> r = info ? Result<json>(detail_json(*info)) : std::unexpected(info.error());
       co_return co_await send_reply(call, reply_of(r, 200));
     }
     if (m == "DELETE") {
-      auto job = run_blocking(ctx->pool, [ctx, id, caller] { return kill_job(ctx, id, caller); });
-      auto r = co_await std::move(job);
+      auto r = co_await ctx->svc->sessions.destroy(e2b_origin(req, caller), id, false);
       if (!r) co_return co_await send_reply(call, control_error(r.error()));
       co_return co_await send_reply(call, no_content());
     }
@@ -438,8 +437,7 @@ asio::awaitable<bool> serve_control(Call* call, std::string path) {
     auto timeout = timeout_field(*b);
     if (!timeout) co_return co_await send_reply(call, control_error(timeout.error()));
     std::optional<std::int64_t> t = *timeout;
-    auto job = run_blocking(ctx->pool, [ctx, id, t, caller] { return connect_job(ctx, id, t, caller); });
-    auto r = co_await std::move(job);
+    auto r = co_await connect_sandbox(ctx, e2b_origin(req, caller), id, t);
     if (!r) co_return co_await send_reply(call, control_error(r.error()));
     int status = r->second ? 201 : 200;
     co_return co_await send_reply(call, json_reply(status, r->first));
@@ -451,8 +449,7 @@ asio::awaitable<bool> serve_control(Call* call, std::string path) {
       co_return co_await send_reply(call, e2b_error(400, "'timeout' (seconds) is required"));
     }
     std::int64_t t = **timeout;
-    auto job = run_blocking(ctx->pool, [ctx, id, t, caller] { return timeout_job(ctx, id, t, caller); });
-    auto r = co_await std::move(job);
+    auto r = co_await set_timeout(ctx, e2b_origin(req, caller), id, t);
     if (!r) co_return co_await send_reply(call, control_error(r.error()));
     co_return co_await send_reply(call, no_content());
   }
@@ -460,8 +457,7 @@ asio::awaitable<bool> serve_control(Call* call, std::string path) {
     if (auto it = b->find("memory"); it != b->end() && !it->is_null() && !it->is_boolean()) {
       co_return co_await send_reply(call, e2b_error(400, "'memory' must be a boolean"));
     }
-    auto job = run_blocking(ctx->pool, [ctx, id, caller] { return pause_job(ctx, id, caller); });
-    auto r = co_await std::move(job);
+    auto r = co_await pause_sandbox(ctx, e2b_origin(req, caller), id);
     if (!r) co_return co_await send_reply(call, control_error(r.error()));
     co_return co_await send_reply(call, no_content());
   }
