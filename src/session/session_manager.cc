@@ -311,7 +311,10 @@ Status SessionManager::load_locked() {
     e->id = i.id;
     e->tenant = i.tenant;
     e->spec = std::move(i.spec);
-    sandbox::fill_unset_limits(&e->spec.limits, config_.default_limits);
+    if (auto be = config_.backends.find(i.backend);
+        be == config_.backends.end() || be->second->takes_default_limits()) {
+      sandbox::fill_unset_limits(&e->spec.limits, config_.default_limits);
+    }
     e->backend = i.backend;
     e->uid = r.uid;
     e->workspace_dir = workspaces_.path(i.id);
@@ -538,8 +541,15 @@ Result<std::shared_ptr<SessionManager::Entry>> SessionManager::create_locked(
     }
   }
   if (auto st = check_running_quota_locked(id); !st) return std::unexpected(st.error());
+  // What the backend cannot give this box (a remote runner: a network, a limit it does not
+  // enforce) is refused now, naming the field, rather than ignored.
+  const std::shared_ptr<sandbox::Backend>& be = config_.backends.at(backend);
+  sandbox::SpecRequest asked{spec.network.mode, spec.limits,
+                             to_default_runner ? config_.default_runner : spec.runner,
+                             caller.tenant};
+  if (auto st = be->check_spec(asked); !st) return std::unexpected(st.error());
   sandbox::Limits limits = spec.limits;
-  sandbox::fill_unset_limits(&limits, config_.default_limits);
+  if (be->takes_default_limits()) sandbox::fill_unset_limits(&limits, config_.default_limits);
   if (auto st = sandbox::check_limits_together(limits, "limits"); !st) {
     return std::unexpected(st.error());
   }
@@ -1411,6 +1421,12 @@ Result<SessionInfo> SessionManager::set_network(const std::string& id, const Net
   std::unique_lock lk(mu_);
   auto e = find_settled_locked(lk, id);
   if (!e || !visible(*e, caller)) return fail(Code::kNotFound, "no such session: " + id);
+  // Running or suspended, a mode the backend cannot serve (any but none on a remote runner) is
+  // refused now, not taken and then failing every command.
+  if (auto be = config_.backends.find(e->backend); be != config_.backends.end()) {
+    sandbox::SpecRequest asked{network.mode, e->spec.limits, e->spec.runner, e->tenant};
+    if (auto st = be->second->check_spec(asked); !st) return std::unexpected(st.error());
+  }
   if (network.mode != e->spec.network.mode && e->state == State::kRunning) {
     // A running box's netns was set up for its mode (its proxy, its veth, the proxy variables
     // in its commands' environment): it is not rewired under running processes. A suspended
