@@ -229,15 +229,15 @@ TEST(RunnerLimitsReal, AgentboxRunnerAsRootEnforcesMemoryAndPids) {
   ASSERT_EQ(c.status, 201) << c;
   EXPECT_EQ(c.body["limits"]["memory_mb"], 48);
   EXPECT_EQ(c.body["limits"]["max_pids"], 12);
-  // tail keeps a line until its end: 200 MB without a newline is held whole, past 48 MB.
-  auto oom = api.exec("lim", {{"command", "head -c 200000000 /dev/zero | tail -c 1 | wc -c"}});
+  // tail -n 1 keeps a line until its end: 200 MB without a newline is held whole, past 48 MB.
+  auto oom = api.exec("lim", {{"command", "head -c 200000000 /dev/zero | tail -n 1 | wc -c"}});
   ASSERT_EQ(oom.status, 200) << oom;
-  EXPECT_NE(oom.body["stdout"], "1\n") << oom;
+  EXPECT_NE(oom.body["stdout"], "200000000\n") << oom;
   // The same on a session without limits succeeds: it was the limit.
   ASSERT_EQ(api.post("/v1/sessions", {{"id", "free"}, {"runner", "alice"}}).status, 201);
-  auto fine = api.exec("free", {{"command", "head -c 200000000 /dev/zero | tail -c 1 | wc -c"}});
+  auto fine = api.exec("free", {{"command", "head -c 200000000 /dev/zero | tail -n 1 | wc -c"}});
   ASSERT_EQ(fine.status, 200) << fine;
-  EXPECT_EQ(fine.body["stdout"], "1\n") << fine;
+  EXPECT_EQ(fine.body["stdout"], "200000000\n") << fine;
   // 12 tasks at most in the session: 30 sleeps cannot all start.
   auto forks = api.exec(
       "lim",

@@ -393,8 +393,8 @@ TEST(RunnerProtocol, EnforcesAndBoxLimits) {
                           R"({"box":"b","limits":{"memory_mb":"lots"}})",
                           R"({"box":"b","limits":[1]})"}) {
     auto r = body_as<BoxLimits>(Envelope{"r", "exec", "", Json::parse(bad), std::nullopt});
-    EXPECT_FALSE(r) << bad;
-    if (!r) EXPECT_EQ(r.error().code, Code::kInvalid) << bad;
+    ASSERT_FALSE(r) << bad;
+    EXPECT_EQ(r.error().code, Code::kInvalid) << bad;
   }
 }
 
