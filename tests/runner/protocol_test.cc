@@ -368,8 +368,12 @@ TEST(RunnerProtocol, GeneratedIdsLookLikeXbots) {
 // docs/runner-protocol.md "Limits": `enforces` after `version` (omitted when empty, so an xbot
 // peer sees xbot's frame), and a request's `box` and `limits`.
 TEST(RunnerProtocol, EnforcesAndBoxLimits) {
-  RegisterBody b{.user_id = "U", .auth_token = "T", .workspace = "/w", .shell = "/bin/sh",
-                 .version = 3, .enforces = {"timeout", "memory_mb"}};
+  RegisterBody b{.user_id = "U",
+                 .auth_token = "T",
+                 .workspace = "/w",
+                 .shell = "/bin/sh",
+                 .version = 3,
+                 .enforces = {"timeout", "memory_mb"}};
   const std::string text = frame("", type::kRegister, to_json(b));
   EXPECT_EQ(
       text,
@@ -381,17 +385,17 @@ TEST(RunnerProtocol, EnforcesAndBoxLimits) {
   add_box_limits(body, BoxLimits{});
   EXPECT_EQ(body.dump(), R"({"stream_id":"s","command":"sh"})");
   add_box_limits(body, BoxLimits{"sess-1", {{"memory_mb", 64}, {"max_pids", 8}}});
-  EXPECT_EQ(body.dump(),
-            R"({"stream_id":"s","command":"sh","box":"sess-1","limits":{"max_pids":8,"memory_mb":64}})");
+  EXPECT_EQ(
+      body.dump(),
+      R"({"stream_id":"s","command":"sh","box":"sess-1","limits":{"max_pids":8,"memory_mb":64}})");
   auto l = body_as<BoxLimits>(Envelope{"r", "stdio_start", "", body, std::nullopt});
   ASSERT_TRUE(l);
   EXPECT_EQ(l->box, "sess-1");
   EXPECT_EQ(l->limits.at("memory_mb"), 64u);
   EXPECT_TRUE(body_as<BoxLimits>(Envelope{"r", "exec", "", Json::object(), std::nullopt}));
-  for (const char* bad : {R"({"box":"../x","limits":{"memory_mb":1}})",
-                          R"({"box":"b","limits":{"memory_mb":0}})",
-                          R"({"box":"b","limits":{"memory_mb":"lots"}})",
-                          R"({"box":"b","limits":[1]})"}) {
+  for (const char* bad :
+       {R"({"box":"../x","limits":{"memory_mb":1}})", R"({"box":"b","limits":{"memory_mb":0}})",
+        R"({"box":"b","limits":{"memory_mb":"lots"}})", R"({"box":"b","limits":[1]})"}) {
     auto r = body_as<BoxLimits>(Envelope{"r", "exec", "", Json::parse(bad), std::nullopt});
     ASSERT_FALSE(r) << bad;
     EXPECT_EQ(r.error().code, Code::kInvalid) << bad;
@@ -420,7 +424,8 @@ TEST(RunnerProtocol, FlatFormDecodesAsTheEnvelope) {
   ASSERT_TRUE(ok);
   EXPECT_FALSE(ok->body.has_value());
   // An envelope is read as it is (its top-level extras ignored).
-  auto env = decode_flat_or_envelope(R"({"id":"i","type":"file_content","body":{"data":"YQ=="},"x":1})");
+  auto env =
+      decode_flat_or_envelope(R"({"id":"i","type":"file_content","body":{"data":"YQ=="},"x":1})");
   ASSERT_TRUE(env);
   EXPECT_EQ(env->body->dump(), R"({"data":"YQ=="})");
   EXPECT_FALSE(decode_flat_or_envelope("not json"));
