@@ -194,6 +194,11 @@ struct SessionCreateArgs {
   std::optional<std::uint32_t> cpu_percent;
   std::optional<std::uint32_t> max_pids;
   std::optional<std::uint64_t> disk_mb;
+  std::optional<std::uint32_t> cpu_time_sec;
+  std::optional<std::uint64_t> tmp_mb;
+  std::optional<std::uint32_t> max_open_files;
+  std::string network;             // --network none|allowlist|open ("" = the server's default)
+  std::vector<std::string> allow;  // --allow DOMAIN (repeatable): network allowlist
   std::optional<std::int64_t> ttl_sec;
   std::vector<std::string> mounts;  // HOST:BOX[:ro|rw]
   std::vector<std::string> skills;  // NAME=DIR

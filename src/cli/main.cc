@@ -96,6 +96,21 @@ int main(int argc, char** argv) {
   add_optional(s_create, "--max-pids", create.max_pids, "process limit (default: the server's)");
   add_optional(s_create, "--disk-mb", create.disk_mb,
                "workspace size cap in MiB (default: the server's)");
+  add_optional(s_create, "--cpu-time", create.cpu_time_sec,
+               "CPU seconds per command; killed past it (default: the server's)");
+  add_optional(s_create, "--tmp-mb", create.tmp_mb, "size of /tmp in MiB (default: the server's)");
+  add_optional(s_create, "--max-open-files", create.max_open_files,
+               "open files per process (default: the server's)");
+  s_create
+      ->add_option("--network", create.network,
+                   "network mode: none (loopback only), allowlist (the --allow domains through "
+                   "the egress proxy) or open (default: none)")
+      ->check(CLI::IsMember({"none", "allowlist", "open"}));
+  s_create
+      ->add_option("--allow", create.allow,
+                   "a domain the box may reach, e.g. example.org or *.example.org (repeatable; "
+                   "implies --network allowlist)")
+      ->allow_extra_args(false);
   add_optional(s_create, "--ttl", create.ttl_sec,
                "idle seconds before the server suspends it, 0: never (default: the server's)");
   s_create

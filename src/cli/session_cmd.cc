@@ -126,7 +126,20 @@ int session_create(const Globals& g, const SessionCreateArgs& a) {
   if (a.cpu_percent) limits["cpu_percent"] = *a.cpu_percent;
   if (a.max_pids) limits["max_pids"] = *a.max_pids;
   if (a.disk_mb) limits["disk_mb"] = *a.disk_mb;
+  if (a.cpu_time_sec) limits["cpu_time_sec"] = *a.cpu_time_sec;
+  if (a.tmp_mb) limits["tmp_mb"] = *a.tmp_mb;
+  if (a.max_open_files) limits["max_open_files"] = *a.max_open_files;
   if (!limits.empty()) body["limits"] = limits;
+  // --allow alone means an allowlist; with another mode it is a mistake the server would refuse.
+  const std::string mode = a.network.empty() && !a.allow.empty() ? "allowlist" : a.network;
+  if (!a.allow.empty() && mode != "allowlist") {
+    return usage("session create: --allow needs --network allowlist");
+  }
+  if (!mode.empty()) {
+    json net = {{"mode", mode}};
+    if (!a.allow.empty()) net["allow"] = a.allow;
+    body["network"] = std::move(net);
+  }
   if (a.ttl_sec) {
     if (*a.ttl_sec < 0) return usage("--ttl: must be >= 0 (0: never)");
     body["ttl_sec"] = *a.ttl_sec;

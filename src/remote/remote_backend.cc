@@ -61,6 +61,16 @@ Status pread_all(int fd, char* data, std::size_t n, std::uint64_t at) {
   return {};
 }
 
+// ENOTSUP naming limits.<name> unless the runner said it enforces it.
+Status require_enforced(const RunnerIdentity& id, const std::string& name) {
+  if (id.does_enforce(name)) return {};
+  std::string what;
+  for (const auto& e : id.enforces) what += (what.empty() ? "" : ", ") + e;
+  return fail(Code::kNotSupported, "limits." + name + " on remote runner " + id.user +
+                                       ": the runner does not " + "enforce it (it enforces: " +
+                                       (what.empty() ? "none of a session's limits" : what) + ")");
+}
+
 Error bad_reply(const std::string& op, const RunnerReply& r) {
   return Error::make(Code::kInternal,
                      op + ": runner answered '" + r.type + "', not what the request expects");
@@ -98,11 +108,12 @@ class RemoteWriter : public sandbox::FileWriter {
 class RemoteSandbox : public sandbox::Sandbox, private sandbox::ProcessLauncher {
  public:
   RemoteSandbox(std::shared_ptr<RunnerHub> hub, std::string user, std::string workspace,
-                std::map<std::string, std::string> env)
+                std::map<std::string, std::string> env, proto::BoxLimits limits)
       : hub_(std::move(hub)),
         user_(std::move(user)),
         workspace_(std::move(workspace)),
-        env_(std::move(env)) {}
+        env_(std::move(env)),
+        limits_(std::move(limits)) {}
   ~RemoteSandbox() override { procs_.shutdown(); }
 
   std::string_view name() const override { return "remote"; }
@@ -155,9 +166,19 @@ class RemoteSandbox : public sandbox::Sandbox, private sandbox::ProcessLauncher 
   std::string user_;
   std::string workspace_;
   std::map<std::string, std::string> env_;
+  proto::BoxLimits limits_;  // the box's limits, all enforced by its runner (checked at create)
   sandbox::ProcessTable procs_{*this};  // last: its processes go before the rest
 
   asio::awaitable<Result<sandbox::Launched>> launch(sandbox::ProcessSpec spec) override;
+  // The runner connected now still enforces the box's limits (it may have come back as
+  // another user, or another program): ENOTSUP naming the first it does not.
+  Status still_enforced(const RunnerConn& conn) const {
+    for (const auto& [name, value] : limits_.limits) {
+      (void)value;
+      AB_TRY(require_enforced(conn.identity(), name));
+    }
+    return {};
+  }
   // The launch of one command (exec or process): argv or `sh -c command`, cwd, env.
   Result<RemoteLaunchSpec> launch_spec(std::vector<std::string> argv, const std::string& command,
                                        const std::string& cwd,
@@ -251,6 +272,7 @@ asio::awaitable<Result<sandbox::ExecResult>> RemoteSandbox::exec(sandbox::ExecSp
   }
   auto conn = hub_->find(user_);
   if (!conn) co_return fail(Code::kUnavailable, "exec: runner " + user_ + " is not connected");
+  if (auto st = still_enforced(*conn); !st) co_return std::unexpected(st.error());
   if (conn->streams()) {
     auto run = exec_streamed(std::move(conn), std::move(spec), sink);
     auto guarded = sandbox::without_throw_on_cancel(std::move(run));
@@ -276,6 +298,7 @@ asio::awaitable<Result<sandbox::ExecResult>> RemoteSandbox::exec(sandbox::ExecSp
   auto secs = std::max<std::int64_t>(1, (spec.timeout.count() + 999) / 1000);
   req.timeout = secs;
   Json body = proto::to_json(req);
+  proto::add_box_limits(body, limits_);
   const auto start = std::chrono::steady_clock::now();
   // The runner answers within timeout + its kill; xbot's server waits timeout + 5 s.
   auto reply = co_await conn->async_call("exec", std::move(body),
@@ -335,6 +358,7 @@ Result<RemoteLaunchSpec> RemoteSandbox::launch_spec(
   if (!cwd.empty()) l.dir = AB_TRY(runner_path(cwd));
   for (const auto& [k, v] : env_) l.env.push_back(k + "=" + v);
   for (const auto& [k, v] : env) l.env.push_back(k + "=" + v);
+  l.limits = limits_;
   return l;
 }
 
@@ -361,6 +385,7 @@ asio::awaitable<Result<sandbox::ExecResult>> RemoteSandbox::exec_streamed(
 asio::awaitable<Result<sandbox::Launched>> RemoteSandbox::launch(sandbox::ProcessSpec spec) {
   auto conn = hub_->find(user_);
   if (!conn) co_return fail(Code::kUnavailable, "process: runner " + user_ + " is not connected");
+  if (auto st = still_enforced(*conn); !st) co_return std::unexpected(st.error());
   auto l = launch_spec(std::move(spec.argv), spec.command, spec.cwd, spec.env);
   if (!l) co_return std::unexpected(l.error());
   l->with_stdin = spec.stdin_open;
@@ -537,7 +562,9 @@ Result<std::unique_ptr<sandbox::Sandbox>> RemoteBackend::create(sandbox::BoxConf
   // the runner's machine (skills and agents are synced to it instead). A session's own mounts
   // and skills are refused when it is created (v1_sessions.cc).
   if (config.egress_policy || config.open_network) {
-    return fail(Code::kNotSupported, "network.mode on a remote runner");
+    return fail(Code::kNotSupported, std::string("network: mode \"") +
+                                         (config.open_network ? "open" : "allowlist") +
+                                         "\" on a remote runner (only \"none\")");
   }
   // SECURITY (T8): only a runner configured for the session's tenant serves it; to any other
   // tenant it is a runner that does not exist.
@@ -548,8 +575,39 @@ Result<std::unique_ptr<sandbox::Sandbox>> RemoteBackend::create(sandbox::BoxConf
   if (!conn) {
     return fail(Code::kUnavailable, "runner " + config.runner + " is not connected");
   }
+  // The session's limits go with every command to the runner, which enforces each (the runner
+  // that registered now may enforce less than the one the session was created on).
+  proto::BoxLimits limits;
+  for (const auto& [name, value] : sandbox::set_limits(config.limits)) {
+    AB_TRY(require_enforced(conn->identity(), name));
+    limits.limits[name] = value;
+  }
+  if (!limits.limits.empty()) limits.box = config.key;
   return std::unique_ptr<sandbox::Sandbox>(new RemoteSandbox(
-      hub_, config.runner, conn->identity().workspace, std::move(config.env)));
+      hub_, config.runner, conn->identity().workspace, std::move(config.env), std::move(limits)));
+}
+
+Status RemoteBackend::check_spec(const sandbox::SpecRequest& req) {
+  if (req.network_mode != "none") {
+    return fail(Code::kNotSupported, "network: mode \"" + req.network_mode +
+                                         "\" on a remote runner (only \"none\": the runner's "
+                                         "commands use its machine's network, which agentbox does "
+                                         "not police)");
+  }
+  const auto limits = sandbox::set_limits(req.limits);
+  if (limits.empty()) return {};
+  // SECURITY (T8): another tenant's runner is one that does not exist (as create() says).
+  if (!hub_->knows(req.runner) || hub_->tenant_of(req.runner) != req.tenant) {
+    return fail(Code::kNotFound, "runner: no runner \"" + req.runner + "\"");
+  }
+  // A runner not connected now: its limits are checked when its box starts (create()).
+  auto conn = hub_->find(req.runner);
+  if (!conn) return {};
+  for (const auto& [name, value] : limits) {
+    (void)value;
+    AB_TRY(require_enforced(conn->identity(), name));
+  }
+  return {};
 }
 
 }  // namespace agentbox::remote

@@ -32,8 +32,12 @@
 //   stat/read_dir/mkdir_all/remove/remove_all map one to one, `mode` translated from Go's
 //   FileMode to st_mode; error codes as proto::to_code(code, message) reads them
 //   (EISDIR/ENOTDIR/ENOTEMPTY exact).
-// - Refused with ENOTSUP naming it: rename, artifact_dir, network policies, mounts; processes
-//   on a runner below version 2.
+// - Limits (docs/runner-protocol.md "Limits"): a session asks only for limits its runner says
+//   it enforces (register's `enforces`; none for xbot's runner), else ENOTSUP naming the field,
+//   at create, on every later change (Backend::check_spec) and when the box starts; they go to
+//   the runner with every exec/stdio_start/pty_create (`box`, `limits`). No daemon defaults.
+// - Refused with ENOTSUP naming it: rename, artifact_dir, network other than "none" (at create
+//   and on POST /network, running or suspended), mounts; processes on a runner below version 2.
 
 #include <memory>
 #include <string>
@@ -49,6 +53,12 @@ class RemoteBackend : public sandbox::Backend {
   std::string_view name() const override { return "remote"; }
   bool isolated() const override { return false; }
   Status check_usable() override { return {}; }
+  // network other than "none": ENOTSUP naming it; a limit the session's runner (connected now)
+  // does not enforce (its register's `enforces`): ENOTSUP naming limits.<field>.
+  Status check_spec(const sandbox::SpecRequest& req) override;
+  // The daemon's default_limits are for its own boxes: a remote session has the limits it asks
+  // for, each enforced by its runner.
+  bool takes_default_limits() const override { return false; }
   Result<std::unique_ptr<sandbox::Sandbox>> create(sandbox::BoxConfig config) override;
 
  private:

@@ -351,6 +351,7 @@ asio::awaitable<Result<RemoteLaunched>> launch_remote(std::shared_ptr<RunnerConn
     type = proto::type::kStdioStart;
     body = proto::to_json(s);
   }
+  proto::add_box_limits(body, spec.limits);
   auto reply = co_await conn->async_call(type, std::move(body), kStartTimeout);
   if (!reply) {
     conn->unwatch(id);

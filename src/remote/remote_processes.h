@@ -39,6 +39,8 @@ struct RemoteLaunchSpec {
   std::string dir;                // the runner's absolute path ("" = its workspace)
   bool with_stdin = false;        // else stdin is closed at once (EOF)
   std::optional<sandbox::PtySize> pty;
+  // The session's box and the limits the runner enforces on it (sent only when set).
+  proto::BoxLimits limits;
 };
 
 // What a launched remote command reports besides its Process.

@@ -164,7 +164,8 @@ void RunnerConn::end_transfer(const std::string& id) {
 bool RunnerConn::on_frame(const std::string& frame) {
   last_seen_ms_.store(now_ms());
   hub_->count_in(frame.size());
-  auto env = proto::decode(frame);
+  // xbot's envelope, or seed 003's flat form (fields beside id and type).
+  auto env = proto::decode_flat_or_envelope(frame);
   if (!env) return false;
   // Pushes are routed by type before the id (as xbot's server does), then by their stream id
   // to the watcher of a stream (remote_processes.cc); a push of no watched stream is dropped.

@@ -58,6 +58,15 @@ struct RunnerIdentity {
   std::string workspace;
   std::string shell;
   int version = 0;  // agentbox's extension as negotiated (proto::negotiate); 0: xbot's plain form
+  // What the runner said it enforces (register's `enforces`, proto::enforce:: names); empty for
+  // xbot's runner, which enforces none of a session's limits.
+  std::vector<std::string> enforces;
+  bool does_enforce(std::string_view what) const {
+    for (const auto& e : enforces) {
+      if (e == what) return true;
+    }
+    return false;
+  }
 };
 
 struct RunnerStats {

@@ -355,6 +355,7 @@ Json to_json(const RegisterBody& b) {
   if (!b.llm_provider.empty()) j["llm_provider"] = b.llm_provider;
   if (!b.llm_model.empty()) j["llm_model"] = b.llm_model;
   if (b.version != 0) j["version"] = b.version;
+  if (!b.enforces.empty()) j["enforces"] = strings(b.enforces);
   return j;
 }
 
@@ -581,6 +582,7 @@ Status from_json(const std::optional<Json>& body, RegisterBody& out) {
   AB_TRY(get(o, "llm_provider", out.llm_provider));
   AB_TRY(get(o, "llm_model", out.llm_model));
   AB_TRY(get(o, "version", out.version));
+  AB_TRY(get(o, "enforces", out.enforces));
   return {};
 }
 

@@ -15,6 +15,7 @@
 #include <sys/types.h>
 
 #include <cstdint>
+#include <map>
 #include <nlohmann/json.hpp>
 #include <optional>
 #include <string>
@@ -197,6 +198,8 @@ struct RegisterBody {
   std::string user_id, auth_token, workspace, shell;
   std::string llm_provider, llm_model;  // omitempty
   int version = 0;                      // omitempty; agentbox sends kProtocolVersion
+  // omitempty; agentbox's extension: what the runner enforces (enforce:: names below)
+  std::vector<std::string> enforces;
 };
 struct RegisterOk {
   std::string status = "ok";
@@ -396,6 +399,39 @@ Result<T> body_as(const Envelope& e) {
   if (auto s = from_json(e.body, out); !s) return std::unexpected(std::move(s).error());
   return out;
 }
+
+// ---- agentbox's extension: limits (docs/runner-protocol.md "Limits") ----
+// The names of `register.body.enforces`: what the runner enforces on the commands it runs.
+// "timeout" and "output_cap" are per request (every exec's timeout; output kept up to a cap);
+// the others are the session limits of API.md's `limits` object, which the runner enforces when
+// a request carries them (BoxLimits). A runner without `enforces` (xbot's) enforces none of the
+// session limits: agentboxd refuses them for its sessions (501).
+namespace enforce {
+inline constexpr std::string_view kTimeout = "timeout";
+inline constexpr std::string_view kOutputCap = "output_cap";
+inline constexpr std::string_view kMemoryMb = "memory_mb";
+inline constexpr std::string_view kMaxPids = "max_pids";
+}  // namespace enforce
+// On `exec`, `stdio_start` and `pty_create` to a runner that enforces session limits: the box
+// the command belongs to (the runner keeps one cgroup per box, so the limits bound the
+// session's commands together) and the limits it enforces, by the names of enforce::. Fields
+// "box" and "limits" of the request body, both omitted when empty (so an xbot runner never
+// sees them).
+struct BoxLimits {
+  std::string box;
+  std::map<std::string, std::uint64_t> limits;
+};
+// Adds "box" and "limits" to a request body (nothing when empty).
+void add_box_limits(Json& body, const BoxLimits& b);
+// Reads them from a request body; EINVAL naming a field of the wrong type, a bad box name
+// ([A-Za-z0-9._-]{1,128}, not "." or "..") or a limit that is not a positive integer.
+Status from_json(const std::optional<Json>& body, BoxLimits& out);
+
+// decode(), and seed 003's flat form of a frame (its fields beside id and type, no `body`:
+// {"id":"r","type":"exec_result","stdout":"..",...}): every key but id and type becomes the
+// body. A frame with a `body`, or with nothing but id/type/user_id, is decoded as decode() does.
+// agentboxd reads runner frames with it.
+Result<Envelope> decode_flat_or_envelope(std::string_view text);
 
 // ---- Go os.FileMode ----
 namespace gomode {

@@ -30,6 +30,7 @@
 
 #include "common/log.h"
 #include "common/log_errors.h"
+#include "runner/box_limits.h"
 #include "runner/download.h"
 #include "runner/protocol.h"
 #include "runner/spawn.h"
@@ -199,6 +200,7 @@ struct BgTask {
 struct Stream {
   bool pty = false;
   pid_t pid = -1;
+  std::string box;  // its box's cgroup (box_limits.h), released once it is reaped; "" = none
   UniqueFd master;  // pty only
   std::unique_ptr<InputQueue> input;
   std::mutex mu;
@@ -239,8 +241,9 @@ struct Upload {
 // One connection's state. Request threads hold it by shared_ptr; shutdown() on disconnect.
 class Conn : public std::enable_shared_from_this<Conn> {
  public:
-  Conn(asio::any_io_executor ex, const WorkspaceFs& fs, ssl::context& tls)
-      : outbox(std::move(ex)), fs_(fs), tls_(tls) {}
+  Conn(asio::any_io_executor ex, const WorkspaceFs& fs, ssl::context& tls,
+       std::shared_ptr<BoxCgroups> cgroups)
+      : outbox(std::move(ex)), fs_(fs), tls_(tls), cgroups_(std::move(cgroups)) {}
 
   Outbox outbox;
 
@@ -313,6 +316,26 @@ class Conn : public std::enable_shared_from_this<Conn> {
   }
   void reply_error(const std::string& id, std::string_view code, std::string msg) {
     outbox.send(p::error_frame(id, code, msg));
+  }
+
+  // The box's cgroup a command of request `e` joins (its `box` and `limits`, box_limits.h):
+  // the cgroup.procs fds for SpawnSpec::join_fds, `box` set when release() is owed. nullopt:
+  // refused (the error reply is sent).
+  std::optional<std::vector<UniqueFd>> join_box(const p::Envelope& e, std::string& box) {
+    auto b = body<p::BoxLimits>(e);
+    if (!b) return std::nullopt;
+    auto fds = cgroups_->acquire(*b);
+    if (!fds) {
+      reply_error(e.id, fds.error());
+      return std::nullopt;
+    }
+    if (!fds->empty()) box = b->box;
+    return std::move(*fds);
+  }
+  static std::vector<int> raw(const std::vector<UniqueFd>& fds) {
+    std::vector<int> out;
+    for (const UniqueFd& fd : fds) out.push_back(fd.get());
+    return out;
   }
 
   template <typename T>
@@ -448,7 +471,13 @@ class Conn : public std::enable_shared_from_this<Conn> {
     }
     spec.stdout_fd = out_w.get();
     spec.stderr_fd = err_w.get();
+    std::string box;
+    auto joins = join_box(e, box);
+    if (!joins) return;
+    spec.join_fds = raw(*joins);
     auto pid = spawn(spec);
+    joins->clear();
+    if (!pid && !box.empty()) cgroups_->release(box);
     if (!pid && pid.error().sys_errno == ENOENT) {
       // No such program: exit 127 as a shell reports it (the other backends' contract).
       p::ExecResult missing;
@@ -485,6 +514,7 @@ class Conn : public std::enable_shared_from_this<Conn> {
     }
     int status = wait_for(*pid);
     untrack_exec(*pid);
+    if (!box.empty()) cgroups_->release(box);
     if (feeder.joinable()) {
       if (!in_time) kill_group(*pid);
       feeder.join();
@@ -619,10 +649,22 @@ class Conn : public std::enable_shared_from_this<Conn> {
       err_pipe = b->stderr_pipe && streams_v2_;
     }
     if (req.stream_id.empty()) return reply_error(e.id, p::code::kInvalid, "missing stream_id");
+    std::string box;
+    auto joins = join_box(e, box);
+    if (!joins) return;
+    // The cgroup is owed a release() unless the stream's child starts (report_exit does it).
+    struct Owed {
+      BoxCgroups* c;
+      std::string* box;
+      ~Owed() {
+        if (!box->empty()) c->release(*box);
+      }
+    } owed{cgroups_.get(), &box};
     auto cwd = cwd_for(req.dir);
     if (!cwd) return reply_error(e.id, cwd.error());
     SpawnSpec spec;
     spec.cwd_fd = cwd->get();
+    spec.join_fds = raw(*joins);
     if (pty && req.command.empty()) req.command = "bash";
     spec.argv = {req.command};
     spec.argv.insert(spec.argv.end(), req.args.begin(), req.args.end());
@@ -696,6 +738,7 @@ class Conn : public std::enable_shared_from_this<Conn> {
             std::string(pty ? "start pty: " : "start process: ") + pid.error().message);
       }
       st->pid = *pid;
+      st->box = std::exchange(box, std::string());  // released by report_exit
       if (pty) {
         int wfd = fcntl(st->master.get(), F_DUPFD_CLOEXEC, 0);
         st->input = std::make_unique<InputQueue>(wfd, true);
@@ -765,6 +808,7 @@ class Conn : public std::enable_shared_from_this<Conn> {
       st->reaped = true;  // from here on stdio_signal reaches the group only
     }
     int status = wait_for(st->pid);
+    if (!st->box.empty()) cgroups_->release(st->box);
     p::StreamExit x{id, exit_code_of(status), ""};
     if (WIFSIGNALED(status)) {
       x.error = std::string("signal: ") + strsignal(WTERMSIG(status));
@@ -1072,6 +1116,7 @@ class Conn : public std::enable_shared_from_this<Conn> {
 
   const WorkspaceFs& fs_;
   ssl::context& tls_;  // download_file's https (shared: OpenSSL contexts are thread-safe to use)
+  std::shared_ptr<BoxCgroups> cgroups_;  // the boxes' cgroups (one per runner process)
   std::atomic<int> version_{0};
   std::atomic<bool> streams_v2_{false};  // version 2: process streams
   std::map<std::string, Upload> uploads_;  // I/O thread only
@@ -1104,6 +1149,7 @@ class Runner {
     asio::co_spawn(io_, loop(), LogErrors{"runner loop"});
     io_.run();
     if (conn_) conn_->shutdown();
+    cgroups_->close();  // kills what is left in the boxes' cgroups and removes them
     return 0;
   }
 
@@ -1212,6 +1258,8 @@ class Runner {
                         .workspace = fs_.path(),
                         .shell = first_shell(),
                         .version = opts_.protocol_version};
+    // agentbox's extension: what this runner enforces (not as xbot's runner, version 0).
+    if (opts_.protocol_version > 0) reg.enforces = cgroups_->enforces();
     p::Envelope env{.id = "",
                     .type = std::string(p::type::kRegister),
                     .user_id = user_id(),
@@ -1240,7 +1288,7 @@ class Runner {
       co_return false;
     }
     spdlog::info("registered as {} with workspace {}", user_id(), fs_.path());
-    auto conn = std::make_shared<Conn>(io_.get_executor(), fs_, ssl_);
+    auto conn = std::make_shared<Conn>(io_.get_executor(), fs_, ssl_, cgroups_);
     if (answer && answer->type == p::type::kRegisterOk) {
       // The version both speak: the server's answer, never above ours.
       auto ok = p::body_as<p::RegisterOk>(*answer);
@@ -1306,6 +1354,7 @@ class Runner {
   asio::io_context io_;
   ssl::context ssl_;
   std::shared_ptr<Conn> conn_;
+  std::shared_ptr<BoxCgroups> cgroups_ = std::make_shared<BoxCgroups>();
   bool stopping_ = false;
 };
 

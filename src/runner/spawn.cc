@@ -69,7 +69,10 @@ Result<pid_t> spawn(const SpawnSpec& spec) {
       i = j + 1;
     }
   }
-  if (auto fast = spawn_posix(spec, argv.data(), envp.data(), candidates)) return *fast;
+  // posix_spawn cannot join a cgroup before exec: the fork path does.
+  if (spec.join_fds.empty()) {
+    if (auto fast = spawn_posix(spec, argv.data(), envp.data(), candidates)) return *fast;
+  }
   int null_fd = ::open("/dev/null", O_RDWR | O_CLOEXEC);
   if (null_fd < 0) return fail_errno(errno, "open(/dev/null)");
   UniqueFd null_guard(null_fd);
@@ -87,6 +90,9 @@ Result<pid_t> spawn(const SpawnSpec& spec) {
       (void)!::write(wr.get(), &step_err, sizeof step_err);
       _exit(127);
     };
+    for (int fd : spec.join_fds) {
+      if (::write(fd, "0", 1) != 1) die(errno);
+    }
     sigset_t all;
     sigemptyset(&all);
     sigprocmask(SIG_SETMASK, &all, nullptr);

@@ -21,6 +21,9 @@ struct SpawnSpec {
   int stdin_fd = -1, stdout_fd = -1, stderr_fd = -1;  // -1: /dev/null
   // setsid() and make stdin_fd (a pty slave) the controlling terminal.
   bool pty = false;
+  // cgroup.procs files (open for writing) the child joins before exec, writing "0" to each
+  // (runner/box_limits.h: the box's limits bound it from its first instruction).
+  std::vector<int> join_fds;
 };
 
 // The child's pid (also its pgid). An exec failure is reported by the parent as kNotFound /

@@ -6,6 +6,21 @@
 
 namespace agentbox::sandbox {
 
+std::vector<std::pair<std::string, std::uint64_t>> set_limits(const Limits& l) {
+  std::vector<std::pair<std::string, std::uint64_t>> out;
+  auto add = [&](const char* name, const auto& v) {
+    if (v) out.emplace_back(name, static_cast<std::uint64_t>(*v));
+  };
+  add("memory_mb", l.memory_mb);
+  add("cpu_percent", l.cpu_percent);
+  add("max_pids", l.max_pids);
+  add("disk_mb", l.disk_mb);
+  add("max_open_files", l.max_open_files);
+  add("cpu_time_sec", l.cpu_time_sec);
+  add("tmp_mb", l.tmp_mb);
+  return out;
+}
+
 Result<std::string> Sandbox::read_file(const std::string& path, std::uint64_t max_bytes) {
   auto r = open_file(path);
   if (!r) return std::unexpected(r.error());

@@ -298,6 +298,19 @@ struct BoxConfig {
   std::string tenant;
 };
 
+// What a session asks of its box, as Backend::check_spec sees it: at create and at every later
+// change of the session (its network, its limits), whether its box runs or not.
+struct SpecRequest {
+  std::string network_mode = "none";  // none | allowlist | open
+  Limits limits;       // what the session asks for: its set fields (not the daemon's defaults)
+  std::string runner;  // backend "remote": the runner user serving the session
+  std::string tenant;  // the session's tenant
+};
+
+// The wire names of the set fields of `l` ("memory_mb", ...), with their values, in API.md's
+// order.
+std::vector<std::pair<std::string, std::uint64_t>> set_limits(const Limits& l);
+
 class Backend {
  public:
   virtual ~Backend() = default;
@@ -321,6 +334,18 @@ class Backend {
     return fail(Code::kNotSupported,
                 "mounts and skills on the " + std::string(name()) + " backend");
   }
+  // Whether this backend can give a box what `req` asks: a network mode or a limit it would
+  // not enforce is ENOTSUP naming the field ("network", "limits.memory_mb"), so that the request
+  // asking for it (create, POST /network, a change of limits) fails instead of being ignored.
+  // Cheap and non-blocking (the session manager calls it under its lock). Default: everything.
+  virtual Status check_spec(const SpecRequest& req) {
+    (void)req;
+    return {};
+  }
+  // Whether a session of this backend takes the daemon's default limits
+  // (session::ManagerConfig::default_limits) for what it leaves unset. false: its box has only
+  // the limits the session asks for (a remote runner's machine is not the daemon's to budget).
+  virtual bool takes_default_limits() const { return true; }
   virtual Result<std::unique_ptr<Sandbox>> create(BoxConfig config) = 0;
 };
 

@@ -163,7 +163,7 @@ asio::awaitable<bool> runner_ws(Call* call) {
       }
       return;
     }
-    auto env = proto::decode(data);
+    auto env = proto::decode_flat_or_envelope(data);
     if (binary || !env || env->type != proto::type::kRegister) {
       refuse("the first frame must be a register message", "INVALID");
       return;
@@ -183,6 +183,7 @@ asio::awaitable<bool> runner_ws(Call* call) {
     // The version in force (docs/runner-protocol.md): the lower of the runner's and ours (3
     // for today's agentbox-runner, 1 or 2 for an older one, 0 for xbot's runner: none).
     id.version = proto::negotiate(reg->version);
+    id.enforces = reg->enforces;
     if (id.workspace.empty() || id.workspace[0] != '/') {
       return refuse("workspace must be an absolute path", "INVALID");
     }
@@ -210,7 +211,10 @@ asio::awaitable<bool> runner_ws(Call* call) {
       if (!rc->open()) return;  // gone already (both run on this thread: no race)
       hub->attach(rc);
       audit(ctx, "runner.register", session::Caller(tenant, false, 0), "",
-            {{"user", user}, {"workspace", id.workspace}, {"version", id.version}});
+            {{"user", user},
+             {"workspace", id.workspace},
+             {"version", id.version},
+             {"enforces", id.enforces}});
       spdlog::info("runner {} registered (workspace {}, version {})", user, id.workspace,
                    id.version);
       const auto& mc = ctx->sessions->config();
@@ -245,6 +249,7 @@ asio::awaitable<Reply> list_runners(Context* ctx, Request* req) {
       r["workspace"] = l.identity.workspace.empty() ? json(nullptr) : json(l.identity.workspace);
       r["shell"] = l.identity.shell.empty() ? json(nullptr) : json(l.identity.shell);
       r["version"] = l.identity.version == 0 ? json(nullptr) : json(l.identity.version);
+      r["enforces"] = l.identity.enforces;
       bool seen = l.connected_at.time_since_epoch().count() != 0;
       r["connected_at"] = seen ? json(rfc3339(l.connected_at)) : json(nullptr);
       r["last_seen"] = seen ? json(rfc3339(l.last_seen)) : json(nullptr);

@@ -311,7 +311,10 @@ Status SessionManager::load_locked() {
     e->id = i.id;
     e->tenant = i.tenant;
     e->spec = std::move(i.spec);
-    sandbox::fill_unset_limits(&e->spec.limits, config_.default_limits);
+    if (auto be = config_.backends.find(i.backend);
+        be == config_.backends.end() || be->second->takes_default_limits()) {
+      sandbox::fill_unset_limits(&e->spec.limits, config_.default_limits);
+    }
     e->backend = i.backend;
     e->uid = r.uid;
     e->workspace_dir = workspaces_.path(i.id);
@@ -539,8 +542,15 @@ Result<std::shared_ptr<SessionManager::Entry>> SessionManager::create_locked(
     }
   }
   if (auto st = check_running_quota_locked(id); !st) return std::unexpected(st.error());
+  // What the backend cannot give this box (a remote runner: a network, a limit it does not
+  // enforce) is refused now, naming the field, rather than ignored.
+  const std::shared_ptr<sandbox::Backend>& be = config_.backends.at(backend);
+  sandbox::SpecRequest asked{spec.network.mode, spec.limits,
+                             to_default_runner ? config_.default_runner : spec.runner,
+                             caller.tenant};
+  if (auto st = be->check_spec(asked); !st) return std::unexpected(st.error());
   sandbox::Limits limits = spec.limits;
-  sandbox::fill_unset_limits(&limits, config_.default_limits);
+  if (be->takes_default_limits()) sandbox::fill_unset_limits(&limits, config_.default_limits);
   if (auto st = sandbox::check_limits_together(limits, "limits"); !st) {
     return std::unexpected(st.error());
   }
@@ -1415,6 +1425,12 @@ Result<SessionInfo> SessionManager::set_network(const std::string& id, const Net
   std::unique_lock lk(mu_);
   auto e = find_settled_locked(lk, id);
   if (!e || !visible(*e, caller)) return fail(Code::kNotFound, "no such session: " + id);
+  // Running or suspended, a mode the backend cannot serve (any but none on a remote runner) is
+  // refused now, not taken and then failing every command.
+  if (auto be = config_.backends.find(e->backend); be != config_.backends.end()) {
+    sandbox::SpecRequest asked{network.mode, e->spec.limits, e->spec.runner, e->tenant};
+    if (auto st = be->second->check_spec(asked); !st) return std::unexpected(st.error());
+  }
   sandbox::NetworkMode mode = AB_TRY(network_mode(*e, network));
   if (e->state == State::kRunning && e->box) {
     std::shared_ptr<sandbox::Sandbox> box = lease_locked(e);
@@ -1478,7 +1494,14 @@ Result<SessionInfo> SessionManager::update(const std::string& id, const Update& 
     take("tmp_mb", w.tmp_mb, limits.tmp_mb, false);
     take("max_open_files", w.max_open_files, limits.max_open_files, false);
     AB_TRY(sandbox::check_limits_together(limits, lf));
-    if (limits != e->spec.limits) changed.push_back("limits");
+    if (limits != e->spec.limits) {
+      // A limit the backend would not enforce (a remote runner's) is refused, as at create.
+      if (auto be = config_.backends.find(e->backend); be != config_.backends.end()) {
+        sandbox::SpecRequest asked{e->spec.network.mode, limits, e->spec.runner, e->tenant};
+        if (auto st = be->second->check_spec(asked); !st) return std::unexpected(st.error());
+      }
+      changed.push_back("limits");
+    }
   }
   if (u.ttl_sec && u.ttl_sec != e->spec.ttl_sec) changed.push_back("ttl_sec");
   if (u.labels && *u.labels != e->spec.labels) changed.push_back("labels");

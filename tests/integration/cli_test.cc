@@ -379,6 +379,56 @@ TEST_F(CliTest, SessionCreateFromScopeTemplate) {
   EXPECT_EQ(cli({"session", "rm", "group_unknown"}).code, 0);
 }
 
+// `session create --network none|allowlist|open --allow DOMAIN... --cpu-time N --tmp-mb N
+// --max-open-files N`: the session object shows what was asked; what the backend cannot give is
+// ENOTSUP (exit 9), a bad combination a usage error (exit 2, nothing sent).
+TEST(CliNetwork, SessionCreateNetworkAndMoreLimits) {
+  Daemon d({"--backend", "ns", "--allow-backend", "host"});
+  auto cli = [&d](std::vector<std::string> args) {
+    args.insert(args.begin(), {"--server", d.url()});
+    CliProcess p(args, {}, "");
+    CliRun r;
+    r.code = p.wait();
+    r.out = p.out();
+    r.err = p.err();
+    return r;
+  };
+  CliRun c = cli({"session", "create", "cli-net", "--network", "allowlist", "--allow",
+                  "example.org", "--allow", "*.example.net", "--cpu-time", "30", "--tmp-mb", "64",
+                  "--max-open-files", "256"});
+  ASSERT_EQ(c.code, 0) << c;
+  json j = json::parse(c.out, nullptr, false);
+  ASSERT_TRUE(j.is_object()) << c;
+  EXPECT_EQ(j["backend"], "ns") << c;
+  EXPECT_EQ(j["network"]["mode"], "allowlist") << c;
+  EXPECT_EQ(j["network"]["allow"], json({"example.org", "*.example.net"})) << c;
+  EXPECT_EQ(j["limits"]["cpu_time_sec"], 30) << c;
+  EXPECT_EQ(j["limits"]["tmp_mb"], 64) << c;
+  EXPECT_EQ(j["limits"]["max_open_files"], 256) << c;
+  EXPECT_EQ(cli({"session", "rm", "cli-net"}).code, 0);
+  // --allow alone is an allowlist; --network none is the default made explicit.
+  CliRun a = cli({"session", "create", "cli-net2", "--allow", "example.org"});
+  ASSERT_EQ(a.code, 0) << a;
+  EXPECT_EQ(json::parse(a.out, nullptr, false)["network"]["mode"], "allowlist") << a;
+  EXPECT_EQ(cli({"session", "rm", "cli-net2"}).code, 0);
+  CliRun none = cli({"session", "create", "cli-net4", "--network", "none"});
+  ASSERT_EQ(none.code, 0) << none;
+  EXPECT_EQ(json::parse(none.out, nullptr, false)["network"]["mode"], "none") << none;
+  EXPECT_EQ(cli({"session", "rm", "cli-net4"}).code, 0);
+  // The host backend has no network namespace: "open" is not what it can give.
+  CliRun open = cli({"session", "create", "cli-net3", "--backend", "host", "--network", "open"});
+  EXPECT_EQ(open.code, 9) << open;
+  EXPECT_EQ(open.err.rfind("agentbox: ENOTSUP: ", 0), 0u) << open;
+  for (std::vector<std::string> args :
+       {std::vector<std::string>{"session", "create", "x", "--network", "wide"},
+        {"session", "create", "x", "--network", "open", "--allow", "a.test"},
+        {"session", "create", "x", "--cpu-time", "soon"}}) {
+    CliRun r = cli(args);
+    EXPECT_EQ(r.code, 2) << ::testing::PrintToString(args) << "\n" << r;
+  }
+  EXPECT_EQ(cli({"session", "show", "x"}).code, 3);  // nothing was sent
+}
+
 TEST_F(CliTest, BadInputIsAnErrorOrAUsageError) {
   CliRun bad_id = cli({"session", "create", "no/slashes"});
   EXPECT_EQ(bad_id.code, 1) << bad_id;

@@ -63,6 +63,12 @@ class FakeRunner {
     std::lock_guard lk(mu_);
     hooks_[type] = std::move(h);
   }
+  // Fields added to the register body (agentbox's extensions, e.g. {"enforces": [...]}); call
+  // before start().
+  void register_extra(json fields) { register_extra_ = std::move(fields); }
+  // Replies in seed 003's flat form: the body's fields beside id and type, no `body`
+  // ({"id":..,"type":"exec_result","stdout":..}); call before start().
+  void answer_flat(bool on) { flat_ = on; }
 
   // Connects and registers on its own thread; returns the daemon's answer to `register`
   // ({"type":"register_ok",...} or {"type":"error",...}), or a discarded json on no answer.
@@ -100,6 +106,7 @@ class FakeRunner {
                  {"workspace", workspace_},
                  {"shell", "/bin/sh"}};
     if (version_ != 0) body["version"] = version_;
+    for (auto& [k, v] : register_extra_.items()) body[k] = v;
     json reg = {{"type", "register"}, {"user_id", body_user_}, {"body", body}};
     ws.send(reg.dump(), false);
     client::WebSocket::Handlers h;
@@ -130,7 +137,11 @@ class FakeRunner {
       json reply = json::object();
       reply["id"] = j["id"];
       reply["type"] = o.reply["type"];
-      if (o.reply.contains("body")) reply["body"] = o.reply["body"];
+      if (o.reply.contains("body") && flat_) {
+        for (auto& [k, v] : o.reply["body"].items()) reply[k] = v;
+      } else if (o.reply.contains("body")) {
+        reply["body"] = o.reply["body"];
+      }
       ws.send(reply.dump(), false);
       for (const json& x : o.extra) ws.send(x.dump(), false);
     };
@@ -305,6 +316,8 @@ class FakeRunner {
   std::string url_user_, token_, workspace_;
   int version_ = 0;
   std::string body_user_;
+  json register_extra_ = json::object();
+  bool flat_ = false;
   std::thread thread_;
   std::atomic<bool> stop_{false}, closing_{false}, answered_{false}, ended_{false};
   std::atomic<int> seen_{0};

@@ -365,6 +365,72 @@ TEST(RunnerProtocol, GeneratedIdsLookLikeXbots) {
   EXPECT_NE(a, b);
 }
 
+// docs/runner-protocol.md "Limits": `enforces` after `version` (omitted when empty, so an xbot
+// peer sees xbot's frame), and a request's `box` and `limits`.
+TEST(RunnerProtocol, EnforcesAndBoxLimits) {
+  RegisterBody b{.user_id = "U",
+                 .auth_token = "T",
+                 .workspace = "/w",
+                 .shell = "/bin/sh",
+                 .version = 3,
+                 .enforces = {"timeout", "memory_mb"}};
+  const std::string text = frame("", type::kRegister, to_json(b));
+  EXPECT_EQ(
+      text,
+      R"({"type":"register","body":{"user_id":"U","auth_token":"T","workspace":"/w","shell":"/bin/sh","version":3,"enforces":["timeout","memory_mb"]}})");
+  auto back = body_as<RegisterBody>(*decode(text));
+  ASSERT_TRUE(back);
+  EXPECT_EQ(back->enforces, (std::vector<std::string>{"timeout", "memory_mb"}));
+  Json body = to_json(StdioStart{.stream_id = "s", .command = "sh"});
+  add_box_limits(body, BoxLimits{});
+  EXPECT_EQ(body.dump(), R"({"stream_id":"s","command":"sh"})");
+  add_box_limits(body, BoxLimits{"sess-1", {{"memory_mb", 64}, {"max_pids", 8}}});
+  EXPECT_EQ(
+      body.dump(),
+      R"({"stream_id":"s","command":"sh","box":"sess-1","limits":{"max_pids":8,"memory_mb":64}})");
+  auto l = body_as<BoxLimits>(Envelope{"r", "stdio_start", "", body, std::nullopt});
+  ASSERT_TRUE(l);
+  EXPECT_EQ(l->box, "sess-1");
+  EXPECT_EQ(l->limits.at("memory_mb"), 64u);
+  EXPECT_TRUE(body_as<BoxLimits>(Envelope{"r", "exec", "", Json::object(), std::nullopt}));
+  for (const char* bad :
+       {R"({"box":"../x","limits":{"memory_mb":1}})", R"({"box":"b","limits":{"memory_mb":0}})",
+        R"({"box":"b","limits":{"memory_mb":"lots"}})", R"({"box":"b","limits":[1]})"}) {
+    auto r = body_as<BoxLimits>(Envelope{"r", "exec", "", Json::parse(bad), std::nullopt});
+    ASSERT_FALSE(r) << bad;
+    EXPECT_EQ(r.error().code, Code::kInvalid) << bad;
+  }
+}
+
+// Seed 003's flat form: the fields beside id and type become the body; an envelope stays one.
+TEST(RunnerProtocol, FlatFormDecodesAsTheEnvelope) {
+  auto flat = decode_flat_or_envelope(
+      R"({"id":"req_1","type":"exec_result","stdout":"hi\n","stderr":"","exit_code":3,"timed_out":false})");
+  ASSERT_TRUE(flat);
+  EXPECT_EQ(flat->id, "req_1");
+  auto r = body_as<ExecResult>(*flat);
+  ASSERT_TRUE(r);
+  EXPECT_EQ(r->stdout_data, "hi\n");
+  EXPECT_EQ(r->exit_code, 3);
+  auto err = decode_flat_or_envelope(
+      R"({"id":"req_2","type":"error","message":"file not found","code":"ENOENT"})");
+  ASSERT_TRUE(err);
+  auto eb = body_as<ErrorBody>(*err);
+  ASSERT_TRUE(eb);
+  EXPECT_EQ(eb->code, "ENOENT");
+  EXPECT_EQ(eb->message, "file not found");
+  // Nothing beside id/type/user_id: no body, as decode() says.
+  auto ok = decode_flat_or_envelope(R"({"id":"req_3","type":"ok"})");
+  ASSERT_TRUE(ok);
+  EXPECT_FALSE(ok->body.has_value());
+  // An envelope is read as it is (its top-level extras ignored).
+  auto env =
+      decode_flat_or_envelope(R"({"id":"i","type":"file_content","body":{"data":"YQ=="},"x":1})");
+  ASSERT_TRUE(env);
+  EXPECT_EQ(env->body->dump(), R"({"data":"YQ=="})");
+  EXPECT_FALSE(decode_flat_or_envelope("not json"));
+}
+
 // Version 3 (docs/runner-protocol.md): the register frame says 3, register_ok answers the
 // highest version both speak, and a chunk's bytes travel in a binary frame.
 TEST(RunnerProtocol, Version3RegisterAndNegotiation) {
