@@ -36,6 +36,7 @@
 #include "server/http_server.h"
 #include "server/remote_backend.h"
 #include "server/runner_hub.h"
+#include "session/resume_repair.h"
 #include "session/session_manager.h"
 #include "session/template_manager.h"
 
@@ -302,6 +303,8 @@ int main(int argc, char** argv) {
     }
     mc.templates = std::move(*templates);
   }
+  // Seed 004's auto_repair: a resumed session is repaired before its first command.
+  if (cfg.auto_repair) mc.on_resume = session::auto_repair_on_resume(mc.templates);
   auto manager = session::SessionManager::open(std::move(mc));
   if (!manager) {
     spdlog::error("sessions: {}", manager.error().message);

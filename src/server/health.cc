@@ -1,5 +1,6 @@
 // Seed 004's workspace care (API.md "Templates, snapshots, health, packages"):
-// POST /v1/sessions/{id}/health, /repair and /packages, and the config's auto_repair on resume.
+// POST /v1/sessions/{id}/health, /repair and /packages. (The config's auto_repair on resume is
+// session/resume_repair.h: it runs before the resume's first command.)
 // The work itself is workspace/health.h and workspace/installers.h; it runs on the worker pool
 // (its file calls block; its box commands are awaited there).
 
@@ -66,6 +67,7 @@ asio::awaitable<Reply> health_or_repair(Context* ctx, Request* req, bool repair)
   auto sid = session_param(*req);
   if (!sid) co_return error_reply(sid.error());
   std::string id = *sid;
+  if (auto st = empty_body(req); !st) co_return error_reply(st.error());
   auto target = co_await health_target(ctx, id, req->caller);
   if (!target) co_return error_reply(target.error());
   workspace::HealthReport report;
@@ -124,47 +126,7 @@ asio::awaitable<Reply> install_packages(Context* ctx, Request* rq) {
   co_return json_reply(200, out);
 }
 
-asio::awaitable<void> auto_repair(Context* ctx, std::string id) {
-  SessionManager* sm = ctx->sessions;
-  auto job = run_blocking(ctx->pool, [sm, id]() -> Result<workspace::HealthTarget> {
-    workspace::HealthTarget t;
-    t.box = sm->acquire_running(id, Caller::daemon());
-    if (!t.box) return fail(Code::kNotFound, "session " + id + " is not running");
-    return t;
-  });
-  auto target = co_await std::move(job);
-  if (!target) co_return;
-  auto get = run_blocking(ctx->pool, [sm, id] { return sm->get(id, Caller::daemon()); });
-  auto info = co_await std::move(get);
-  if (!info) co_return;
-  target->template_checks = template_health_checks(ctx, *info);
-  target->configured = !info->spec.template_name.empty();
-  auto work = workspace::repair_health(*target);
-  workspace::HealthReport report = co_await on_pool(ctx, std::move(work));
-  std::string failing;
-  for (const auto& c : report.checks) {
-    if (!c.ok) failing += (failing.empty() ? "" : ", ") + c.name;
-  }
-  if (report.healthy) {
-    spdlog::info("session {}: auto_repair on resume: healthy", id);
-  } else {
-    spdlog::warn("session {}: auto_repair on resume: still failing: {}", id, failing);
-  }
-}
-
 }  // namespace
-
-void on_session_event_for_health(Context* ctx, const session::SessionEvent& ev) {
-  if (!ctx->opts.auto_repair || ev.kind != session::EventKind::kResumed) return;
-  asio::co_spawn(*ctx->ioc, auto_repair(ctx, ev.session.id), [](std::exception_ptr p) {
-    if (!p) return;
-    try {
-      std::rethrow_exception(p);
-    } catch (const std::exception& e) {
-      spdlog::error("auto_repair: {}", e.what());
-    }
-  });
-}
 
 std::vector<RouteSpec> health_routes() {
   using B = BodyKind;

@@ -394,7 +394,6 @@ HttpServer::HttpServer(asio::io_context& ioc, asio::thread_pool& pool,
     if (auto impl = w.lock()) {
       impl->ctx.metrics.record_event(ev.kind, ev.cause);
       detail::on_session_event_for_processes(&impl->ctx, ev);
-      detail::on_session_event_for_health(&impl->ctx, ev);
     }
   });
 }

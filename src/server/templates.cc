@@ -9,6 +9,7 @@
 #include "server/internal/blocking.h"
 #include "server/internal/surfaces.h"
 #include "server/internal/transport.h"
+#include "session/resume_repair.h"
 #include "session/template_manager.h"
 
 namespace agentbox::server::detail {
@@ -190,6 +191,7 @@ asio::awaitable<Reply> rollback_template(Context* ctx, Request* req) {
   if (!name) co_return error_reply(name.error());
   auto body = body_object(req);
   if (!body) co_return error_reply(body.error());
+  if (auto st = check_known_fields(*body, {"version"}); !st) co_return error_reply(st.error());
   auto it = body->find("version");
   if (it == body->end() || !it->is_number_unsigned() || it->get<std::uint64_t>() == 0) {
     co_return error_reply(
@@ -282,19 +284,7 @@ asio::awaitable<bool> guarded_log(Call* call) {
 
 std::vector<workspace::HealthCheck> template_health_checks(Context* ctx,
                                                            const session::SessionInfo& info) {
-  std::vector<workspace::HealthCheck> out;
-  TemplateManager* m = manager(ctx);
-  if (!m || info.spec.template_name.empty()) return out;
-  auto t = m->get(info.spec.template_name);
-  if (!t) return out;  // deleted since: its sessions keep only the built-in checks
-  // The checks of the snapshot the session started on (a later upload or build changes only
-  // the sessions made after it).
-  const std::vector<workspace::TemplateHealthCheck>* checks = &t->tmpl.health;
-  for (const auto& s : t->snapshots) {
-    if (s.id == info.spec.snapshot && s.version == info.spec.template_version) checks = &s.health;
-  }
-  for (const auto& c : *checks) out.push_back({c.name, c.command, c.repair});
-  return out;
+  return session::template_health_checks(manager(ctx), info);
 }
 
 std::vector<RouteSpec> template_routes() {

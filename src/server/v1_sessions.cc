@@ -95,6 +95,7 @@ asio::awaitable<Reply> lifecycle(Context* ctx, RouteId route, Request* rq) {
   auto sid = session_param(req);
   if (!sid) co_return error_reply(sid.error());
   std::string id = *sid;
+  if (auto st = empty_body(&req); !st) co_return error_reply(st.error());
   SessionManager* sm = ctx->sessions;
   Caller caller = req.caller;
   auto job = run_blocking(ctx->pool, [sm, route, id, caller]() -> Result<SessionInfo> {
@@ -119,6 +120,7 @@ asio::awaitable<Reply> restore_session(Context* ctx, Request* rq) {
   std::string id = *sid;
   auto body = body_object(&req);
   if (!body) co_return error_reply(body.error());
+  if (auto st = check_known_fields(*body, {"archive"}); !st) co_return error_reply(st.error());
   auto it = body->find("archive");
   if (it == body->end() || it->is_null()) {
     co_return error_reply(Error::make(Code::kInvalid, "field 'archive' is required"));
@@ -164,6 +166,9 @@ asio::awaitable<Reply> set_network(Context* ctx, Request* rq) {
   if (!id) co_return error_reply(id.error());
   auto body = body_object(&req);
   if (!body) co_return error_reply(body.error());
+  if (auto st = check_known_fields(*body, {"mode", "allow"}); !st) {
+    co_return error_reply(st.error());
+  }
   if (!body->contains("mode")) {
     co_return error_reply(Error::make(Code::kInvalid, "field 'mode' is required"));
   }

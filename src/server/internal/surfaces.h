@@ -31,8 +31,8 @@ std::vector<RouteSpec> not_built_routes();  // not_built.cc: API.md routes not b
 boost::asio::awaitable<bool> not_built(Call* call);
 
 // templates.cc: the health checks (YAML `health:`) of the template a session started on, added to
-// the built-in ones by /health, /repair and auto_repair (health.cc). None for a plain session.
-// Blocking (reads the template store): call on a pool thread.
+// the built-in ones by /health and /repair (health.cc); session::template_health_checks. None for a
+// plain session. Blocking (reads the template store): call on a pool thread.
 std::vector<workspace::HealthCheck> template_health_checks(Context* ctx,
                                                            const session::SessionInfo& info);
 
@@ -41,7 +41,5 @@ std::vector<workspace::HealthCheck> template_health_checks(Context* ctx,
 // server starts) resumes the sessions that have some. Any thread.
 void on_session_event_for_processes(Context* ctx, const session::SessionEvent& ev);
 void resume_managed_sessions(Context* ctx);
-// health.cc: with the config's auto_repair, a kResumed event runs the session's repair. Any thread.
-void on_session_event_for_health(Context* ctx, const session::SessionEvent& ev);
 
 }  // namespace agentbox::server::detail
