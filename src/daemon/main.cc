@@ -326,7 +326,6 @@ int main(int argc, char** argv) {
   opts.langbot = cfg.langbot;
   opts.max_file_bytes = cfg.max_file_mb << 20;
   opts.ws_ping_interval = std::chrono::seconds(cfg.ws_ping_sec);
-  opts.auto_repair = cfg.auto_repair;
   opts.seed_shell = cfg.seed.shell;
   opts.seed_workspace_root = cfg.seed.workdir.empty() ? data_dir + "/workspaces" : cfg.seed.workdir;
 

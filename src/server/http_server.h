@@ -70,8 +70,6 @@ struct ServerOptions {
   std::size_t runner_max_frame_bytes = 64u << 20;
   // How long shutdown waits for requests in flight.
   std::chrono::seconds shutdown_grace{10};
-  // Seed 004: run a session's health checks and repairs when it resumes (config auto_repair).
-  bool auto_repair = false;
 };
 
 class HttpServer {
