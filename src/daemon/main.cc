@@ -36,6 +36,7 @@
 #include "server/http_server.h"
 #include "remote/remote_backend.h"
 #include "remote/runner_hub.h"
+#include "service/resume_repair.h"
 #include "session/session_manager.h"
 #include "session/template_manager.h"
 
@@ -302,6 +303,8 @@ int main(int argc, char** argv) {
     }
     mc.templates = std::move(*templates);
   }
+  // Seed 004's auto_repair: a resumed session is repaired before its first command.
+  if (cfg.auto_repair) mc.on_resume = service::auto_repair_on_resume(mc.templates);
   auto manager = session::SessionManager::open(std::move(mc));
   if (!manager) {
     spdlog::error("sessions: {}", manager.error().message);
@@ -329,7 +332,6 @@ int main(int argc, char** argv) {
   {
     // The operations every surface calls (service/); their events are audited and counted.
     service::ServiceOptions so;
-    so.auto_repair = cfg.auto_repair;
     so.templates = (*manager)->config().templates;
     service::Services services(ioc, pool, **manager, std::move(so));
     std::shared_ptr<void> audit_ops_sub = server::audit_operations(services.bus(), audit_log);

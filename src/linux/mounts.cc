@@ -474,6 +474,13 @@ Result<MountPlan> plan_box_fs(const BoxFsSpec& spec) {
                 kAttrNosuid | kAttrNodev);
   }
 
+  // /mnt: a small tmpfs for mountpoints. The root is read-only once the box runs, so a mount
+  // added to a running box at /mnt/x needs a writable parent to make x in (host_binds.h).
+  // The daemon's (0755): the session user makes nothing there.
+  plan.add_dir("mnt", 0755);
+  plan.add_fs("tmpfs", "mnt", "size=1048576,nr_inodes=1024,mode=0755",
+              kAttrNosuid | kAttrNodev | kAttrNoexec);
+
   // /proc: the box's own pid namespace (mounted by its pid 1).
   plan.add_dir("proc", 0555);
   plan.add_fs("proc", "proc", "", kAttrNosuid | kAttrNodev | kAttrNoexec);

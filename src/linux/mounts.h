@@ -9,6 +9,8 @@
 //               (ld.so.cache, resolv.conf, ssl certs, alternatives, timezone, ...)
 //   /workspace  read-write bind of the session's workspace (nosuid, nodev)
 //   /tmp        tmpfs, size- and inode-capped, mode 1777 (nosuid, nodev)
+//   /mnt        tmpfs of 1 MiB, mode 0755, root's: mountpoints for mounts added while the box
+//               runs (nosuid, nodev, noexec; the binds on it keep their own flags)
 //   /proc       a fresh procfs of the box's pid namespace; /proc/sys and friends read-only
 //   /dev        tmpfs with binds of null zero full random urandom tty, its own devpts (ptmx),
 //               /dev/shm tmpfs, fd/stdin/stdout/stderr links

@@ -71,4 +71,10 @@ Result<json> body_object(Request* req, bool allow_empty) {
   return parse_object(req->body, allow_empty);
 }
 
+Status empty_body(Request* req) {
+  auto body = body_object(req, /*allow_empty=*/true);
+  if (!body) return std::unexpected(body.error());
+  return check_known_fields(*body, {});
+}
+
 }  // namespace agentbox::server::detail

@@ -1,6 +1,7 @@
 // Seed 004's workspace care (API.md "Templates, snapshots, health, packages"):
-// POST /v1/sessions/{id}/health, /repair and /packages.
-// The operations are service/health.h; this file decodes and encodes.
+// POST /v1/sessions/{id}/health, /repair and /packages. The operations are service/health.h;
+// this file decodes and encodes. (The config's auto_repair on resume is
+// service/resume_repair.h: it runs before the resume's first command.)
 
 #include "common/log.h"
 #include "server/http_error.h"
@@ -31,6 +32,7 @@ service::Origin v1(const Request& req) { return origin_of(req, service::Surface:
 asio::awaitable<Reply> health_or_repair(Context* ctx, Request* req, bool repair) {
   auto sid = session_param(*req);
   if (!sid) co_return error_reply(sid.error());
+  if (auto st = empty_body(req); !st) co_return error_reply(st.error());
   Result<sandbox::HealthReport> report = fail(Code::kInternal, "health");
   if (repair) {
     report = co_await ctx->svc->health.repair(v1(*req), *sid);

@@ -2,6 +2,7 @@
 
 #include <time.h>
 
+#include <algorithm>
 #include <cctype>
 #include <cmath>
 #include <limits>
@@ -130,11 +131,30 @@ std::unexpected<Error> not_supported(std::string_view field, std::string_view wh
 
 }  // namespace
 
+Status check_known_fields(const json& obj, std::initializer_list<std::string_view> known,
+                          std::string_view where) {
+  if (!obj.is_object()) return {};
+  for (auto it = obj.begin(); it != obj.end(); ++it) {
+    if (std::find(known.begin(), known.end(), it.key()) != known.end()) continue;
+    std::string takes;
+    for (std::string_view k : known) takes += (takes.empty() ? "" : ", ") + std::string(k);
+    std::string whose = where.empty() ? std::string("the body") : std::string(where);
+    return bad_field(name_of(where, it.key()),
+                     "is not known (" + whose +
+                         (takes.empty() ? " takes no fields)" : " takes: " + takes + ")"));
+  }
+  return {};
+}
+
 Result<sandbox::Limits> decode_limits(const json& obj, std::string_view key) {
   sandbox::Limits l;
   const json* v = lookup(obj, key);
   if (!v) return l;
   if (!v->is_object()) return bad_field(key, "must be an object");
+  AB_TRY(check_known_fields(*v,
+                            {"memory_mb", "cpu_percent", "max_pids", "disk_mb", "max_open_files",
+                             "cpu_time_sec", "tmp_mb"},
+                            key));
   constexpr std::uint64_t k32 = std::numeric_limits<std::uint32_t>::max();
   constexpr std::uint64_t kBig = validate::kMaxMiB;
   AB_ASSIGN_OR_RETURN(l.memory_mb, opt_uint(*v, "memory_mb", kBig, key));
@@ -294,6 +314,7 @@ Status decode_mount_list(const json& body, std::string_view key,
     const json& m = (*mounts)[i];
     std::string field = std::string(key) + "[" + std::to_string(i) + "]";
     if (!m.is_object()) return bad_field(field, "must be an object");
+    AB_TRY(check_known_fields(m, {"host_path", "mount_path", "mode"}, field));
     session::MountSpec ms;
     AB_ASSIGN_OR_RETURN(ms.host_path, req_string(m, "host_path", field));
     AB_ASSIGN_OR_RETURN(ms.mount_path, req_string(m, "mount_path", field));
@@ -359,6 +380,7 @@ Status decode_skills(const json& body, session::SessionSpec* spec) {
 }  // namespace
 
 Result<session::SessionSpec> decode_add_mounts(const json& body) {
+  AB_TRY(check_known_fields(body, {"mounts", "extra_mounts", "skills", "skill_mode"}));
   session::SessionSpec add;
   if (auto st = decode_mount_list(body, "mounts", &add.mounts); !st) {
     return std::unexpected(st.error());
@@ -377,6 +399,7 @@ Status decode_network(const json& body, session::NetworkSpec* out) {
   const json* net = lookup(body, "network");
   if (!net) return {};
   if (!net->is_object()) return bad_field("network", "must be an object");
+  AB_TRY(check_known_fields(*net, {"mode", "allow"}, "network"));
   AB_ASSIGN_OR_RETURN(auto mode, opt_string(*net, "mode", "network"));
   AB_ASSIGN_OR_RETURN(auto allow, opt_string_array(*net, "allow", "network"));
   if (mode) {
@@ -410,6 +433,10 @@ bool network_mode_built(std::string_view mode) {
 
 Result<CreateSessionRequest> decode_create_session(const json& body,
                                                    std::string_view default_scope) {
+  AB_TRY(check_known_fields(
+      body, {"id", "scope", "variables", "backend", "runner", "template", "mounts", "extra_mounts",
+             "host_path", "mount_path", "host_path_mode", "skills", "skill_mode", "limits",
+             "network", "env", "ttl_sec", "labels"}));
   CreateSessionRequest req;
   AB_ASSIGN_OR_RETURN(auto id, opt_string(body, "id"));
   AB_ASSIGN_OR_RETURN(auto scope, opt_string(body, "scope"));
@@ -472,7 +499,11 @@ Result<CreateSessionRequest> decode_create_session(const json& body,
   return req;
 }
 
-Result<sandbox::ExecSpec> decode_exec(const json& body) { return decode_exec_fields(body); }
+Result<sandbox::ExecSpec> decode_exec(const json& body) {
+  AB_TRY(check_known_fields(body, {"command", "argv", "cwd", "env", "stdin", "timeout_sec",
+                                   "max_output_bytes", "artifact_dir"}));
+  return decode_exec_fields(body);
+}
 
 Result<session::SessionManager::Update> decode_session_patch(const json& body) {
   for (auto it = body.begin(); it != body.end(); ++it) {
@@ -519,12 +550,14 @@ Result<SeedFileRequest> decode_seed_write(const json& body) {
 }
 
 Result<std::string> decode_mkdir(const json& body) {
+  AB_TRY(check_known_fields(body, {"path"}));
   AB_ASSIGN_OR_RETURN(auto path, req_string(body, "path"));
   if (path.empty()) return bad_field("path", "must not be empty");
   return path;
 }
 
 Result<RenameRequest> decode_rename(const json& body) {
+  AB_TRY(check_known_fields(body, {"from", "to"}));
   RenameRequest r;
   AB_ASSIGN_OR_RETURN(r.from, req_string(body, "from"));
   AB_ASSIGN_OR_RETURN(r.to, req_string(body, "to"));
@@ -690,6 +723,8 @@ Result<sandbox::PtySize> decode_pty_size(const json& body, std::string_view pref
 }
 
 Result<sandbox::ProcessSpec> decode_process_start(const json& body) {
+  AB_TRY(check_known_fields(body,
+                            {"command", "argv", "cwd", "env", "tag", "stdin", "pty", "restart"}));
   sandbox::ProcessSpec spec;
   AB_TRY(decode_command(body, &spec));
   AB_ASSIGN_OR_RETURN(auto cwd, opt_string(body, "cwd"));
@@ -723,6 +758,7 @@ Result<sandbox::ProcessSpec> decode_process_start(const json& body) {
   }
   if (const json* p = lookup(body, "pty")) {
     if (!p->is_object()) return bad_field("pty", "must be an object {cols, rows}");
+    AB_TRY(check_known_fields(*p, {"cols", "rows"}, "pty"));
     AB_ASSIGN_OR_RETURN(auto size, decode_pty_size(*p, "pty"));
     spec.pty = size;
     spec.stdin_open = true;  // a terminal is typed into
@@ -741,6 +777,7 @@ Result<sandbox::ProcessSpec> decode_process_start(const json& body) {
 }
 
 Result<int> decode_signal(const json& body) {
+  AB_TRY(check_known_fields(body, {"signal"}));
   const json* v = lookup(body, "signal");
   if (!v) return missing("signal");
   std::optional<int> signo;
@@ -784,6 +821,8 @@ json encode_process(const sandbox::ProcessInfo& p) {
 }
 
 Result<sandbox::InstallRequest> decode_install(const json& body) {
+  AB_TRY(check_known_fields(body, {"manager", "packages", "persist", "no_index", "index_url",
+                                   "find_links", "timeout_sec"}));
   sandbox::InstallRequest req;
   AB_ASSIGN_OR_RETURN(auto manager, req_string(body, "manager"));
   AB_ASSIGN_OR_RETURN(req.manager, sandbox::parse_manager(manager));

@@ -2,11 +2,15 @@
 // The JSON wire layer (API.md): validating decoders for request bodies and encoders for
 // replies. Decoders never throw and never use operator[] on input; a wrong type, a missing
 // required field or an out-of-range value is EINVAL naming the field ("field 'timeout_sec' must
-// be a number"). Unknown fields are ignored. Encoders produce nlohmann::json; to_wire() dumps it
-// with invalid UTF-8 replaced by U+FFFD (process output may be any bytes).
+// be a number"). An unknown field of a /v1 body, nested objects included, is EINVAL naming it
+// (check_known_fields; API.md "General"): a misspelt `limts` never makes a session with
+// defaults. Seed 001's /exec and /workspace/* bodies, a dialect's, keep ignoring extra top-level
+// fields (API.md lets a dialect take what its clients send). Encoders produce nlohmann::json;
+// to_wire() dumps it with invalid UTF-8 replaced by U+FFFD (process output may be any bytes).
 
 #include <chrono>
 #include <cstdint>
+#include <initializer_list>
 #include <nlohmann/json.hpp>
 #include <optional>
 #include <string>
@@ -29,6 +33,12 @@ inline constexpr double kMaxTimeoutSec = 86400;
 // Parses an untrusted body into a JSON object. Malformed JSON or a non-object is EINVAL. An
 // empty body is {} when allow_empty (routes whose body is optional).
 Result<json> parse_object(std::string_view body, bool allow_empty = false);
+
+// API.md "General": every key of `obj` must be one of `known`, else EINVAL naming the first
+// other one as "<where>.<key>" (just "<key>" when `where` is empty), with what the object takes.
+// The one check every /v1 body decoder (and the surfaces' own small bodies) uses.
+Status check_known_fields(const json& obj, std::initializer_list<std::string_view> known,
+                          std::string_view where = {});
 
 // Dumps for the wire: compact, invalid UTF-8 replaced.
 std::string to_wire(const json& j);

@@ -144,6 +144,7 @@ asio::awaitable<Reply> signal_process(Context* ctx, Request* req) {
 asio::awaitable<Reply> resize_process(Context* ctx, Request* req) {
   auto body = body_object(req);
   if (!body) co_return error_reply(body.error());
+  if (auto st = check_known_fields(*body, {"cols", "rows"}); !st) co_return error_reply(st.error());
   auto size = decode_pty_size(*body);
   if (!size) co_return error_reply(size.error());
   auto procs = co_await procs_of(ctx, req, /*create=*/false);

@@ -190,6 +190,7 @@ asio::awaitable<Reply> rollback_template(Context* ctx, Request* req) {
   if (!name) co_return error_reply(name.error());
   auto body = body_object(req);
   if (!body) co_return error_reply(body.error());
+  if (auto st = check_known_fields(*body, {"version"}); !st) co_return error_reply(st.error());
   auto it = body->find("version");
   if (it == body->end() || !it->is_number_unsigned() || it->get<std::uint64_t>() == 0) {
     co_return error_reply(

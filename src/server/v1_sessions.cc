@@ -66,6 +66,7 @@ asio::awaitable<Reply> lifecycle(Context* ctx, RouteId route, Request* rq) {
   Request& req = *rq;
   auto sid = session_param(req);
   if (!sid) co_return error_reply(sid.error());
+  if (auto st = empty_body(&req); !st) co_return error_reply(st.error());
   service::Sessions& ss = ctx->svc->sessions;
   // The audit line comes from the manager's event (a no-op step writes none).
   Result<SessionInfo> s = fail(Code::kInternal, "lifecycle step");
@@ -87,6 +88,7 @@ asio::awaitable<Reply> restore_session(Context* ctx, Request* rq) {
   std::string id = *sid;
   auto body = body_object(&req);
   if (!body) co_return error_reply(body.error());
+  if (auto st = check_known_fields(*body, {"archive"}); !st) co_return error_reply(st.error());
   auto it = body->find("archive");
   if (it == body->end() || it->is_null()) {
     co_return error_reply(Error::make(Code::kInvalid, "field 'archive' is required"));
@@ -126,6 +128,9 @@ asio::awaitable<Reply> set_network(Context* ctx, Request* rq) {
   if (!id) co_return error_reply(id.error());
   auto body = body_object(&req);
   if (!body) co_return error_reply(body.error());
+  if (auto st = check_known_fields(*body, {"mode", "allow"}); !st) {
+    co_return error_reply(st.error());
+  }
   if (!body->contains("mode")) {
     co_return error_reply(Error::make(Code::kInvalid, "field 'mode' is required"));
   }

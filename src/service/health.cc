@@ -5,6 +5,7 @@
 
 #include "common/log.h"
 #include "service/blocking.h"
+#include "service/resume_repair.h"
 #include "service/sessions.h"
 
 namespace agentbox::service {
@@ -17,21 +18,6 @@ asio::awaitable<T> pooled(asio::thread_pool* pool, asio::awaitable<T> work) {
 }
 
 }  // namespace
-
-std::vector<sandbox::HealthCheck> Health::template_checks(const session::SessionInfo& info) const {
-  std::vector<sandbox::HealthCheck> out;
-  if (!templates_ || info.spec.template_name.empty()) return out;
-  auto t = templates_->get(info.spec.template_name);
-  if (!t) return out;  // deleted since: its sessions keep only the built-in checks
-  // The checks of the snapshot the session started on (a later upload or build changes only
-  // the sessions made after it).
-  const std::vector<workspace::TemplateHealthCheck>* checks = &t->tmpl.health;
-  for (const auto& s : t->snapshots) {
-    if (s.id == info.spec.snapshot && s.version == info.spec.template_version) checks = &s.health;
-  }
-  for (const auto& c : *checks) out.push_back({c.name, c.command, c.repair});
-  return out;
-}
 
 // The session's box (resumed if suspended) and its template's checks.
 asio::awaitable<Result<sandbox::HealthTarget>> Health::target(const Origin& origin,
@@ -48,8 +34,9 @@ asio::awaitable<Result<sandbox::HealthTarget>> Health::target(const Origin& orig
   } else {
     t.box_error = lease.error().message;
   }
-  auto checks_job = on_pool(d_.pool, [this, i = *info]() -> Result<std::vector<sandbox::HealthCheck>> {
-    return template_checks(i);
+  auto checks_job = on_pool(d_.pool, [tm = templates_.get(), i = *info]()
+                                         -> Result<std::vector<sandbox::HealthCheck>> {
+    return template_health_checks(tm, i);
   });
   auto checks = co_await std::move(checks_job);
   if (checks) t.template_checks = std::move(*checks);
@@ -97,51 +84,6 @@ asio::awaitable<Result<sandbox::InstallResult>> Health::install(Origin origin, s
   spdlog::info("req={} session {}: {} install of {} package(s): exit {}", origin.request_id, id,
                manager, packages.size(), r->exit_code);
   co_return r;
-}
-
-asio::awaitable<void> Health::auto_repair(std::string id) {
-  Origin origin = Origin::daemon();
-  session::SessionManager* sm = d_.sessions;
-  auto job = on_pool(d_.pool, [sm, id]() -> Result<sandbox::HealthTarget> {
-    sandbox::HealthTarget t;
-    t.box = sm->acquire_running(id, session::Caller::daemon());
-    if (!t.box) return fail(Code::kNotFound, "session " + id + " is not running");
-    return t;
-  });
-  auto t = co_await std::move(job);
-  if (!t) co_return;
-  auto info_job = on_pool(d_.pool, [sm, id] { return sm->get(id, session::Caller::daemon()); });
-  auto info = co_await std::move(info_job);
-  if (!info) co_return;
-  auto checks_job = on_pool(d_.pool, [this, i = *info]() -> Result<std::vector<sandbox::HealthCheck>> {
-    return template_checks(i);
-  });
-  auto checks = co_await std::move(checks_job);
-  if (checks) t->template_checks = std::move(*checks);
-  t->configured = !info->spec.template_name.empty();
-  auto work = sandbox::repair_health(*t);
-  sandbox::HealthReport report = co_await pooled(d_.pool, std::move(work));
-  std::string failing;
-  for (const auto& c : report.checks) {
-    if (!c.ok) failing += (failing.empty() ? "" : ", ") + c.name;
-  }
-  if (report.healthy) {
-    spdlog::info("session {}: auto_repair on resume: healthy", id);
-  } else {
-    spdlog::warn("session {}: auto_repair on resume: still failing: {}", id, failing);
-  }
-}
-
-void Health::on_session_event(const session::SessionEvent& ev) {
-  if (!auto_repair_ || ev.kind != session::EventKind::kResumed) return;
-  asio::co_spawn(*d_.ioc, auto_repair(ev.session.id), [](std::exception_ptr p) {
-    if (!p) return;
-    try {
-      std::rethrow_exception(p);
-    } catch (const std::exception& e) {
-      spdlog::error("auto_repair: {}", e.what());
-    }
-  });
 }
 
 }  // namespace agentbox::service

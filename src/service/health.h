@@ -23,9 +23,11 @@ namespace agentbox::service {
 
 class Health {
  public:
-  // `templates` may be null (no template store: only the built-in checks).
-  Health(Deps deps, std::shared_ptr<session::TemplateManager> templates, bool auto_repair)
-      : d_(deps), templates_(std::move(templates)), auto_repair_(auto_repair) {}
+  // `templates` may be null (no template store: only the built-in checks). The config's
+  // auto_repair on resume is resume_repair.h (the session manager's on_resume hook: it runs
+  // before the resume's first command).
+  Health(Deps deps, std::shared_ptr<session::TemplateManager> templates)
+      : d_(deps), templates_(std::move(templates)) {}
 
   asio::awaitable<Result<sandbox::HealthReport>> check(Origin origin, std::string id);
   // Emits "session.repair".
@@ -34,20 +36,12 @@ class Health {
   asio::awaitable<Result<sandbox::InstallResult>> install(Origin origin, std::string id,
                                                             sandbox::InstallRequest req);
 
-  // The health checks (YAML `health:`) of the template the session started on; none for a
-  // plain session. Blocking (reads the template store).
-  std::vector<sandbox::HealthCheck> template_checks(const session::SessionInfo& info) const;
-
-  // With auto_repair, a kResumed event runs the session's repair. Any thread.
-  void on_session_event(const session::SessionEvent& ev);
 
  private:
   asio::awaitable<Result<sandbox::HealthTarget>> target(const Origin& origin, std::string id);
-  asio::awaitable<void> auto_repair(std::string id);
 
   Deps d_;
   std::shared_ptr<session::TemplateManager> templates_;
-  bool auto_repair_;
 };
 
 }  // namespace agentbox::service

@@ -10,12 +10,11 @@ Services::Services(asio::io_context& ioc, asio::thread_pool& pool,
       exec(deps_),
       files(deps_),
       processes(deps_),
-      health(deps_, opts_.templates, opts_.auto_repair) {}
+      health(deps_, opts_.templates) {}
 
 void Services::start() {
   lifecycle_sub_ = deps_.sessions->subscribe([this](const session::SessionEvent& ev) {
     processes.on_session_event(ev);
-    health.on_session_event(ev);
   });
   processes.resume_managed_sessions();
 }

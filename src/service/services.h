@@ -2,8 +2,9 @@
 // The operations layer of one daemon (shared/DESIGN.md "Architecture": service/), made once by
 // daemon/main.cc and lent to every surface: /v1, the dialects, the runner hub. Owns the
 // operation events' bus (the audit log and the metrics subscribe to it) and subscribes what must
-// follow a session's lifecycle whatever surface moved it: managed-process revival and
-// auto-repair on resume.
+// follow a session's lifecycle whatever surface moved it: managed-process revival. (Auto-repair
+// on resume is the session manager's on_resume hook, resume_repair.h: it must finish before the
+// resume's first command.)
 
 #include <boost/asio/io_context.hpp>
 #include <boost/asio/thread_pool.hpp>
@@ -22,8 +23,6 @@
 namespace agentbox::service {
 
 struct ServiceOptions {
-  // Seed 004: run a session's health checks and repairs when it resumes (config auto_repair).
-  bool auto_repair = false;
   // The template store (null: none).
   std::shared_ptr<session::TemplateManager> templates;
 };
@@ -43,8 +42,8 @@ class Services {
   Services(const Services&) = delete;
   Services& operator=(const Services&) = delete;
 
-  // Subscribes revival and auto-repair to the manager's events, and resumes the sessions that
-  // have managed processes. Once, when the daemon starts serving.
+  // Subscribes revival to the manager's events, and resumes the sessions that have managed
+  // processes. Once, when the daemon starts serving.
   void start();
 
   OpBus& bus() { return bus_; }

@@ -1153,8 +1153,13 @@ Result<std::shared_ptr<sandbox::Sandbox>> SessionManager::acquire_impl(const std
       // Suspended: any use resumes it (DESIGN.md "Lifecycle").
       e->phase = Phase::kCreating;
     }
+    std::optional<SessionInfo> resuming;
+    if (!is_new && config_.on_resume) resuming = info_locked(*e);
     lk.unlock();
     auto started = start_box(*e);
+    // Before the box is anyone's (the entry is still kCreating): the resume's first command
+    // comes after the hook.
+    if (started && resuming) config_.on_resume(*resuming, started->box);
     lk.lock();
     auto done = finish_start_locked(e, std::move(started), is_new);
     if (!done) return std::unexpected(done.error());

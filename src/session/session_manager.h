@@ -151,6 +151,12 @@ struct ManagerConfig {
   // Templates (session/template_manager.h): a spec's "template" is resolved there and its
   // workspace mounted as an overlay over the snapshot. Null: a "template" is ENOTSUP.
   std::shared_ptr<TemplateManager> templates;
+  // Called when a suspended session's box has started again (a resume, by any use), before the
+  // box is handed to anyone, so the first command of that resume sees what it did (seed 004's
+  // auto_repair: service/resume_repair.h). On the resuming thread, without the manager's lock;
+  // the session stays "starting" meanwhile (other users of it wait). Blocking. Empty: none.
+  std::function<void(const SessionInfo& info, const std::shared_ptr<sandbox::Sandbox>& box)>
+      on_resume;
   // How often the reaper looks, and how often batched last-used times reach the database.
   std::chrono::milliseconds reaper_interval{1000};
 };

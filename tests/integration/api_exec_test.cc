@@ -210,9 +210,10 @@ TEST_F(ExecApi, BadRequestsNameTheField) {
           << c.body << " -> " << r.message() << " (wanted " << c.needle << ")";
     }
   }
-  // Unknown fields are ignored.
-  auto ok = api_.exec("box", {{"command", "echo ok"}, {"shell", "zsh"}});
-  EXPECT_EQ(ok.status, 200) << ok;
+  // An unknown field is refused naming it (API.md "General"), not ignored.
+  auto unknown = api_.exec("box", {{"command", "echo ok"}, {"shell", "zsh"}});
+  EXPECT_EQ(unknown.status, 400) << unknown;
+  EXPECT_NE(unknown.message().find("'shell'"), std::string::npos) << unknown;
 }
 
 TEST_F(ExecApi, StreamSendsOutputAsItComesThenExitLast) {

@@ -117,6 +117,57 @@ TEST_F(MountsApi, RootOwnedHostDirMountedRwIsWritableAndNotChowned) {
   EXPECT_EQ(owner_of(allowed_ + "/data/old.txt").uid, 0u);
 }
 
+// A mount added to a running box under /workspace or /mnt (the box's small tmpfs of mountpoints)
+// is there for the next exec; only a new top-level dir waits for the next start (above).
+TEST_F(MountsApi, MountsUnderWorkspaceAndMntComeLiveForTheNextExec) {
+  fs::create_directories(allowed_ + "/data");
+  std::ofstream(allowed_ + "/data/a.txt") << "data\n";
+  ::chmod((allowed_ + "/data/a.txt").c_str(), 0644);
+  api_.create("lm");
+  ASSERT_EQ(api_.sh("lm", "echo hi").body["stdout"], "hi\n");  // the box runs
+  auto r = add(
+      "lm",
+      {{"mounts",
+        {{{"host_path", allowed_ + "/data"}, {"mount_path", "/workspace/x"}, {"mode", "ro"}}}}});
+  ASSERT_EQ(r.status, 200) << r;
+  EXPECT_EQ(r.body["applied"], "live") << r;
+  r = add("lm", {{"mounts",
+                  {{{"host_path", allowed_ + "/data"}, {"mount_path", "/mnt/x"}},
+                   {{"host_path", allowed_ + "/data"}, {"mount_path", "/mnt/deep/er"}}}}});
+  ASSERT_EQ(r.status, 200) << r;
+  EXPECT_EQ(r.body["applied"], "live") << r;
+
+  auto x = api_.sh("lm",
+                   "cat /workspace/x/a.txt /mnt/x/a.txt /mnt/deep/er/a.txt && "
+                   "echo new > /mnt/x/b.txt && cat /mnt/deep/er/b.txt");
+  EXPECT_EQ(x.body["exit_code"], 0) << x;
+  EXPECT_EQ(x.body["stdout"], "data\ndata\ndata\nnew\n") << x;
+  EXPECT_EQ(read_host_file(allowed_ + "/data/b.txt"), "new\n");
+  // /mnt itself is the daemon's: the agent makes nothing there, and the ro mount stays ro.
+  x = api_.sh("lm", "touch /mnt/y 2>&1; touch /workspace/x/y 2>&1; stat -c %a /mnt");
+  const std::string said = x.body["stdout"].get<std::string>();
+  EXPECT_NE(said.find("/mnt/y"), std::string::npos) << x;
+  EXPECT_NE(said.find("Read-only file system"), std::string::npos) << x;
+  EXPECT_NE(said.find("755\n"), std::string::npos) << x;
+  EXPECT_FALSE(fs::exists(allowed_ + "/data/y"));
+}
+
+// A mount below /mnt given at create (seed 001's /mnt/shared-readonly/... layout) is there at
+// start, on top of the /mnt tmpfs.
+TEST_F(MountsApi, AMountBelowMntAtCreateIsThere) {
+  fs::create_directories(allowed_ + "/site");
+  std::ofstream(allowed_ + "/site/index.html") << "<p>hi</p>\n";
+  ::chmod((allowed_ + "/site/index.html").c_str(), 0644);
+  auto r = api_.post("/v1/sessions", {{"id", "sr"},
+                                      {"mounts",
+                                       {{{"host_path", allowed_ + "/site"},
+                                         {"mount_path", "/mnt/shared-readonly/site-templates"},
+                                         {"mode", "ro"}}}}});
+  ASSERT_EQ(r.status, 201) << r;
+  auto x = api_.sh("sr", "cat /mnt/shared-readonly/site-templates/index.html");
+  EXPECT_EQ(x.body["stdout"], "<p>hi</p>\n") << x;
+}
+
 TEST_F(MountsApi, BadInputIsRefusedNamingItAndNothingIsHalfApplied) {
   api_.create("b");
   ASSERT_EQ(add("b", {{"skills", {{"web", allowed_ + "/skills/web"}}}}).status, 200);

@@ -180,10 +180,11 @@ TEST_F(SessionsApi, MalformedBodiesNameTheBadField) {
   EXPECT_EQ(mounts.status, 400);
   EXPECT_NE(mounts.message().find("'mounts[0].mount_path'"), std::string::npos) << mounts;
 
-  // Unknown fields are ignored; none of the bad requests above created "x".
-  EXPECT_EQ(api_.get("/v1/sessions/x").status, 404);
+  // An unknown field is refused naming it; none of the bad requests above created "x".
   auto extra = api_.post("/v1/sessions", {{"id", "x"}, {"colour", "blue"}});
-  EXPECT_EQ(extra.status, 201) << extra;
+  EXPECT_EQ(extra.status, 400) << extra;
+  EXPECT_NE(extra.message().find("'colour'"), std::string::npos) << extra;
+  EXPECT_EQ(api_.get("/v1/sessions/x").status, 404);
 }
 
 TEST_F(SessionsApi, UnknownSessionIs404OnEverySessionRoute) {

@@ -137,6 +137,7 @@ std::map<std::string, std::string> designed_mounts() {
       {"/workspace", "rw,nosuid,nodev"},
       {"/tmp", "rw,nosuid,nodev"},
       {"/cache", "rw,nosuid,nodev"},  // seed 004: package caches, a capped tmpfs
+      {"/mnt", "rw,nosuid,nodev,noexec"},  // mountpoints for mounts added live; root's, 0755
       {"/proc", "rw,nosuid,nodev,noexec"},
       {"/dev", "rw,nosuid,nodev,noexec"},
       {"/dev/pts", "rw,nosuid,noexec"},

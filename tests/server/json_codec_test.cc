@@ -36,8 +36,7 @@ TEST(JsonCodec, ParseObject) {
 
 TEST(JsonCodec, ExecDecodesEveryField) {
   auto j = parse_object(R"({"command":"ls -la","cwd":"/workspace/x","env":{"K":"V"},
-      "stdin":"in","timeout_sec":1.5,"max_output_bytes":10,"artifact_dir":"/workspace/out",
-      "unknown":{"ignored":true}})");
+      "stdin":"in","timeout_sec":1.5,"max_output_bytes":10,"artifact_dir":"/workspace/out"})");
   ASSERT_TRUE(j);
   auto spec = decode_exec(*j);
   ASSERT_TRUE(spec) << spec.error().message;
@@ -55,6 +54,49 @@ TEST(JsonCodec, ExecDecodesEveryField) {
   EXPECT_EQ(argv->argv, (std::vector<std::string>{"ls", "-la"}));
   EXPECT_EQ(argv->timeout, sandbox::kDefaultExecTimeout);
   EXPECT_EQ(argv->max_output_bytes, sandbox::kDefaultMaxOutputBytes);
+}
+
+// API.md "General": an unknown field, nested ones too, is EINVAL naming it; a dialect's
+// decoder (seed 001's /exec) keeps taking what its clients add.
+TEST(JsonCodec, UnknownFieldsAreRefusedNamingThem) {
+  auto err = [](Status st) { return st ? std::string("<ok>") : st.error().message; };
+  EXPECT_EQ(err(check_known_fields(json{{"a", 1}}, {"a", "b"})), "<ok>");
+  EXPECT_EQ(err(check_known_fields(json::object(), {})), "<ok>");
+  auto e = check_known_fields(json{{"a", 1}, {"limts", 2}}, {"a", "limits"});
+  ASSERT_FALSE(e);
+  EXPECT_EQ(e.error().code, Code::kInvalid);
+  EXPECT_EQ(e.error().message, "field 'limts' is not known (the body takes: a, limits)");
+  EXPECT_EQ(err(check_known_fields(json{{"x", 1}}, {}, "pty")),
+            "field 'pty.x' is not known (pty takes no fields)");
+
+  auto create = [](const char* body) {
+    auto r = decode_create_session(*parse_object(body));
+    return r ? std::string("<ok>") : r.error().message;
+  };
+  EXPECT_NE(create(R"({"id":"a","limts":{"memory_mb":256}})").find("'limts'"), std::string::npos);
+  EXPECT_NE(create(R"({"id":"a","limits":{"memry_mb":256}})").find("'limits.memry_mb'"),
+            std::string::npos);
+  EXPECT_NE(create(R"({"id":"a","network":{"mode":"none","alow":[]}})").find("'network.alow'"),
+            std::string::npos);
+  EXPECT_NE(create(R"({"id":"a","mounts":[{"host_path":"/a","mount_path":"/b","ro":true}]})")
+                .find("'mounts[0].ro'"),
+            std::string::npos);
+  EXPECT_NE(decode_exec(*parse_object(R"({"command":"ls","unknown":1})"))
+                .error()
+                .message.find("'unknown'"),
+            std::string::npos);
+  EXPECT_FALSE(decode_process_start(*parse_object(R"({"command":"sh","pty":{"cols":1,"rows":1,
+      "x":1}})")));
+  EXPECT_FALSE(decode_mkdir(*parse_object(R"({"path":"a","p":true})")));
+  EXPECT_FALSE(decode_rename(*parse_object(R"({"from":"a","to":"b","f":1})")));
+  EXPECT_FALSE(decode_signal(*parse_object(R"({"signal":"TERM","x":1})")));
+  EXPECT_FALSE(decode_add_mounts(*parse_object(R"({"skills":{},"skill":{}})")));
+  EXPECT_FALSE(decode_install(*parse_object(R"({"manager":"pip","packages":["a"],"u":1})")));
+  // Seed 001 (a dialect): extra top-level fields pass; its cgroup is a limits object.
+  EXPECT_TRUE(
+      decode_seed_exec(*parse_object(R"({"command":"ls","env":{"AGENT_ID":"a"},"client":"x"})")));
+  EXPECT_FALSE(decode_seed_exec(
+      *parse_object(R"({"command":"ls","env":{"AGENT_ID":"a"},"cgroup":{"memory":1}})")));
 }
 
 TEST(JsonCodec, ExecErrorsNameTheField) {

@@ -91,6 +91,9 @@ inline service::Origin origin_of(const Request& req, service::Surface surface) {
 // Helpers shared by the surfaces.
 // The request body as a JSON object (parse_object), parsed by the transport when it was big.
 Result<json> body_object(Request* req, bool allow_empty = false);
+// The body of a route that takes no fields (suspend, resume, keepalive, health, repair): empty or
+// an object without fields ({}); a field is EINVAL naming it (API.md "General").
+Status empty_body(Request* req);
 // The session id of a /v1/sessions/{id}/... route, validated (EINVAL otherwise).
 Result<std::string> session_param(const Request& req);
 // A required query parameter, e.g. "path".
