@@ -81,6 +81,9 @@ struct MountSpec {
   std::string mode;
 };
 Result<MountSpec> parse_mount(const std::string& spec);
+// A --host-path argument, "DIR[:ro|rw]" (mode default rw; mount_path /workspace): the session's
+// workspace is that host dir. EINVAL naming the argument.
+Result<MountSpec> parse_host_path(const std::string& spec);
 
 // `agentbox wait`'s target: the URL argument, else $WAIT_FOR_SIDECAR, else --server; seed 001
 // writes "localhost:9090", so a URL without a scheme is http, and a trailing "/healthz" is
@@ -202,6 +205,7 @@ struct SessionCreateArgs {
   std::optional<std::int64_t> ttl_sec;
   std::vector<std::string> mounts;  // HOST:BOX[:ro|rw]
   std::vector<std::string> skills;  // NAME=DIR
+  std::string host_path;            // --host-path DIR[:ro|rw]: the workspace is that host dir
   bool quiet = false;
   std::string template_ref;  // --template NAME[@VERSION]
 };

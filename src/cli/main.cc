@@ -122,6 +122,9 @@ int main(int argc, char** argv) {
                    "skill NAME=DIR, mounted at /workspace/.skills/NAME in the server's default "
                    "mode (repeatable)")
       ->allow_extra_args(false);
+  s_create->add_option("--host-path", create.host_path,
+                       "host dir that is the workspace itself, DIR[:ro] (mounted at /workspace, "
+                       "rw by default; never deleted or archived by the server)");
   s_create->add_flag("-q,--quiet", create.quiet, "print only the session id");
   s_create->add_option("--template", create.template_ref,
                        "start on a template's snapshot, NAME or NAME@VERSION");

@@ -147,6 +147,12 @@ int session_create(const Globals& g, const SessionCreateArgs& a) {
   if (auto st = add_mounts_and_skills(a.mounts, a.skills, body); !st) {
     return usage(st.error().message);
   }
+  if (!a.host_path.empty()) {
+    auto hp = parse_host_path(a.host_path);
+    if (!hp) return usage(hp.error().message);
+    body["host_path"] = hp->host_path;
+    body["host_path_mode"] = hp->mode;
+  }
 
   client::Client c(g.options());
   auto r =

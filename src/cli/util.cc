@@ -290,6 +290,22 @@ Result<MountSpec> parse_mount(const std::string& spec) {
   return m;
 }
 
+Result<MountSpec> parse_host_path(const std::string& spec) {
+  MountSpec m{spec, "/workspace", "rw"};
+  if (auto last = spec.rfind(':'); last != std::string::npos) {
+    std::string tail = spec.substr(last + 1);
+    if (tail != "ro" && tail != "rw") {
+      return fail(Code::kInvalid, "--host-path " + spec + ": mode must be ro or rw, not " + tail);
+    }
+    m.mode = tail;
+    m.host_path.resize(last);
+  }
+  if (m.host_path.empty() || m.host_path.front() != '/') {
+    return fail(Code::kInvalid, "--host-path " + spec + ": expected an absolute DIR[:ro|rw]");
+  }
+  return m;
+}
+
 Result<WaitTarget> resolve_wait_target(const std::string& url_arg,
                                        std::optional<std::uint32_t> timeout_arg,
                                        const char* env_url, const char* env_timeout,

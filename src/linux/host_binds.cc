@@ -142,10 +142,10 @@ Result<AttachOutcome> attach_in_thread(int mntns_fd, int root_fd,
 
 }  // namespace
 
-Result<PreparedBind> prepare_bind(const BoxBind& b, uid_t uid, gid_t gid) {
-  // The API's one rule for mount targets (common/validate.h), checked again here for every
-  // bind however it got into the spec.
-  AB_TRY(validate::mount_target(b.box_path, b.what.empty() ? "mount path" : b.what));
+namespace {
+
+// prepare_bind() once the target is known to be allowed.
+Result<PreparedBind> prepare_tree(const BoxBind& b, uid_t uid, gid_t gid) {
   if (b.host_path.empty() || b.host_path[0] != '/') {
     return fail(Code::kInvalid,
                 describe(b) + ": host path '" + b.host_path + "' must be absolute");
@@ -200,6 +200,25 @@ Result<PreparedBind> prepare_bind(const BoxBind& b, uid_t uid, gid_t gid) {
     return fail_errno(errno, describe(b) + ": mount_setattr(" + b.host_path + ")");
   }
   return out;
+}
+
+}  // namespace
+
+Result<PreparedBind> prepare_bind(const BoxBind& b, uid_t uid, gid_t gid) {
+  // The API's one rule for mount targets (common/validate.h), checked again here for every
+  // bind however it got into the spec.
+  AB_TRY(validate::mount_target(b.box_path, b.what.empty() ? "mount path" : b.what));
+  return prepare_tree(b, uid, gid);
+}
+
+Result<PreparedBind> prepare_workspace_bind(const std::string& host_dir, bool read_only, uid_t uid,
+                                            gid_t gid) {
+  // /workspace itself, which mount_target refuses for every other bind.
+  auto p = prepare_tree({host_dir, kBoxWorkspacePath, read_only, "host_path"}, uid, gid);
+  if (p && !p->is_dir) {
+    return fail(Code::kNotDir, "host_path: " + host_dir + " is not a directory");
+  }
+  return p;
 }
 
 Result<AttachOutcome> attach_binds(int mntns_fd, int root_fd, std::vector<PreparedBind>& binds) {

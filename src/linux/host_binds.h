@@ -47,6 +47,12 @@ struct PreparedBind {
 // kNotFound. A read-only bind is never idmapped (it is read with the host's permissions).
 [[nodiscard]] Result<PreparedBind> prepare_bind(const BoxBind& b, uid_t uid, gid_t gid);
 
+// The workspace itself from a client's host dir (seed 002's host_path over /workspace): as
+// prepare_bind with target /workspace (which prepare_bind refuses for any other bind), named
+// "host_path" in messages; a host path that is not a directory is kNotDir.
+[[nodiscard]] Result<PreparedBind> prepare_workspace_bind(const std::string& host_dir,
+                                                          bool read_only, uid_t uid, gid_t gid);
+
 // What attach_binds did: everything (attached) or nothing. Nothing, without an error, when a
 // mountpoint cannot be made in the running box (its parent is read-only, e.g. a new top-level
 // dir on the box's read-only root): then `not_now` says why, and the mounts can only come at

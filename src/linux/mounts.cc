@@ -456,7 +456,14 @@ Result<MountPlan> plan_box_fs(const BoxFsSpec& spec) {
     return fail(Code::kNotDir, "workspace " + spec.workspace_dir + " is not a directory");
   }
   plan.add_dir("workspace", 0755);
-  plan.add_bind(spec.workspace_dir, "workspace", kAttrNosuid | kAttrNodev, true);
+  if (spec.workspace_on_host) {
+    PreparedBind p = AB_TRY(
+        prepare_workspace_bind(spec.workspace_dir, spec.workspace_read_only, spec.uid, spec.gid));
+    plan.add_tree(std::move(p.tree), spec.workspace_dir, "workspace",
+                  spec.workspace_read_only ? kRo : (kAttrNosuid | kAttrNodev), p.idmapped);
+  } else {
+    plan.add_bind(spec.workspace_dir, "workspace", kAttrNosuid | kAttrNodev, true);
+  }
 
   // /tmp: capped in bytes and inodes so a box cannot fill the host's memory.
   plan.add_dir("tmp", 01777);

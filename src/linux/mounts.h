@@ -56,6 +56,10 @@ struct BoxBind {
 
 struct BoxFsSpec {
   std::string workspace_dir;  // host path, bound read-write at /workspace
+  // workspace_dir is a client's host dir (host_binds.h prepare_workspace_bind): idmapped for
+  // uid/gid when writable and owned by another user, read-only when workspace_read_only.
+  bool workspace_on_host = false;
+  bool workspace_read_only = false;
   std::vector<BoxBind> binds;
   uid_t uid = 0;  // the session user, "agent" in the box's /etc/passwd
   gid_t gid = 0;

@@ -52,6 +52,13 @@ Result<std::unique_ptr<Sandbox>> HostBackend::create(BoxConfig config) {
     return fail(Code::kNotSupported,
                 "network.mode \"open\" on the host backend (no network namespace)");
   }
+  // SECURITY: host commands run with the daemon's own rights in the dir itself; nothing could
+  // keep them from writing a read-only host_path.
+  if (config.workspace_read_only) {
+    return fail(Code::kNotSupported,
+                "host_path_mode \"ro\" on the host backend (no mount namespace to make the "
+                "workspace read-only; use the ns backend, or host_path_mode \"rw\")");
+  }
   const std::string& dir = config.workspace_dir;
   if (dir.empty() || dir.front() != '/') {
     return fail(Code::kInvalid, "host backend: workspace dir must be an absolute path: " + dir);

@@ -1345,6 +1345,8 @@ Result<std::unique_ptr<Sandbox>> NsBackend::create(BoxConfig config) {
 
   lx::BoxFsSpec fs_spec;
   fs_spec.workspace_dir = config.workspace_dir;
+  fs_spec.workspace_on_host = config.workspace_on_host;
+  fs_spec.workspace_read_only = config.workspace_read_only;
   fs_spec.uid = uid;
   fs_spec.gid = gid;
   fs_spec.tmp_bytes = config.limits.tmp_mb ? *config.limits.tmp_mb << 20 : core_->opts.tmp_bytes;

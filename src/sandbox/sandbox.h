@@ -279,6 +279,12 @@ struct Limits {
 struct BoxConfig {
   std::string key;
   std::string workspace_dir;  // host path of the workspace; exists
+  // workspace_dir is a client's host dir (seed 002's host_path over /workspace), not a dir of
+  // the daemon's: bound like a mount (ns: idmapped for the session user when writable), never
+  // chowned. workspace_read_only: the box cannot write it (a backend that cannot enforce that
+  // fails create() with ENOTSUP).
+  bool workspace_on_host = false;
+  bool workspace_read_only = false;
   Limits limits;
   std::map<std::string, std::string> env;
   std::vector<BindMount> mounts;  // extra mounts, shared dirs, skills

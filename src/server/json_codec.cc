@@ -331,8 +331,10 @@ Status decode_mount_list(const json& body, std::string_view key,
 }
 
 // Seed 002's primary mount: top-level host_path / mount_path (default /workspace) /
-// host_path_mode (rw|ro|none). Mounted elsewhere it is one more mount; mode none mounts nothing.
-Status decode_primary_mount(const json& body, std::vector<session::MountSpec>* out) {
+// host_path_mode (rw|ro|none), kept as given in spec->primary (the session object shows it).
+// Over /workspace it is the workspace itself (session/host_workspace.h); elsewhere it is also one
+// more mount; mode none mounts nothing.
+Status decode_primary_mount(const json& body, session::SessionSpec* spec) {
   AB_ASSIGN_OR_RETURN(auto host_path, opt_string(body, "host_path"));
   AB_ASSIGN_OR_RETURN(auto mount_path, opt_string(body, "mount_path"));
   AB_ASSIGN_OR_RETURN(auto mode, opt_string(body, "host_path_mode"));
@@ -349,17 +351,13 @@ Status decode_primary_mount(const json& body, std::vector<session::MountSpec>* o
   ms.host_path = std::move(*host_path);
   ms.mount_path = mount_path ? std::move(*mount_path) : std::string(kWorkspacePath);
   ms.mode = mode ? std::move(*mode) : std::string("rw");
-  if (ms.mode == "none") return {};  // declared, not mounted (seed 002)
   std::string_view target = ms.mount_path;
   while (target.size() > 1 && target.back() == '/') target.remove_suffix(1);
-  if (target == kWorkspacePath) {
-    // The workspace is the daemon's (archives, quota disk, delete remove it): a host dir in its
-    // place would be archived, capped and deleted as if it were one.
-    return not_supported("host_path",
-                         "with mount_path /workspace (a host dir replacing the workspace; mount "
-                         "it below /workspace or elsewhere with 'mount_path')");
-  }
-  out->push_back(std::move(ms));
+  const bool over_workspace = target == kWorkspacePath;
+  if (over_workspace) ms.mount_path = std::string(kWorkspacePath);
+  spec->primary = ms;
+  if (ms.mode == "none" || over_workspace) return {};
+  spec->mounts.push_back(std::move(ms));
   return {};
 }
 
@@ -475,7 +473,7 @@ Result<CreateSessionRequest> decode_create_session(const json& body,
   if (auto st = decode_mount_list(body, "extra_mounts", &spec.mounts); !st) {
     return std::unexpected(st.error());
   }
-  if (auto st = decode_primary_mount(body, &spec.mounts); !st) {
+  if (auto st = decode_primary_mount(body, &spec); !st) {
     return std::unexpected(st.error());
   }
   if (auto st = decode_skills(body, &spec); !st) return std::unexpected(st.error());
@@ -612,6 +610,13 @@ json encode_session(const session::SessionInfo& s) {
     mounts.push_back({{"host_path", m.host_path}, {"mount_path", m.mount_path}, {"mode", m.mode}});
   }
   j["mounts"] = std::move(mounts);
+  // Seed 002's primary mount as given (null without one); mount_path /workspace: the workspace is
+  // that host dir.
+  const session::MountSpec& p = s.spec.primary;
+  const bool primary = !p.host_path.empty();
+  j["host_path"] = primary ? json(p.host_path) : json(nullptr);
+  j["host_path_mode"] = primary ? json(p.mode) : json(nullptr);
+  j["mount_path"] = primary ? json(p.mount_path) : json(nullptr);
   j["skills"] = s.spec.skills;
   json skill_modes = json::object();
   for (const auto& [name, dir] : s.spec.skills) {

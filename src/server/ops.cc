@@ -22,11 +22,15 @@ using session::SessionInfo;
 using session::SessionManager;
 using ojson = nlohmann::ordered_json;
 
-asio::awaitable<Reply> healthz(Context*, Request*) {
-  Reply r;
-  r.content_type = "text/plain; charset=utf-8";
-  r.body = "ok";
-  co_return r;
+// LangBot's liveness shape (PROTOCOLS.md 2.1; seed 001 reads only the 200). Answered on the
+// network thread without waiting on anything, so it stays a liveness probe under load.
+asio::awaitable<Reply> healthz(Context* ctx, Request*) {
+  const SessionManager::Liveness l = ctx->sessions->liveness();
+  co_return json_reply(200, {{"live", true},
+                             {"resources",
+                              {{"sessions", l.sessions},
+                               {"running_sessions", l.running},
+                               {"managed_processes", l.managed_processes}}}});
 }
 
 asio::awaitable<Reply> readyz(Context* ctx, Request*) {

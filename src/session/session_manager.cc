@@ -17,6 +17,7 @@
 #include "common/validate.h"
 #include "sandbox/default_limits.h"
 #include "sandbox/rooted_fs.h"
+#include "session/host_workspace.h"
 #include "session/store.h"
 #include "session/template_manager.h"
 
@@ -135,6 +136,11 @@ Status validate_spec(const SessionSpec& spec) {
   }
   if (auto st = validate::env(spec.env, "env"); !st) return st;
   if (spec.ttl_sec && *spec.ttl_sec < 0) return fail(Code::kInvalid, "ttl_sec: must be >= 0");
+  const std::string& pm = spec.primary.mode;
+  if (!spec.primary.host_path.empty() && pm != "rw" && pm != "ro" && pm != "none") {
+    return fail(Code::kInvalid, "host_path_mode: must be rw, ro or none, not \"" + pm + "\"");
+  }
+  if (auto st = check_host_workspace(spec); !st) return st;
   return {};
 }
 
@@ -160,6 +166,11 @@ Status check_same_spec(const std::string& id, const SessionSpec& have, const Ses
                         w.mode == h.mode);
     }
     if (!found) return differs("mounts");
+  }
+  if (!want.primary.host_path.empty() && (want.primary.host_path != have.primary.host_path ||
+                                          want.primary.mount_path != have.primary.mount_path ||
+                                          want.primary.mode != have.primary.mode)) {
+    return differs("host_path");
   }
   for (const auto& [name, dir] : want.skills) {
     auto it = have.skills.find(name);
@@ -335,7 +346,7 @@ Status SessionManager::load_locked() {
           "suspended until it is",
           e->id, e->backend);
     }
-    if (!workspaces_.exists(e->id)) {
+    if (!workspace_on_host(e->spec) && !workspaces_.exists(e->id)) {
       spdlog::warn("session {}: workspace {} is missing; it will start empty", e->id,
                    e->workspace_dir);
     }
@@ -528,6 +539,9 @@ Result<std::shared_ptr<SessionManager::Entry>> SessionManager::create_locked(
                 std::string(spec.mounts.empty() ? "skills" : "mounts") +
                     " on a remote runner (the daemon's --default-runner serves this session)");
   }
+  if (auto st = check_host_workspace_backend(spec, backend); !st) {
+    return std::unexpected(st.error());
+  }
   if (closed_) return fail(Code::kUnavailable, "session " + id + ": daemon is shutting down");
   if (uids_.size() >= kUidRange) {
     return fail(Code::kQuota, "session " + id + ": no free session uid left");
@@ -551,6 +565,8 @@ Result<std::shared_ptr<SessionManager::Entry>> SessionManager::create_locked(
   if (auto st = be->check_spec(asked); !st) return std::unexpected(st.error());
   sandbox::Limits limits = spec.limits;
   if (be->takes_default_limits()) sandbox::fill_unset_limits(&limits, config_.default_limits);
+  // A default disk cap does not apply to a host dir (an explicit one was refused already).
+  if (workspace_on_host(spec)) limits.disk_mb.reset();
   if (auto st = sandbox::check_limits_together(limits, "limits"); !st) {
     return std::unexpected(st.error());
   }
@@ -803,6 +819,20 @@ Result<SessionManager::BoxStart> SessionManager::start_box(const Entry& e) {
   for (sandbox::BindMount& m : global_binds(e.spec)) cfg.mounts.push_back(std::move(m));
 
   BoxStart out;
+  if (workspace_on_host(e.spec)) {
+    // The client's dir is the workspace: checked against the allowed roots at every start (as
+    // mounts are), and never made, chowned or capped here (session/host_workspace.h).
+    auto host =
+        resolve_host_path(e.spec.primary.host_path, "host_path", config_.allowed_mount_roots);
+    if (!host) return std::unexpected(host.error());
+    cfg.workspace_dir = *host;
+    cfg.workspace_on_host = true;
+    cfg.workspace_read_only = e.spec.primary.mode == "ro";
+    auto box = config_.backends.at(e.backend)->create(std::move(cfg));
+    if (!box) return std::unexpected(box.error());
+    out.box = std::shared_ptr<sandbox::Sandbox>(std::move(*box));
+    return out;
+  }
   // A templated session's cap is on its overlay layer (mount_session below), not the dir.
   const std::uint64_t disk_mb = e.spec.limits.disk_mb.value_or(0);
   auto ws = workspaces_.prepare(e.id, /*must_be_new=*/false, owner_of(isolated, e.uid),
@@ -995,6 +1025,9 @@ Result<std::string> SessionManager::destroy_impl(const std::string& id, const Ca
   if (archive && e->backend == "remote") {
     return fail(Code::kNotSupported, "archive of a remote session (backend remote) is not supported");
   }
+  // The client's own dir is never archived (nor deleted): 409 naming why.
+  const bool on_host = workspace_on_host(e->spec);
+  if (archive && on_host) return std::unexpected(host_workspace_archive_refused(id, e->spec));
   e->phase = Phase::kDestroying;
   std::shared_ptr<sandbox::Sandbox> box = std::move(e->box);
   lk.unlock();
@@ -1019,7 +1052,9 @@ Result<std::string> SessionManager::destroy_impl(const std::string& id, const Ca
   }
   if (archive && archived) archived = workspaces_.archive(id);
   if (archive && archived) write_mounts_sidecar(*archived, e->spec);
-  Status removed = archived ? remove_workspace(id) : Status(std::unexpected(archived.error()));
+  Status removed = !archived ? Status(std::unexpected(archived.error()))
+                   : on_host ? Status()  // the host dir is the client's: it stays
+                             : remove_workspace(id);
 
   lk.lock();
   cv_.notify_all();
@@ -1563,6 +1598,21 @@ std::map<std::string, std::size_t> SessionManager::count_by_state() {
   for (const auto& [id, e] : sessions_) {
     if (e->phase == Phase::kReady) ++out[std::string(state_name(e->state))];
   }
+  return out;
+}
+
+SessionManager::Liveness SessionManager::liveness() {
+  std::unique_lock lk(mu_, std::try_to_lock);
+  std::lock_guard last(liveness_mu_);
+  if (!lk.owns_lock()) return last_liveness_;
+  Liveness out;
+  for (const auto& [id, e] : sessions_) {
+    if (e->phase != Phase::kReady) continue;
+    ++out.sessions;
+    if (e->state == State::kRunning) ++out.running;
+    out.managed_processes += e->managed.size();
+  }
+  last_liveness_ = out;
   return out;
 }
 

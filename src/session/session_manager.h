@@ -53,6 +53,10 @@ struct SessionSpec {
   std::uint64_t template_version = 0;
   std::string runner;  // backend "remote": the runner user serving the session
   std::vector<MountSpec> mounts;
+  // Seed 002's primary mount as the client gave it (host_path "" = none; session/host_workspace.h).
+  // With mount_path /workspace and mode rw|ro the host dir *is* the workspace; elsewhere it is
+  // also one of `mounts`; mode none mounts nothing (the session has its own workspace).
+  MountSpec primary;
   std::map<std::string, std::string> skills;  // name -> host dir, at /workspace/.skills/<name>
   std::set<std::string> read_only_skills;     // skills mounted ro; the others rw (seed 002)
   std::map<std::string, std::string> env;
@@ -273,6 +277,15 @@ class SessionManager {
 
   // Counts for /metrics.
   std::map<std::string, std::size_t> count_by_state();
+  // For GET /healthz (LangBot's liveness "resources"): sessions, running boxes and managed
+  // (restartable) processes. Never blocks: while the manager is busy it answers the counts it
+  // last took.
+  struct Liveness {
+    std::size_t sessions = 0;
+    std::size_t running = 0;
+    std::size_t managed_processes = 0;
+  };
+  Liveness liveness();
 
   // Kills every box (daemon shutdown) and unmounts the capped (disk_mb) workspaces, whose
   // images stay. Workspaces stay.
@@ -357,6 +370,8 @@ class SessionManager {
   ManagerConfig config_;
   workspace::Workspaces workspaces_;  // data_dir/workspaces, disks and archives
   std::mutex mu_;
+  std::mutex liveness_mu_;  // guards last_liveness_ (never held with mu_ waited on)
+  Liveness last_liveness_;
   std::condition_variable cv_;  // an entry left kCreating/kDestroying, or was erased
   bool closed_ = false;         // shutdown_all() ran: no box is started again
   std::map<std::string, std::shared_ptr<Entry>> sessions_;

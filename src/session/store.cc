@@ -108,6 +108,11 @@ std::string encode_spec(const SessionSpec& spec) {
     mounts.push_back({{"host_path", m.host_path}, {"mount_path", m.mount_path}, {"mode", m.mode}});
   }
   j["mounts"] = std::move(mounts);
+  if (!spec.primary.host_path.empty()) {
+    j["primary"] = {{"host_path", spec.primary.host_path},
+                    {"mount_path", spec.primary.mount_path},
+                    {"mode", spec.primary.mode}};
+  }
   j["skills"] = encode_map(spec.skills);
   j["read_only_skills"] = spec.read_only_skills;
   j["env"] = encode_map(spec.env);
@@ -149,6 +154,11 @@ Result<SessionSpec> decode_spec(std::string_view text) {
       ms.mode = m.value("mode", "rw");
       spec.mounts.push_back(std::move(ms));
     }
+  }
+  if (auto it = j.find("primary"); it != j.end() && it->is_object()) {
+    spec.primary.host_path = it->value("host_path", "");
+    spec.primary.mount_path = it->value("mount_path", "");
+    spec.primary.mode = it->value("mode", "rw");
   }
   if (auto it = j.find("skills"); it != j.end()) spec.skills = decode_map(*it);
   if (auto it = j.find("read_only_skills"); it != j.end() && it->is_array()) {

@@ -5,12 +5,17 @@
 // physical ids and the generation fence, and the managed-process relay (one attacher, one
 // stdout line per frame whatever the process's chunks, 401 and 400 before the upgrade).
 
+#include <sys/stat.h>
+#include <unistd.h>
+
 #include <boost/asio/connect.hpp>
 #include <boost/asio/io_context.hpp>
 #include <boost/asio/ip/tcp.hpp>
 #include <boost/beast/core.hpp>
 #include <boost/beast/websocket.hpp>
 #include <cstdio>
+#include <filesystem>
+#include <fstream>
 #include <map>
 #include <optional>
 #include <random>
@@ -226,7 +231,8 @@ bool ok(const ojson& f) {
 
 class LangBotApi : public ::testing::Test {
  protected:
-  LangBotApi() : daemon_(args()), api_(daemon_) {}
+  explicit LangBotApi(std::vector<std::string> more = {})
+      : daemon_(args(std::move(more))), api_(daemon_) {}
 
   static std::vector<std::string> args(std::vector<std::string> more = {}) {
     std::vector<std::string> a = {"--langbot-control-token", kToken};
@@ -450,8 +456,8 @@ TEST_F(LangBotApi, BadInputIsAnErrorReplyInLangBotsConventionAndTheConnectionSta
       with(with(with(base, "host_path", "/etc"), "mount_path", "/data"), "workdir", "/data");
   expect_prefix("box_exec", hosted, "BoxValidationError: ", ctx);
   expect_prefix("box_exec", with(hosted, "workdir", "/workspace"), "BoxValidationError: ", ctx);
-  // ... and over /workspace itself, which agentbox does not do.
-  expect_prefix("box_exec", with(base, "host_path", "/etc"), "BoxError: ", ctx);
+  // ... and over /workspace itself (the workspace is the host dir: same rule).
+  expect_prefix("box_exec", with(base, "host_path", "/etc"), "BoxValidationError: ", ctx);
   // Valid for LangBot, not done by agentbox: a BoxError naming it.
   expect_prefix("box_exec", with(base, "image", "python:3.12"), "BoxError: image ", ctx);
   expect_prefix("box_exec", with(base, "skill_name", "web-search"), "BoxError: skill_name ", ctx);
@@ -583,17 +589,28 @@ TEST_F(LangBotApi, RelayCarriesOneJsonRpcLinePerFrameWhateverTheChunks) {
   EXPECT_EQ(stop["data"], ojson({{"stopped", "default"}}));
   EXPECT_FALSE(relay_ws.read(std::chrono::seconds(10)).has_value());
   EXPECT_FALSE(relay_ws.timed_out());
+  // As LangBot's runtime: a stopped process is gone (not "exited"), to a get, the session's
+  // list and a relay alike; an unknown id is not found either.
   auto after = lb.call("box_get_managed_process",
                        {{"session_id", "mcp-shared"}, {"process_id", "default"}}, context("w"));
-  ASSERT_TRUE(ok(after)) << after;
-  EXPECT_EQ(after["data"]["status"], "exited");
-  EXPECT_FALSE(after["data"]["exit_code"].is_null());
-  EXPECT_FALSE(after["data"]["exited_at"].is_null());
-  // Not running any more: a relay is a conflict; an unknown id is not found.
+  EXPECT_TRUE(message(after).starts_with("BoxManagedProcessNotFoundError: ")) << after;
+  auto listed = lb.call("box_get_session", {{"session_id", "mcp-shared"}}, context("w"));
+  ASSERT_TRUE(ok(listed)) << listed;
+  EXPECT_FALSE(listed["data"].contains("managed_processes")) << listed;
+  auto again = lb.call("box_stop_managed_process",
+                       {{"session_id", "mcp-shared"}, {"process_id", "default"}}, context("w"));
+  EXPECT_TRUE(message(again).starts_with("BoxManagedProcessNotFoundError: ")) << again;
   LbSocket late;
   EXPECT_EQ(relay(&late, "w", 1, phys), 400);
   EXPECT_EQ(json::parse(late.refusal_body(), nullptr, false)["error"]["code"],
-            "BoxManagedProcessConflictError");
+            "BoxManagedProcessNotFoundError");
+  // Started again, it is there again.
+  auto restarted = lb.call("box_start_managed_process", start, context("w"));
+  ASSERT_TRUE(ok(restarted)) << restarted;
+  auto back = lb.call("box_get_managed_process",
+                      {{"session_id", "mcp-shared"}, {"process_id", "default"}}, context("w"));
+  ASSERT_TRUE(ok(back)) << back;
+  EXPECT_EQ(back["data"]["status"], "running");
   LbSocket unknown;
   EXPECT_EQ(relay(&unknown, "w", 1, phys, "nope"), 400);
   EXPECT_EQ(json::parse(unknown.refusal_body(), nullptr, false)["error"]["code"],
@@ -727,6 +744,88 @@ TEST_F(LangBotApi, ShutdownSuspendsLangBotsSessionsAndTheNextUseResumesThem) {
 
 // SECURITY.md T10: LangBot's sessions are its tenant's; another tenant can neither see, attach
 // to nor read them.
+// LangBot's standard client with its workspace on a host dir (PROTOCOLS.md part 2 as LangBot
+// sends it: a BoxSpec with host_path, nulls and extra_mounts): create, exec (in a workdir that
+// does not exist yet), a managed process relayed, delete; the files are the host dir's.
+struct LangBotHostRoot {
+  TempDir root{"agentbox-lb-host"};
+};
+class LangBotHostPath : public LangBotHostRoot, public LangBotApi {
+ protected:
+  LangBotHostPath() : LangBotApi({"--allow-mount-root", root.path()}) {}
+};
+
+TEST_F(LangBotHostPath, CreateExecRelayAndDeleteWithTheWorkspaceOnAHostDir) {
+  const bool ns = test_backend() == "ns";
+  const std::string dir = root.path() + "/proj";
+  std::filesystem::create_directories(dir);
+  std::ofstream(dir + "/old.txt") << "old\n";
+  if (ns) {
+    ASSERT_EQ(::chown(dir.c_str(), 4242, 4343), 0);
+    ASSERT_EQ(::chown((dir + "/old.txt").c_str(), 4242, 4343), 0);
+  }
+  const uid_t owner = ns ? 4242 : ::geteuid();
+  const std::string ws = ns ? "/workspace" : std::filesystem::canonical(dir).string();
+  LangBot lb;
+  connect(&lb);
+  ojson spec = box_spec("hp");
+  spec["host_path"] = dir;
+  spec["host_path_mode"] = "rw";
+  auto made = lb.call("box_create_session", spec, context("w"));
+  ASSERT_TRUE(ok(made)) << made;
+  EXPECT_EQ(made["data"]["host_path"], dir) << made;
+  EXPECT_EQ(made["data"]["host_path_mode"], "rw");
+  EXPECT_EQ(made["data"]["mount_path"], "/workspace");
+
+  // A workdir that does not exist yet is made (as the session user) before the command runs.
+  ojson exec = spec;
+  exec["cmd"] = "pwd && cat ../../old.txt && echo made > made.txt";
+  exec["workdir"] = "/workspace/sub/new";
+  auto ran = lb.call("box_exec", exec, context("w"));
+  ASSERT_TRUE(ok(ran)) << ran;
+  EXPECT_EQ(ran["data"]["exit_code"], 0) << ran;
+  EXPECT_EQ(ran["data"]["stdout"], ws + "/sub/new\nold") << ran;
+  EXPECT_EQ(read_host_file(dir + "/sub/new/made.txt"), "made\n");
+  struct stat st {};
+  ASSERT_EQ(::stat((dir + "/sub/new/made.txt").c_str(), &st), 0);
+  EXPECT_EQ(st.st_uid, owner);
+  ASSERT_EQ(::stat((dir + "/sub").c_str(), &st), 0);
+  EXPECT_EQ(st.st_uid, owner);
+
+  // A managed process in the host dir, relayed.
+  ojson start = {{"session_id", "hp"},
+                 {"spec",
+                  {{"process_id", "default"},
+                   {"command", "sh"},
+                   {"args", {"-c", "read -r l; cat old.txt; echo \"$l\"; exec cat"}},
+                   {"env", ojson::object()},
+                   {"cwd", "/workspace"},
+                   {"memory_mb", 0}}}};
+  auto p = lb.call("box_start_managed_process", start, context("w"));
+  ASSERT_TRUE(ok(p)) << p;
+  LbSocket relay_ws;
+  ASSERT_EQ(relay(&relay_ws, "w", 1, physical("w", 1, "hp")), 101) << relay_ws.refusal_body();
+  relay_ws.write("{\"jsonrpc\": \"2.0\", \"id\": 7}");
+  auto first = relay_ws.read();  // read in the host dir, after the line came
+  ASSERT_TRUE(first.has_value());
+  EXPECT_EQ(*first, "old");
+  auto echoed = relay_ws.read();
+  ASSERT_TRUE(echoed.has_value());
+  EXPECT_EQ(*echoed, "{\"jsonrpc\": \"2.0\", \"id\": 7}");
+  auto stop = lb.call("box_stop_managed_process", {{"session_id", "hp"}, {"process_id", "default"}},
+                      context("w"));
+  ASSERT_TRUE(ok(stop)) << stop;
+  auto gone = lb.call("box_get_managed_process", {{"session_id", "hp"}, {"process_id", "default"}},
+                      context("w"));
+  EXPECT_TRUE(message(gone).starts_with("BoxManagedProcessNotFoundError: ")) << gone;
+
+  auto del = lb.call("box_delete_session", {{"session_id", "hp"}}, context("w"));
+  ASSERT_TRUE(ok(del)) << del;
+  // The host dir and its files stay.
+  EXPECT_EQ(read_host_file(dir + "/old.txt"), "old\n");
+  EXPECT_EQ(read_host_file(dir + "/sub/new/made.txt"), "made\n");
+}
+
 TEST(LangBotTenancy, SessionsBelongToTheLangBotTenantOnly) {
   TempDir dir("agentbox-lb-cfg");
   const std::string cfg = dir.path() + "/config.yaml";

@@ -31,7 +31,14 @@ TEST(OpsApi, HealthzReadyzAndMetrics) {
   Api api(d);
   auto health = api.get("/healthz");
   EXPECT_EQ(health.status, 200);
-  EXPECT_EQ(health.raw, "ok");
+  // LangBot's liveness shape (PROTOCOLS.md 2.1), which its health probe parses.
+  EXPECT_NE(health.headers["content-type"].find("application/json"), std::string::npos);
+  EXPECT_EQ(health.body["live"], true) << health;
+  EXPECT_EQ(health.body["resources"]["sessions"], 0) << health;
+  EXPECT_EQ(health.body["resources"]["managed_processes"], 0) << health;
+  api.create("one");
+  EXPECT_TRUE(eventually([&] { return api.get("/healthz").body["resources"]["sessions"] == 1; }))
+      << api.get("/healthz");
   auto ready = api.get("/readyz");
   EXPECT_EQ(ready.status, 200) << ready;
 
@@ -180,7 +187,8 @@ TEST(OpsApi, KeepAliveServesManyRequestsOnOneConnection) {
     ASSERT_TRUE(raw.send("GET /healthz HTTP/1.1\r\nHost: x\r\n\r\n"));
     std::string reply = raw.read_response();
     ASSERT_EQ(http_status_of(reply), 200) << i;
-    EXPECT_TRUE(reply.ends_with("ok")) << reply;
+    EXPECT_TRUE(reply.ends_with("}")) << reply;
+    EXPECT_NE(reply.find("\"live\":true"), std::string::npos) << reply;
   }
   // Pipelined requests are answered in order.
   ASSERT_TRUE(raw.send("GET /healthz HTTP/1.1\r\nHost: x\r\n\r\nGET /nope HTTP/1.1\r\nHost: x\r\n\r\n"));

@@ -1127,6 +1127,57 @@ TEST(CliLive, SessionLimitsAndNetworkChangeTheRunningBox) {
   EXPECT_EQ(cli({"network", "nobody", "none"}).code, 3);
 }
 
+// --host-path DIR[:ro]: the host dir is the session's workspace (seed 002's primary mount).
+TEST(CliMounts, SessionCreateHostPathMakesTheHostDirTheWorkspace) {
+  testing::TempDir tmp("agentbox-cli-hostpath");
+  const std::string root = tmp.path();
+  const std::string dir = root + "/proj";
+  fs::create_directories(dir);
+  std::ofstream(dir + "/old.txt") << "old\n";
+  {
+    Daemon d({"--backend", "ns", "--allow-mount-root", root});
+    auto cli = [&d](std::vector<std::string> args) {
+      args.insert(args.begin(), {"--server", d.url()});
+      CliProcess p(args, {}, "");
+      CliRun r;
+      r.code = p.wait();
+      r.out = p.out();
+      r.err = p.err();
+      return r;
+    };
+    CliRun made = cli({"session", "create", "hp", "--host-path", dir});
+    ASSERT_EQ(made.code, 0) << made;
+    json j = json::parse(made.out, nullptr, false);
+    EXPECT_EQ(j["host_path"], dir) << made.out;
+    EXPECT_EQ(j["host_path_mode"], "rw") << made.out;
+    EXPECT_EQ(j["mount_path"], "/workspace") << made.out;
+    CliRun w =
+        cli({"exec", "hp", "--", "sh", "-c", "cat old.txt && echo new > /workspace/new.txt"});
+    EXPECT_EQ(w.code, 0) << w;
+    EXPECT_EQ(w.out, "old\n") << w;
+    EXPECT_EQ(read_file(dir + "/new.txt"), "new\n");
+
+    ASSERT_EQ(cli({"session", "create", "hpro", "-q", "--host-path", dir + ":ro"}).code, 0);
+    CliRun ro = cli({"exec", "hpro", "--", "touch", "/workspace/ro.txt"});
+    EXPECT_NE(ro.code, 0) << ro;
+    EXPECT_NE(ro.err.find("Read-only file system"), std::string::npos) << ro;
+    EXPECT_FALSE(fs::exists(dir + "/ro.txt"));
+
+    // Malformed: usage errors before any request; outside the roots: refused by the server.
+    EXPECT_EQ(cli({"session", "create", "x", "--host-path", "rel/dir"}).code, 2);
+    EXPECT_EQ(cli({"session", "create", "x", "--host-path", dir + ":rx"}).code, 2);
+    CliRun out = cli({"session", "create", "x", "--host-path", "/etc"});
+    EXPECT_EQ(out.code, 8) << out;  // EACCES: not under an allowed mount root
+    EXPECT_NE(out.err.find("host_path"), std::string::npos) << out;
+
+    // Removing the sessions leaves the dir and its files.
+    EXPECT_EQ(cli({"session", "rm", "hp"}).code, 0);
+    EXPECT_EQ(cli({"session", "rm", "hpro"}).code, 0);
+    EXPECT_EQ(read_file(dir + "/old.txt"), "old\n");
+    EXPECT_EQ(read_file(dir + "/new.txt"), "new\n");
+  }
+}
+
 // A loopback port nothing listens on (bound, then released).
 int free_port() {
   UniqueFd s(::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0));

@@ -199,36 +199,27 @@ TEST(JsonCodec, KilledByIsNullOrTheCause) {
   EXPECT_FALSE(encode_seed_exec_result(r).contains("killed_by"));
 }
 
-// The ENOTSUP message for `body` (the decode must fail with kNotSupported), or "" if it
-// decodes.
-template <typename F>
-std::string unsupported_of(F decode, std::string_view body) {
-  auto j = parse_object(body);
-  if (!j) return "bad JSON";
-  auto r = decode(*j);
-  if (r) return "";
-  EXPECT_EQ(r.error().code, Code::kNotSupported) << body << ": " << r.error().message;
-  return r.error().message;
-}
-
 auto create(std::string_view body) { return decode_create_session(*parse_object(body)); }
 
 // API.md "General": a value that is not built is ENOTSUP naming it, never accepted and ignored.
 TEST(JsonCodec, CreateRefusesWhatIsNotBuilt) {
-  auto unsup = [](std::string_view b) {
-    return unsupported_of([](const json& j) { return decode_create_session(j); }, b);
-  };
   // Every network mode is built now.
   ASSERT_TRUE(create(R"({"id":"a","network":{"mode":"open"}})"));
   // Templates are built: the name is kept for the manager to resolve.
   auto t = create(R"({"id":"a","template":"python-data"})");
   ASSERT_TRUE(t) << t.error().message;
   EXPECT_EQ(t->spec.template_name, "python-data");
-  // Seed 002's primary host_path in place of the workspace itself.
-  EXPECT_NE(unsup(R"({"id":"a","host_path":"/srv/p"})").find("'host_path'"), std::string::npos);
-  EXPECT_NE(unsup(R"({"id":"a","host_path":"/srv/p","mount_path":"/workspace/"})")
-                .find("'host_path'"),
-            std::string::npos);
+  // Seed 002's primary host_path in place of the workspace itself is built: it is the workspace
+  // (kept as the spec's primary, not one more mount).
+  for (const char* body : {R"({"id":"a","host_path":"/srv/p"})",
+                           R"({"id":"a","host_path":"/srv/p","mount_path":"/workspace/"})"}) {
+    auto hp = create(body);
+    ASSERT_TRUE(hp) << body << ": " << hp.error().message;
+    EXPECT_TRUE(hp->spec.mounts.empty()) << body;
+    EXPECT_EQ(hp->spec.primary.host_path, "/srv/p") << body;
+    EXPECT_EQ(hp->spec.primary.mount_path, "/workspace") << body;
+    EXPECT_EQ(hp->spec.primary.mode, "rw") << body;
+  }
   EXPECT_TRUE(network_mode_built("none"));
   EXPECT_TRUE(network_mode_built("allowlist"));
   EXPECT_TRUE(network_mode_built("open"));
@@ -309,7 +300,10 @@ TEST(JsonCodec, CreateSeed002Aliases) {
     auto none = create(body);
     ASSERT_TRUE(none) << body << ": " << none.error().message;
     EXPECT_TRUE(none->spec.mounts.empty()) << body;
+    EXPECT_EQ(none->spec.primary.host_path, "/srv/p") << body;  // shown, not mounted
+    EXPECT_EQ(none->spec.primary.mode, "none") << body;
   }
+  EXPECT_EQ(r->spec.primary.mount_path, "/project");
   // A network that is built is accepted as before.
   auto net = create(R"({"id":"a","network":{"mode":"none"}})");
   ASSERT_TRUE(net) << net.error().message;

@@ -61,6 +61,7 @@ TEST_F(StoreTest, WhatIsPutIsLoadedBackAfterReopening) {
     StoredSession host = sample("h", 20002);
     host.info.backend = "host";
     host.info.uid.reset();
+    host.info.spec.primary = {"/srv/proj", "/workspace", "ro"};  // seed 002's host_path
     ASSERT_TRUE((*st)->put(host));
     ASSERT_TRUE((*st)->touch({{"a", 1800000000000}, {"missing", 1}}));
   }
@@ -90,6 +91,10 @@ TEST_F(StoreTest, WhatIsPutIsLoadedBackAfterReopening) {
   EXPECT_EQ((*rows)[1].info.id, "b");
   EXPECT_EQ((*rows)[2].info.id, "h");
   EXPECT_FALSE((*rows)[2].info.uid);
+  EXPECT_EQ((*rows)[2].info.spec.primary.host_path, "/srv/proj");
+  EXPECT_EQ((*rows)[2].info.spec.primary.mount_path, "/workspace");
+  EXPECT_EQ((*rows)[2].info.spec.primary.mode, "ro");
+  EXPECT_TRUE(a.spec.primary.host_path.empty());
 
   ASSERT_TRUE((*st)->erase("b"));
   ASSERT_TRUE((*st)->erase("b"));  // absent is fine

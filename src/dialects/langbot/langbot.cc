@@ -278,6 +278,10 @@ class LangbotState {
   std::set<std::shared_ptr<LangbotAction>> actions;
   std::vector<LangbotRelay> relays;
   std::map<std::string, std::vector<std::string>> env_keys;  // physical "/" process_id
+  // Processes box_stop_managed_process stopped (physical "/" process_id -> its pid): gone to
+  // LangBot, as from the SDK runtime's table (BoxManagedProcessNotFoundError), though the
+  // process table keeps the ended process. A new start of that process_id clears it.
+  std::map<std::string, std::int64_t> stopped;
   std::uint64_t next_request = 1;
 };
 
@@ -963,6 +967,15 @@ ActResult act_exec(Act* a) {
   if (!info) co_return std::unexpected(info.error());
   auto box = co_await box_of(a, *physical, false);
   if (!box) co_return std::unexpected(box.error());
+  {
+    // As LangBot's runtime: a workdir that does not exist yet is made (as the session user)
+    // before the command runs.
+    std::shared_ptr<sandbox::Sandbox> b = *box;
+    std::string wd = spec->workdir;
+    auto job = run_blocking(a->ctx->pool, [b, wd]() -> Status { return b->mkdir_all(wd); });
+    auto made = co_await std::move(job);
+    if (!made) co_return std::unexpected(lb_error(made.error(), About::kSession));
+  }
   sandbox::ExecSpec es;
   es.command = spec->cmd;
   es.cwd = spec->workdir;
@@ -1018,6 +1031,8 @@ ActResult act_get_session(Act* a) {
     ojson procs = ojson::object();
     for (const auto& p : t->list()) {
       if (p.tag.empty()) continue;
+      auto gone = a->st->stopped.find(*physical + "/" + p.tag);
+      if (gone != a->st->stopped.end() && gone->second == p.pid) continue;
       procs[p.tag] = process_info(a, *physical, t, p);  // newest last: it wins
     }
     if (!procs.empty()) {
@@ -1048,6 +1063,10 @@ ActResult act_delete_session(Act* a) {
   for (auto it = a->st->env_keys.lower_bound(*physical + "/");
        it != a->st->env_keys.end() && it->first.starts_with(*physical + "/");) {
     it = a->st->env_keys.erase(it);
+  }
+  for (auto it = a->st->stopped.lower_bound(*physical + "/");
+       it != a->st->stopped.end() && it->first.starts_with(*physical + "/");) {
+    it = a->st->stopped.erase(it);
   }
   ojson r = ojson::object();
   r["deleted"] = *sid;
@@ -1104,6 +1123,7 @@ ActResult act_start_process(Act* a) {
   std::vector<std::string> keys;
   for (const auto& kv : spec->env) keys.push_back(kv.first);  // std::map: sorted
   a->st->env_keys[*physical + "/" + spec->process_id] = std::move(keys);
+  a->st->stopped.erase(*physical + "/" + spec->process_id);
   audit(a->ctx, "process.start", a->caller, *physical,
         nlohmann::ordered_json{{"argv", started->argv},
                                {"pid", started->pid},
@@ -1122,7 +1142,8 @@ asio::awaitable<LbResult<Found>> find_process(Act* a) {
   auto found = co_await table_in(a, *physical);
   if (!found) co_return std::unexpected(found.error());
   auto info = found->table->get(*pid);
-  if (!info) {
+  auto gone = a->st->stopped.find(*physical + "/" + *pid);
+  if (!info || (gone != a->st->stopped.end() && gone->second == info->pid)) {
     co_return lb_fail("BoxManagedProcessNotFoundError",
                       "managed process " + *pid + " not found in session " + *physical);
   }
@@ -1144,6 +1165,7 @@ ActResult act_stop_process(Act* a) {
   if (!info) co_return std::unexpected(lb_error(info.error(), About::kProcess));
   audit(a->ctx, "process.kill", a->caller, f->physical,
         nlohmann::ordered_json{{"pid", info->pid}, {"via", "langbot"}});
+  a->st->stopped[f->physical + "/" + f->process_id] = f->info.pid;
   ojson r = ojson::object();
   r["stopped"] = f->process_id;
   co_return r;
@@ -1516,7 +1538,9 @@ asio::awaitable<bool> relay(Call* call) {
   sandbox::ProcessTable* table = (*box)->processes();
   auto info =
       table ? table->get(process_id) : Result<sandbox::ProcessInfo>(fail(Code::kNotFound, ""));
-  if (!info || !valid_tag(process_id)) {
+  auto stopped = st->stopped.find(physical + "/" + process_id);
+  if (!info || !valid_tag(process_id) ||
+      (stopped != st->stopped.end() && stopped->second == info->pid)) {
     co_return co_await send_reply(
         call, relay_error("BoxManagedProcessNotFoundError",
                           "managed process " + process_id + " not found in session " + physical));
