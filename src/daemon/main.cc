@@ -29,6 +29,7 @@
 
 #include "common/log.h"
 #include "common/unique_fd.h"
+#include "linux/mounts.h"
 #include "sandbox/host_backend.h"
 #include "sandbox/ns_backend.h"
 #include "server/audit.h"
@@ -230,6 +231,26 @@ int main(int argc, char** argv) {
     return 1;
   }
 
+  // --toolchain-path: a host dir that isolated boxes would not see is refused here, naming the
+  // readonly_dirs entry it needs, never a silent "not found" in every box later.
+  if (default_backend->isolated() && !cfg.seed.toolchain_path.empty()) {
+    const std::vector<std::string> ro = server::effective_readonly_dirs(cfg);
+    std::string rest = cfg.seed.toolchain_path;
+    for (std::size_t p = 0; p <= rest.size();) {
+      std::size_t e = std::min(rest.find(':', p), rest.size());
+      const std::string d = rest.substr(p, e - p);
+      p = e + 1;
+      std::error_code dir_ec;
+      if (d.empty() || !std::filesystem::exists(d, dir_ec)) continue;  // the box's own dir
+      if (!linux::host_path_seen_in_box(d, ro)) {
+        std::cerr << "agentboxd: --toolchain-path '" << d
+                  << "' is a host dir the isolated boxes do not see: add '" << d
+                  << "' (or a dir above it) to the config's readonly_dirs\n";
+        return 2;
+      }
+    }
+  }
+
   session::ManagerConfig mc;
   mc.data_dir = data_dir;
   mc.workspaces_dir = cfg.seed.workdir;
@@ -295,6 +316,7 @@ int main(int argc, char** argv) {
     tc.backend = default_backend;
     tc.default_limits = cfg.default_limits;
     tc.shared_dirs = mc.shared_dirs;
+    tc.readonly_dirs = server::effective_readonly_dirs(cfg);
     auto templates = session::TemplateManager::open(std::move(tc));
     if (!templates) {
       spdlog::error("templates: {}", templates.error().message);
@@ -325,6 +347,7 @@ int main(int argc, char** argv) {
   opts.ws_ping_interval = std::chrono::seconds(cfg.ws_ping_sec);
   opts.auto_repair = cfg.auto_repair;
   opts.seed_shell = cfg.seed.shell;
+  if (cfg.seed.shell_given) opts.command_shell = cfg.seed.shell;
   opts.seed_workspace_root = cfg.seed.workdir.empty() ? data_dir + "/workspaces" : cfg.seed.workdir;
 
   {
