@@ -372,12 +372,12 @@ Status load_seed_env(const CLI::App& app, SeedFlags* s) {
 Status apply_seed_flags(DaemonConfig* c, bool backend_given) {
   SeedFlags& s = c->seed;
   if (s.shared_readonly) {
-    s.warnings.push_back("--shared-readonly" +
-                         (s.shared_readonly_value.empty() ? std::string()
-                                                          : " " + s.shared_readonly_value) +
-                         " is deprecated and has no effect (shared dirs are read through "
-                         "/workspace/read and mounted read-only at /shared; "
-                         "/mnt/shared-readonly, when the host has it, is seen read-only)");
+    s.warnings.push_back(
+        "--shared-readonly" +
+        (s.shared_readonly_value.empty() ? std::string() : " " + s.shared_readonly_value) +
+        " is deprecated and has no effect (shared dirs are read through "
+        "/workspace/read and mounted read-only at /shared; "
+        "/mnt/shared-readonly, when the host has it, is seen read-only)");
   }
   // --shell: an absolute, executable file (the default falls back to /bin/sh when there is no
   // bash on this host; a --shell that is not there is an error).

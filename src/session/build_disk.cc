@@ -14,7 +14,9 @@ namespace agentbox::session {
 
 namespace {
 
-std::string image_of(const std::string& ws) { return ws + ".img"; }
+std::string image_of(const std::string& ws) {
+  return ws + ".img";
+}
 
 }  // namespace
 

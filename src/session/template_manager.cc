@@ -4,10 +4,10 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <boost/asio/co_spawn.hpp>
 #include <boost/asio/executor_work_guard.hpp>
 #include <boost/asio/io_context.hpp>
-#include <algorithm>
 #include <cerrno>
 #include <filesystem>
 #include <future>
@@ -18,9 +18,9 @@
 #include "linux/overlay.h"
 #include "linux/quota_disk.h"
 #include "net/policy.h"
+#include "sandbox/rooted_fs.h"
 #include "session/build_disk.h"
 #include "session/build_records.h"
-#include "sandbox/rooted_fs.h"
 #include "workspace/installers.h"
 #include "workspace/tree.h"
 
@@ -100,7 +100,8 @@ json encode(const TemplateInfo& t) {
     }
     snaps.push_back({{"id", s.id}, {"version", s.version}, {"created_ms", to_ms(s.created_at)},
                      {"bytes", s.bytes}, {"files", s.files}, {"build_id", s.build_id},
-                     {"health", std::move(health)}, {"env", s.env}});
+                     {"health", std::move(health)}});
+    snaps.back()["env"] = s.env;
   }
   return {{"yaml", t.tmpl.source},
           {"created_ms", to_ms(t.created_at)},
@@ -137,8 +138,8 @@ Result<TemplateInfo> decode(const std::string& text) {
       } else {
         si.health = t.tmpl.health;  // recorded before snapshots kept their own
       }
-      si.env = s.contains("env") ? s.at("env").get<std::map<std::string, std::string>>()
-                                 : t.tmpl.env;
+      si.env =
+          s.contains("env") ? s.at("env").get<std::map<std::string, std::string>>() : t.tmpl.env;
       t.snapshots.push_back(std::move(si));
     }
   } catch (const std::exception& e) {
@@ -561,8 +562,7 @@ void TemplateManager::run_build(std::shared_ptr<Build> b, workspace::Template tm
     cfg.env = tmpl.env;
     cfg.uid = owner;
     cfg.gid = owner;
-    // As in sessions: a --shared-dirs prefix is mounted at /shared/<prefix>, a readonly_dirs
-    // entry at its own path; never writable.
+    // As in sessions: a --shared-dirs prefix at /shared/<prefix>, a readonly_dirs entry as is.
     for (sandbox::BindMount m : config_.shared_dirs) {
       if (m.box_path.empty() || m.box_path.front() != '/') m.box_path = "/shared/" + m.box_path;
       m.read_only = true;
@@ -800,9 +800,8 @@ void TemplateManager::prune_builds_locked(const std::string& name) {
     if (b->info.template_name == name && b->info.state != BuildState::kRunning) done.push_back(b);
   }
   if (done.size() <= kMaxBuildsKept) return;
-  std::sort(done.begin(), done.end(), [](const auto& a, const auto& b) {
-    return a->info.started_at < b->info.started_at;
-  });
+  std::sort(done.begin(), done.end(),
+            [](const auto& a, const auto& b) { return a->info.started_at < b->info.started_at; });
   for (std::size_t i = 0; i + kMaxBuildsKept < done.size(); ++i) {
     remove_build_record(records_dir(), done[i]->info.id);
     builds_.erase(done[i]->info.id);

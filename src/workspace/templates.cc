@@ -1,8 +1,7 @@
 #include "workspace/templates.h"
 
-#include <yaml-cpp/yaml.h>
-
 #include <sys/stat.h>
+#include <yaml-cpp/yaml.h>
 
 #include <charconv>
 #include <set>

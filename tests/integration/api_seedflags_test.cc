@@ -180,7 +180,8 @@ TEST_F(SeedFlags, ReadAndWriteStayInTheWorkspaceAndTheSharedDirs) {
     auto r = api_.post("/workspace/read", {{"agent_id", agent_}, {"path", path}});
     EXPECT_EQ(r.status, 403) << path << r;
     EXPECT_EQ(r.body.dump().find("secret"), std::string::npos) << path;
-    auto wr = api_.post("/workspace/write", {{"agent_id", agent_}, {"path", path}, {"content", "x"}});
+    auto wr =
+        api_.post("/workspace/write", {{"agent_id", agent_}, {"path", path}, {"content", "x"}});
     EXPECT_EQ(wr.status, 403) << path << wr;
   }
   auto tmp = api_.post("/exec", seed_exec("cat /tmp/x; ls /etc/x /tmp/y 2>/dev/null"));
@@ -255,7 +256,8 @@ TEST(SeedFlagsSharedReadonly, TheHostsSharedReadonlyIsSeenReadOnly) {
     api.create("a");
     auto r = api.sh("a", "test -d " + dir + " && awk '$2 == \"" + dir +
                              "\" {print $4}' /proc/self/mounts | grep -q '^ro,' && echo ro; "
-                             "touch " + dir + "/x 2>/dev/null || echo refused");
+                             "touch " +
+                             dir + "/x 2>/dev/null || echo refused");
     EXPECT_EQ(r.body.value("stdout", ""), "ro\nrefused\n") << r;
     EXPECT_EQ(api.del("/v1/sessions/a").status, 200);
   }

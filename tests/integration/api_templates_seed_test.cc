@@ -21,7 +21,8 @@ namespace fs = std::filesystem;
 
 // A hand-made wheel tinypkg-0.1 (VALUE = 42) in `dir`.
 bool make_tinypkg_wheel(const std::string& dir) {
-  return std::system(("cd " + dir + " && /usr/bin/python3 - <<'PY'\n"
+  return std::system(("cd " + dir +
+                      " && /usr/bin/python3 - <<'PY'\n"
                       "import zipfile\n"
                       "w = zipfile.ZipFile('tinypkg-0.1-py3-none-any.whl', 'w')\n"
                       "w.writestr('tinypkg/__init__.py', 'VALUE = 42\\n')\n"
@@ -56,15 +57,18 @@ TEST(TemplatesEnv, TheTemplateEnvIsInEverySessionAndPackagesFollowsIt) {
   std::ofstream(d + "/config.yaml") << "readonly_dirs:\n  - " << d << "\n";
   Daemon daemon({"--backend", "ns", "--config", d + "/config.yaml"});
   Api api(daemon);
-  const std::string yaml = "name: envy\nenv:\n  GREETING: hi\n  SHADOWED: template\n"
-                           "  PIP_FIND_LINKS: " + d + "\n  PIP_NO_INDEX: \"1\"\n"
-                           "setup:\n  - test \"$GREETING\" = hi\n";
+  const std::string yaml =
+      "name: envy\nenv:\n  GREETING: hi\n  SHADOWED: template\n"
+      "  PIP_FIND_LINKS: " +
+      d +
+      "\n  PIP_NO_INDEX: \"1\"\n"
+      "setup:\n  - test \"$GREETING\" = hi\n";
   ASSERT_EQ(push(api, yaml).status, 201);
   auto b = build(api, "envy");
   ASSERT_EQ(b.status, 201) << b << log_of(api, "envy", b);
 
-  ASSERT_EQ(api.post("/v1/sessions", {{"id", "e"}, {"template", "envy"},
-                                      {"env", {{"SHADOWED", "session"}}}})
+  ASSERT_EQ(api.post("/v1/sessions",
+                     {{"id", "e"}, {"template", "envy"}, {"env", {{"SHADOWED", "session"}}}})
                 .status,
             201);
   auto r = api.sh("e", "echo \"$GREETING $SHADOWED $PIP_NO_INDEX\"");
@@ -95,8 +99,9 @@ TEST(TemplatesSharedDirs, ADaemonWithSharedDirsBuildsTemplates) {
   std::ofstream(shared / "style.json") << R"({"color":"red"})";
   Daemon daemon({"--backend", "ns", "--shared-dirs", "site-templates:" + shared.path()});
   Api api(daemon);
-  ASSERT_EQ(push(api, "name: site\nsetup:\n  - cp /shared/site-templates/style.json .\n"
-                      "  - touch /shared/site-templates/x 2>/dev/null && exit 9 || true\n")
+  ASSERT_EQ(push(api,
+                 "name: site\nsetup:\n  - cp /shared/site-templates/style.json .\n"
+                 "  - touch /shared/site-templates/x 2>/dev/null && exit 9 || true\n")
                 .status,
             201);
   auto b = build(api, "site");
@@ -141,8 +146,9 @@ TEST(TemplatesDisk, ABuildWritingPastItsDiskCapFails) {
   const std::string data = dir / "data";
   Daemon daemon({"--backend", "ns", "--data-dir", data});
   Api api(daemon);
-  ASSERT_EQ(push(api, "name: big\nlimits:\n  disk_mb: 16\nsetup:\n"
-                      "  - head -c 40000000 /dev/zero > blob\n")
+  ASSERT_EQ(push(api,
+                 "name: big\nlimits:\n  disk_mb: 16\nsetup:\n"
+                 "  - head -c 40000000 /dev/zero > blob\n")
                 .status,
             201);
   auto f = build(api, "big");
@@ -151,8 +157,9 @@ TEST(TemplatesDisk, ABuildWritingPastItsDiskCapFails) {
       << log_of(api, "big", f);
   EXPECT_TRUE(api.get("/v1/templates/big").body["current_version"].is_null());
 
-  ASSERT_EQ(push(api, "name: small\nlimits:\n  disk_mb: 16\nsetup:\n"
-                      "  - head -c 4000000 /dev/zero > blob\n  - ln -s blob link\n")
+  ASSERT_EQ(push(api,
+                 "name: small\nlimits:\n  disk_mb: 16\nsetup:\n"
+                 "  - head -c 4000000 /dev/zero > blob\n  - ln -s blob link\n")
                 .status,
             201);
   auto b = build(api, "small");
