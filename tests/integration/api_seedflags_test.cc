@@ -175,8 +175,9 @@ TEST_F(SeedFlags, ReadAndWriteStayInTheWorkspaceAndTheSharedDirs) {
     EXPECT_EQ(r.status, 200) << path << r;
     EXPECT_EQ(r.body.value("content", ""), "mine") << path;
   }
-  for (const std::string& path : {"/etc/passwd", "/tmp/x", "/workspace/../etc/passwd",
-                                  "../" + agent_ + "/notes/a.txt", "/workspace2/a"}) {
+  for (const std::string& path : {std::string("/etc/passwd"), std::string("/tmp/x"),
+                                  std::string("/workspace/../etc/passwd"),
+                                  "../" + agent_ + "/notes/a.txt", std::string("/workspace2/a")}) {
     auto r = api_.post("/workspace/read", {{"agent_id", agent_}, {"path", path}});
     EXPECT_EQ(r.status, 403) << path << r;
     EXPECT_EQ(r.body.dump().find("secret"), std::string::npos) << path;
@@ -242,7 +243,9 @@ TEST(SeedFlagsSharedReadonly, TheHostsSharedReadonlyIsSeenReadOnly) {
   std::error_code ec;
   if (!fs::is_directory("/mnt", ec)) GTEST_SKIP() << "no /mnt on this host";
   const bool made = !fs::exists(dir, ec);
-  if (made) ASSERT_EQ(::mkdir(dir.c_str(), 0755), 0);
+  if (made) {
+    ASSERT_EQ(::mkdir(dir.c_str(), 0755), 0);
+  }
   struct Remove {
     bool made;
     std::string dir;
