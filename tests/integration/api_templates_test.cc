@@ -454,8 +454,12 @@ TEST(TemplatesRestart, ABuildKilledWithTheDaemonLeavesThePreviousVersionCurrentA
     EXPECT_EQ(t.body["current_version"], 1) << t;
     ASSERT_EQ(t.body["snapshots"].size(), 1u) << t;
     EXPECT_EQ(t.body["snapshots"][0]["id"], snap1);
+    // Its record survives the restart: failed, saying the daemon stopped during it.
     auto gone = api.get("/v1/templates/base/builds/" + killed_build);
-    EXPECT_EQ(gone.status, 404) << "a build that died with the daemon is not running" << gone;
+    EXPECT_EQ(gone.status, 200) << gone;
+    EXPECT_EQ(gone.body["state"], "failed") << "a build that died with the daemon is not running"
+                                            << gone;
+    EXPECT_NE(gone.raw.find("the daemon stopped during the build"), std::string::npos) << gone;
     // The killed build's processes died with it.
     for (int i = 0; i < 100 && processes_running(sleeper) > 0; ++i) {
       std::this_thread::sleep_for(std::chrono::milliseconds(100));
