@@ -29,6 +29,7 @@
 
 #include "common/log.h"
 #include "common/unique_fd.h"
+#include "linux/mounts.h"
 #include "sandbox/host_backend.h"
 #include "sandbox/ns_backend.h"
 #include "server/audit.h"
@@ -192,6 +193,26 @@ int main(int argc, char** argv) {
   }
   std::string data_dir = std::filesystem::absolute(cfg.data_dir, fs_ec).string();
 
+  // --toolchain-path: a host dir the isolated boxes would not see is refused (before anything is
+  // set up), naming the readonly_dirs entry it needs, never a silent "not found" in every box.
+  if (cfg.backend == "ns" && !cfg.seed.toolchain_path.empty()) {
+    const std::vector<std::string> ro = server::effective_readonly_dirs(cfg);
+    std::string rest = cfg.seed.toolchain_path;
+    for (std::size_t p = 0; p <= rest.size();) {
+      std::size_t e = std::min(rest.find(':', p), rest.size());
+      const std::string d = rest.substr(p, e - p);
+      p = e + 1;
+      std::error_code dir_ec;
+      if (d.empty() || !std::filesystem::exists(d, dir_ec)) continue;  // the box's own dir
+      if (!linux::host_path_seen_in_box(d, ro)) {
+        std::cerr << "agentboxd: --toolchain-path '" << d
+                  << "' is a host dir the isolated boxes do not see: add '" << d
+                  << "' (or a dir above it) to the config's readonly_dirs\n";
+        return 2;
+      }
+    }
+  }
+
   // The worker pool: every blocking step (file routes, fsync, session set-up, artifact scans)
   // runs here, never on the network thread. Those steps are mostly waits on the disk, not CPU,
   // so a few more threads than cores keep one slow client's fsync from queueing everyone else.
@@ -296,6 +317,7 @@ int main(int argc, char** argv) {
     tc.backend = default_backend;
     tc.default_limits = cfg.default_limits;
     tc.shared_dirs = mc.shared_dirs;
+    tc.readonly_dirs = server::effective_readonly_dirs(cfg);
     auto templates = session::TemplateManager::open(std::move(tc));
     if (!templates) {
       spdlog::error("templates: {}", templates.error().message);
@@ -327,6 +349,7 @@ int main(int argc, char** argv) {
   opts.max_file_bytes = cfg.max_file_mb << 20;
   opts.ws_ping_interval = std::chrono::seconds(cfg.ws_ping_sec);
   opts.seed_shell = cfg.seed.shell;
+  if (cfg.seed.shell_given) opts.command_shell = cfg.seed.shell;
   opts.seed_workspace_root = cfg.seed.workdir.empty() ? data_dir + "/workspaces" : cfg.seed.workdir;
 
   {

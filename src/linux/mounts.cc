@@ -12,6 +12,7 @@
 #include <algorithm>
 #include <array>
 #include <cerrno>
+#include <cstdlib>
 #include <cstring>
 #include <string_view>
 
@@ -402,6 +403,24 @@ std::string MountPlan::describe(std::size_t index) const {
 }
 
 // ---- planning ----------------------------------------------------------------------------------
+
+bool host_path_seen_in_box(const std::string& path, const std::vector<std::string>& readonly_dirs) {
+  auto under = [](std::string_view p, std::string_view root) {
+    while (root.size() > 1 && root.back() == '/') root.remove_suffix(1);
+    return p == root || (p.size() > root.size() && p.starts_with(root) &&
+                         (root == "/" || p[root.size()] == '/'));
+  };
+  auto seen = [&](const std::string& p) {
+    for (std::string_view d : kSystemDirs) {
+      if (under(p, "/" + std::string(d))) return true;
+    }
+    return std::any_of(readonly_dirs.begin(), readonly_dirs.end(),
+                       [&](const std::string& r) { return under(p, r); });
+  };
+  if (seen(path)) return true;
+  char real[PATH_MAX];
+  return ::realpath(path.c_str(), real) != nullptr && seen(real);
+}
 
 Result<MountPlan> plan_box_fs(const BoxFsSpec& spec) {
   MountPlan plan;

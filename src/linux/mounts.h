@@ -143,6 +143,12 @@ class MountPlan {
 // prepared here, in the daemon: the plan holds their detached mounts until it is destroyed.
 [[nodiscard]] Result<MountPlan> plan_box_fs(const BoxFsSpec& spec);
 
+// Whether the host path `path` (absolute) is seen at the same path inside an isolated box: it
+// lies under one of the system dirs every box gets (/usr, /bin, /lib, ...) or under one of
+// `readonly_dirs` (the daemon's, bound read-only at their own path), as given or resolved.
+[[nodiscard]] bool host_path_seen_in_box(const std::string& path,
+                                         const std::vector<std::string>& readonly_dirs);
+
 // Runs the plan with `root_fd` (the new root, not yet pivoted into) as the base of every target.
 // Returns 0, or an errno with *failed_op set to the index of the op that failed.
 // async-signal-safe.

@@ -147,6 +147,10 @@ Status load_yaml(const std::string& file, DaemonConfig* c,
     if (root["default_runner"] && !given("default_runner")) {
       c->default_runner = root["default_runner"].as<std::string>();
     }
+    if (root["shell"] && !given("shell")) {  // as --shell
+      c->seed.shell = root["shell"].as<std::string>();
+      c->seed.shell_given = true;
+    }
     if (root["log_level"] && !given("log_level")) {
       c->log_level = root["log_level"].as<std::string>();
     }
@@ -342,8 +346,12 @@ void add_seed_flags(CLI::App& app, SeedFlags* s) {
   app.add_flag("--multi-agent", s->multi_agent,
                "Seed 001: isolate every agent (the ns backend); without it the seed's unisolated "
                "mode needs an explicit --backend host");
-  app.add_flag("--shared-readonly", s->shared_readonly,
-               "Seed 001: deprecated, accepted and ignored");
+  // Old command lines pass it a path ("--shared-readonly /mnt/shared-readonly" or "=..."):
+  // accepted with or without one, and ignored.
+  app.add_option("--shared-readonly", s->shared_readonly_value,
+                 "Seed 001: deprecated, accepted (with or without a path) and ignored")
+      ->expected(0, 1)
+      ->multi_option_policy(take_last);
   app.add_option("--toolchain-path", s->toolchain_path,
                  "Seed 001: dirs prefixed to PATH in every box (env TOOLCHAIN_PATH)")
       ->multi_option_policy(take_last);
@@ -351,7 +359,8 @@ void add_seed_flags(CLI::App& app, SeedFlags* s) {
 
 // TOOLCHAIN_PATH when --toolchain-path was not given (SHARED_DIRS is --shared-dirs' envname).
 Status load_seed_env(const CLI::App& app, SeedFlags* s) {
-  s->shell_given = app.get_option("--shell")->count() > 0;
+  s->shell_given = s->shell_given || app.get_option("--shell")->count() > 0;
+  s->shared_readonly = app.get_option("--shared-readonly")->count() > 0;
   if (app.get_option("--toolchain-path")->count() == 0) {
     if (const char* t = std::getenv("TOOLCHAIN_PATH"); t != nullptr) s->toolchain_path = t;
   }
@@ -360,18 +369,15 @@ Status load_seed_env(const CLI::App& app, SeedFlags* s) {
 
 }  // namespace
 
-std::vector<std::string> effective_readonly_dirs(const DaemonConfig& c) {
-  if (c.readonly_dirs) return *c.readonly_dirs;
-  std::error_code ec;
-  if (std::filesystem::is_directory("/opt", ec)) return {"/opt"};
-  return {};
-}
-
 Status apply_seed_flags(DaemonConfig* c, bool backend_given) {
   SeedFlags& s = c->seed;
   if (s.shared_readonly) {
-    s.warnings.push_back("--shared-readonly is deprecated and has no effect (shared dirs are "
-                         "read through /workspace/read and mounted read-only at /shared)");
+    s.warnings.push_back(
+        "--shared-readonly" +
+        (s.shared_readonly_value.empty() ? std::string() : " " + s.shared_readonly_value) +
+        " is deprecated and has no effect (shared dirs are read through "
+        "/workspace/read and mounted read-only at /shared; "
+        "/mnt/shared-readonly, when the host has it, is seen read-only)");
   }
   // --shell: an absolute, executable file (the default falls back to /bin/sh when there is no
   // bash on this host; a --shell that is not there is an error).
@@ -583,6 +589,7 @@ ParseOutcome parse_daemon_args(int argc, const char* const* argv, std::ostream& 
   if (o_agents->count()) given.push_back("agents_dir");
   if (o_max->count()) given.push_back("max_file_mb");
   if (o_log->count()) given.push_back("log_level");
+  if (app.get_option("--shell")->count()) given.push_back("shell");
   if (o_boxes->count()) given.push_back("max_running_boxes");
   if (o_audit->count()) given.push_back("audit_max_mb");
   if (o_ws_ping->count()) given.push_back("ws_ping_sec");

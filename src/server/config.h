@@ -7,6 +7,7 @@
 // Flags override the file.
 
 #include <cstdint>
+#include <functional>
 #include <iosfwd>
 #include <optional>
 #include <string>
@@ -69,7 +70,9 @@ struct SeedFlags {
   std::optional<std::uint16_t> port;  // --port P: listen on 0.0.0.0:P
   bool multi_agent = false;           // --multi-agent: isolated boxes (ns)
   bool shared_readonly = false;       // --shared-readonly: deprecated, accepted, no effect
-  // The shell of seed /exec and /exec-stream `command`s (v1 exec keeps /bin/sh, API.md).
+  std::string shared_readonly_value;  // the path old command lines give it (ignored)
+  // The shell of seed /exec and /exec-stream `command`s; given (--shell or the config's
+  // `shell`), also of every string `command` of /v1 (exec, processes), which else keep /bin/sh.
   std::string shell = "/bin/bash";
   bool shell_given = false;
   // The agents' workspace root: workspaces at {workdir}/{agent_id}. "" = data_dir/workspaces.
@@ -158,8 +161,14 @@ struct DaemonConfig {
   LangbotConfig langbot;
 };
 
-// The host dirs boxes get read-only: c.readonly_dirs, or /opt when unset and it exists.
-std::vector<std::string> effective_readonly_dirs(const DaemonConfig& c);
+// Seed 001's read-only mount of the host's shared files (gcsfuse in the seed's pod).
+inline constexpr char kSeedSharedReadonly[] = "/mnt/shared-readonly";
+
+// The host dirs boxes get read-only: c.readonly_dirs, or /opt when unset and it exists; in
+// seed 001's mode (--multi-agent or --workdir) also /mnt/shared-readonly when the host has it.
+// `is_dir` answers whether a host dir exists (default: stat; tests pass their own).
+std::vector<std::string> effective_readonly_dirs(
+    const DaemonConfig& c, const std::function<bool(const std::string&)>& is_dir = {});
 
 struct ParseOutcome {
   std::optional<DaemonConfig> config;  // empty: exit with exit_code (help, bad flag, bad file)

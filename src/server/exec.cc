@@ -23,6 +23,13 @@
 #include "server/internal/transport.h"
 
 namespace agentbox::server::detail {
+
+void apply_shell(const std::string& shell, std::string* command, std::vector<std::string>* argv) {
+  if (shell.empty() || !argv->empty() || command->empty()) return;
+  *argv = {shell, "-c", std::move(*command)};
+  command->clear();
+}
+
 namespace {
 
 using namespace boost::asio::experimental::awaitable_operators;
@@ -113,10 +120,10 @@ asio::awaitable<Result<PreparedExec>> prepare_exec(Context* ctx, Request* rq, bo
           map_seed_artifact_dir(ctx, p.session_id, p.box->workspace(), &p.spec.artifact_dir);
     }
     // --shell runs the command (seed 001's toolbox-server runs `bash -c`).
-    if (p.spec.argv.empty() && !p.spec.command.empty()) {
-      p.spec.argv = {ctx->opts.seed_shell, "-c", std::move(p.spec.command)};
-      p.spec.command.clear();
-    }
+    apply_shell(ctx->opts.seed_shell, &p.spec.command, &p.spec.argv);
+  } else {
+    // /v1: --shell (or the config's `shell`) when the operator gave one, else /bin/sh.
+    apply_shell(ctx->opts.command_shell, &p.spec.command, &p.spec.argv);
   }
   // (Exec::run checks it too; here it is a 400 before a stream starts.)
   if (auto st = service::check_artifact_dir(p.spec.artifact_dir, p.box->workspace()); !st) {

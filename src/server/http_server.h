@@ -44,10 +44,13 @@ struct ServerOptions {
   // default_scope, else this one ("" = none: id or scope is required).
   std::string default_scope;
   std::uint64_t max_file_bytes = 500ull << 20;
-  // Seed 001: the shell of /exec and /exec-stream `command`s (--shell; v1 exec keeps /bin/sh),
+  // Seed 001: the shell of /exec and /exec-stream `command`s (--shell),
   // and the host dir holding the agents' workspaces (an artifact_dir the seed client sends as
   // a host path, /mnt/workspace/<id>/... or <root>/<id>/..., maps onto /workspace/...).
   std::string seed_shell = "/bin/bash";
+  // The shell of /v1's string `command`s (exec, processes): --shell or the config's `shell`
+  // when given; "" = /bin/sh (the backends' own).
+  std::string command_shell;
   std::string seed_workspace_root;
   std::size_t max_json_bytes = 1u << 20;
   // The exec routes carry the command's stdin inside their JSON body: the CLI sends up to

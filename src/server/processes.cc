@@ -20,6 +20,7 @@
 #include "common/log.h"
 #include "sandbox/process_table.h"
 #include "server/internal/blocking.h"
+#include "server/internal/exec.h"
 #include "server/internal/processes.h"
 #include "server/internal/surfaces.h"
 #include "server/internal/transport.h"
@@ -87,6 +88,7 @@ asio::awaitable<Reply> start_process(Context* ctx, Request* req) {
   if (!body) co_return error_reply(body.error());
   auto spec = decode_process_start(*body);
   if (!spec) co_return error_reply(spec.error());
+  apply_shell(ctx->opts.command_shell, &spec->command, &spec->argv);
   auto procs = co_await procs_of(ctx, req, /*create=*/true);
   if (!procs) co_return error_reply(procs.error());
   auto info = co_await ctx->svc->processes.start(v1(*req), std::move(*procs), std::move(*spec));

@@ -2,7 +2,7 @@
 // Seed 004's workspace care as operations (API.md "Templates, snapshots, health, packages"):
 // a session's health checks (the built-in ones plus its template's), their repair, package
 // installs in its box, and the config's auto_repair when a session resumes. The work itself is
-// workspace/health.h and workspace/installers.h; it runs on the worker pool (its file calls
+// sandbox/health_checks.h and sandbox/installers.h; it runs on the worker pool (its file calls
 // block; its box commands are awaited there).
 
 #include <boost/asio/awaitable.hpp>

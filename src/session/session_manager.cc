@@ -804,7 +804,11 @@ Result<SessionManager::BoxStart> SessionManager::start_box(const Entry& e) {
   cfg.key = e.id;
   cfg.workspace_dir = e.workspace_dir;
   cfg.limits = e.spec.limits;
-  cfg.env = e.spec.env;
+  // A templated session: the template's env, under the session's own.
+  if (!e.spec.template_name.empty() && config_.templates) {
+    cfg.env = config_.templates->session_env(e.spec.template_name, e.spec.template_version);
+  }
+  for (const auto& [k, v] : e.spec.env) cfg.env[k] = v;
   cfg.uid = e.uid;
   cfg.gid = static_cast<gid_t>(e.uid);
   cfg.runner = e.spec.runner;

@@ -4,6 +4,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <boost/asio/co_spawn.hpp>
 #include <boost/asio/executor_work_guard.hpp>
 #include <boost/asio/io_context.hpp>
@@ -19,6 +20,8 @@
 #include "net/policy.h"
 #include "sandbox/rooted_fs.h"
 #include "sandbox/installers.h"
+#include "session/build_disk.h"
+#include "session/build_records.h"
 #include "workspace/tree.h"
 
 namespace agentbox::session {
@@ -31,6 +34,8 @@ namespace {
 
 constexpr std::size_t kMaxLogLines = 20000;
 constexpr std::size_t kMaxLineBytes = 4096;
+// Finished builds kept (in memory and in data_dir/build_records) per template.
+constexpr std::size_t kMaxBuildsKept = 32;
 
 std::int64_t to_ms(Clock::time_point t) {
   return std::chrono::duration_cast<std::chrono::milliseconds>(t.time_since_epoch()).count();
@@ -96,6 +101,7 @@ json encode(const TemplateInfo& t) {
     snaps.push_back({{"id", s.id}, {"version", s.version}, {"created_ms", to_ms(s.created_at)},
                      {"bytes", s.bytes}, {"files", s.files}, {"build_id", s.build_id},
                      {"health", std::move(health)}});
+    snaps.back()["env"] = s.env;
   }
   return {{"yaml", t.tmpl.source},
           {"created_ms", to_ms(t.created_at)},
@@ -132,6 +138,8 @@ Result<TemplateInfo> decode(const std::string& text) {
       } else {
         si.health = t.tmpl.health;  // recorded before snapshots kept their own
       }
+      si.env =
+          s.contains("env") ? s.at("env").get<std::map<std::string, std::string>>() : t.tmpl.env;
       t.snapshots.push_back(std::move(si));
     }
   } catch (const std::exception& e) {
@@ -180,16 +188,27 @@ Result<std::shared_ptr<TemplateManager>> TemplateManager::open(Config config) {
   std::shared_ptr<TemplateManager> tm(new TemplateManager(std::move(config)));
   tm->loop_ = std::make_unique<Loop>();
   const std::string& d = tm->config_.data_dir;
-  for (const char* sub : {"/templates", "/snapshots", "/builds", "/layers"}) {
+  for (const char* sub : {"/templates", "/snapshots", "/builds", "/layers", "/build_records"}) {
     AB_TRY(mkdir_mode(d + sub, 0700));
   }
   // A build the daemon did not finish (a crash, kill -9) left its workspace: never a snapshot.
   std::error_code ec;
   for (const auto& e : std::filesystem::directory_iterator(d + "/builds", ec)) {
     spdlog::warn("templates: removing the unfinished build {}", e.path().filename().string());
+    (void)detach_build_disk(e.path().string() + "/ws");  // its capped disk (limits.disk_mb)
     (void)remove_under(d + "/builds", e.path().filename().string());
   }
   AB_TRY(tm->load());
+  // The builds of earlier runs answer GET .../builds/{id} (and its log) again.
+  for (BuildRecord& r : load_build_records(tm->records_dir())) {
+    auto b = std::make_shared<Build>();
+    b->info = std::move(r.info);
+    b->log = std::move(r.log);
+    tm->builds_[b->info.id] = std::move(b);
+  }
+  std::set<std::string> names;
+  for (const auto& [id, b] : tm->builds_) names.insert(b->info.template_name);
+  for (const std::string& n : names) tm->prune_builds_locked(n);
   return tm;
 }
 
@@ -246,8 +265,8 @@ Status TemplateManager::save_locked(const TemplateInfo& t) {
 Result<std::pair<TemplateInfo, bool>> TemplateManager::put(std::string_view yaml) {
   auto parsed = workspace::parse_template(yaml);
   if (!parsed) return std::unexpected(parsed.error());
-  if (parsed->tmpl.limits.disk_mb) {
-    return fail(Code::kNotSupported, "template field 'limits.disk_mb' (a build has no disk cap yet)");
+  if (config_.backend->isolated()) {
+    AB_TRY(workspace::check_host_paths(parsed->tmpl, config_.readonly_dirs));
   }
   std::lock_guard lk(mu_);
   auto it = templates_.find(parsed->tmpl.name);
@@ -366,6 +385,9 @@ Result<BuildInfo> TemplateManager::start_build(const std::string& name) {
   auto it = templates_.find(name);
   if (it == templates_.end()) return fail(Code::kNotFound, "no such template: " + name);
   const workspace::Template& tmpl = it->second.tmpl;
+  if (config_.backend->isolated()) {
+    AB_TRY(workspace::check_host_paths(tmpl, config_.readonly_dirs));
+  }
   for (const auto& [id, b] : builds_) {
     if (b->info.template_name == name && b->info.state == BuildState::kRunning) {
       return fail(Code::kExists, "template " + name + ": build " + id + " is running");
@@ -377,6 +399,11 @@ Result<BuildInfo> TemplateManager::start_build(const std::string& name) {
   b->info.started_at = Clock::now();
   b->info.step = "start";
   builds_[b->info.id] = b;
+  if (auto st = save_build_record(records_dir(), b->info, {}); !st) {
+    builds_.erase(b->info.id);
+    return std::unexpected(st.error());
+  }
+  prune_builds_locked(name);
   threads_.emplace_back([this, b, tmpl] { run_build(b, tmpl); });
   return b->info;
 }
@@ -515,6 +542,11 @@ void TemplateManager::run_build(std::shared_ptr<Build> b, workspace::Template tm
     if (::chown(ws.c_str(), owner, owner) != 0) {
       return fail_errno(errno, "chown(" + ws + ")");
     }
+    if (tmpl.limits.disk_mb) {
+      // limits.disk_mb: the build writes into a disk of that size (ENOSPC past it).
+      step("disk " + std::to_string(*tmpl.limits.disk_mb) + " MiB");
+      AB_TRY(attach_build_disk(ws, *tmpl.limits.disk_mb, owner));
+    }
     sandbox::BoxConfig cfg;
     cfg.key = "build-" + b->info.id;
     cfg.workspace_dir = ws;
@@ -530,7 +562,13 @@ void TemplateManager::run_build(std::shared_ptr<Build> b, workspace::Template tm
     cfg.env = tmpl.env;
     cfg.uid = owner;
     cfg.gid = owner;
-    cfg.mounts = config_.shared_dirs;
+    // As in sessions: a --shared-dirs prefix at /shared/<prefix>, a readonly_dirs entry as is.
+    for (sandbox::BindMount m : config_.shared_dirs) {
+      if (m.box_path.empty() || m.box_path.front() != '/') m.box_path = "/shared/" + m.box_path;
+      m.read_only = true;
+      if (m.what.empty()) m.what = "shared dir " + m.host_path;
+      cfg.mounts.push_back(std::move(m));
+    }
     // SECURITY: the build has the template's network policy and nothing more.
     if (tmpl.network == "allowlist") {
       auto policy = net::Policy::parse(tmpl.allow);
@@ -563,7 +601,7 @@ void TemplateManager::run_build(std::shared_ptr<Build> b, workspace::Template tm
       log("wrote " + path + " (" + std::to_string(content.size()) + " bytes)");
     }
 
-    // Seed 004's dependencies, with the installers sessions use (workspace/installers.h): a
+    // Seed 004's dependencies, with the installers sessions use (sandbox/installers.h): a
     // venv and pyproject.toml, node_modules and package.json, recorded for repair and rebuilds.
     auto log_result = [&](const sandbox::InstallResult& ir) {
       output(0, ir.stdout_data);
@@ -657,14 +695,21 @@ void TemplateManager::run_build(std::shared_ptr<Build> b, workspace::Template tm
     box.reset();
 
     step("freeze");
-    UniqueFd wsfd(::open(ws.c_str(), O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC));
-    if (!wsfd) return fail_errno(errno, "open(" + ws + ")");
+    std::string frozen = ws;
+    if (tmpl.limits.disk_mb) {
+      // Off the capped disk, onto the data dir's file system where snapshots live.
+      frozen = dir + "/frozen";
+      AB_TRY(copy_build_tree(ws, frozen, owner));
+      AB_TRY(detach_build_disk(ws));
+    }
+    UniqueFd wsfd(::open(frozen.c_str(), O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC));
+    if (!wsfd) return fail_errno(errno, "open(" + frozen + ")");
     auto stats = workspace::hash_tree(wsfd.get());
     if (!stats) return std::unexpected(stats.error());
-    if (::syncfs(wsfd.get()) != 0) return fail_errno(errno, "syncfs(" + ws + ")");
+    if (::syncfs(wsfd.get()) != 0) return fail_errno(errno, "syncfs(" + frozen + ")");
     std::string target = snapshot_path(stats->hash);
-    if (::rename(ws.c_str(), target.c_str()) != 0) {
-      if (errno != EEXIST && errno != ENOTEMPTY) return fail_errno(errno, "rename(" + ws + ")");
+    if (::rename(frozen.c_str(), target.c_str()) != 0) {
+      if (errno != EEXIST && errno != ENOTEMPTY) return fail_errno(errno, "rename(" + frozen + ")");
       log("same content as snapshot " + stats->hash + ": reused");
     }
     SnapshotInfo si;
@@ -674,6 +719,7 @@ void TemplateManager::run_build(std::shared_ptr<Build> b, workspace::Template tm
     si.created_at = Clock::now();
     si.build_id = b->info.id;
     si.health = tmpl.health;
+    si.env = tmpl.env;
     return std::pair{si, 0};
   };
 
@@ -715,6 +761,11 @@ void TemplateManager::run_build(std::shared_ptr<Build> b, workspace::Template tm
       }
     }
   }
+  if (tmpl.limits.disk_mb) {
+    if (auto st = detach_build_disk(ws); !st) {
+      spdlog::warn("template build {}: detaching its disk: {}", b->info.id, st.error().message);
+    }
+  }
   (void)remove_under(builds, b->info.id);
   {
     std::lock_guard lk(mu_);
@@ -732,11 +783,29 @@ void TemplateManager::run_build(std::shared_ptr<Build> b, workspace::Template tm
       b->info.error = failed;
       b->log.push_back("==> failed: " + failed);
     }
+    if (auto st = save_build_record(records_dir(), b->info, b->log); !st) {
+      spdlog::warn("template {} build {}: keeping its record: {}", b->info.template_name,
+                   b->info.id, st.error().message);
+    }
     cv_.notify_all();
   }
   spdlog::info("template {} build {}: {}", b->info.template_name, b->info.id,
                failed.empty() ? "snapshot " + si.id : "failed: " + failed);
   if (!failed.empty() && result && result->second == 0 && !si.id.empty()) gc(in_use());
+}
+
+void TemplateManager::prune_builds_locked(const std::string& name) {
+  std::vector<std::shared_ptr<Build>> done;
+  for (const auto& [id, b] : builds_) {
+    if (b->info.template_name == name && b->info.state != BuildState::kRunning) done.push_back(b);
+  }
+  if (done.size() <= kMaxBuildsKept) return;
+  std::sort(done.begin(), done.end(),
+            [](const auto& a, const auto& b) { return a->info.started_at < b->info.started_at; });
+  for (std::size_t i = 0; i + kMaxBuildsKept < done.size(); ++i) {
+    remove_build_record(records_dir(), done[i]->info.id);
+    builds_.erase(done[i]->info.id);
+  }
 }
 
 // ---- sessions -----------------------------------------------------------------------------
@@ -756,6 +825,19 @@ Result<ResolvedTemplate> TemplateManager::resolve(const std::string& ref) {
   }
   return fail(Code::kNotFound,
               "template " + r->name + " has no snapshot version " + std::to_string(want));
+}
+
+std::map<std::string, std::string> TemplateManager::session_env(const std::string& ref,
+                                                                std::uint64_t version) {
+  auto r = workspace::parse_template_ref(ref);
+  if (!r) return {};
+  std::lock_guard lk(mu_);
+  auto it = templates_.find(r->name);
+  if (it == templates_.end()) return {};
+  for (const SnapshotInfo& s : it->second.snapshots) {
+    if (s.version == version) return s.env;
+  }
+  return it->second.tmpl.env;
 }
 
 Status TemplateManager::mount_session(const std::string& id, const std::string& snapshot,

@@ -6,6 +6,8 @@
 //   snapshots/<sha256>      a build's frozen workspace, content-addressed, never written again
 //   builds/<build_id>/ws    a build's workspace while it runs (removed when it ends; leftovers
 //                           of a crash are removed at the next start)
+//   build_records/<build_id>.{json,log}  a build's record and log (session/build_records.h),
+//                           the last 32 per template
 //   layers/<session>/{upper,work}  a templated session's own copy-on-write layer
 //   layers/<session>.img    with limits.disk_mb: the capped disk mounted at layers/<session>
 // A build runs the template's files and setup in a box of the sessions' backend, as the build
@@ -48,6 +50,9 @@ struct SnapshotInfo {
   // The health checks of the YAML it was built from: its sessions run these, whatever the
   // template says since.
   std::vector<workspace::TemplateHealthCheck> health;
+  // The env of the YAML it was built from: in the environment of every session on it (under
+  // the session's own env).
+  std::map<std::string, std::string> env;
 };
 
 struct TemplateInfo {
@@ -87,6 +92,9 @@ class TemplateManager {
     uid_t build_uid = 9000;                     // owns every snapshot's files on disk
     sandbox::Limits default_limits;             // of a build box, under the template's own
     std::vector<sandbox::BindMount> shared_dirs;  // read-only in the build box, as in sessions
+    // The daemon's readonly_dirs: with an isolated backend, a host path a template names
+    // (find_links, ...) must lie under one (or a system dir) or its push and build are refused.
+    std::vector<std::string> readonly_dirs;
     std::chrono::seconds step_timeout{1800};      // per setup line
   };
   static Result<std::shared_ptr<TemplateManager>> open(Config config);
@@ -121,6 +129,10 @@ class TemplateManager {
   // Sessions. "name" or "name@version" -> the snapshot (ENOENT unknown template or version,
   // EEXIST when it has no built snapshot).
   Result<ResolvedTemplate> resolve(const std::string& ref);
+  // The env of the sessions on template `ref` ("name" or "name@version") at snapshot
+  // `version`: that snapshot's, or the template's current one for a snapshot recorded before
+  // snapshots kept their own. Empty when the template is gone.
+  std::map<std::string, std::string> session_env(const std::string& ref, std::uint64_t version);
   // Mounts session `id`'s overlay (lower = the snapshot, upper/work = layers/<id>) at
   // `workspace_path` unless one is mounted there already; the session user owns its view.
   // disk_mb (limits.disk_mb): layers/<id> is then a capped disk (linux/quota_disk.h, image
@@ -147,6 +159,9 @@ class TemplateManager {
   Status save_locked(const TemplateInfo& t);
   Status load();
   void run_build(std::shared_ptr<Build> b, workspace::Template tmpl);
+  std::string records_dir() const { return config_.data_dir + "/build_records"; }
+  // Drops template `name`'s oldest finished builds past the ones kept (and their records).
+  void prune_builds_locked(const std::string& name);
   // Removes snapshots no template version names and no session uses.
   void gc(const std::set<std::string>& in_use);
   std::set<std::string> in_use();

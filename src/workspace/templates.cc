@@ -1,11 +1,13 @@
 #include "workspace/templates.h"
 
+#include <sys/stat.h>
 #include <yaml-cpp/yaml.h>
 
 #include <charconv>
 #include <set>
 
 #include "common/validate.h"
+#include "linux/mounts.h"
 
 namespace agentbox::workspace {
 namespace {
@@ -353,6 +355,39 @@ Result<ParsedTemplate> parse_template(std::string_view yaml) {
   } catch (const std::exception& e) {
     return fail(Code::kInvalid, std::string("template: malformed YAML: ") + e.what());
   }
+}
+
+Status check_host_paths(const Template& t, const std::vector<std::string>& readonly_dirs) {
+  auto check = [&](std::string path, const std::string& field) -> Status {
+    if (path.starts_with("file://")) path.erase(0, 7);
+    if (path.empty() || path.front() != '/') return {};  // a URL, a name: not a host path
+    struct stat st {};
+    if (::stat(path.c_str(), &st) != 0) return {};  // not on this host: the box's own
+    if (linux::host_path_seen_in_box(path, readonly_dirs)) return {};
+    const std::string dir = S_ISDIR(st.st_mode) ? path : path.substr(0, path.rfind('/'));
+    return fail(Code::kInvalid, "field '" + field + "': host path '" + path +
+                                    "' is not seen in the build box: add '" +
+                                    (dir.empty() ? "/" : dir) +
+                                    "' (or a dir above it) to the daemon config's readonly_dirs");
+  };
+  for (std::size_t i = 0; i < t.python.find_links.size(); ++i) {
+    AB_TRY(check(t.python.find_links[i], "python.find_links[" + std::to_string(i) + "]"));
+  }
+  AB_TRY(check(t.python.index_url, "python.index_url"));
+  for (const auto& [name, spec] : t.nodejs.dependencies) {
+    AB_TRY(check(spec, "nodejs.dependencies." + name));
+  }
+  if (auto it = t.env.find("PIP_FIND_LINKS"); it != t.env.end()) {
+    // pip splits it on whitespace.
+    std::size_t p = 0;
+    while (p < it->second.size()) {
+      std::size_t e = it->second.find_first_of(" \t\n", p);
+      if (e == std::string::npos) e = it->second.size();
+      if (e > p) AB_TRY(check(it->second.substr(p, e - p), "env.PIP_FIND_LINKS"));
+      p = e + 1;
+    }
+  }
+  return {};
 }
 
 }  // namespace agentbox::workspace

@@ -72,6 +72,14 @@ struct ParsedTemplate {
 // Parses and validates a template upload.
 [[nodiscard]] Result<ParsedTemplate> parse_template(std::string_view yaml);
 
+// The host paths template `t` hands its build box (python.find_links, local
+// nodejs.dependencies, PIP_FIND_LINKS in env): one that exists on this host but an isolated box
+// does not see (linux::host_path_seen_in_box with the daemon's `readonly_dirs`) is EINVAL
+// naming the field and the readonly_dirs entry to add. A path this host does not have is the
+// box's own (/workspace/wheels, /shared/...): not checked.
+[[nodiscard]] Status check_host_paths(const Template& t,
+                                      const std::vector<std::string>& readonly_dirs);
+
 // Template names: 1..64 of [A-Za-z0-9._-], not "." or "..".
 [[nodiscard]] Status validate_template_name(std::string_view name);
 

@@ -4,6 +4,7 @@
 
 #include <netinet/in.h>
 #include <sys/socket.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <filesystem>
@@ -160,6 +161,112 @@ TEST_F(SeedFlags, OptIsVisibleReadOnly) {
   EXPECT_NE(out.find("ro,"), std::string::npos) << out;
 }
 
+// /workspace/read and /workspace/write reach the agent's workspace and the --shared-dirs
+// prefixes only, as the seed describes them: not the box's /etc or /tmp.
+TEST_F(SeedFlags, ReadAndWriteStayInTheWorkspaceAndTheSharedDirs) {
+  auto w = api_.post("/workspace/write",
+                     {{"agent_id", agent_}, {"path", "notes/a.txt"}, {"content", "mine"}});
+  ASSERT_EQ(w.status, 200) << w;
+  auto made = api_.post("/exec", seed_exec("echo secret > /tmp/x"));
+  ASSERT_EQ(made.body["exit_code"], 0) << made;
+  for (const std::string& path : {std::string("notes/a.txt"), std::string("/workspace/notes/a.txt"),
+                                  std::string("notes/../notes/a.txt")}) {
+    auto r = api_.post("/workspace/read", {{"agent_id", agent_}, {"path", path}});
+    EXPECT_EQ(r.status, 200) << path << r;
+    EXPECT_EQ(r.body.value("content", ""), "mine") << path;
+  }
+  for (const std::string& path : {std::string("/etc/passwd"), std::string("/tmp/x"),
+                                  std::string("/workspace/../etc/passwd"),
+                                  "../" + agent_ + "/notes/a.txt", std::string("/workspace2/a")}) {
+    auto r = api_.post("/workspace/read", {{"agent_id", agent_}, {"path", path}});
+    EXPECT_EQ(r.status, 403) << path << r;
+    EXPECT_EQ(r.body.dump().find("secret"), std::string::npos) << path;
+    auto wr =
+        api_.post("/workspace/write", {{"agent_id", agent_}, {"path", path}, {"content", "x"}});
+    EXPECT_EQ(wr.status, 403) << path << wr;
+  }
+  auto tmp = api_.post("/exec", seed_exec("cat /tmp/x; ls /etc/x /tmp/y 2>/dev/null"));
+  EXPECT_EQ(tmp.body["stdout"], "secret\n") << "nothing was written outside the workspace";
+  auto sh = api_.post("/workspace/read",
+                      {{"agent_id", agent_}, {"path", "site-templates/style/styles.json"}});
+  EXPECT_EQ(sh.status, 200) << sh;
+}
+
+// --shell sets the shell of every string command: seed 001's /exec and /v1's exec alike.
+TEST_F(SeedFlags, TheShellRunsV1CommandsToo) {
+  auto seed = api_.post("/exec", seed_exec("echo \"[$BASH_VERSION]\""));
+  EXPECT_EQ(seed.body.value("stdout", "").rfind("[5", 0), 0u) << seed;
+  auto v1 = api_.exec(agent_, {{"command", "echo \"[$BASH_VERSION]\""}});
+  ASSERT_EQ(v1.status, 200) << v1;
+  EXPECT_EQ(v1.body.value("stdout", "").rfind("[5", 0), 0u) << v1;
+  // argv is run as given, never through the shell.
+  auto argv = api_.exec(agent_, {{"argv", {"/bin/sh", "-c", "echo \"[$BASH_VERSION]\""}}});
+  EXPECT_EQ(argv.body.value("stdout", ""), "[]\n") << argv;
+}
+
+// Without --shell, /v1 keeps /bin/sh; the config's `shell` sets it as the flag does.
+TEST(SeedFlagsShell, V1KeepsShUnlessAShellIsGiven) {
+  Daemon plain;
+  Api api(plain);
+  api.create("s");
+  EXPECT_EQ(api.sh("s", "echo \"[$BASH_VERSION]\"").body.value("stdout", ""), "[]\n");
+  TempDir dir("agentbox-shell-cfg");
+  std::ofstream(dir / "c.yaml") << "shell: /bin/bash\n";
+  Daemon bash({"--config", dir / "c.yaml"});
+  Api api2(bash);
+  api2.create("s");
+  auto r = api2.sh("s", "echo \"[$BASH_VERSION]\"");
+  EXPECT_EQ(r.body.value("stdout", "").rfind("[5", 0), 0u) << r;
+}
+
+// Old command lines give --shared-readonly a path, with or without '=': accepted, a no-op, and
+// the log says it is deprecated.
+TEST(SeedFlagsSharedReadonly, TheValueFormsAreAcceptedWithADeprecationLine) {
+  for (const std::vector<std::string>& form :
+       {std::vector<std::string>{"--shared-readonly", "/mnt/shared-readonly"},
+        std::vector<std::string>{"--shared-readonly=/mnt/shared-readonly"},
+        std::vector<std::string>{"--shared-readonly"}}) {
+    std::vector<std::string> args = {"--multi-agent", "--token", "t"};
+    args.insert(args.end(), form.begin(), form.end());
+    Daemon d(args);
+    EXPECT_NE(d.log().find("--shared-readonly"), std::string::npos) << d.log();
+    EXPECT_NE(d.log().find("deprecated"), std::string::npos) << d.log();
+    Api api(d, "t");
+    EXPECT_EQ(api.get("/v1/sessions").status, 200);
+  }
+}
+
+// The seed's /mnt/shared-readonly is seen read-only in every --multi-agent box when the host
+// has it (made here for the test when the host has none, and removed again).
+TEST(SeedFlagsSharedReadonly, TheHostsSharedReadonlyIsSeenReadOnly) {
+  const std::string dir = "/mnt/shared-readonly";
+  std::error_code ec;
+  if (!fs::is_directory("/mnt", ec)) GTEST_SKIP() << "no /mnt on this host";
+  const bool made = !fs::exists(dir, ec);
+  if (made) {
+    ASSERT_EQ(::mkdir(dir.c_str(), 0755), 0);
+  }
+  struct Remove {
+    bool made;
+    std::string dir;
+    ~Remove() {
+      if (made) ::rmdir(dir.c_str());
+    }
+  } remove{made, dir};
+  {
+    Daemon d({"--multi-agent", "--token", "t"});
+    Api api(d, "t");
+    api.create("a");
+    auto r = api.sh("a", "test -d " + dir + " && awk '$2 == \"" + dir +
+                             "\" {print $4}' /proc/self/mounts | grep -q '^ro,' && echo ro; "
+                             "touch " +
+                             dir + "/x 2>/dev/null || echo refused");
+    EXPECT_EQ(r.body.value("stdout", ""), "ro\nrefused\n") << r;
+    EXPECT_EQ(api.del("/v1/sessions/a").status, 200);
+  }
+  EXPECT_FALSE(fs::exists(dir + "/x"));
+}
+
 // What the seed command line refuses, each exit 2 naming the flag.
 TEST(SeedFlagsRefused, BadValuesExitTwoNamingTheFlag) {
   std::string out;
@@ -171,6 +278,15 @@ TEST(SeedFlagsRefused, BadValuesExitTwoNamingTheFlag) {
                                 &out),
             2);
   EXPECT_NE(out.find("--shell"), std::string::npos) << out;
+  // A --toolchain-path host dir the isolated boxes would not see: refused naming readonly_dirs.
+  TempDir dir("agentbox-toolchain");
+  fs::create_directories(dir / "bin");
+  EXPECT_EQ(Daemon::run_to_exit({"--multi-agent", "--token", "t", "--listen", "127.0.0.1:0",
+                                 "--data-dir", dir / "data", "--toolchain-path", dir / "bin"},
+                                &out),
+            2);
+  EXPECT_NE(out.find("readonly_dirs"), std::string::npos) << out;
+  EXPECT_NE(out.find(dir / "bin"), std::string::npos) << out;
 }
 
 }  // namespace

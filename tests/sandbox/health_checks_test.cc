@@ -1,4 +1,4 @@
-// workspace/health.h on a real box of the host backend (no isolation needed for what is tested
+// sandbox/health_checks.h on a real box of the host backend (no isolation needed for what is tested
 // here: the order of the checks, the template-defined checks and their repairs, the marker rule,
 // a box that is not up). The ns boxes, the venv and node_modules checks and their repairs are
 // tested through the daemon (tests/integration/api_packages_test.cc).

@@ -6,6 +6,7 @@
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
+#include <set>
 #include <sstream>
 
 namespace agentbox::server {
@@ -468,6 +469,66 @@ TEST(ConfigSeedFlags, ReadonlyDirs) {
   EXPECT_EQ(effective_readonly_dirs(*def.config),
             std::filesystem::is_directory("/opt", ec) ? std::vector<std::string>{"/opt"}
                                                       : std::vector<std::string>{});
+  std::filesystem::remove_all(dir, ec);
+}
+
+// Seed 001's mode (--multi-agent or --workdir) adds /mnt/shared-readonly when the host has it,
+// to whatever readonly_dirs are; other daemons never get it.
+TEST(ConfigSeedFlags, SharedReadonlyIsInTheSeedsBoxesWhenTheHostHasIt) {
+  auto has = [](std::set<std::string> dirs) {
+    return [dirs](const std::string& d) { return dirs.count(d) > 0; };
+  };
+  auto seed = parse({"--multi-agent"});
+  ASSERT_TRUE(seed.config);
+  EXPECT_EQ(effective_readonly_dirs(*seed.config, has({"/opt", "/mnt/shared-readonly"})),
+            (std::vector<std::string>{"/opt", "/mnt/shared-readonly"}));
+  EXPECT_EQ(effective_readonly_dirs(*seed.config, has({"/opt"})),
+            (std::vector<std::string>{"/opt"}));
+  auto wd = parse({"--workdir", "/mnt/workspace"});
+  ASSERT_TRUE(wd.config);
+  EXPECT_EQ(effective_readonly_dirs(*wd.config, has({"/mnt/shared-readonly"})),
+            (std::vector<std::string>{"/mnt/shared-readonly"}));
+  auto plain = parse({});
+  ASSERT_TRUE(plain.config);
+  EXPECT_EQ(effective_readonly_dirs(*plain.config, has({"/opt", "/mnt/shared-readonly"})),
+            (std::vector<std::string>{"/opt"}));
+}
+
+// --shared-readonly as old command lines pass it: bare, with a path, or PATH after '='; always
+// a no-op with a deprecation warning naming it. The config's `shell` is --shell.
+TEST(ConfigSeedFlags, SharedReadonlyValueFormsAndTheConfigShell) {
+  for (const std::vector<std::string>& args :
+       {std::vector<std::string>{"--shared-readonly"},
+        std::vector<std::string>{"--shared-readonly", "/mnt/shared-readonly", "--multi-agent"},
+        std::vector<std::string>{"--shared-readonly=/mnt/shared-readonly"}}) {
+    std::string err;
+    auto r = parse(args, &err);
+    ASSERT_TRUE(r.config) << args[0] << ": " << err;
+    EXPECT_TRUE(r.config->seed.shared_readonly);
+    ASSERT_FALSE(r.config->seed.warnings.empty());
+    EXPECT_NE(r.config->seed.warnings[0].find("deprecated"), std::string::npos);
+  }
+  auto spaced = parse({"--shared-readonly", "/mnt/shared-readonly", "--multi-agent"});
+  ASSERT_TRUE(spaced.config);
+  EXPECT_TRUE(spaced.config->seed.multi_agent) << "the path is the flag's, not a positional";
+  EXPECT_EQ(spaced.config->seed.shared_readonly_value, "/mnt/shared-readonly");
+
+  char tmpl[] = "/tmp/agentbox-cfg-XXXXXX";
+  std::string dir = mkdtemp(tmpl);
+  std::ofstream(dir + "/c.yaml") << "shell: /bin/sh\n";
+  auto cfg = parse({"--config", dir + "/c.yaml"});
+  ASSERT_TRUE(cfg.config);
+  EXPECT_EQ(cfg.config->seed.shell, "/bin/sh");
+  EXPECT_TRUE(cfg.config->seed.shell_given);
+  auto flag_wins = parse({"--config", dir + "/c.yaml", "--shell", "/bin/bash"});
+  ASSERT_TRUE(flag_wins.config);
+  EXPECT_EQ(flag_wins.config->seed.shell, "/bin/bash");
+  std::ofstream(dir + "/c.yaml") << "shell: /nonexistent/sh\n";
+  std::string err;
+  EXPECT_FALSE(parse({"--config", dir + "/c.yaml"}, &err).config);
+  EXPECT_NE(err.find("/nonexistent/sh"), std::string::npos) << err;
+  EXPECT_FALSE(parse({}).config->seed.shell_given);
+  std::error_code ec;
   std::filesystem::remove_all(dir, ec);
 }
 

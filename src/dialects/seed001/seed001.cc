@@ -6,6 +6,7 @@
 #include <algorithm>
 #include <cerrno>
 #include <cstring>
+#include <filesystem>
 
 #include "common/log.h"
 #include "server/http_error.h"
@@ -64,6 +65,23 @@ const SharedFs* match_shared(const Context* ctx, const std::string& path, std::s
   return nullptr;
 }
 
+// Seed 001's /workspace/read and /workspace/write reach the agent's workspace (and the shared
+// dir prefixes, matched before): `path` relative to it, or absolute under it. Anything else
+// ("/etc/passwd", "/tmp/x", "../x") is 403, as the seed's lexical check refused it.
+Result<std::string> in_workspace(const std::string& path, std::string_view workspace) {
+  std::string ws(workspace);
+  while (ws.size() > 1 && ws.back() == '/') ws.pop_back();
+  const std::string joined = !path.empty() && path.front() == '/' ? path : ws + "/" + path;
+  std::string norm = std::filesystem::path(joined).lexically_normal().string();
+  while (norm.size() > 1 && norm.back() == '/') norm.pop_back();
+  if (norm != ws && !norm.starts_with(ws + "/")) {
+    return fail(Code::kAccess, "path '" + path +
+                                   "' is outside the agent's workspace (give a path in it, or "
+                                   "under a shared dir prefix)");
+  }
+  return norm;
+}
+
 asio::awaitable<Reply> seed_read(Context* ctx, Request* rq) {
   Request& req = *rq;
   auto body = body_object(&req);
@@ -85,7 +103,9 @@ asio::awaitable<Reply> seed_read(Context* ctx, Request* rq) {
     auto sb = co_await acquire_sandbox(ctx, r->session_id, false, req.caller);
     if (!sb) co_return error_reply(sb.error());
     std::shared_ptr<sandbox::Sandbox> box = std::move(*sb);
-    std::string path = r->path;
+    auto confined = in_workspace(r->path, box->workspace());
+    if (!confined) co_return error_reply(confined.error());
+    std::string path = *confined;
     auto job12 = run_blocking(ctx->pool, [box, path]() -> Result<std::string> {
       auto reader = box->open_file(path);
       if (!reader) return std::unexpected(reader.error());
@@ -112,6 +132,9 @@ asio::awaitable<Reply> seed_write(Context* ctx, Request* rq) {
   auto sb = co_await acquire_sandbox(ctx, r->session_id, true, req.caller);
   if (!sb) co_return error_reply(sb.error());
   std::shared_ptr<sandbox::Sandbox> box = std::move(*sb);
+  auto confined = in_workspace(r->path, box->workspace());
+  if (!confined) co_return error_reply(confined.error());
+  r->path = *confined;
   std::string session_id = r->session_id;
   std::string written_path = r->path;
   sandbox::WriteOptions opts;

@@ -10,6 +10,10 @@
 namespace agentbox::server::detail {
 
 asio::awaitable<bool> seed_exec(Call* call);
+
+// A string `command` (argv empty) becomes {shell, "-c", command}; "" shell: left to the
+// backend (/bin/sh -c).
+void apply_shell(const std::string& shell, std::string* command, std::vector<std::string>* argv);
 asio::awaitable<bool> seed_exec_stream(Call* call);
 
 // Runs `spec` in `box` to its end (service::Exec::run), collecting its output (the runner's caps
