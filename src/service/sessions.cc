@@ -101,16 +101,7 @@ namespace {
 
 std::map<std::string, std::uint64_t> limits_fields(const sandbox::Limits& l) {
   std::map<std::string, std::uint64_t> out;
-  auto put = [&](const char* k, const auto& v) {
-    if (v) out[k] = static_cast<std::uint64_t>(*v);
-  };
-  put("memory_mb", l.memory_mb);
-  put("cpu_percent", l.cpu_percent);
-  put("max_pids", l.max_pids);
-  put("disk_mb", l.disk_mb);
-  put("max_open_files", l.max_open_files);
-  put("cpu_time_sec", l.cpu_time_sec);
-  put("tmp_mb", l.tmp_mb);
+  for (auto& [name, value] : sandbox::set_limits(l)) out.emplace(std::move(name), value);
   return out;
 }
 

@@ -9,6 +9,7 @@
 #include <nlohmann/json.hpp>
 
 #include "common/log.h"
+#include "linux/state_file.h"
 #include "common/unique_fd.h"
 
 namespace agentbox::session {
@@ -23,22 +24,6 @@ std::int64_t to_ms(Clock::time_point t) {
 }
 Clock::time_point from_ms(std::int64_t ms) {
   return Clock::time_point(std::chrono::milliseconds(ms));
-}
-
-Status write_atomic(const std::string& path, const std::string& data) {
-  std::string tmp = path + ".tmp";
-  UniqueFd fd(::open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC | O_NOFOLLOW, 0600));
-  if (!fd) return fail_errno(errno, "open(" + tmp + ")");
-  std::size_t off = 0;
-  while (off < data.size()) {
-    ssize_t w = ::write(fd.get(), data.data() + off, data.size() - off);
-    if (w < 0 && errno == EINTR) continue;
-    if (w < 0) return fail_errno(errno, "write(" + tmp + ")");
-    off += static_cast<std::size_t>(w);
-  }
-  if (::fsync(fd.get()) != 0) return fail_errno(errno, "fsync(" + tmp + ")");
-  if (::rename(tmp.c_str(), path.c_str()) != 0) return fail_errno(errno, "rename(" + tmp + ")");
-  return {};
 }
 
 std::string read_all(const std::string& path) {
@@ -75,9 +60,9 @@ Status save_build_record(const std::string& dir, const BuildInfo& info,
   if (info.state != BuildState::kRunning) {
     std::string text;
     for (const std::string& l : log) text += l + "\n";
-    AB_TRY(write_atomic(dir + "/" + info.id + ".log", text));
+    AB_TRY(linux::write_state_file(dir + "/" + info.id + ".log", text));
   }
-  return write_atomic(dir + "/" + info.id + ".json",
+  return linux::write_state_file(dir + "/" + info.id + ".json",
                       j.dump(-1, ' ', false, json::error_handler_t::replace));
 }
 

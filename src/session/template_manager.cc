@@ -15,6 +15,7 @@
 #include <random>
 
 #include "common/log.h"
+#include "linux/state_file.h"
 #include "linux/overlay.h"
 #include "linux/quota_disk.h"
 #include "net/policy.h"
@@ -72,22 +73,6 @@ Status remove_under(const std::string& dir, const std::string& name) {
   sandbox::RootedFs fs(std::move(root), sandbox::RootMode::kBeneath);
   auto st = fs.remove_all(name);
   if (!st && st.error().code != Code::kNotFound) return st;
-  return {};
-}
-
-Status write_file_atomic(const std::string& path, const std::string& data) {
-  std::string tmp = path + ".tmp";
-  UniqueFd fd(::open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC | O_NOFOLLOW, 0600));
-  if (!fd) return fail_errno(errno, "open(" + tmp + ")");
-  std::size_t off = 0;
-  while (off < data.size()) {
-    ssize_t w = ::write(fd.get(), data.data() + off, data.size() - off);
-    if (w < 0 && errno == EINTR) continue;
-    if (w < 0) return fail_errno(errno, "write(" + tmp + ")");
-    off += static_cast<std::size_t>(w);
-  }
-  if (::fsync(fd.get()) != 0) return fail_errno(errno, "fsync(" + tmp + ")");
-  if (::rename(tmp.c_str(), path.c_str()) != 0) return fail_errno(errno, "rename(" + tmp + ")");
   return {};
 }
 
@@ -258,7 +243,7 @@ Status TemplateManager::load() {
 }
 
 Status TemplateManager::save_locked(const TemplateInfo& t) {
-  return write_file_atomic(config_.data_dir + "/templates/" + t.tmpl.name + ".json",
+  return linux::write_state_file(config_.data_dir + "/templates/" + t.tmpl.name + ".json",
                            encode(t).dump(-1, ' ', false, json::error_handler_t::replace));
 }
 

@@ -18,6 +18,7 @@
 #include <thread>
 
 #include "sandbox/default_limits.h"
+#include "support/fake_backend.h"
 
 namespace agentbox::session {
 namespace {
@@ -26,68 +27,8 @@ namespace fs = std::filesystem;
 
 const Caller kDaemon = Caller::daemon();
 
-class FakeSandbox : public sandbox::Sandbox {
- public:
-  FakeSandbox(std::string backend, sandbox::BoxConfig cfg)
-      : backend_(std::move(backend)), cfg_(std::move(cfg)) {}
-  std::string_view name() const override { return backend_; }
-  std::string workspace() const override { return "/workspace"; }
-  std::optional<uid_t> uid() const override { return std::nullopt; }
-  sandbox::asio::awaitable<Result<sandbox::ExecResult>> exec(sandbox::ExecSpec,
-                                                             sandbox::OutputSink*) override {
-    co_return sandbox::ExecResult{};
-  }
-  Result<sandbox::FileReader> open_file(const std::string&) override { return unsupported(); }
-  Result<std::unique_ptr<sandbox::FileWriter>> create_file(const std::string&,
-                                                           sandbox::WriteOptions) override {
-    return unsupported();
-  }
-  Result<sandbox::FileInfo> stat(const std::string&) override { return unsupported(); }
-  Result<std::vector<sandbox::DirEntry>> read_dir(const std::string&) override {
-    return unsupported();
-  }
-  Status mkdir_all(const std::string&) override { return unsupported(); }
-  Status remove(const std::string&) override { return unsupported(); }
-  Status remove_all(const std::string&) override { return unsupported(); }
-  Status rename(const std::string&, const std::string&) override { return unsupported(); }
-  void shutdown() override { shut_down_ = true; }
-
-  const sandbox::BoxConfig& config() const { return cfg_; }
-  bool shut_down() const { return shut_down_; }
-
- private:
-  static std::unexpected<Error> unsupported() { return fail(Code::kInternal, "fake"); }
-  std::string backend_;
-  sandbox::BoxConfig cfg_;
-  std::atomic<bool> shut_down_{false};
-};
-
-class FakeBackend : public sandbox::Backend {
- public:
-  explicit FakeBackend(std::string name) : name_(std::move(name)) {}
-  std::string_view name() const override { return name_; }
-  bool isolated() const override { return name_ != "host"; }  // as the real ones of that name
-  Status check_usable() override { return {}; }
-  Result<std::unique_ptr<sandbox::Sandbox>> create(sandbox::BoxConfig cfg) override {
-    creates_++;
-    if (delay_.count() > 0) std::this_thread::sleep_for(delay_);
-    if (down_) return fail(Code::kUnavailable, "fake backend is down");
-    // The workspace must exist before the backend is asked for a box.
-    EXPECT_TRUE(fs::is_directory(cfg.workspace_dir)) << cfg.workspace_dir;
-    std::lock_guard lk(mu_);
-    configs_.push_back(cfg);
-    return std::make_unique<FakeSandbox>(name_, std::move(cfg));
-  }
-
-  std::atomic<int> creates_{0};
-  std::atomic<bool> down_{false};
-  std::chrono::milliseconds delay_{0};
-  std::mutex mu_;
-  std::vector<sandbox::BoxConfig> configs_;
-
- private:
-  std::string name_;
-};
+using testing::FakeBackend;
+using testing::FakeSandbox;
 
 class SessionManagerTest : public ::testing::Test {
  protected:

@@ -7,7 +7,9 @@
 #include <unistd.h>
 
 #include <atomic>
+#include <algorithm>
 #include <chrono>
+#include <filesystem>
 #include <map>
 #include <memory>
 #include <mutex>
@@ -210,6 +212,10 @@ class FakeBackend : public sandbox::Backend {
     creates_++;
     if (delay_.count() > 0) std::this_thread::sleep_for(delay_);
     if (down_) return fail(Code::kUnavailable, "fake backend is down");
+    // The workspace must exist before the backend is asked for a box.
+    if (!std::filesystem::is_directory(cfg.workspace_dir)) {
+      return fail(Code::kInternal, "fake backend: no workspace dir " + cfg.workspace_dir);
+    }
     std::lock_guard lk(mu_);
     configs_.push_back(cfg);
     return std::make_unique<FakeSandbox>(name_, std::move(cfg));
