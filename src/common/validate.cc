@@ -2,6 +2,8 @@
 
 #include <array>
 
+#include "common/paths.h"
+
 namespace agentbox::validate {
 
 namespace {
@@ -17,9 +19,6 @@ bool id_char(char c) {
          c == '_' || c == '-';
 }
 
-bool at_or_beneath(std::string_view path, std::string_view dir) {
-  return path == dir || (path.size() > dir.size() && path.starts_with(dir) && path[dir.size()] == '/');
-}
 
 // Exactly these may not be mount targets; beneath them is fine.
 constexpr std::array<std::string_view, 3> kNotItself = {"/", "/workspace", "/tmp"};
@@ -117,7 +116,7 @@ Status mount_target(std::string_view p, std::string_view field) {
     }
   }
   for (std::string_view d : kNotAtOrBeneath) {
-    if (at_or_beneath(p, d)) {
+    if (paths::at_or_under(p, d)) {
       return refuse(std::string(d) + " is a system directory of the box; mount elsewhere (e.g. " +
                     "/data or /workspace/data)");
     }

@@ -16,6 +16,7 @@
 #include <cstring>
 #include <string_view>
 
+#include "common/paths.h"
 #include "common/unique_fd.h"
 #include "common/validate.h"
 #include "linux/host_binds.h"
@@ -57,9 +58,6 @@ std::string join(const std::string& root, std::string_view rel) {
   return out;
 }
 
-bool starts_with_dir(std::string_view path, std::string_view dir) {
-  return path == dir || (path.size() > dir.size() && path.starts_with(dir) && path[dir.size()] == '/');
-}
 
 std::string passwd_file(const BoxFsSpec& spec, const std::string& shell) {
   return "root:x:0:0:root:/root:/usr/sbin/nologin\n" + std::string(kBoxUserName) + ":x:" +
@@ -96,7 +94,7 @@ void plan_etc_entry(MountPlan& plan, const std::string& host_root, std::string_v
     if (::realpath(host.c_str(), real) == nullptr) return;  // dangling: skip
     std::string resolved = real;
     const std::string usr = join(host_root, "usr");
-    if (starts_with_dir(resolved, usr)) {
+    if (paths::at_or_under(resolved, usr)) {
       char link[PATH_MAX];
       ssize_t n = ::readlink(host.c_str(), link, sizeof link - 1);
       if (n <= 0) return;

@@ -10,6 +10,7 @@
 #include <cerrno>
 #include <deque>
 
+#include "common/paths.h"
 #include "linux/sys.h"
 #include "sandbox/path.h"
 #include "sandbox/rooted_fs.h"
@@ -27,10 +28,6 @@ std::string join(const std::string& dir, std::string_view name) {
   return dir + "/" + std::string(name);
 }
 
-bool under(const std::string& path, const std::string& dir) {
-  return path == dir || (path.size() > dir.size() && path.compare(0, dir.size(), dir) == 0 &&
-                         path[dir.size()] == '/');
-}
 
 }  // namespace
 
@@ -135,7 +132,7 @@ Status DirWatch::add_tree(const std::string& rel, bool add_self, std::vector<Wat
 
 void DirWatch::drop_tree(const std::string& rel) {
   for (auto it = paths_.begin(); it != paths_.end();) {
-    if (it->first != root_wd_ && under(it->second, rel)) {
+    if (it->first != root_wd_ && paths::at_or_under(it->second, rel)) {
       ::inotify_rm_watch(inotify_.get(), it->first);
       it = paths_.erase(it);
     } else {

@@ -13,6 +13,7 @@
 #include <sstream>
 #include <utility>
 
+#include "common/paths.h"
 #include "common/log.h"
 #include "common/validate.h"
 #include "sandbox/default_limits.h"
@@ -49,12 +50,6 @@ Status check_skill_name(const std::string& name) {
   return {};
 }
 
-bool at_or_under(const std::string& path, std::string root) {
-  while (root.size() > 1 && root.back() == '/') root.pop_back();
-  return root == "/" || path == root ||
-         (path.size() > root.size() && path.compare(0, root.size(), root) == 0 &&
-          path[root.size()] == '/');
-}
 
 // SECURITY: a client may only bind host paths under a configured root. The path is checked
 // twice: as written (lexically normalised), before the filesystem is asked anything, so a client
@@ -75,10 +70,10 @@ Result<std::string> resolve_host_path(const std::string& host_path, const std::s
   while (lexical.size() > 1 && lexical.back() == '/') lexical.pop_back();
   auto allowed = [&roots](const std::string& path, bool resolve_roots) {
     for (const std::string& root : roots) {
-      if (!resolve_roots && at_or_under(path, root)) return true;
+      if (!resolve_roots && paths::at_or_under(path, root)) return true;
       char rbuf[PATH_MAX];
       if (::realpath(root.c_str(), rbuf) == nullptr) continue;  // a missing root allows nothing
-      if (at_or_under(path, rbuf)) return true;
+      if (paths::at_or_under(path, rbuf)) return true;
     }
     return false;
   };

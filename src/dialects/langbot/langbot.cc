@@ -36,6 +36,7 @@
 #include <vector>
 
 #include "common/log.h"
+#include "common/paths.h"
 #include "server/internal/blocking.h"
 #include "server/internal/exec.h"
 #include "server/internal/processes.h"
@@ -430,10 +431,6 @@ bool absolute(std::string_view p) {
   return !p.empty() && p.front() == '/';
 }
 
-bool under_dir(std::string_view p, std::string_view dir) {
-  while (dir.size() > 1 && dir.back() == '/') dir.remove_suffix(1);
-  return p == dir || (p.starts_with(dir) && (dir == "/" || p[dir.size()] == '/'));
-}
 
 LbResult<std::string> mount_mode(const Fields& f, const char* k) {
   auto m = f.str(k, "rw");
@@ -495,7 +492,7 @@ LbResult<BoxSpec> decode_box_spec(const json& data, bool need_cmd) {
     return std::unexpected(
         validation("BoxSpec", "host_path", "host_path must be an absolute path"));
   LB_TRY(host_mode, mount_mode(f, "host_path_mode"));
-  if (host_path && host_mode != "none" && !under_dir(s.workdir, mount_path)) {
+  if (host_path && host_mode != "none" && !paths::at_or_under(s.workdir, mount_path)) {
     return std::unexpected(
         validation("BoxSpec", "workdir",
                    "workdir must be mount_path or lie under it when host_path is mounted"));

@@ -9,6 +9,7 @@
 #include <filesystem>
 
 #include "common/log.h"
+#include "common/paths.h"
 #include "server/http_error.h"
 #include "server/internal/blocking.h"
 #include "server/internal/exec.h"
@@ -74,7 +75,7 @@ Result<std::string> in_workspace(const std::string& path, std::string_view works
   const std::string joined = !path.empty() && path.front() == '/' ? path : ws + "/" + path;
   std::string norm = std::filesystem::path(joined).lexically_normal().string();
   while (norm.size() > 1 && norm.back() == '/') norm.pop_back();
-  if (norm != ws && !norm.starts_with(ws + "/")) {
+  if (!paths::at_or_under(norm, ws)) {
     return fail(Code::kAccess, "path '" + path +
                                    "' is outside the agent's workspace (give a path in it, or "
                                    "under a shared dir prefix)");
@@ -134,19 +135,12 @@ asio::awaitable<Reply> seed_write(Context* ctx, Request* rq) {
   std::shared_ptr<sandbox::Sandbox> box = std::move(*sb);
   auto confined = in_workspace(r->path, box->workspace());
   if (!confined) co_return error_reply(confined.error());
-  r->path = *confined;
-  std::string session_id = r->session_id;
-  std::string written_path = r->path;
   sandbox::WriteOptions opts;
   opts.mkdirs = true;  // seed 001 agents write "repos/site/index.html" into fresh trees
   opts.max_bytes = ctx->opts.max_file_bytes;
-  auto job13 = run_blocking(ctx->pool, [box, r = std::move(*r), opts] {
-    return box->write_file(r.path, r.content, opts);
-  });
-  auto n = co_await std::move(job13);
+  auto n = co_await ctx->svc->files.write(origin_of(req, service::Surface::kSeed001),
+                                          r->session_id, *confined, std::move(r->content), opts);
   if (!n) co_return error_reply(n.error());
-  ojson fields = {{"path", written_path}, {"size", *n}};
-  audit(ctx, "file.put", req.caller, session_id, fields);
   co_return json_reply(200, {{"bytes_written", *n}});
 }
 
