@@ -90,9 +90,24 @@ TEST_F(ServiceTest, ExecWithAnArtifactDirOutsideTheWorkspaceRunsNothing) {
   EXPECT_NE((*r).error().message.find("artifact_dir"), std::string::npos);
   EXPECT_TRUE(fake_box("s3")->execs().empty());
   EXPECT_TRUE(events_.empty());
-  EXPECT_TRUE(check_artifact_dir("/workspace/out", "/workspace"));
-  EXPECT_TRUE(check_artifact_dir("out", "/workspace"));
   EXPECT_FALSE(check_artifact_dir("/workspace2/out", "/workspace"));
+}
+
+TEST(CheckArtifactDir, UnderTheWorkspaceOrItsBackendPathOrRelative) {
+  // Once the box is known: under /workspace (or the backend's own workspace path), or relative.
+  EXPECT_TRUE(check_artifact_dir("", "/workspace"));
+  EXPECT_TRUE(check_artifact_dir("out/x", "/workspace"));
+  EXPECT_TRUE(check_artifact_dir("/workspace", "/workspace"));
+  EXPECT_TRUE(check_artifact_dir("/workspace/out", "/workspace"));
+  EXPECT_TRUE(check_artifact_dir("/workspace/out", "/data/ws/a"));
+  EXPECT_TRUE(check_artifact_dir("/data/ws/a/out", "/data/ws/a/"));
+  for (const char* bad : {"/home/user/out", "/workspaces/x", "/tmp/out", "/data/ws/ab"}) {
+    auto st = check_artifact_dir(bad, "/data/ws/a");
+    ASSERT_FALSE(st) << bad;
+    EXPECT_EQ(st.error().code, Code::kInvalid);
+    EXPECT_NE(st.error().message.find("'artifact_dir'"), std::string::npos);
+    EXPECT_NE(st.error().message.find(bad), std::string::npos);
+  }
 }
 
 TEST_F(ServiceTest, ExecOfAnInvalidIdIsEinvalAndMakesNoSession) {
