@@ -54,7 +54,8 @@ class FakeSandbox : public sandbox::Sandbox {
       return fail(Code::kNotFound, "no such file: " + path);
     }
     UniqueFd fd(::memfd_create("fake", MFD_CLOEXEC));
-    if (!fd || ::write(fd.get(), it->second.data(), it->second.size()) !=
+    // pwrite: the fd's offset stays at 0, where a reader starts.
+    if (!fd || ::pwrite(fd.get(), it->second.data(), it->second.size(), 0) !=
                    static_cast<ssize_t>(it->second.size())) {
       return fail(Code::kInternal, "memfd");
     }
