@@ -282,8 +282,9 @@ TEST_F(BoxTest, HostFilesAreInvisible) {
   CmdResult r = sh("for p in /home /root /var /run /sys /srv /opt /boot " + workspace_ +
              " /etc/shadow /etc/ssh /etc/ssl/private; do test -e $p && echo $p; done; true");
   EXPECT_EQ(r.out, "");
+  // /mnt is the box's own small tmpfs (mountpoints for live mounts), not the host's.
   r = sh("ls / | tr '\\n' ' '");
-  EXPECT_EQ(r.out, "bin dev etc lib lib32 lib64 proc sbin tmp usr workspace ");
+  EXPECT_EQ(r.out, "bin dev etc lib lib32 lib64 mnt proc sbin tmp usr workspace ");
   // Identity files are synthetic.
   r = run({"cat", "/etc/passwd"});
   EXPECT_NE(r.out.find("agent:x:61234:61234:agentbox:/workspace:"), std::string::npos) << r.out;
