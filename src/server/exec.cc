@@ -138,10 +138,13 @@ asio::awaitable<std::optional<Result<sandbox::ExecResult>>> run_collected_until(
     Context* ctx, const Request& req, std::shared_ptr<sandbox::Sandbox> box,
     std::string session_id, sandbox::ExecSpec spec, asio::awaitable<void> stop, bool* gone,
     service::Surface surface) {
+  // (Made before the co_await: g++ 12 destroys a braced temporary of a co_await expression
+  // twice, STYLE.md.)
   service::Lease lease{std::move(session_id), std::move(box)};
-  co_return co_await ctx->svc->exec.run(origin_of(req, surface), std::move(lease),
-                                        std::move(spec), nullptr,
-                                        service::StopSignal{std::move(stop), gone});
+  service::StopSignal signal{std::move(stop), gone};
+  service::Origin origin = origin_of(req, surface);
+  co_return co_await ctx->svc->exec.run(std::move(origin), std::move(lease), std::move(spec),
+                                        nullptr, std::move(signal));
 }
 
 asio::awaitable<std::optional<Result<sandbox::ExecResult>>> run_collected(
