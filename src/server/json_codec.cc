@@ -431,6 +431,14 @@ bool network_mode_built(std::string_view mode) {
 
 Result<CreateSessionRequest> decode_create_session(const json& body,
                                                    std::string_view default_scope) {
+  // API.md's fields of features not built yet (images, the cluster): 501 naming them, not the
+  // unknown-field 400 (they are the contract, just not done).
+  for (const char* later : {"image", "read_only_rootfs", "node"}) {
+    if (lookup(body, later) != nullptr) {
+      return fail(Code::kNotSupported,
+                  std::string("field '") + later + "' is not built in this version");
+    }
+  }
   AB_TRY(check_known_fields(
       body, {"id", "scope", "variables", "backend", "runner", "template", "mounts", "extra_mounts",
              "host_path", "mount_path", "host_path_mode", "skills", "skill_mode", "limits",

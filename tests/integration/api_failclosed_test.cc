@@ -35,8 +35,10 @@ class FailClosedApi : public ::testing::Test {
 };
 
 TEST_F(FailClosedApi, UnbuiltFieldsAndValuesAre501NamingThem) {
-  // Seed 002's primary host_path in place of /workspace itself.
-  expect_refused({{"id", "h"}, {"host_path", "/srv/project"}}, "host_path");
+  // API.md's images and cluster fields, not built yet: 501 naming them, never a session.
+  expect_refused({{"id", "i"}, {"image", "registry.example/team/py:3.12"}}, "image");
+  expect_refused({{"id", "r"}, {"read_only_rootfs", false}}, "read_only_rootfs");
+  expect_refused({{"id", "n"}, {"node", "node-2"}}, "node");
 }
 
 TEST_F(FailClosedApi, MalformedIsStill400) {

@@ -26,7 +26,8 @@ constexpr char kForks[] =
     "  if p==0:\n"
     "    time.sleep(1); os._exit(0)\n"
     "  n+=1\n"
-    "print(n)\n";
+    "print(n, flush=True)\n"
+    "for i in range(n): os.wait()\n";  // gone before the next command counts its pids
 
 // The number a command printed; 999 when it printed none (never passes a "fewer than" check).
 int number_in(const std::string& out) {

@@ -54,7 +54,7 @@ TEST(OpsApi, HealthzReadyzAndMetrics) {
     EXPECT_GE(metric(before.raw, name), 0) << name << " missing in:\n" << before.raw;
   }
   EXPECT_EQ(metric(before.raw, "agentbox_execs_total"), 0);
-  EXPECT_EQ(metric(before.raw, "agentbox_sessions{state=\"running\"}"), 0);
+  EXPECT_EQ(metric(before.raw, "agentbox_sessions{state=\"running\"}"), 1);  // "one"
 
   ASSERT_EQ(api.sh("m", "true").status, 200);
   ASSERT_EQ(api.sh("m", "exit 1").status, 200);
@@ -65,7 +65,7 @@ TEST(OpsApi, HealthzReadyzAndMetrics) {
   EXPECT_EQ(metric(after.raw, "agentbox_execs_timed_out_total"), 1);
   EXPECT_EQ(metric(after.raw, "agentbox_exec_duration_seconds_count"), 3);
   EXPECT_EQ(metric(after.raw, "agentbox_exec_duration_seconds_bucket{le=\"+Inf\"}"), 3);
-  EXPECT_EQ(metric(after.raw, "agentbox_sessions{state=\"running\"}"), 1);
+  EXPECT_EQ(metric(after.raw, "agentbox_sessions{state=\"running\"}"), 2);  // "one", "m"
   EXPECT_GT(metric(after.raw, "agentbox_bytes_in_total"),
             metric(before.raw, "agentbox_bytes_in_total"));
   EXPECT_GT(metric(after.raw, "agentbox_bytes_out_total"),

@@ -1097,7 +1097,7 @@ TEST(CliLive, SessionLimitsAndNetworkChangeTheRunningBox) {
   CliRun forks = cli({"exec", "cl", "--", "python3", "-c",
                       "import os,time\nn=0\nfor i in range(20):\n  try: p=os.fork()\n"
                       "  except OSError: break\n  if p==0:\n    time.sleep(1); os._exit(0)\n"
-                      "  n+=1\nprint(n)"});
+                      "  n+=1\nprint(n, flush=True)\nfor i in range(n): os.wait()"});
   EXPECT_EQ(forks.code, 0) << forks;
   EXPECT_LT(std::strtol(forks.out.c_str(), nullptr, 10), 12) << forks;
   EXPECT_GT(std::strtol(forks.out.c_str(), nullptr, 10), 0) << forks;

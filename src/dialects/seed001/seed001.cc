@@ -138,8 +138,10 @@ asio::awaitable<Reply> seed_write(Context* ctx, Request* rq) {
   sandbox::WriteOptions opts;
   opts.mkdirs = true;  // seed 001 agents write "repos/site/index.html" into fresh trees
   opts.max_bytes = ctx->opts.max_file_bytes;
+  // The path as the client gave it (the audit line names it so); the box resolves it to the
+  // same place the confinement check did.
   auto n = co_await ctx->svc->files.write(origin_of(req, service::Surface::kSeed001),
-                                          r->session_id, *confined, std::move(r->content), opts);
+                                          r->session_id, r->path, std::move(r->content), opts);
   if (!n) co_return error_reply(n.error());
   co_return json_reply(200, {{"bytes_written", *n}});
 }
