@@ -12,7 +12,8 @@ inline bool at_or_under(std::string_view path, std::string_view dir) {
   while (dir.size() > 1 && dir.back() == '/') dir.remove_suffix(1);
   if (dir.empty()) return false;
   if (dir == "/") return !path.empty() && path.front() == '/';
-  return path == dir || (path.size() > dir.size() && path.starts_with(dir) && path[dir.size()] == '/');
+  return path == dir ||
+         (path.size() > dir.size() && path.starts_with(dir) && path[dir.size()] == '/');
 }
 
 // The part of `path` below `dir` ("" for `dir` itself, "a/b" for dir + "/a/b"); call only when

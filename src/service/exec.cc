@@ -51,8 +51,7 @@ Status check_artifact_dir(const std::string& dir, std::string_view workspace) {
                   "\" (a host path, or a place whose files the API cannot return)");
 }
 
-asio::awaitable<std::optional<Result<sandbox::ExecResult>>> Exec::run(Origin origin,
-                                                                      std::string id,
+asio::awaitable<std::optional<Result<sandbox::ExecResult>>> Exec::run(Origin origin, std::string id,
                                                                       sandbox::ExecSpec spec,
                                                                       sandbox::OutputSink* sink,
                                                                       StopSignal stop) {

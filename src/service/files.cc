@@ -21,8 +21,8 @@ Result<Files::Part> read_part_of(sandbox::Sandbox* box, const std::string& path,
   r.data.resize(want);
   std::size_t got = 0;
   while (got < want) {
-    ssize_t n = ::pread(f.fd.get(), r.data.data() + got, want - got,
-                        static_cast<off_t>(offset + got));
+    ssize_t n =
+        ::pread(f.fd.get(), r.data.data() + got, want - got, static_cast<off_t>(offset + got));
     if (n < 0 && errno == EINTR) continue;
     if (n < 0) return fail_errno(errno, "read(" + path + ")");
     if (n == 0) break;
@@ -55,8 +55,7 @@ Result<std::pair<std::string, std::size_t>> replace_in(const std::string& path,
   }
   std::string out;
   std::size_t pos = 0;
-  for (std::size_t hit = text.find(old_s); hit != std::string::npos;
-       hit = text.find(old_s, pos)) {
+  for (std::size_t hit = text.find(old_s); hit != std::string::npos; hit = text.find(old_s, pos)) {
     out.append(text, pos, hit - pos);
     out += new_s;
     pos = hit + old_s.size();
@@ -86,9 +85,8 @@ asio::awaitable<Result<std::string>> Files::read(Origin origin, std::string id, 
                                                  std::uint64_t max_bytes) {
   auto l = co_await lease(origin, std::move(id));
   if (!l) co_return std::unexpected(l.error());
-  auto job = on_pool(d_.pool, [box = l->box, path, max_bytes] {
-    return box->read_file(path, max_bytes);
-  });
+  auto job =
+      on_pool(d_.pool, [box = l->box, path, max_bytes] { return box->read_file(path, max_bytes); });
   co_return co_await std::move(job);
 }
 
@@ -109,17 +107,18 @@ asio::awaitable<Result<std::size_t>> Files::edit(Origin origin, std::string id, 
                                                  sandbox::WriteOptions opts) {
   auto l = co_await lease(origin, std::move(id));
   if (!l) co_return std::unexpected(l.error());
-  auto job = on_pool(d_.pool, [box = l->box, path, old_text, new_text, all, max_read,
-                               opts]() -> Result<std::size_t> {
-    Part part = AB_TRY(read_part_of(box.get(), path, 0, max_read));
-    if (part.data.size() < part.size) {
-      return fail(Code::kTooBig, path + " is over the " + std::to_string(max_read >> 20) +
-                                     " MiB edit_file reads; use exec or write_file");
-    }
-    auto edited = AB_TRY(replace_in(path, part.data, old_text, new_text, all));
-    AB_TRY(box->write_file(path, edited.first, opts));
-    return edited.second;
-  });
+  auto job = on_pool(
+      d_.pool,
+      [box = l->box, path, old_text, new_text, all, max_read, opts]() -> Result<std::size_t> {
+        Part part = AB_TRY(read_part_of(box.get(), path, 0, max_read));
+        if (part.data.size() < part.size) {
+          return fail(Code::kTooBig, path + " is over the " + std::to_string(max_read >> 20) +
+                                         " MiB edit_file reads; use exec or write_file");
+        }
+        auto edited = AB_TRY(replace_in(path, part.data, old_text, new_text, all));
+        AB_TRY(box->write_file(path, edited.first, opts));
+        return edited.second;
+      });
   auto n = co_await std::move(job);
   if (!n) co_return n;
   Fields f = {{"path", path}, {"replacements", std::uint64_t{*n}}};
@@ -127,8 +126,7 @@ asio::awaitable<Result<std::size_t>> Files::edit(Origin origin, std::string id, 
   co_return n;
 }
 
-asio::awaitable<Result<Upload>> Files::begin_upload(Origin origin, std::string id,
-                                                    std::string path,
+asio::awaitable<Result<Upload>> Files::begin_upload(Origin origin, std::string id, std::string path,
                                                     sandbox::WriteOptions opts) {
   auto l = co_await lease(origin, std::move(id));
   if (!l) co_return std::unexpected(l.error());
@@ -148,9 +146,8 @@ asio::awaitable<Result<std::uint64_t>> Files::commit(Origin origin, Upload* uplo
   co_return size;
 }
 
-asio::awaitable<Result<std::uint64_t>> Files::write(Origin origin, std::string id,
-                                                    std::string path, std::string data,
-                                                    sandbox::WriteOptions opts) {
+asio::awaitable<Result<std::uint64_t>> Files::write(Origin origin, std::string id, std::string path,
+                                                    std::string data, sandbox::WriteOptions opts) {
   auto up = co_await begin_upload(origin, std::move(id), std::move(path), opts);
   if (!up) co_return std::unexpected(up.error());
   sandbox::FileWriter* w = up->writer.get();

@@ -36,8 +36,8 @@ class Files {
 
   // The file for reading (sendfile from its fd). `streamed`: it may come back before the whole
   // file is there (a remote runner's download; sandbox.h open_file_streamed).
-  asio::awaitable<Result<sandbox::FileReader>> open(Origin origin, std::string id,
-                                                    std::string path, bool streamed);
+  asio::awaitable<Result<sandbox::FileReader>> open(Origin origin, std::string id, std::string path,
+                                                    bool streamed);
   // The whole file, at most `max_bytes` (ETOOBIG past it).
   asio::awaitable<Result<std::string>> read(Origin origin, std::string id, std::string path,
                                             std::uint64_t max_bytes);
@@ -65,16 +65,13 @@ class Files {
   asio::awaitable<Result<std::uint64_t>> write(Origin origin, std::string id, std::string path,
                                                std::string data, sandbox::WriteOptions opts);
 
-  asio::awaitable<Result<sandbox::FileInfo>> stat(Origin origin, std::string id,
-                                                  std::string path);
+  asio::awaitable<Result<sandbox::FileInfo>> stat(Origin origin, std::string id, std::string path);
   asio::awaitable<Result<std::vector<sandbox::DirEntry>>> list(Origin origin, std::string id,
                                                                std::string path);
   asio::awaitable<Status> mkdir(Origin origin, std::string id, std::string path);
   // A file or an empty dir; with `recursive` a whole tree.
-  asio::awaitable<Status> remove(Origin origin, std::string id, std::string path,
-                                 bool recursive);
-  asio::awaitable<Status> rename(Origin origin, std::string id, std::string from,
-                                 std::string to);
+  asio::awaitable<Status> remove(Origin origin, std::string id, std::string path, bool recursive);
+  asio::awaitable<Status> rename(Origin origin, std::string id, std::string from, std::string to);
 
  private:
   asio::awaitable<Result<Lease>> lease(const Origin& origin, std::string id);

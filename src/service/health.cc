@@ -21,7 +21,7 @@ asio::awaitable<T> pooled(asio::thread_pool* pool, asio::awaitable<T> work) {
 
 // The session's box (resumed if suspended) and its template's checks.
 asio::awaitable<Result<sandbox::HealthTarget>> Health::target(const Origin& origin,
-                                                                std::string id) {
+                                                              std::string id) {
   Sessions sessions(d_);
   auto info = co_await sessions.get(origin, id);
   if (!info) co_return std::unexpected(info.error());
@@ -34,10 +34,10 @@ asio::awaitable<Result<sandbox::HealthTarget>> Health::target(const Origin& orig
   } else {
     t.box_error = lease.error().message;
   }
-  auto checks_job = on_pool(d_.pool, [tm = templates_.get(), i = *info]()
-                                         -> Result<std::vector<sandbox::HealthCheck>> {
-    return template_health_checks(tm, i);
-  });
+  auto checks_job = on_pool(
+      d_.pool, [tm = templates_.get(), i = *info]() -> Result<std::vector<sandbox::HealthCheck>> {
+        return template_health_checks(tm, i);
+      });
   auto checks = co_await std::move(checks_job);
   if (checks) t.template_checks = std::move(*checks);
   t.configured = !info->spec.template_name.empty();
@@ -64,7 +64,7 @@ asio::awaitable<Result<sandbox::HealthReport>> Health::repair(Origin origin, std
 }
 
 asio::awaitable<Result<sandbox::InstallResult>> Health::install(Origin origin, std::string id,
-                                                                  sandbox::InstallRequest req) {
+                                                                sandbox::InstallRequest req) {
   Sessions sessions(d_);
   auto lease = co_await sessions.lease(origin, id, /*create_if_missing=*/false);
   if (!lease) co_return std::unexpected(lease.error());

@@ -11,13 +11,13 @@
 #include <vector>
 
 #include "common/error.h"
+#include "sandbox/health_checks.h"
+#include "sandbox/installers.h"
 #include "service/deps.h"
 #include "service/origin.h"
 #include "session/events.h"
 #include "session/session_manager.h"
 #include "session/template_manager.h"
-#include "sandbox/health_checks.h"
-#include "sandbox/installers.h"
 
 namespace agentbox::service {
 
@@ -34,8 +34,7 @@ class Health {
   asio::awaitable<Result<sandbox::HealthReport>> repair(Origin origin, std::string id);
   // Installs in the session's box, under its network policy (emits "session.packages").
   asio::awaitable<Result<sandbox::InstallResult>> install(Origin origin, std::string id,
-                                                            sandbox::InstallRequest req);
-
+                                                          sandbox::InstallRequest req);
 
  private:
   asio::awaitable<Result<sandbox::HealthTarget>> target(const Origin& origin, std::string id);

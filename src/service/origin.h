@@ -24,8 +24,8 @@ struct Origin {
   // "default" (session::Caller::daemon()).
   static Origin daemon() { return Origin(session::Caller::daemon(), 0, Surface::kDaemon); }
 
-  session::Caller caller;      // the tenant; SECURITY: no default (session_manager.h Caller)
-  std::uint64_t request_id;    // the transport's request or frame id, for logs; 0 = none
+  session::Caller caller;    // the tenant; SECURITY: no default (session_manager.h Caller)
+  std::uint64_t request_id;  // the transport's request or frame id, for logs; 0 = none
   Surface surface;
 };
 

@@ -1,13 +1,12 @@
 #include "service/processes.h"
 
-#include <csignal>
-
 #include <boost/asio/as_tuple.hpp>
 #include <boost/asio/co_spawn.hpp>
 #include <boost/asio/post.hpp>
 #include <boost/asio/steady_timer.hpp>
 #include <boost/asio/this_coro.hpp>
 #include <boost/asio/use_awaitable.hpp>
+#include <csignal>
 #include <cstdio>
 #include <random>
 
@@ -31,7 +30,7 @@ std::string new_process_key() {
 }  // namespace
 
 asio::awaitable<Result<sandbox::ProcessInfo>> get_settled(sandbox::ProcessTable* table,
-                                                           std::string ref) {
+                                                          std::string ref) {
   auto info = table->get(ref);
   if (info || info.error().code != Code::kNotFound) co_return info;
   asio::steady_timer t(co_await asio::this_coro::executor);
@@ -45,7 +44,7 @@ asio::awaitable<Result<sandbox::ProcessInfo>> get_settled(sandbox::ProcessTable*
 }
 
 asio::awaitable<Result<sandbox::ProcessInfo>> kill_and_wait(sandbox::ProcessTable* table,
-                                                             std::string ref) {
+                                                            std::string ref) {
   auto before = co_await get_settled(table, ref);
   if (!before) co_return std::unexpected(before.error());
   if (auto st = table->kill(ref); !st) co_return std::unexpected(st.error());
@@ -114,10 +113,11 @@ asio::awaitable<Result<sandbox::ProcessInfo>> Processes::start(Origin origin, Pr
   if (auto st = table->check_tag(spec.tag); !st) co_return std::unexpected(st.error());
   session::SessionManager* sm = d_.sessions;
   const sandbox::ProcessSpec saved = spec;
-  auto save_job = on_pool(d_.pool, [sm, session, saved] { return sm->save_managed(session, saved); });
+  auto save_job =
+      on_pool(d_.pool, [sm, session, saved] { return sm->save_managed(session, saved); });
   if (auto st = co_await std::move(save_job); !st) co_return std::unexpected(st.error());
-  auto info = co_await table->start(std::move(spec), managed_hook(session, saved.key),
-                                    target.lease.box);
+  auto info =
+      co_await table->start(std::move(spec), managed_hook(session, saved.key), target.lease.box);
   if (!info) {
     if (info.error().code != Code::kExists) {
       auto forget_job = on_pool(

@@ -70,9 +70,9 @@ class Processes {
 
 // The same kill-and-wait on a table the caller already holds (E2B's stream ends).
 asio::awaitable<Result<sandbox::ProcessInfo>> kill_and_wait(sandbox::ProcessTable* table,
-                                                             std::string ref);
+                                                            std::string ref);
 // The get-or-wait of Processes::get on a table the caller already holds.
 asio::awaitable<Result<sandbox::ProcessInfo>> get_settled(sandbox::ProcessTable* table,
-                                                           std::string ref);
+                                                          std::string ref);
 
 }  // namespace agentbox::service

@@ -13,7 +13,7 @@ namespace agentbox::service {
 namespace asio = boost::asio;
 
 std::vector<sandbox::HealthCheck> template_health_checks(session::TemplateManager* templates,
-                                                           const session::SessionInfo& info) {
+                                                         const session::SessionInfo& info) {
   std::vector<sandbox::HealthCheck> out;
   if (!templates || info.spec.template_name.empty()) return out;
   auto t = templates->get(info.spec.template_name);
@@ -47,26 +47,27 @@ sandbox::HealthReport repair_now(const sandbox::HealthTarget& target) {
 
 std::function<void(const session::SessionInfo&, const std::shared_ptr<sandbox::Sandbox>&)>
 auto_repair_on_resume(std::shared_ptr<session::TemplateManager> templates) {
-  return [templates](const session::SessionInfo& info, const std::shared_ptr<sandbox::Sandbox>& box) {
-    sandbox::HealthTarget target;
-    target.box = box;
-    target.template_checks = template_health_checks(templates.get(), info);
-    target.configured = !info.spec.template_name.empty();
-    try {
-      sandbox::HealthReport report = repair_now(target);
-      std::string failing;
-      for (const auto& c : report.checks) {
-        if (!c.ok) failing += (failing.empty() ? "" : ", ") + c.name;
-      }
-      if (report.healthy) {
-        spdlog::info("session {}: auto_repair on resume: healthy", info.id);
-      } else {
-        spdlog::warn("session {}: auto_repair on resume: still failing: {}", info.id, failing);
-      }
-    } catch (const std::exception& e) {
-      spdlog::error("session {}: auto_repair on resume: {}", info.id, e.what());
-    }
-  };
+  return
+      [templates](const session::SessionInfo& info, const std::shared_ptr<sandbox::Sandbox>& box) {
+        sandbox::HealthTarget target;
+        target.box = box;
+        target.template_checks = template_health_checks(templates.get(), info);
+        target.configured = !info.spec.template_name.empty();
+        try {
+          sandbox::HealthReport report = repair_now(target);
+          std::string failing;
+          for (const auto& c : report.checks) {
+            if (!c.ok) failing += (failing.empty() ? "" : ", ") + c.name;
+          }
+          if (report.healthy) {
+            spdlog::info("session {}: auto_repair on resume: healthy", info.id);
+          } else {
+            spdlog::warn("session {}: auto_repair on resume: still failing: {}", info.id, failing);
+          }
+        } catch (const std::exception& e) {
+          spdlog::error("session {}: auto_repair on resume: {}", info.id, e.what());
+        }
+      };
 }
 
 }  // namespace agentbox::service

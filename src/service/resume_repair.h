@@ -6,10 +6,10 @@
 #include <memory>
 #include <vector>
 
+#include "sandbox/health_checks.h"
 #include "sandbox/sandbox.h"
 #include "session/session_manager.h"
 #include "session/template_manager.h"
-#include "sandbox/health_checks.h"
 
 namespace agentbox::service {
 
@@ -17,7 +17,7 @@ namespace agentbox::service {
 // when that snapshot is gone); none for a session without a template, or when `templates` is
 // null or the template was deleted.
 std::vector<sandbox::HealthCheck> template_health_checks(session::TemplateManager* templates,
-                                                           const session::SessionInfo& info);
+                                                         const session::SessionInfo& info);
 
 // sandbox::repair_health on `box`, run to its end on the calling thread (a private
 // io_context): the report. Blocking.

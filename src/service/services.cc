@@ -2,8 +2,8 @@
 
 namespace agentbox::service {
 
-Services::Services(asio::io_context& ioc, asio::thread_pool& pool,
-                   session::SessionManager& manager, ServiceOptions opts)
+Services::Services(asio::io_context& ioc, asio::thread_pool& pool, session::SessionManager& manager,
+                   ServiceOptions opts)
     : deps_{&ioc, &pool, &manager, &bus_},
       opts_(std::move(opts)),
       sessions(deps_),
@@ -13,9 +13,8 @@ Services::Services(asio::io_context& ioc, asio::thread_pool& pool,
       health(deps_, opts_.templates) {}
 
 void Services::start() {
-  lifecycle_sub_ = deps_.sessions->subscribe([this](const session::SessionEvent& ev) {
-    processes.on_session_event(ev);
-  });
+  lifecycle_sub_ = deps_.sessions->subscribe(
+      [this](const session::SessionEvent& ev) { processes.on_session_event(ev); });
   processes.resume_managed_sessions();
 }
 

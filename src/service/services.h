@@ -56,7 +56,6 @@ class Services {
   Files files;
   Processes processes;
   Health health;
-
 };
 
 }  // namespace agentbox::service

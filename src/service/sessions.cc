@@ -10,8 +10,8 @@ using session::SessionInfo;
 using session::SessionManager;
 
 asio::awaitable<Result<std::pair<SessionInfo, bool>>> Sessions::create(Origin origin,
-                                                                      std::string id,
-                                                                      session::SessionSpec spec) {
+                                                                       std::string id,
+                                                                       session::SessionSpec spec) {
   if (auto st = session::validate_id(id); !st) co_return std::unexpected(st.error());
   SessionManager* sm = d_.sessions;
   auto job = on_pool(d_.pool, [sm, id, spec = std::move(spec), caller = origin.caller] {
@@ -184,7 +184,8 @@ asio::awaitable<Result<SessionManager::MountsAdded>> Sessions::add_mounts(
   auto r = co_await std::move(job);
   if (!r) co_return r;
   const char* applied = r->live ? "live" : "next_start";
-  Fields f = {{"mounts", std::move(mounts)}, {"skills", std::move(skills)},
+  Fields f = {{"mounts", std::move(mounts)},
+              {"skills", std::move(skills)},
               {"applied", std::string(applied)}};
   d_.bus->emit("session.mounts", origin, id, f);
   spdlog::info("req={} session {}: mounts added ({})", origin.request_id, id, applied);
@@ -211,10 +212,10 @@ asio::awaitable<std::shared_ptr<sandbox::Sandbox>> Sessions::lease_running(Origi
   if (!session::validate_id(id)) co_return nullptr;
   SessionManager* sm = d_.sessions;
   if (auto box = sm->try_acquire_running(id, origin.caller)) co_return box;
-  auto job = on_pool(d_.pool, [sm, id, caller = origin.caller]()
-                                  -> Result<std::shared_ptr<sandbox::Sandbox>> {
-    return sm->acquire_running(id, caller);
-  });
+  auto job = on_pool(
+      d_.pool, [sm, id, caller = origin.caller]() -> Result<std::shared_ptr<sandbox::Sandbox>> {
+        return sm->acquire_running(id, caller);
+      });
   auto box = co_await std::move(job);
   co_return box ? std::move(*box) : nullptr;
 }

@@ -34,8 +34,8 @@ class Sessions {
   // POST /v1/sessions: the session and whether it was made now; an existing id is returned as
   // it is (its spec is not changed by `spec`).
   asio::awaitable<Result<std::pair<session::SessionInfo, bool>>> create(Origin origin,
-                                                                         std::string id,
-                                                                         session::SessionSpec spec);
+                                                                        std::string id,
+                                                                        session::SessionSpec spec);
   asio::awaitable<Result<session::SessionInfo>> get(Origin origin, std::string id);
   asio::awaitable<Result<std::vector<session::SessionInfo>>> list(Origin origin);
   asio::awaitable<Result<session::SessionInfo>> suspend(Origin origin, std::string id);

@@ -93,17 +93,17 @@ TEST_F(FilesTest, ReadPartGivesTheSliceAndTheWholeSize) {
 
 TEST_F(FilesTest, EditReplacesExactlyWhatWasAskedAndOtherwiseLeavesTheFile) {
   box_->put("/workspace/e.txt", "a b a");
-  auto twice = run(services_->files.edit(as("t1"), "f1", "/workspace/e.txt", "a", "z", false,
-                                         1 << 20, {}));
+  auto twice =
+      run(services_->files.edit(as("t1"), "f1", "/workspace/e.txt", "a", "z", false, 1 << 20, {}));
   ASSERT_FALSE(twice);
   EXPECT_NE(twice.error().message.find("2 times"), std::string::npos);
-  auto missing = run(services_->files.edit(as("t1"), "f1", "/workspace/e.txt", "q", "z", false,
-                                           1 << 20, {}));
+  auto missing =
+      run(services_->files.edit(as("t1"), "f1", "/workspace/e.txt", "q", "z", false, 1 << 20, {}));
   ASSERT_FALSE(missing);
   EXPECT_EQ(box_->file("/workspace/e.txt"), "a b a");
   EXPECT_TRUE(events_.empty());
-  auto all = run(services_->files.edit(as("t1"), "f1", "/workspace/e.txt", "a", "zz", true,
-                                       1 << 20, {}));
+  auto all =
+      run(services_->files.edit(as("t1"), "f1", "/workspace/e.txt", "a", "zz", true, 1 << 20, {}));
   ASSERT_TRUE(all) << all.error().message;
   EXPECT_EQ(*all, 2u);
   EXPECT_EQ(box_->file("/workspace/e.txt"), "zz b zz");

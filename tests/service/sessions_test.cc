@@ -30,8 +30,7 @@ TEST_F(ServiceTest, AnInvalidIdIsEinvalOnEveryOperation) {
   for (const std::string& bad : std::vector<std::string>{"", "..", "a/b", std::string(129, 'x')}) {
     EXPECT_EQ(run(services_->sessions.get(as("t1"), bad)).error().code, Code::kInvalid) << bad;
     EXPECT_EQ(run(services_->sessions.lease(as("t1"), bad, true)).error().code, Code::kInvalid);
-    EXPECT_EQ(run(services_->sessions.destroy(as("t1"), bad, false)).error().code,
-              Code::kInvalid);
+    EXPECT_EQ(run(services_->sessions.destroy(as("t1"), bad, false)).error().code, Code::kInvalid);
     EXPECT_EQ(run(services_->sessions.suspend(as("t1"), bad)).error().code, Code::kInvalid);
   }
   EXPECT_EQ(fake_->creates_, 0);
