@@ -214,6 +214,17 @@ std::ostream& operator<<(std::ostream& os, const CliRun& r) {
             << r.err.substr(0, 2000);
 }
 
+// `agentbox --server <d> args...`, run to its end.
+CliRun run_cli(const Daemon& d, std::vector<std::string> args) {
+  args.insert(args.begin(), {"--server", d.url()});
+  CliProcess p(args, {}, "");
+  CliRun r;
+  r.code = p.wait();
+  r.out = p.out();
+  r.err = p.err();
+  return r;
+}
+
 class CliTest : public ::testing::Test {
  protected:
   static void SetUpTestSuite() { daemon_ = new Daemon(); }
@@ -384,15 +395,7 @@ TEST_F(CliTest, SessionCreateFromScopeTemplate) {
 // ENOTSUP (exit 9), a bad combination a usage error (exit 2, nothing sent).
 TEST(CliNetwork, SessionCreateNetworkAndMoreLimits) {
   Daemon d({"--backend", "ns", "--allow-backend", "host"});
-  auto cli = [&d](std::vector<std::string> args) {
-    args.insert(args.begin(), {"--server", d.url()});
-    CliProcess p(args, {}, "");
-    CliRun r;
-    r.code = p.wait();
-    r.out = p.out();
-    r.err = p.err();
-    return r;
-  };
+  auto cli = [&d](std::vector<std::string> args) { return run_cli(d, std::move(args)); };
   CliRun c = cli({"session", "create", "cli-net", "--network", "allowlist", "--allow",
                   "example.org", "--allow", "*.example.net", "--cpu-time", "30", "--tmp-mb", "64",
                   "--max-open-files", "256"});
@@ -1039,15 +1042,7 @@ TEST(CliMounts, SessionMountsAddPutsASkillIntoTheRunningBox) {
   std::ofstream(root + "/skills/web/SKILL.md") << "# web\n";
   {
     Daemon d({"--backend", "ns", "--allow-mount-root", root});
-    auto cli = [&d](std::vector<std::string> args) {
-      args.insert(args.begin(), {"--server", d.url()});
-      CliProcess p(args, {}, "");
-      CliRun r;
-      r.code = p.wait();
-      r.out = p.out();
-      r.err = p.err();
-      return r;
-    };
+    auto cli = [&d](std::vector<std::string> args) { return run_cli(d, std::move(args)); };
     ASSERT_EQ(cli({"session", "create", "cm", "-q"}).code, 0);
     CliRun add = cli({"session", "mounts", "add", "cm", "--skill", "web=" + root + "/skills/web"});
     ASSERT_EQ(add.code, 0) << add;
@@ -1077,15 +1072,7 @@ TEST(CliMounts, SessionMountsAddPutsASkillIntoTheRunningBox) {
 // agentbox session limits and agentbox network change a running ns box in place.
 TEST(CliLive, SessionLimitsAndNetworkChangeTheRunningBox) {
   Daemon d({"--backend", "ns"});
-  auto cli = [&d](std::vector<std::string> args) {
-    args.insert(args.begin(), {"--server", d.url()});
-    CliProcess p(args, {}, "");
-    CliRun r;
-    r.code = p.wait();
-    r.out = p.out();
-    r.err = p.err();
-    return r;
-  };
+  auto cli = [&d](std::vector<std::string> args) { return run_cli(d, std::move(args)); };
   ASSERT_EQ(cli({"session", "create", "cl", "-q", "--max-pids", "64"}).code, 0);
   ASSERT_EQ(cli({"exec", "cl", "--", "sh", "-c", "echo up > /tmp/alive"}).code, 0);
   CliRun lim = cli({"session", "limits", "cl", "--max-pids", "12", "--memory-mb", "300"});
@@ -1136,15 +1123,7 @@ TEST(CliMounts, SessionCreateHostPathMakesTheHostDirTheWorkspace) {
   std::ofstream(dir + "/old.txt") << "old\n";
   {
     Daemon d({"--backend", "ns", "--allow-mount-root", root});
-    auto cli = [&d](std::vector<std::string> args) {
-      args.insert(args.begin(), {"--server", d.url()});
-      CliProcess p(args, {}, "");
-      CliRun r;
-      r.code = p.wait();
-      r.out = p.out();
-      r.err = p.err();
-      return r;
-    };
+    auto cli = [&d](std::vector<std::string> args) { return run_cli(d, std::move(args)); };
     CliRun made = cli({"session", "create", "hp", "--host-path", dir});
     ASSERT_EQ(made.code, 0) << made;
     json j = json::parse(made.out, nullptr, false);
