@@ -9,16 +9,17 @@
 #include <map>
 
 #include "common/validate.h"
+#include "session/host_workspace.h"
 
 namespace agentbox::server {
 namespace {
 
 // Evaluates a Result-returning expression; returns its error from the enclosing function.
-#define AB_ASSIGN_OR_RETURN(lhs, expr)                            \
-  auto AB_CONCAT_(_r_, __LINE__) = (expr);                        \
-  if (!AB_CONCAT_(_r_, __LINE__)) {                               \
+#define AB_ASSIGN_OR_RETURN(lhs, expr)                                    \
+  auto AB_CONCAT_(_r_, __LINE__) = (expr);                                \
+  if (!AB_CONCAT_(_r_, __LINE__)) {                                       \
     return std::unexpected(std::move(AB_CONCAT_(_r_, __LINE__)).error()); \
-  }                                                               \
+  }                                                                       \
   lhs = std::move(*AB_CONCAT_(_r_, __LINE__))
 #define AB_CONCAT_(a, b) AB_CONCAT_INNER_(a, b)
 #define AB_CONCAT_INNER_(a, b) a##b
@@ -43,7 +44,9 @@ const json* lookup(const json& obj, std::string_view key) {
   return &*it;
 }
 
-bool has_nul(std::string_view s) { return s.find('\0') != std::string_view::npos; }
+bool has_nul(std::string_view s) {
+  return s.find('\0') != std::string_view::npos;
+}
 
 Result<std::optional<std::string>> opt_string(const json& obj, std::string_view key,
                                               std::string_view prefix = {}) {
@@ -70,8 +73,7 @@ Result<std::optional<double>> opt_number(const json& obj, std::string_view key,
 
 // A non-negative integer no larger than `max`.
 Result<std::optional<std::uint64_t>> opt_uint(const json& obj, std::string_view key,
-                                              std::uint64_t max,
-                                              std::string_view prefix = {}) {
+                                              std::uint64_t max, std::string_view prefix = {}) {
   const json* v = lookup(obj, key);
   if (!v) return std::optional<std::uint64_t>{};
   std::string field = name_of(prefix, key);
@@ -107,8 +109,9 @@ Result<std::optional<std::map<std::string, std::string>>> opt_string_map(
   return std::optional<std::map<std::string, std::string>>(std::move(out));
 }
 
-Result<std::optional<std::vector<std::string>>> opt_string_array(
-    const json& obj, std::string_view key, std::string_view prefix = {}) {
+Result<std::optional<std::vector<std::string>>> opt_string_array(const json& obj,
+                                                                 std::string_view key,
+                                                                 std::string_view prefix = {}) {
   const json* v = lookup(obj, key);
   if (!v) return std::optional<std::vector<std::string>>{};
   std::string field = name_of(prefix, key);
@@ -347,17 +350,10 @@ Status decode_primary_mount(const json& body, session::SessionSpec* spec) {
     return {};
   }
   if (host_path->empty()) return bad_field("host_path", "must not be empty");
-  session::MountSpec ms;
-  ms.host_path = std::move(*host_path);
-  ms.mount_path = mount_path ? std::move(*mount_path) : std::string(kWorkspacePath);
-  ms.mode = mode ? std::move(*mode) : std::string("rw");
-  std::string_view target = ms.mount_path;
-  while (target.size() > 1 && target.back() == '/') target.remove_suffix(1);
-  const bool over_workspace = target == kWorkspacePath;
-  if (over_workspace) ms.mount_path = std::string(kWorkspacePath);
-  spec->primary = ms;
-  if (ms.mode == "none" || over_workspace) return {};
-  spec->mounts.push_back(std::move(ms));
+  session::set_primary_mount(
+      spec,
+      {std::move(*host_path), mount_path ? std::move(*mount_path) : std::string(kWorkspacePath),
+       mode ? std::move(*mode) : std::string("rw")});
   return {};
 }
 
@@ -573,8 +569,8 @@ Result<RenameRequest> decode_rename(const json& body) {
 }
 
 std::string rfc3339(std::chrono::system_clock::time_point t) {
-  return rfc3339_ns(std::chrono::duration_cast<std::chrono::nanoseconds>(t.time_since_epoch())
-                        .count());
+  return rfc3339_ns(
+      std::chrono::duration_cast<std::chrono::nanoseconds>(t.time_since_epoch()).count());
 }
 
 std::string rfc3339_ns(std::int64_t ns) {
@@ -842,8 +838,8 @@ Result<sandbox::InstallRequest> decode_install(const json& body) {
   AB_ASSIGN_OR_RETURN(auto packages, opt_string_array(body, "packages"));
   if (!packages) return missing("packages");
   req.packages = std::move(*packages);
-  for (auto [key, field] : {std::pair{"persist", &req.persist},
-                             std::pair{"no_index", &req.python.no_index}}) {
+  for (auto [key, field] :
+       {std::pair{"persist", &req.persist}, std::pair{"no_index", &req.python.no_index}}) {
     const json* v = lookup(body, key);
     if (v && !v->is_boolean()) return bad_field(key, "must be true or false");
     if (v) *field = v->get<bool>();

@@ -2,6 +2,16 @@
 
 namespace agentbox::session {
 
+void set_primary_mount(SessionSpec* spec, MountSpec primary) {
+  std::string_view target = primary.mount_path;
+  while (target.size() > 1 && target.back() == '/') target.remove_suffix(1);
+  const bool over_workspace = target == kHostWorkspacePath;
+  if (over_workspace) primary.mount_path = kHostWorkspacePath;
+  spec->primary = primary;
+  if (primary.mode == "none" || over_workspace) return;
+  spec->mounts.push_back(std::move(primary));
+}
+
 bool workspace_on_host(const SessionSpec& spec) {
   const MountSpec& p = spec.primary;
   return !p.host_path.empty() && p.mode != "none" && p.mount_path == kHostWorkspacePath;

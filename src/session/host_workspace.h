@@ -14,6 +14,11 @@ namespace agentbox::session {
 
 inline constexpr char kHostWorkspacePath[] = "/workspace";
 
+// Sets the session's primary mount as the client gave it (seed 002's host_path, mount_path,
+// host_path_mode): a mount_path of /workspace (trailing slashes dropped) makes the host dir the
+// workspace; elsewhere it is also one more of spec->mounts; mode none mounts nothing.
+void set_primary_mount(SessionSpec* spec, MountSpec primary);
+
 // Whether the session's workspace is its primary host_path (mount_path /workspace, mode rw|ro).
 bool workspace_on_host(const SessionSpec& spec);
 

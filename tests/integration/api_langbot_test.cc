@@ -19,6 +19,7 @@
 #include <map>
 #include <optional>
 #include <random>
+#include <sstream>
 #include <string>
 #include <vector>
 
@@ -740,6 +741,43 @@ TEST_F(LangBotApi, ShutdownSuspendsLangBotsSessionsAndTheNextUseResumesThem) {
                          context("w"));
   EXPECT_EQ(message(unknown),
             "BoxManagedProcessNotFoundError: managed process nope not found in session " + phys);
+}
+
+// Every LangBot action that changes something is audited as the same operation through /v1
+// would be, with "via": "langbot" (the operation bus, never a line written by the surface).
+TEST_F(LangBotApi, ActionsAreAuditedAsOperationsViaLangBot) {
+  LangBot lb;
+  connect(&lb);
+  ASSERT_TRUE(ok(lb.call("box_exec", box_spec("aud", "echo hi"), context("w"))));
+  ojson start = {{"session_id", "aud"},
+                 {"spec", {{"process_id", "srv"}, {"command", "cat"}, {"cwd", "/workspace"}}}};
+  auto p = lb.call("box_start_managed_process", start, context("w"));
+  ASSERT_TRUE(ok(p)) << p;
+  const std::string phys = physical("w", 1, "aud");
+  {
+    LbSocket relay_ws;
+    ASSERT_EQ(relay(&relay_ws, "w", 1, phys, "srv"), 101) << relay_ws.refusal_body();
+  }
+  auto stopped = lb.call("box_stop_managed_process", {{"session_id", "aud"}, {"process_id", "srv"}},
+                         context("w"));
+  ASSERT_TRUE(ok(stopped)) << stopped;
+  std::map<std::string, ojson> seen;  // op -> its (last) line
+  std::istringstream in(read_host_file(daemon_.data_dir() + "/audit.log"));
+  for (std::string line; std::getline(in, line);) {
+    ojson j = ojson::parse(line, nullptr, false);
+    if (j.is_object() && j.value("session", "") == phys) seen[j.value("event", "")] = j;
+  }
+  for (const char* op : {"exec", "process.start", "process.attach", "process.kill"}) {
+    ASSERT_TRUE(seen.contains(op)) << op << " is not in the audit log";
+    EXPECT_EQ(seen[op].value("via", ""), "langbot") << seen[op];
+    EXPECT_EQ(seen[op].value("tenant", ""), "default") << seen[op];
+  }
+  EXPECT_EQ(seen["exec"].value("command", ""), "echo hi");
+  EXPECT_EQ(seen["process.start"].value("tag", ""), "srv");
+  EXPECT_EQ(seen["process.kill"]["pid"], seen["process.start"]["pid"]);
+  // The session's creation is the manager's own lifecycle event: no "via".
+  ASSERT_TRUE(seen.contains("session.create"));
+  EXPECT_FALSE(seen["session.create"].contains("via"));
 }
 
 // SECURITY.md T10: LangBot's sessions are its tenant's; another tenant can neither see, attach
