@@ -333,14 +333,14 @@ int main(int argc, char** argv) {
     return 1;
   }
   // Every session change (API requests, the reaper, eviction, restores) is audited from the
-  // manager's lifecycle events; the server writes only exec and file lines itself.
+  // manager's lifecycle events, every operation (exec, files, processes, policy, runners) from
+  // the operation bus (audit_operations); no surface writes an audit line itself.
   std::shared_ptr<void> audit_sub = server::audit_session_events(**manager, audit_log);
 
   server::ServerOptions opts;
   opts.address = listen->first;
   opts.port = listen->second;
   opts.tenants = server::effective_tenants(cfg);
-  opts.audit = audit_log;
   opts.runners = runner_hub;
   opts.default_scope = cfg.default_scope;
   opts.shared_dirs = cfg.shared_dirs;

@@ -161,9 +161,11 @@ nlohmann::ordered_json op_fields_json(const service::Fields& fields) {
 std::shared_ptr<void> audit_operations(service::OpBus& bus, std::shared_ptr<AuditLog> log) {
   return bus.subscribe([log = std::move(log)](const service::OpEvent& ev) {
     nlohmann::ordered_json fields = op_fields_json(ev.fields);
-    // The surface, for every door but the native API (seed 001 is the daemon's own too).
+    // The surface, for every door but the native API (seed 001 is the daemon's own too; a
+    // runner's events are about the runner connection itself).
     if (ev.origin.surface != service::Surface::kV1 &&
-        ev.origin.surface != service::Surface::kSeed001) {
+        ev.origin.surface != service::Surface::kSeed001 &&
+        ev.origin.surface != service::Surface::kRunner) {
       fields["via"] = service::surface_name(ev.origin.surface);
     }
     log->record(ev.op, ev.origin.caller.tenant, ev.session, fields);

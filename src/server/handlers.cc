@@ -21,11 +21,6 @@ Reply error_reply(const Error& e) {
   return r;
 }
 
-void audit(Context* ctx, std::string_view event, const session::Caller& caller,
-           std::string_view session, const nlohmann::ordered_json& fields) {
-  if (ctx->opts.audit) ctx->opts.audit->record(event, caller.tenant, session, fields);
-}
-
 Result<std::string> session_param(const Request& req) {
   auto it = req.params.find("id");
   if (it == req.params.end()) return fail(Code::kInternal, "route has no {id}");

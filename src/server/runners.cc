@@ -22,10 +22,11 @@
 #include <sstream>
 
 #include "common/log.h"
+#include "remote/runner_hub.h"
 #include "server/internal/surfaces.h"
 #include "server/internal/transport.h"
-#include "remote/runner_hub.h"
 #include "server/websocket.h"
+#include "service/services.h"
 
 namespace agentbox::server::detail {
 
@@ -37,6 +38,15 @@ namespace {
 
 namespace fs = std::filesystem;
 namespace websocket = beast::websocket;
+
+// A runner's connection events go to the operation bus as any operation's (the audit log
+// writes them), on the account of the runner's tenant.
+void runner_event(Context* ctx, std::string_view op, std::string tenant,
+                  const service::Fields& fields) {
+  const service::Origin origin(session::Caller(std::move(tenant), false, 0), 0,
+                               service::Surface::kRunner);
+  ctx->svc->bus().emit(op, origin, "", fields);
+}
 using namespace std::chrono_literals;
 
 constexpr std::chrono::seconds kRegisterWait{10};
@@ -58,8 +68,8 @@ Result<std::size_t> sync_tree(RunnerConn* conn, const fs::path& src, const std::
     std::string target = dst + "/" + rel;
     if (e.is_symlink(ec)) continue;
     if (e.is_directory(ec)) {
-      auto r = conn->call("mkdir_all", proto::to_json(proto::MkdirAllRequest{target, dir_perm}),
-                          30s);
+      auto r =
+          conn->call("mkdir_all", proto::to_json(proto::MkdirAllRequest{target, dir_perm}), 30s);
       if (!r) return std::unexpected(r.error());
     } else if (e.is_regular_file(ec) && e.file_size(ec) <= kMaxSyncedFile) {
       std::ifstream in(e.path(), std::ios::binary);
@@ -102,7 +112,8 @@ void sync_to_runner(const std::shared_ptr<RunnerConn>& conn, const std::string& 
     }
     files += *n;
   }
-  if (files > 0) spdlog::info("runner {}: synced {} skill/agent files", conn->identity().user, files);
+  if (files > 0)
+    spdlog::info("runner {}: synced {} skill/agent files", conn->identity().user, files);
 }
 
 WsOptions runner_ws_options(const ServerOptions& o) {
@@ -144,16 +155,16 @@ asio::awaitable<bool> runner_ws(Call* call) {
     state->refused = true;
     ws->send(proto::error_frame("", code, message));
     ws->close(websocket::close_code::policy_error, message);
-    audit(ctx, "runner.refused", session::Caller(hub ? hub->tenant_of(url_user) : "", false, 0),
-          "", {{"user", url_user}, {"reason", message}});
+    runner_event(ctx, "runner.refused", hub ? hub->tenant_of(url_user) : "",
+                 {{"user", url_user}, {"reason", message}});
     spdlog::info("runner /ws/{}: refused: {}", url_user, message);
   };
 
   auto on_message = [&, ctx](std::string data, bool binary) {
     if (state->refused) return;
     if (state->conn) {
-      const bool good = binary ? state->conn->on_binary(std::move(data))
-                               : state->conn->on_frame(data);
+      const bool good =
+          binary ? state->conn->on_binary(std::move(data)) : state->conn->on_frame(data);
       if (!good) {
         spdlog::warn("runner {}: a frame that is not a protocol message; closing the connection",
                      url_user);
@@ -189,7 +200,8 @@ asio::awaitable<bool> runner_ws(Call* call) {
     }
     while (id.workspace.size() > 1 && id.workspace.back() == '/') id.workspace.pop_back();
     auto rc = std::make_shared<RunnerConn>(
-        hub.get(), id, who->tenant, [weak](std::string f, bool binary) {
+        hub.get(), id, who->tenant,
+        [weak](std::string f, bool binary) {
           if (auto w = weak.lock()) w->send(std::move(f), binary);
         },
         [weak](std::string reason) {
@@ -210,11 +222,11 @@ asio::awaitable<bool> runner_ws(Call* call) {
     asio::post(ws->get_executor(), [ctx, hub, rc, user, id, tenant = who->tenant] {
       if (!rc->open()) return;  // gone already (both run on this thread: no race)
       hub->attach(rc);
-      audit(ctx, "runner.register", session::Caller(tenant, false, 0), "",
-            {{"user", user},
-             {"workspace", id.workspace},
-             {"version", id.version},
-             {"enforces", id.enforces}});
+      runner_event(ctx, "runner.register", tenant,
+                   {{"user", user},
+                    {"workspace", id.workspace},
+                    {"version", std::int64_t{id.version}},
+                    {"enforces", id.enforces}});
       spdlog::info("runner {} registered (workspace {}, version {})", user, id.workspace,
                    id.version);
       const auto& mc = ctx->sessions->config();
@@ -231,8 +243,7 @@ asio::awaitable<bool> runner_ws(Call* call) {
   if (state->conn) {
     state->conn->on_closed("connection closed");
     hub->detach(state->conn.get());
-    audit(ctx, "runner.disconnect", session::Caller(state->conn->tenant(), false, 0), "",
-          {{"user", url_user}});
+    runner_event(ctx, "runner.disconnect", state->conn->tenant(), {{"user", url_user}});
     spdlog::info("runner {} disconnected", url_user);
   }
   co_return false;  // the connection was the WebSocket's

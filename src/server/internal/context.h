@@ -14,6 +14,7 @@
 #include <string>
 #include <vector>
 
+#include "sandbox/health_checks.h"
 #include "sandbox/rooted_fs.h"
 #include "sandbox/sandbox.h"
 #include "server/audit.h"
@@ -23,7 +24,6 @@
 #include "server/routes.h"
 #include "service/services.h"
 #include "session/session_manager.h"
-#include "sandbox/health_checks.h"
 
 namespace agentbox::server::detail {
 
@@ -34,7 +34,7 @@ struct SharedFs {
   std::unique_ptr<sandbox::RootedFs> fs;  // RootMode::kBeneath on the shared dir
 };
 
-class McpSessions;  // mcp.cc: the MCP surface's Mcp-Session-Ids
+class McpSessions;   // mcp.cc: the MCP surface's Mcp-Session-Ids
 class LangbotState;  // langbot.cc: the bound instance, generation fences, relays
 class E2bProcesses;  // e2b_process.cc: what E2B's process.Process keeps beside the tables
 
@@ -46,23 +46,18 @@ struct Context {
   std::shared_ptr<sandbox::Backend> default_backend;
   ServerOptions opts;
   Metrics metrics;
-  std::vector<SharedFs> shared;  // longest prefix first
-  bool stopping = false;         // shutdown() ran: replies say "Connection: close"
-  std::shared_ptr<McpSessions> mcp;  // made by the MCP surface on first use
-  std::shared_ptr<LangbotState> langbot;  // made by the LangBot surface on first use
+  std::vector<SharedFs> shared;                 // longest prefix first
+  bool stopping = false;                        // shutdown() ran: replies say "Connection: close"
+  std::shared_ptr<McpSessions> mcp;             // made by the MCP surface on first use
+  std::shared_ptr<LangbotState> langbot;        // made by the LangBot surface on first use
   std::shared_ptr<E2bProcesses> e2b_processes;  // made by the E2B surface on first use
 };
-
-// Appends an audit line if the server has an audit log (thread-safe).
-void audit(Context* ctx, std::string_view event, const session::Caller& caller,
-           std::string_view session,
-           const nlohmann::ordered_json& fields = nlohmann::ordered_json::object());
 
 // One parsed request, as the handlers see it.
 struct Request {
   std::uint64_t id = 0;  // for logs
   std::string method;
-  std::string path;  // without the query
+  std::string path;                           // without the query
   std::map<std::string, std::string> query;   // decoded
   std::map<std::string, std::string> params;  // route template parameters, decoded
   std::string body;                           // JSON routes only
