@@ -165,6 +165,7 @@ class AsyncTransport:
         return r
 
     async def json(self, method: str, path: str, **kw: Any) -> Json:
+        """One request whose reply is a JSON object."""
         r = await self.request(method, path, **kw)
         doc = r.json()
         if not isinstance(doc, dict):
@@ -207,6 +208,7 @@ class AsyncTransport:
             await r.aclose()
 
     async def ndjson(self, method: str, path: str, **kw: Any) -> AsyncIterator[Json]:
+        """The objects of an NDJSON reply, one per line, as they come."""
         async with self.stream(method, path, **kw) as r:
             try:
                 async for line in r.aiter_lines():
@@ -218,6 +220,7 @@ class AsyncTransport:
     async def websocket(
         self, path: str, params: Optional[Mapping[str, Any]] = None
     ) -> io.AsyncWebSocket:
+        """Opens a WebSocket to `path` with the client's headers (token)."""
         base = self.url.replace("http://", "ws://", 1).replace("https://", "wss://", 1)
         query = urllib.parse.urlencode(_drop_none(params or {}))
         url = base + path + ("?" + query if query else "")
@@ -227,6 +230,7 @@ class AsyncTransport:
         return ws
 
     async def aclose(self) -> None:
+        """Closes the WebSockets still open and the HTTP connections (if its own)."""
         for ws in self._sockets:
             if ws.close_code is None:
                 try:
@@ -408,10 +412,12 @@ class AsyncProcess:
 
     @property
     def pid(self) -> int:
+        """The process's pid in the box."""
         return self.info.pid
 
     @property
     def tag(self) -> Optional[str]:
+        """The tag it was started with, if any."""
         return self.info.tag
 
     @property
@@ -437,7 +443,9 @@ class AsyncProcess:
     ) -> CommandResult:
         """Follows the output until the process ends and returns its result (the output the
         daemon still keeps: at least the last MiB of each stream). ``timeout`` bounds the wait
-        (:class:`Timeout` past it; the process keeps running)."""
+        (:class:`Timeout` past it; the process keeps running). The daemon keeps a process's
+        start and end only to the second, so the result's ``duration_ms`` is 0; ``info`` has
+        ``started_at`` and ``ended_at``."""
         out: List[str] = []
         err: List[str] = []
         end: Optional[OutputRecord] = None
@@ -620,14 +628,17 @@ class AsyncTerminal:
 
     @property
     def closed(self) -> bool:
+        """Whether the daemon closed the terminal (the program ended)."""
         return self._ws.close_code is not None
 
     @property
     def exit_code(self) -> Optional[int]:
+        """The program's exit code once it ended (``None`` before, or when killed)."""
         return _parse_close(self._ws.close_reason)[0]
 
     @property
     def signal(self) -> Optional[int]:
+        """The signal that killed the program, if one did."""
         return _parse_close(self._ws.close_reason)[1]
 
     async def write(self, data: Union[bytes, str]) -> None:
@@ -635,6 +646,7 @@ class AsyncTerminal:
         await self._ws.send(data.encode() if isinstance(data, str) else bytes(data))
 
     async def resize(self, cols: int, rows: int) -> None:
+        """Resizes the terminal to ``cols`` x ``rows``."""
         await self._ws.send_json({"type": "resize", "cols": cols, "rows": rows})
 
     async def read(self, timeout: Optional[float] = None) -> Optional[bytes]:
@@ -675,6 +687,7 @@ class AsyncTerminal:
         return self.exit_code
 
     async def close(self) -> None:
+        """Closes the WebSocket (a terminal from ``pty.open`` ends its program)."""
         await self._ws.close()
 
     def __aiter__(self) -> AsyncIterator[bytes]:
@@ -702,6 +715,7 @@ class AsyncLineChannel:
 
     @property
     def exit_code(self) -> Optional[int]:
+        """The process's exit code once it ended."""
         return _parse_close(self._ws.close_reason)[0]
 
     async def send_line(self, line: str) -> None:
@@ -716,6 +730,7 @@ class AsyncLineChannel:
         return frame if isinstance(frame, str) else frame.decode("utf-8", "replace")
 
     async def close(self) -> None:
+        """Closes the WebSocket (the process keeps running)."""
         await self._ws.close()
 
     def __aiter__(self) -> AsyncIterator[str]:
@@ -780,6 +795,7 @@ class AsyncFiles:
         return r.content
 
     async def read_text(self, path: str, encoding: str = "utf-8") -> str:
+        """A whole file, decoded."""
         return (await self.read(path)).decode(encoding)
 
     async def iter_bytes(self, path: str, chunk_size: int = io.CHUNK) -> AsyncIterator[bytes]:
@@ -835,6 +851,7 @@ class AsyncFiles:
         return WriteInfo(str(doc.get("path", path)), int(doc.get("size", 0)))
 
     async def write_text(self, path: str, text: str, *, mkdirs: bool = False) -> WriteInfo:
+        """Writes text (UTF-8) atomically; see :meth:`write`."""
         return await self.write(path, text, mkdirs=mkdirs)
 
     async def upload(
@@ -852,11 +869,13 @@ class AsyncFiles:
         return await self.write(path, source, mkdirs=mkdirs, mode=mode)
 
     async def stat(self, path: str) -> FileInfo:
+        """A path's metadata (:class:`NotFound` if it does not exist)."""
         return FileInfo.from_json(
             await self._t.json("GET", self._s._path("/stat"), params={"path": path})
         )
 
     async def exists(self, path: str) -> bool:
+        """Whether the path exists."""
         from .errors import NotFound
 
         try:
@@ -880,6 +899,7 @@ class AsyncFiles:
         await self._t.request("DELETE", self._s._path("/files"), params=params)
 
     async def rename(self, src: str, dst: str) -> None:
+        """Renames (moves) ``src`` to ``dst`` within the box."""
         await self._t.request("POST", self._s._path("/rename"), json={"from": src, "to": dst})
 
     async def _snapshot(self, path: str, recursive: bool) -> Dict[str, Tuple[bool, int, str]]:
@@ -944,6 +964,7 @@ class AsyncNetwork:
         self._s = session
 
     async def get(self) -> NetworkPolicy:
+        """The session's current network policy."""
         return (await self._s.refresh()).network
 
     async def set(self, mode: str, allow: Optional[Sequence[str]] = None) -> NetworkPolicy:
@@ -962,6 +983,7 @@ class AsyncMounts:
         self._s = session
 
     async def list(self) -> List[Mount]:
+        """The session's mounts (besides the workspace)."""
         return (await self._s.refresh()).mounts
 
     async def add(
@@ -1014,6 +1036,7 @@ class AsyncSession:
 
     @property
     def id(self) -> str:
+        """The session's id."""
         return self.info.id
 
     def __repr__(self) -> str:
@@ -1036,6 +1059,7 @@ class AsyncSession:
         return await self._lifecycle("suspend")
 
     async def resume(self) -> SessionInfo:
+        """Starts the box again (a suspended session)."""
         return await self._lifecycle("resume")
 
     async def keepalive(self) -> SessionInfo:
@@ -1139,6 +1163,7 @@ class AsyncSessionPager:
         self._page_size = page_size
 
     async def pages(self) -> AsyncIterator[List[AsyncSession]]:
+        """The sessions a page (a list) at a time, by id."""
         after: Optional[str] = None
         while True:
             doc = await self._t.json(
@@ -1269,10 +1294,12 @@ class AsyncTemplates:
         return Template.from_json(doc)
 
     async def list(self) -> List[Template]:
+        """Every template."""
         doc = await self._t.json("GET", "/v1/templates")
         return [Template.from_json(t) for t in doc.get("templates", [])]
 
     async def get(self, name: str) -> Template:
+        """One template by name (:class:`NotFound` if there is none)."""
         return Template.from_json(await self._t.json("GET", f"/v1/templates/{_q(name)}"))
 
     async def delete(self, name: str) -> None:
@@ -1290,6 +1317,7 @@ class AsyncTemplates:
         return Build.from_json(doc)
 
     async def get_build(self, name: str, build_id: str) -> Build:
+        """A build's state, exit code and snapshot."""
         return Build.from_json(
             await self._t.json("GET", f"/v1/templates/{_q(name)}/builds/{_q(build_id)}")
         )
@@ -1306,6 +1334,7 @@ class AsyncTemplates:
                 yield str(j["line"])
 
     async def snapshots(self, name: str) -> List[Snapshot]:
+        """The template's snapshots (``current`` marks the one new sessions get)."""
         doc = await self._t.json("GET", f"/v1/templates/{_q(name)}/snapshots")
         return [Snapshot.from_json(s) for s in doc.get("snapshots", [])]
 
@@ -1356,10 +1385,12 @@ class AsyncImages:
         return image
 
     async def list(self) -> List[Image]:
+        """The images the daemon has pulled."""
         doc = await self._t.json("GET", "/v1/images")
         return [Image.from_json(i) for i in doc.get("images", [])]
 
     async def get(self, ref_or_digest: str) -> Image:
+        """One image by ref or digest."""
         return Image.from_json(await self._t.json("GET", f"/v1/images/{_q(ref_or_digest)}"))
 
     async def delete(self, digest: str) -> None:
@@ -1374,6 +1405,7 @@ class AsyncRunners:
         self._t = transport
 
     async def list(self) -> List[Runner]:
+        """Each runner configured for the caller's tenant, connected or not."""
         doc = await self._t.json("GET", "/v1/runners")
         return [Runner.from_json(r) for r in doc.get("runners", [])]
 
@@ -1385,6 +1417,7 @@ class AsyncCluster:
         self._t = transport
 
     async def info(self) -> ClusterInfo:
+        """The cluster's mode, this node and every node."""
         return ClusterInfo.from_json(await self._t.json("GET", "/v1/cluster"))
 
     async def cordon(self, node: str) -> None:
@@ -1392,6 +1425,7 @@ class AsyncCluster:
         await self._t.request("POST", f"/v1/cluster/nodes/{_q(node)}/cordon")
 
     async def uncordon(self, node: str) -> None:
+        """Lets placements on ``node`` again (admin)."""
         await self._t.request("POST", f"/v1/cluster/nodes/{_q(node)}/uncordon")
 
 
@@ -1427,6 +1461,7 @@ class AsyncClient:
 
     @property
     def url(self) -> str:
+        """The daemon's base URL."""
         return self._t.url
 
     async def healthz(self) -> Json:
@@ -1446,6 +1481,7 @@ class AsyncClient:
         return (await self._t.request("GET", "/metrics")).text
 
     async def aclose(self) -> None:
+        """Closes the client's connections and WebSockets."""
         await self._t.aclose()
 
     async def __aenter__(self) -> "AsyncClient":

@@ -167,6 +167,7 @@ class Transport:
         return r
 
     def json(self, method: str, path: str, **kw: Any) -> Json:
+        """One request whose reply is a JSON object."""
         r = self.request(method, path, **kw)
         doc = r.json()
         if not isinstance(doc, dict):
@@ -209,6 +210,7 @@ class Transport:
             r.close()
 
     def ndjson(self, method: str, path: str, **kw: Any) -> Iterator[Json]:
+        """The objects of an NDJSON reply, one per line, as they come."""
         with self.stream(method, path, **kw) as r:
             try:
                 for line in r.iter_lines():
@@ -220,6 +222,7 @@ class Transport:
     def websocket(
         self, path: str, params: Optional[Mapping[str, Any]] = None
     ) -> io.WebSocket:
+        """Opens a WebSocket to `path` with the client's headers (token)."""
         base = self.url.replace("http://", "ws://", 1).replace("https://", "wss://", 1)
         query = urllib.parse.urlencode(_drop_none(params or {}))
         url = base + path + ("?" + query if query else "")
@@ -229,6 +232,7 @@ class Transport:
         return ws
 
     def close(self) -> None:
+        """Closes the WebSockets still open and the HTTP connections (if its own)."""
         for ws in self._sockets:
             if ws.close_code is None:
                 try:
@@ -410,10 +414,12 @@ class Process:
 
     @property
     def pid(self) -> int:
+        """The process's pid in the box."""
         return self.info.pid
 
     @property
     def tag(self) -> Optional[str]:
+        """The tag it was started with, if any."""
         return self.info.tag
 
     @property
@@ -439,7 +445,9 @@ class Process:
     ) -> CommandResult:
         """Follows the output until the process ends and returns its result (the output the
         daemon still keeps: at least the last MiB of each stream). ``timeout`` bounds the wait
-        (:class:`Timeout` past it; the process keeps running)."""
+        (:class:`Timeout` past it; the process keeps running). The daemon keeps a process's
+        start and end only to the second, so the result's ``duration_ms`` is 0; ``info`` has
+        ``started_at`` and ``ended_at``."""
         out: List[str] = []
         err: List[str] = []
         end: Optional[OutputRecord] = None
@@ -622,14 +630,17 @@ class Terminal:
 
     @property
     def closed(self) -> bool:
+        """Whether the daemon closed the terminal (the program ended)."""
         return self._ws.close_code is not None
 
     @property
     def exit_code(self) -> Optional[int]:
+        """The program's exit code once it ended (``None`` before, or when killed)."""
         return _parse_close(self._ws.close_reason)[0]
 
     @property
     def signal(self) -> Optional[int]:
+        """The signal that killed the program, if one did."""
         return _parse_close(self._ws.close_reason)[1]
 
     def write(self, data: Union[bytes, str]) -> None:
@@ -637,6 +648,7 @@ class Terminal:
         self._ws.send(data.encode() if isinstance(data, str) else bytes(data))
 
     def resize(self, cols: int, rows: int) -> None:
+        """Resizes the terminal to ``cols`` x ``rows``."""
         self._ws.send_json({"type": "resize", "cols": cols, "rows": rows})
 
     def read(self, timeout: Optional[float] = None) -> Optional[bytes]:
@@ -677,6 +689,7 @@ class Terminal:
         return self.exit_code
 
     def close(self) -> None:
+        """Closes the WebSocket (a terminal from ``pty.open`` ends its program)."""
         self._ws.close()
 
     def __iter__(self) -> Iterator[bytes]:
@@ -704,6 +717,7 @@ class LineChannel:
 
     @property
     def exit_code(self) -> Optional[int]:
+        """The process's exit code once it ended."""
         return _parse_close(self._ws.close_reason)[0]
 
     def send_line(self, line: str) -> None:
@@ -718,6 +732,7 @@ class LineChannel:
         return frame if isinstance(frame, str) else frame.decode("utf-8", "replace")
 
     def close(self) -> None:
+        """Closes the WebSocket (the process keeps running)."""
         self._ws.close()
 
     def __iter__(self) -> Iterator[str]:
@@ -782,6 +797,7 @@ class Files:
         return r.content
 
     def read_text(self, path: str, encoding: str = "utf-8") -> str:
+        """A whole file, decoded."""
         return (self.read(path)).decode(encoding)
 
     def iter_bytes(self, path: str, chunk_size: int = io.CHUNK) -> Iterator[bytes]:
@@ -837,6 +853,7 @@ class Files:
         return WriteInfo(str(doc.get("path", path)), int(doc.get("size", 0)))
 
     def write_text(self, path: str, text: str, *, mkdirs: bool = False) -> WriteInfo:
+        """Writes text (UTF-8) atomically; see :meth:`write`."""
         return self.write(path, text, mkdirs=mkdirs)
 
     def upload(
@@ -854,11 +871,13 @@ class Files:
         return self.write(path, source, mkdirs=mkdirs, mode=mode)
 
     def stat(self, path: str) -> FileInfo:
+        """A path's metadata (:class:`NotFound` if it does not exist)."""
         return FileInfo.from_json(
             self._t.json("GET", self._s._path("/stat"), params={"path": path})
         )
 
     def exists(self, path: str) -> bool:
+        """Whether the path exists."""
         from .errors import NotFound
 
         try:
@@ -882,6 +901,7 @@ class Files:
         self._t.request("DELETE", self._s._path("/files"), params=params)
 
     def rename(self, src: str, dst: str) -> None:
+        """Renames (moves) ``src`` to ``dst`` within the box."""
         self._t.request("POST", self._s._path("/rename"), json={"from": src, "to": dst})
 
     def _snapshot(self, path: str, recursive: bool) -> Dict[str, Tuple[bool, int, str]]:
@@ -946,6 +966,7 @@ class Network:
         self._s = session
 
     def get(self) -> NetworkPolicy:
+        """The session's current network policy."""
         return (self._s.refresh()).network
 
     def set(self, mode: str, allow: Optional[Sequence[str]] = None) -> NetworkPolicy:
@@ -964,6 +985,7 @@ class Mounts:
         self._s = session
 
     def list(self) -> List[Mount]:
+        """The session's mounts (besides the workspace)."""
         return (self._s.refresh()).mounts
 
     def add(
@@ -1016,6 +1038,7 @@ class Session:
 
     @property
     def id(self) -> str:
+        """The session's id."""
         return self.info.id
 
     def __repr__(self) -> str:
@@ -1038,6 +1061,7 @@ class Session:
         return self._lifecycle("suspend")
 
     def resume(self) -> SessionInfo:
+        """Starts the box again (a suspended session)."""
         return self._lifecycle("resume")
 
     def keepalive(self) -> SessionInfo:
@@ -1141,6 +1165,7 @@ class SessionPager:
         self._page_size = page_size
 
     def pages(self) -> Iterator[List[Session]]:
+        """The sessions a page (a list) at a time, by id."""
         after: Optional[str] = None
         while True:
             doc = self._t.json(
@@ -1271,10 +1296,12 @@ class Templates:
         return Template.from_json(doc)
 
     def list(self) -> List[Template]:
+        """Every template."""
         doc = self._t.json("GET", "/v1/templates")
         return [Template.from_json(t) for t in doc.get("templates", [])]
 
     def get(self, name: str) -> Template:
+        """One template by name (:class:`NotFound` if there is none)."""
         return Template.from_json(self._t.json("GET", f"/v1/templates/{_q(name)}"))
 
     def delete(self, name: str) -> None:
@@ -1292,6 +1319,7 @@ class Templates:
         return Build.from_json(doc)
 
     def get_build(self, name: str, build_id: str) -> Build:
+        """A build's state, exit code and snapshot."""
         return Build.from_json(
             self._t.json("GET", f"/v1/templates/{_q(name)}/builds/{_q(build_id)}")
         )
@@ -1308,6 +1336,7 @@ class Templates:
                 yield str(j["line"])
 
     def snapshots(self, name: str) -> List[Snapshot]:
+        """The template's snapshots (``current`` marks the one new sessions get)."""
         doc = self._t.json("GET", f"/v1/templates/{_q(name)}/snapshots")
         return [Snapshot.from_json(s) for s in doc.get("snapshots", [])]
 
@@ -1358,10 +1387,12 @@ class Images:
         return image
 
     def list(self) -> List[Image]:
+        """The images the daemon has pulled."""
         doc = self._t.json("GET", "/v1/images")
         return [Image.from_json(i) for i in doc.get("images", [])]
 
     def get(self, ref_or_digest: str) -> Image:
+        """One image by ref or digest."""
         return Image.from_json(self._t.json("GET", f"/v1/images/{_q(ref_or_digest)}"))
 
     def delete(self, digest: str) -> None:
@@ -1376,6 +1407,7 @@ class Runners:
         self._t = transport
 
     def list(self) -> List[Runner]:
+        """Each runner configured for the caller's tenant, connected or not."""
         doc = self._t.json("GET", "/v1/runners")
         return [Runner.from_json(r) for r in doc.get("runners", [])]
 
@@ -1387,6 +1419,7 @@ class Cluster:
         self._t = transport
 
     def info(self) -> ClusterInfo:
+        """The cluster's mode, this node and every node."""
         return ClusterInfo.from_json(self._t.json("GET", "/v1/cluster"))
 
     def cordon(self, node: str) -> None:
@@ -1394,6 +1427,7 @@ class Cluster:
         self._t.request("POST", f"/v1/cluster/nodes/{_q(node)}/cordon")
 
     def uncordon(self, node: str) -> None:
+        """Lets placements on ``node`` again (admin)."""
         self._t.request("POST", f"/v1/cluster/nodes/{_q(node)}/uncordon")
 
 
@@ -1429,6 +1463,7 @@ class Client:
 
     @property
     def url(self) -> str:
+        """The daemon's base URL."""
         return self._t.url
 
     def healthz(self) -> Json:
@@ -1448,6 +1483,7 @@ class Client:
         return (self._t.request("GET", "/metrics")).text
 
     def close(self) -> None:
+        """Closes the client's connections and WebSockets."""
         self._t.close()
 
     def __enter__(self) -> "Client":
