@@ -299,7 +299,7 @@ async def test_pty(aclient: AsyncClient, sid: str) -> None:
         p = await s.processes.start("sh", pty=(80, 24), tag="term")
         assert p.info.pty == {"cols": 80, "rows": 24}
         await p.resize(90, 20)
-        async with await p.attach() as t:
+        async with await s.processes.attach("term") as t:
             await t.write("stty size\n")
             await t.read_until("20 90", timeout=10)
             await t.write("exit 5\n")
@@ -425,9 +425,28 @@ async def test_images_and_cluster(aclient: AsyncClient, sid: str) -> None:
         assert info.mode == "single" and info.node in [n.name for n in info.nodes]
     except (agentbox.NotFound, agentbox.NotSupported) as e:
         assert e.status in (404, 501)
+    # Each of the other methods reaches the daemon and comes back as the class of its answer:
+    # today 404/501; once built, the registry or object named does not exist.
+    unserved = (agentbox.NotFound, agentbox.NotSupported)
+    progress: List[agentbox.PullProgress] = []
+    with pytest.raises(unserved + (agentbox.Unavailable,)):
+        await aclient.images.pull("127.0.0.1:1/none/such:tag")
+    with pytest.raises(unserved + (agentbox.Unavailable,)):
+        await aclient.images.pull("127.0.0.1:1/none/such:tag", on_progress=progress.append)
+    with pytest.raises(unserved):
+        await aclient.images.get("sha256:" + "0" * 64)
+    with pytest.raises(unserved):
+        await aclient.images.delete("sha256:" + "0" * 64)
+    with pytest.raises(unserved + (agentbox.Forbidden, agentbox.InvalidArgument)):
+        await aclient.cluster.cordon("no-such-node")
+    with pytest.raises(unserved + (agentbox.Forbidden, agentbox.InvalidArgument)):
+        await aclient.cluster.uncordon("no-such-node")
     with pytest.raises(agentbox.AgentboxError) as err:
         await aclient.sessions.create(sid, image="127.0.0.1:1/none/such:tag")
-    assert isinstance(err.value, (agentbox.NotSupported, agentbox.Unavailable, agentbox.NotFound))
+    assert isinstance(err.value, unserved + (agentbox.Unavailable,))
+    async with await aclient.sessions.create(sid) as s:
+        with pytest.raises(unserved + (agentbox.InvalidArgument,)):
+            await s.move("no-such-node")
 
 
 async def test_errors_by_code(aclient: AsyncClient, daemon: Daemon, sid: str) -> None:
