@@ -9,28 +9,18 @@
 :class:`AsyncClient` has the same surface with ``async``/``await``.
 """
 
-from ._async import (
-    AsyncClient,
+from ._async import AsyncClient, AsyncSession, AsyncSessionPager
+from ._async_files import AsyncFiles
+from ._async_process import (
     AsyncCommands,
-    AsyncFiles,
     AsyncLineChannel,
     AsyncProcess,
     AsyncProcesses,
-    AsyncSession,
-    AsyncSessionPager,
     AsyncTerminal,
 )
-from ._sync import (
-    Client,
-    Commands,
-    Files,
-    LineChannel,
-    Process,
-    Processes,
-    Session,
-    SessionPager,
-    Terminal,
-)
+from ._sync import Client, Session, SessionPager
+from ._sync_files import Files
+from ._sync_process import Commands, LineChannel, Process, Processes, Terminal
 from .errors import (
     AgentboxError,
     CommandError,

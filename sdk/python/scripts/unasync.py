@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""Generates agentbox/_sync.py from agentbox/_async.py, so the two clients have one source and
+"""Generates agentbox/_sync*.py from agentbox/_async*.py, so the two clients have one source and
 the same surface (and tests/test_api_sync.py from tests/test_api_async.py). `unasync.py` writes it; `unasync.py --check` exits 1 if it is out of date."""
 
 import pathlib
@@ -25,13 +25,14 @@ RULES = [
     (r"\baiter_lines\b", "iter_lines"),
     (r"\baiter_bytes\b", "iter_bytes"),
     (r"\b_io_async\b", "_io_sync"),
+    (r"\b_async(_\w+)?\b", r"_sync\1"),
     (r"\bAsync([A-Z]\w*)", r"\1"),
     (r"\basync\b", "sync"),  # words in docstrings ("the async client")
 ]
 
 HEADER = (
-    '"""The sync client: GENERATED from _async.py by scripts/unasync.py; do not edit.\n\n'
-    "Every class here has the surface of its Async* twin, blocking.\n"
+    '"""The sync client: GENERATED from its _async*.py twin by scripts/unasync.py; do not\n'
+    "edit. Every class here has the surface of its Async* twin, blocking.\n"
     '"""\n'
 )
 
@@ -51,7 +52,9 @@ TEST_HEADER = (
 )
 
 PAIRS = [
-    (HERE / "_async.py", HERE / "_sync.py", HEADER, []),
+    (HERE / f"_async{part}.py", HERE / f"_sync{part}.py", HEADER, [])
+    for part in ("", "_transport", "_process", "_files")
+] + [
     (
         HERE.parent / "tests" / "test_api_async.py",
         HERE.parent / "tests" / "test_api_sync.py",
