@@ -469,8 +469,15 @@ class Terminal:
         while want not in got:
             left = deadline - _now()
             if left <= 0:
+                self._buf = got + self._buf  # nothing read is lost to the next read
                 raise Timeout("ETIMEDOUT", f"{want!r} not seen in {timeout} s; got {got[-200:]!r}")
-            chunk = self.read(left)
+            try:
+                chunk = self.read(left)
+            except Timeout:
+                self._buf = got + self._buf
+                raise Timeout(
+                    "ETIMEDOUT", f"{want!r} not seen in {timeout} s; got {got[-200:]!r}"
+                ) from None
             if chunk is None:
                 raise AgentboxError("ECLOSED", f"terminal closed before {want!r}; got {got!r}")
             got += chunk

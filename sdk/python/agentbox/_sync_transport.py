@@ -189,6 +189,7 @@ class Transport:
         url = base + path + ("?" + query if query else "")
         hdrs = {k: v for k, v in self.headers.items() if k.lower() != "user-agent"}
         ws = io.ws_connect(url, hdrs, self.timeout)
+        self._sockets = [s for s in self._sockets if s.close_code is None]  # forget ended ones
         self._sockets.append(ws)
         return ws
 

@@ -287,7 +287,10 @@ async def test_pty(aclient: AsyncClient, sid: str) -> None:
     async with await aclient.sessions.create(sid) as s:
         async with await s.pty.open(cols=100, rows=30, command="sh") as term:
             await term.write("stty size; echo $((6*7))\n")
-            assert b"42" in await term.read_until("42\r\n", timeout=10)
+            with pytest.raises(agentbox.Timeout):
+                await term.read_until("never printed", timeout=0.3)
+            # What that read saw stays for the next one.
+            assert b"30 100" in await term.read_until("42\r\n", timeout=10)
             await term.resize(120, 40)
             await term.write("stty size\n")
             await term.read_until("40 120", timeout=10)

@@ -288,7 +288,10 @@ def test_pty(client: Client, sid: str) -> None:
     with client.sessions.create(sid) as s:
         with s.pty.open(cols=100, rows=30, command="sh") as term:
             term.write("stty size; echo $((6*7))\n")
-            assert b"42" in term.read_until("42\r\n", timeout=10)
+            with pytest.raises(agentbox.Timeout):
+                term.read_until("never printed", timeout=0.3)
+            # What that read saw stays for the next one.
+            assert b"30 100" in term.read_until("42\r\n", timeout=10)
             term.resize(120, 40)
             term.write("stty size\n")
             term.read_until("40 120", timeout=10)
