@@ -226,7 +226,7 @@ async def test_watch(aclient: AsyncClient, sid: str) -> None:
     async with await aclient.sessions.create(sid) as s:
         await s.files.write("w/old.txt", "1", mkdirs=True)
         await s.commands.run(
-            "sleep 0.6; echo new > w/new.txt; mkdir w/sub; echo 22 > w/old.txt; sleep 0.6;"
+            "sleep 1; echo new > w/new.txt; mkdir w/sub; echo 22 > w/old.txt; sleep 1;"
             " rm w/new.txt; echo x > w/sub/inner.txt",
             background=True,
         )
@@ -476,9 +476,9 @@ async def test_errors_by_code(aclient: AsyncClient, daemon: Daemon, sid: str) ->
     with pytest.raises(agentbox.NotFound):
         await aclient.sessions.destroy("no-such-session")
     # A request timeout is the client's, apart from any command timeout.
-    async with AsyncClient(daemon.url, daemon.token, timeout=0.5) as quick:
+    async with AsyncClient(daemon.url, daemon.token, timeout=2) as quick:
         async with await quick.sessions.create(sid) as s:
-            r = await s.commands.run("sleep 1.5; echo slept", timeout=5)
+            r = await s.commands.run("sleep 2.5; echo slept", timeout=5)
             assert r.stdout == "slept\n"  # the command's timeout widens its request's
             p = await s.processes.start("sleep 3")
             with pytest.raises(agentbox.Timeout) as t:

@@ -227,7 +227,7 @@ def test_watch(client: Client, sid: str) -> None:
     with client.sessions.create(sid) as s:
         s.files.write("w/old.txt", "1", mkdirs=True)
         s.commands.run(
-            "sleep 0.6; echo new > w/new.txt; mkdir w/sub; echo 22 > w/old.txt; sleep 0.6;"
+            "sleep 1; echo new > w/new.txt; mkdir w/sub; echo 22 > w/old.txt; sleep 1;"
             " rm w/new.txt; echo x > w/sub/inner.txt",
             background=True,
         )
@@ -477,9 +477,9 @@ def test_errors_by_code(client: Client, daemon: Daemon, sid: str) -> None:
     with pytest.raises(agentbox.NotFound):
         client.sessions.destroy("no-such-session")
     # A request timeout is the client's, apart from any command timeout.
-    with Client(daemon.url, daemon.token, timeout=0.5) as quick:
+    with Client(daemon.url, daemon.token, timeout=2) as quick:
         with quick.sessions.create(sid) as s:
-            r = s.commands.run("sleep 1.5; echo slept", timeout=5)
+            r = s.commands.run("sleep 2.5; echo slept", timeout=5)
             assert r.stdout == "slept\n"  # the command's timeout widens its request's
             p = s.processes.start("sleep 3")
             with pytest.raises(agentbox.Timeout) as t:
