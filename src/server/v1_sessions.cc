@@ -21,7 +21,9 @@ Reply session_reply(int status, const SessionInfo& s) {
   return json_reply(status, encode_session(s));
 }
 
-service::Origin v1(const Request& req) { return origin_of(req, service::Surface::kV1); }
+service::Origin v1(const Request& req) {
+  return origin_of(req, service::Surface::kV1);
+}
 
 asio::awaitable<Reply> create_session(Context* ctx, Request* rq) {
   Request& req = *rq;
@@ -34,18 +36,52 @@ asio::awaitable<Reply> create_session(Context* ctx, Request* rq) {
   }
   auto decoded = decode_create_session(*body, default_scope);
   if (!decoded) co_return error_reply(decoded.error());
-  auto r = co_await ctx->svc->sessions.create(v1(req), std::move(decoded->id),
-                                              std::move(decoded->spec));
+  auto r =
+      co_await ctx->svc->sessions.create(v1(req), std::move(decoded->id), std::move(decoded->spec));
   if (!r) co_return error_reply(r.error());
   co_return session_reply(r->second ? 201 : 200, r->first);
 }
 
+// ?limit=N (1..1000): at most N sessions; absent: all of them.
+Result<std::size_t> limit_query(const Request& req) {
+  auto it = req.query.find("limit");
+  if (it == req.query.end()) return std::size_t{0};
+  const std::string& v = it->second;
+  std::size_t n = 0;
+  bool ok = !v.empty() && v.size() <= 4;
+  for (char c : v) {
+    if (c < '0' || c > '9') ok = false;
+    if (ok) n = n * 10 + static_cast<std::size_t>(c - '0');
+  }
+  if (!ok || n < 1 || n > 1000) {
+    return fail(Code::kInvalid, "query parameter 'limit' must be 1 to 1000");
+  }
+  return n;
+}
+
+// GET /v1/sessions[?limit=N][&after=ID]: the caller's sessions sorted by id; a page is the
+// first `limit` whose id sorts after `after`, and "next" is the id to pass as `after` for the
+// following page (null on the last one).
 asio::awaitable<Reply> list_sessions(Context* ctx, Request* req) {
+  auto limit = limit_query(*req);
+  if (!limit) co_return error_reply(limit.error());
+  auto after_it = req->query.find("after");
+  const std::string after = after_it == req->query.end() ? "" : after_it->second;
   auto list = co_await ctx->svc->sessions.list(v1(*req));
   if (!list) co_return error_reply(list.error());
+  std::sort(list->begin(), list->end(),
+            [](const SessionInfo& a, const SessionInfo& b) { return a.id < b.id; });
   json arr = json::array();
-  for (const auto& s : *list) arr.push_back(encode_session(s));
-  co_return json_reply(200, {{"sessions", std::move(arr)}});
+  json next = nullptr;
+  for (const auto& s : *list) {
+    if (!after.empty() && s.id <= after) continue;
+    if (*limit != 0 && arr.size() == *limit) {
+      next = arr.back()["id"];
+      break;
+    }
+    arr.push_back(encode_session(s));
+  }
+  co_return json_reply(200, {{"sessions", std::move(arr)}, {"next", std::move(next)}});
 }
 
 asio::awaitable<Reply> delete_session(Context* ctx, Request* rq) {

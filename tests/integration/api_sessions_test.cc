@@ -112,6 +112,44 @@ TEST_F(SessionsApi, ListShowsEverySessionAndDeleteRemovesSessionAndWorkspace) {
   EXPECT_EQ(again.code(), "ENOENT");
 }
 
+// ?limit=N&after=ID pages through the list by id; "next" is the after of the next page, null
+// on the last; without limit everything comes at once (next null).
+TEST_F(SessionsApi, ListPagesByIdWithLimitAndAfter) {
+  for (const char* id : {"p3", "p1", "p5", "p2", "p4"}) api_.create(id);
+  auto ids_of = [](const json& body) {
+    std::vector<std::string> ids;
+    for (const auto& s : body["sessions"]) ids.push_back(s["id"]);
+    return ids;
+  };
+  auto all = api_.get("/v1/sessions");
+  ASSERT_EQ(all.status, 200) << all;
+  EXPECT_EQ(ids_of(all.body), (std::vector<std::string>{"p1", "p2", "p3", "p4", "p5"}));
+  EXPECT_TRUE(all.body["next"].is_null());
+
+  std::vector<std::vector<std::string>> pages;
+  std::string after;
+  for (int i = 0; i < 5; ++i) {
+    auto page = api_.get("/v1/sessions?limit=2" + (after.empty() ? "" : "&after=" + after));
+    ASSERT_EQ(page.status, 200) << page;
+    pages.push_back(ids_of(page.body));
+    if (page.body["next"].is_null()) break;
+    after = page.body["next"].get<std::string>();
+  }
+  EXPECT_EQ(pages, (std::vector<std::vector<std::string>>{{"p1", "p2"}, {"p3", "p4"}, {"p5"}}));
+  // An exact fit ends with next null; an after past the end is an empty last page.
+  auto exact = api_.get("/v1/sessions?limit=5");
+  EXPECT_EQ(ids_of(exact.body).size(), 5u);
+  EXPECT_TRUE(exact.body["next"].is_null()) << exact;
+  auto past = api_.get("/v1/sessions?limit=2&after=p9");
+  EXPECT_TRUE(past.body["sessions"].empty() && past.body["next"].is_null()) << past;
+
+  for (const char* bad : {"0", "1001", "-1", "x", ""}) {
+    auto r = api_.get(std::string("/v1/sessions?limit=") + bad);
+    EXPECT_EQ(r.status, 400) << bad << " " << r;
+    EXPECT_NE(r.message().find("limit"), std::string::npos) << r;
+  }
+}
+
 TEST_F(SessionsApi, BadIdsAreRejectedWith400) {
   for (const std::string& id : std::vector<std::string>{"", ".", "..", "../x", "a/b", "a b",
                                                        std::string(129, 'a'), "semi;colon"}) {
