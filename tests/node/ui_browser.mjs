@@ -25,7 +25,10 @@ const consoleErrors = [];
 async function api(method, p, body, raw) {
   const res = await fetch(base + p, {
     method,
-    headers: { Authorization: "Bearer " + token, ...(body ? { "Content-Type": "application/json" } : {}) },
+    headers: {
+      Authorization: "Bearer " + token,
+      ...(body ? { "Content-Type": "application/json" } : raw ? { "Content-Type": "application/yaml" } : {}),
+    },
     body: body ? JSON.stringify(body) : raw,
   });
   const text = await res.text();
@@ -49,6 +52,8 @@ try {
   page.setDefaultTimeout(T);
   page.on("request", (r) => seen.push(r.url()));
   page.on("console", (m) => m.type() === "error" && consoleErrors.push(m.text()));
+  const refused = []; // the API's refusals the page met (a wrong token, a bad template: expected)
+  page.on("response", (r) => r.status() >= 400 && refused.push(r.status() + " " + r.request().method() + " " + r.url()));
   const cdp = await page.createCDPSession();
   await cdp.send("Network.enable");
   cdp.on("Network.webSocketCreated", (e) => seen.push(e.url));
@@ -191,8 +196,10 @@ try {
   await page.waitForSelector('textarea[aria-label="template YAML"]');
   await page.$eval('textarea[aria-label="template YAML"]', (e) => (e.value = "name: [broken\n"));
   await page.evaluate(() => [...document.querySelectorAll("button")].find((b) => b.textContent === "Push").click());
-  await page.waitForFunction(() => (document.querySelectorAll(".status.error")[0]?.textContent || "").length > 5 ||
-    [...document.querySelectorAll(".status.error")].some((s) => s.textContent.length > 5));
+  await page.waitForFunction(() => [...document.querySelectorAll(".status.error")].some((s) => s.textContent.length > 5));
+  const shownError = await page.evaluate(() => [...document.querySelectorAll(".status.error")].map((s) => s.textContent).join(""));
+  const apiError = (await api("POST", "/v1/templates", undefined, "name: [broken\n")).json().error.message;
+  check(shownError === apiError, "shown: " + shownError + " / the API says: " + apiError);
   await page.$eval('textarea[aria-label="template YAML"]', (e) =>
     (e.value = "name: uihello\nversion: 1\nfiles:\n  hello.txt: \"hi\\n\"\nsetup:\n  - echo setup-ran-in-the-box\n"));
   await page.evaluate(() => [...document.querySelectorAll("button")].find((b) => b.textContent === "Push").click());
@@ -243,6 +250,9 @@ try {
   check((await page.evaluate(() => localStorage.length)) === 0, "localStorage is used");
   check((await page.cookies()).length === 0, "cookies are set");
   ok(step + " (" + seen.length + " requests, " + wsUrls.length + " WebSockets)");
+  // Only the two refusals this script provoked (the wrong token, the broken template).
+  check(refused.length === 2 && /^401 GET .*\/v1\/sessions$/.test(refused[0]) && /^400 POST .*\/v1\/templates$/.test(refused[1]),
+    "the page met refusals: " + refused.join(" | "));
   if (consoleErrors.length) console.log("console errors (not failures): " + consoleErrors.join(" | "));
 } catch (e) {
   failed = true;
