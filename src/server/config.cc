@@ -514,7 +514,8 @@ ParseOutcome parse_daemon_args(int argc, const char* const* argv, std::ostream& 
   auto* o_evict = app.add_flag("--evict-idle", c.evict_idle,
                                "At --max-running-boxes, suspend the least recently used idle box "
                                "instead of answering 429");
-  auto* o_no_ui = app.add_flag("--no-ui{false}", c.ui, "Do not serve the web dashboard (GET /ui/)");
+  bool no_ui_flag = false;  // a plain flag: "{false}" in the help would read as "off by default"
+  auto* o_no_ui = app.add_flag("--no-ui", no_ui_flag, "Do not serve the web dashboard (GET /ui/)");
   auto* o_auto_repair = app.add_flag("--auto-repair", c.auto_repair,
                                      "Run a session's health checks and repairs when it resumes");
   auto* o_cache = app.add_option("--cache-mb", c.cache_mb,
@@ -596,7 +597,10 @@ ParseOutcome parse_daemon_args(int argc, const char* const* argv, std::ostream& 
   if (o_audit->count()) given.push_back("audit_max_mb");
   if (o_ws_ping->count()) given.push_back("ws_ping_sec");
   if (o_evict->count()) given.push_back("evict_idle");
-  if (o_no_ui->count()) given.push_back("ui");
+  if (o_no_ui->count()) {
+    given.push_back("ui");
+    c.ui = false;
+  }
   if (o_auto_repair->count()) given.push_back("auto_repair");
   if (o_cache->count()) given.push_back("cache_mb");
   if (o_allow_be->count()) given.push_back("allowed_backends");

@@ -141,6 +141,32 @@ try {
   await shot("files");
   ok(step);
 
+  step = "new folder, rename and delete (each through its dialog)";
+  const dialog = async (value) => {
+    await page.waitForSelector("dialog.modal[open]");
+    if (value !== undefined) {
+      await page.$eval("dialog.modal input", (e) => (e.value = ""));
+      await page.type("dialog.modal input", value);
+    }
+    await page.click("dialog.modal button[type=submit]");
+    await page.waitForFunction(() => !document.querySelector("dialog.modal"));
+  };
+  const fileButton = (name, label) =>
+    page.evaluate((n, l) => [...document.querySelectorAll("ul.files li")].find((li) => li.dataset.name === n)
+      .querySelector('button[aria-label="' + l + " " + n + '"]').click(), name, label);
+  await page.evaluate(() => [...document.querySelectorAll(".filebrowser button")].find((b) => b.textContent === "New folder").click());
+  await dialog("sub");
+  await page.waitForSelector('ul.files li[data-name="sub"]');
+  await fileButton("dropped.txt", "Rename");
+  await dialog("moved.txt");
+  await page.waitForSelector('ul.files li[data-name="moved.txt"]');
+  check((await api("GET", "/v1/sessions/ui-s1/files?path=/workspace/moved.txt")).text === "edited in the browser\n", "moved.txt via the API");
+  await fileButton("sub", "Delete");
+  await dialog();
+  await page.waitForFunction(() => !document.querySelector('ul.files li[data-name="sub"]'));
+  check((await api("GET", "/v1/sessions/ui-s1/stat?path=/workspace/sub")).status === 404, "sub still exists");
+  ok(step);
+
   step = "follow a process log";
   await page.click("#tab-2");
   await page.type('form[aria-label="start a process"] input[name="command"]',
