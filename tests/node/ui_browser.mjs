@@ -109,6 +109,28 @@ try {
   await shot("terminal");
   ok(step);
 
+  step = "the terminal follows the window's size";
+  const sttySize = async (marker) => {
+    await page.focus(".xterm-helper-textarea");
+    await page.keyboard.type("echo " + marker + " $(stty size)\n");
+    const h = await page.waitForFunction((m) => {
+      const row = [...document.querySelectorAll(".xterm-rows > div")].map((r) => r.textContent.trim()).find((t) => new RegExp("^" + m + " \\d+ \\d+$").test(t));
+      return row ? row.split(" ").slice(1).map(Number) : false;
+    }, {}, marker);
+    return h.jsonValue();
+  };
+  const [rows1, cols1] = await sttySize("size1");
+  await page.setViewport({ width: 900, height: 700 });
+  await page.waitForFunction(() => document.querySelector(".xterm-screen").getBoundingClientRect().width < 880);
+  let rows2 = rows1, cols2 = cols1;
+  for (let i = 0; i < 20 && cols2 === cols1; i++) {
+    await new Promise((r) => setTimeout(r, 100));
+    [rows2, cols2] = await sttySize("size" + (i + 2));
+  }
+  check(cols2 < cols1, `cols ${cols1} -> ${cols2} (rows ${rows1} -> ${rows2})`);
+  await page.setViewport({ width: 1280, height: 800 });
+  ok(step + ` (${cols1}x${rows1} -> ${cols2}x${rows2})`);
+
   step = "upload a file by drag and drop";
   await page.click("#tab-1");
   await page.waitForSelector("ul.files li");
@@ -176,6 +198,19 @@ try {
   await page.waitForFunction(() => /line1/.test(document.querySelector("pre.log")?.textContent || ""));
   await page.waitForFunction(() => /follow-done[\s\S]*\[exited, code 0\]/.test(document.querySelector("pre.log").textContent));
   await shot("processes");
+  ok(step);
+
+  step = "signal a running process from its row";
+  await page.type('form[aria-label="start a process"] input[name="command"]', "echo waiting; exec sleep 600");
+  await page.type('form[aria-label="start a process"] input[name="tag"]', "sleeper");
+  await page.click('form[aria-label="start a process"] button[type=submit]');
+  await page.waitForFunction(() => /waiting/.test(document.querySelector("pre.log")?.textContent || ""));
+  await page.waitForSelector('tr[data-ref="sleeper"] select');
+  await page.select('tr[data-ref="sleeper"] select', "SIGTERM");
+  await page.evaluate(() => [...document.querySelectorAll('tr[data-ref="sleeper"] button')].find((b) => b.textContent === "Send").click());
+  await page.waitForFunction(() => /\[exited, signal 15\]/.test(document.querySelector("pre.log").textContent));
+  const sleeper = (await api("GET", "/v1/sessions/ui-s1/processes/sleeper")).json();
+  check(sleeper.state === "killed" && sleeper.signal === 15, "sleeper via the API: " + JSON.stringify(sleeper));
   ok(step);
 
   step = "mounts, network and health tabs";

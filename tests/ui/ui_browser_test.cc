@@ -52,6 +52,11 @@ TEST(DashboardBrowser, APersonDrivesTheDashboardInChromium) {
   std::cout << out;
   EXPECT_EQ(status, 0) << out << "\n--- daemon log tail ---\n"
                        << d.log().substr(d.log().size() > 4000 ? d.log().size() - 4000 : 0);
+  // SECURITY.md T13: the token is in no log line (the daemon's, the audit log).
+  EXPECT_THAT(d.log(), ::testing::Not(::testing::HasSubstr(kToken)));
+  const std::string audit = testing::slurp(d.data_dir() + "/audit.log");
+  EXPECT_THAT(audit, ::testing::HasSubstr("ui-s1")) << "the run was audited";
+  EXPECT_THAT(audit, ::testing::Not(::testing::HasSubstr(kToken)));
   for (const char* page : {"login", "sessions", "sessions-phone", "terminal", "files", "processes",
                            "settings", "health", "templates", "operations"}) {
     EXPECT_TRUE(std::filesystem::exists(shots + "/" + page + ".png")) << page;

@@ -119,6 +119,7 @@ export function processesView(id: string): { el: HTMLElement; stop: () => void }
     if (String(d.get("tag") || "").trim()) body.tag = String(d.get("tag")).trim();
     try {
       const p = await post(base, body);
+      form.reset();
       st.ok("Started " + (p.tag || p.pid));
       await load();
       followLog(p.tag || String(p.pid));
