@@ -36,7 +36,7 @@ export function processesView(id: string): { el: HTMLElement; stop: () => void }
       { "data-ref": ref },
       h("td", {}, h("button", { class: "link", onclick: () => followLog(ref) }, ref)),
       h("td", { class: "mono" }, cmd),
-      h("td", {}, h("span", { class: "badge " + p.state }, p.state), p.exit_code !== null && p.exit_code !== undefined ? " " + p.exit_code : ""),
+      h("td", {}, h("span", { class: "badge " + p.state }, p.state), p.state === "killed" ? " signal " + p.signal : p.state === "exited" ? " code " + p.exit_code : ""),
       h("td", {}, fmtAge(p.started_at)),
       h("td", {}, p.managed ? "managed, " + p.restarts + " restarts" : ""),
       h(
