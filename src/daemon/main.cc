@@ -345,6 +345,7 @@ int main(int argc, char** argv) {
   opts.default_scope = cfg.default_scope;
   opts.shared_dirs = cfg.shared_dirs;
   opts.allowed_origins = cfg.allowed_origins;
+  opts.ui = cfg.ui;
   opts.langbot = cfg.langbot;
   opts.max_file_bytes = cfg.max_file_mb << 20;
   opts.ws_ping_interval = std::chrono::seconds(cfg.ws_ping_sec);

@@ -41,6 +41,39 @@ Result<std::unique_ptr<AuditLog>> AuditLog::open(std::string path, std::uint64_t
       new AuditLog(std::move(path), max_bytes, keep, std::move(*fd), size));
 }
 
+Result<std::vector<std::string>> AuditLog::tail(std::size_t max_bytes) const {
+  UniqueFd fd(::open(path_.c_str(), O_RDONLY | O_NOFOLLOW | O_CLOEXEC));
+  if (!fd) return fail_errno(errno, "open(" + path_ + ")");
+  struct stat st;
+  if (::fstat(fd.get(), &st) != 0) return fail_errno(errno, "stat(" + path_ + ")");
+  const auto size = static_cast<std::uint64_t>(st.st_size);
+  const std::uint64_t from = size > max_bytes ? size - max_bytes : 0;
+  std::string data(static_cast<std::size_t>(size - from), '\0');
+  std::size_t got = 0;
+  while (got < data.size()) {
+    const ssize_t n = ::pread(fd.get(), data.data() + got, data.size() - got,
+                              static_cast<off_t>(from + got));
+    if (n < 0 && errno == EINTR) continue;
+    if (n < 0) return fail_errno(errno, "read(" + path_ + ")");
+    if (n == 0) break;
+    got += static_cast<std::size_t>(n);
+  }
+  data.resize(got);
+  std::vector<std::string> lines;
+  std::size_t start = 0;
+  if (from > 0) {  // the first line is cut: skip it
+    auto nl = data.find('\n');
+    start = nl == std::string::npos ? data.size() : nl + 1;
+  }
+  while (start < data.size()) {
+    auto nl = data.find('\n', start);
+    if (nl == std::string::npos) break;  // a line being written: not whole yet
+    if (nl > start) lines.push_back(data.substr(start, nl - start));
+    start = nl + 1;
+  }
+  return lines;
+}
+
 void AuditLog::rotate_locked() {
   // audit.log.(keep-1) -> .keep, ..., audit.log -> .1; the oldest is overwritten by rename.
   for (int i = keep_ - 1; i >= 1; --i) {

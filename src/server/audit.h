@@ -20,6 +20,7 @@
 #include <nlohmann/json.hpp>
 #include <string>
 #include <string_view>
+#include <vector>
 
 #include "common/error.h"
 #include "common/unique_fd.h"
@@ -42,6 +43,10 @@ class AuditLog {
               const nlohmann::ordered_json& fields = nlohmann::ordered_json::object());
 
   const std::string& path() const { return path_; }
+
+  // The whole lines among the last `max_bytes` of the current file (not the rotated ones),
+  // oldest first. For GET /v1/audit; runs in the pool (it reads the file).
+  Result<std::vector<std::string>> tail(std::size_t max_bytes) const;
 
  private:
   AuditLog(std::string path, std::uint64_t max_bytes, int keep, UniqueFd fd, std::uint64_t size);

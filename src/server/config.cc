@@ -169,6 +169,7 @@ Status load_yaml(const std::string& file, DaemonConfig* c,
       c->max_running_boxes = root["max_running_boxes"].as<std::size_t>();
     }
     if (root["evict_idle"] && !given("evict_idle")) c->evict_idle = root["evict_idle"].as<bool>();
+    if (root["ui"] && !given("ui")) c->ui = root["ui"].as<bool>();
     if (root["auto_repair"] && !given("auto_repair")) {
       c->auto_repair = root["auto_repair"].as<bool>();
     }
@@ -513,6 +514,8 @@ ParseOutcome parse_daemon_args(int argc, const char* const* argv, std::ostream& 
   auto* o_evict = app.add_flag("--evict-idle", c.evict_idle,
                                "At --max-running-boxes, suspend the least recently used idle box "
                                "instead of answering 429");
+  bool no_ui_flag = false;  // a plain flag: "{false}" in the help would read as "off by default"
+  auto* o_no_ui = app.add_flag("--no-ui", no_ui_flag, "Do not serve the web dashboard (GET /ui/)");
   auto* o_auto_repair = app.add_flag("--auto-repair", c.auto_repair,
                                      "Run a session's health checks and repairs when it resumes");
   auto* o_cache = app.add_option("--cache-mb", c.cache_mb,
@@ -594,6 +597,10 @@ ParseOutcome parse_daemon_args(int argc, const char* const* argv, std::ostream& 
   if (o_audit->count()) given.push_back("audit_max_mb");
   if (o_ws_ping->count()) given.push_back("ws_ping_sec");
   if (o_evict->count()) given.push_back("evict_idle");
+  if (o_no_ui->count()) {
+    given.push_back("ui");
+    c.ui = false;
+  }
   if (o_auto_repair->count()) given.push_back("auto_repair");
   if (o_cache->count()) given.push_back("cache_mb");
   if (o_allow_be->count()) given.push_back("allowed_backends");

@@ -134,6 +134,8 @@ struct DaemonConfig {
   std::string global_skills_dir;
   std::string agents_dir;
   std::uint64_t max_file_mb = 500;
+  // The web dashboard at GET /ui/ (YAML `ui`, flag --no-ui); false: /ui/ is 404.
+  bool ui = true;
   // Seed 004: run every session's health checks, and the repairs of the failing ones, when it
   // resumes (YAML `auto_repair`, flag --auto-repair).
   bool auto_repair = false;

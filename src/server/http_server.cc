@@ -104,6 +104,37 @@ bool origin_allowed(const std::vector<std::string>& allowed, std::string_view or
   return false;
 }
 
+// The daemon's own origin (the dashboard, API.md "Dashboard"): Origin is http(s)://<Host> and
+// the Host the browser reached the daemon by is an IP literal or "localhost", with any port.
+// SECURITY: a DNS name is never the daemon's own here, so a page that rebinds its own name to
+// the daemon's address (its Origin then equals its Host) is still refused; an operator who
+// serves the dashboard under a name lists it in allowed_origins.
+bool own_origin(std::string_view origin, std::string_view host) {
+  if (host.empty()) return false;
+  std::string_view name = host;
+  if (name.front() == '[') {
+    auto close = name.find(']');
+    if (close == std::string_view::npos) return false;
+    std::string_view rest = name.substr(close + 1);
+    if (!rest.empty() && rest.front() != ':') return false;
+    name = name.substr(1, close - 1);
+  } else if (auto colon = name.rfind(':'); colon != std::string_view::npos) {
+    name = name.substr(0, colon);
+  }
+  beast::error_code ec;
+  const bool literal = !name.empty() && (beast::iequals(name, "localhost") ||
+                                         (asio::ip::make_address(std::string(name), ec), !ec));
+  if (!literal) return false;
+  for (std::string_view scheme : {"http://", "https://"}) {
+    if (origin.size() == scheme.size() + host.size() &&
+        beast::iequals(origin.substr(0, scheme.size()), scheme) &&
+        beast::iequals(origin.substr(scheme.size()), host)) {
+      return true;
+    }
+  }
+  return false;
+}
+
 }  // namespace
 
 struct HttpServer::Impl {
@@ -172,13 +203,13 @@ asio::awaitable<bool> read_small_body(Call* call, std::size_t limit, bool* reply
 }
 
 // The token of a WebSocket upgrade: the Authorization header, else ?token= (browsers cannot
-// set headers on a WebSocket).
-std::string ws_query_token(std::string_view target) {
+// set headers on a WebSocket), else a ticket from POST /v1/ws-tickets (?ticket=).
+std::string ws_query_param(std::string_view target, const char* name) {
   auto qpos = target.find('?');
   if (qpos == std::string_view::npos) return {};
   auto q = parse_query(target.substr(qpos + 1));
   if (!q) return {};
-  auto it = q->find("token");
+  auto it = q->find(name);
   return it == q->end() ? std::string() : it->second;
 }
 
@@ -239,9 +270,15 @@ asio::awaitable<bool> serve_one(Impl* impl, Conn* conn, beast::flat_buffer* buff
   // only on a WebSocket upgrade to a WebSocket route (never logged: logs carry the path only).
   std::optional<session::Caller> caller =
       authenticate(ctx->opts.tenants, h[http::field::authorization]);
-  if (!caller && upgrade && m.route && m.route->kind == RouteKind::kWebSocket) {
-    std::string token = ws_query_token(target);
+  const bool ws_route = upgrade && m.route && m.route->kind == RouteKind::kWebSocket;
+  if (!caller && ws_route) {
+    std::string token = ws_query_param(target, "token");
     if (!token.empty()) caller = authenticate(ctx->opts.tenants, "Bearer " + token);
+  }
+  // A ticket is spent by the first upgrade that shows it, whatever happens next (single-use).
+  if (!caller && ws_route) {
+    std::string ticket = ws_query_param(target, "ticket");
+    if (!ticket.empty()) caller = ctx->tickets.redeem(ticket);
   }
   // E2B's SDKs send the token as X-API-KEY (E2B-MCP.md 1.4).
   if (!caller && m.route && m.route->id == RouteId::kE2b && h.find("X-API-KEY") != h.end()) {
@@ -258,12 +295,13 @@ asio::awaitable<bool> serve_one(Impl* impl, Conn* conn, beast::flat_buffer* buff
   const bool origin_checked =
       upgrade || (m.route && (m.route->id == RouteId::kMcpPost || m.route->id == RouteId::kMcpDelete));
   if (origin_checked && h.find(http::field::origin) != h.end() &&
-      !origin_allowed(ctx->opts.allowed_origins, h[http::field::origin])) {
+      !origin_allowed(ctx->opts.allowed_origins, h[http::field::origin]) &&
+      !(ctx->opts.ui && own_origin(h[http::field::origin], h[http::field::host]))) {
     co_return co_await send_error(
         &call, Error::make(Code::kAccess, std::string(upgrade ? "WebSocket upgrade" : "request") +
                                               " from origin " +
                                               validate::quote(h[http::field::origin]) +
-                                              " refused: not in the daemon's allowed_origins"));
+                                              " refused: not the daemon's own origin nor in its allowed_origins"));
   }
   if (!m.route) {
     if (m.allowed.empty()) {

@@ -64,6 +64,9 @@ struct ServerOptions {
   // Browser origins allowed to open WebSocket routes (config.h allowed_origins); an upgrade
   // with any other Origin header is 403.
   std::vector<std::string> allowed_origins;
+  // The web dashboard (dashboard.cc): GET /ui/ and its assets; false: 404, and the daemon's
+  // own origin is then no allowed origin for WebSockets.
+  bool ui = true;
   // LangBot's Box runtime (langbot.cc).
   LangbotConfig langbot;
   // Remote runners (runner_hub.h): GET /ws/{user}, GET /v1/runners, the remote backend. Null:

@@ -9,11 +9,12 @@ namespace agentbox::server {
 const std::vector<RouteSpec>& route_specs() {
   static const std::vector<RouteSpec> kRoutes = [] {
     std::vector<RouteSpec> all;
-    for (auto part : {detail::session_routes, detail::exec_routes, detail::file_routes,
-                      detail::seed001_routes, detail::ops_routes, detail::process_routes, detail::event_routes,
-                      detail::mcp_routes, detail::e2b_routes, detail::health_routes,
-                      detail::template_routes, detail::langbot_routes, detail::runner_routes,
-                      detail::not_built_routes}) {
+    for (auto part :
+         {detail::session_routes, detail::exec_routes, detail::file_routes, detail::seed001_routes,
+          detail::ops_routes, detail::process_routes, detail::event_routes, detail::mcp_routes,
+          detail::e2b_routes, detail::health_routes, detail::template_routes,
+          detail::langbot_routes, detail::runner_routes, detail::dashboard_routes,
+          detail::audit_routes, detail::not_built_routes}) {
       auto routes = part();
       all.insert(all.end(), routes.begin(), routes.end());
     }

@@ -81,6 +81,12 @@ enum class RouteId {
   kTemplateBuildLog,
   kTemplateSnapshots,
   kTemplateRollback,
+  // Dashboard
+  kUiRedirect,
+  kUiIndex,
+  kUiFile,
+  kWsTicket,
+  kAudit,
   // Runners
   kRunnerWs,
   kRunnerList,
@@ -114,7 +120,7 @@ struct RouteSpec {
   std::string_view method;
   std::string_view path;  // OpenAPI-style template: "/v1/sessions/{id}/exec"
   BodyKind body;
-  bool needs_auth;  // false only for GET /healthz
+  bool needs_auth;  // false only for GET /healthz and the dashboard's static files
   Handler handler;
   RouteKind kind = RouteKind::kHttp;
   // The last template parameter takes the rest of the path, slashes included ("/e2b/{path}").

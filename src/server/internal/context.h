@@ -23,6 +23,7 @@
 #include "server/metrics.h"
 #include "server/routes.h"
 #include "service/services.h"
+#include "service/ws_tickets.h"
 #include "session/session_manager.h"
 
 namespace agentbox::server::detail {
@@ -51,6 +52,7 @@ struct Context {
   std::shared_ptr<McpSessions> mcp;             // made by the MCP surface on first use
   std::shared_ptr<LangbotState> langbot;        // made by the LangBot surface on first use
   std::shared_ptr<E2bProcesses> e2b_processes;  // made by the E2B surface on first use
+  service::WsTickets tickets;  // POST /v1/ws-tickets (dashboard.cc), redeemed by the transport
 };
 
 // One parsed request, as the handlers see it.
