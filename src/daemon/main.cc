@@ -341,6 +341,7 @@ int main(int argc, char** argv) {
   opts.address = listen->first;
   opts.port = listen->second;
   opts.tenants = server::effective_tenants(cfg);
+  opts.audit = audit_log;
   opts.runners = runner_hub;
   opts.default_scope = cfg.default_scope;
   opts.shared_dirs = cfg.shared_dirs;

@@ -28,12 +28,17 @@ class RunnerHub;  // remote/runner_hub.h
 
 namespace agentbox::server {
 
+class AuditLog;
+
 struct ServerOptions {
   std::string address = "127.0.0.1";
   std::uint16_t port = 9090;
   // Who may call, by token (config.h effective_tenants). Empty: no auth, and every caller is
   // tenant "default".
   std::vector<TenantConfig> tenants;
+  // The audit log (audit.h), opened by the caller, which subscribes it to the session and
+  // operation events; the server only reads it (GET /v1/audit). Null = none.
+  std::shared_ptr<AuditLog> audit;
   std::vector<SharedDir> shared_dirs;
   // POST /v1/sessions with variables but no id/scope renders the caller's tenant's
   // default_scope, else this one ("" = none: id or scope is required).
