@@ -9,6 +9,7 @@
 #include "common/log.h"
 #include "server/http_error.h"
 #include "server/internal/blocking.h"
+#include "server/internal/cluster_v1.h"
 #include "server/internal/surfaces.h"
 #include "server/internal/transport.h"
 
@@ -32,8 +33,20 @@ asio::awaitable<Reply> create_session(Context* ctx, Request* rq) {
   for (const TenantConfig& t : ctx->opts.tenants) {
     if (t.name == req.caller.tenant && !t.default_scope.empty()) default_scope = t.default_scope;
   }
+  // Cluster mode: "node" is honoured, and a new id placed on another node is made there.
+  std::string node;
+  if (ctx->opts.cluster) {
+    auto n = take_node_field(&*body);
+    if (!n) co_return error_reply(n.error());
+    node = std::move(*n);
+  }
   auto decoded = decode_create_session(*body, default_scope);
   if (!decoded) co_return error_reply(decoded.error());
+  if (ctx->opts.cluster && !req.forwarded) {
+    if (auto fwd = co_await place_create(ctx, rq, decoded->id, node, body->dump())) {
+      co_return std::move(*fwd);
+    }
+  }
   auto r = co_await ctx->svc->sessions.create(v1(req), std::move(decoded->id),
                                               std::move(decoded->spec));
   if (!r) co_return error_reply(r.error());
@@ -45,6 +58,8 @@ asio::awaitable<Reply> list_sessions(Context* ctx, Request* req) {
   if (!list) co_return error_reply(list.error());
   json arr = json::array();
   for (const auto& s : *list) arr.push_back(encode_session(s));
+  // Cluster mode: the whole cluster's sessions (each node's own, asked of it).
+  if (ctx->opts.cluster && !req->forwarded) co_await add_peer_sessions(ctx, req, &arr);
   co_return json_reply(200, {{"sessions", std::move(arr)}});
 }
 

@@ -18,8 +18,9 @@ namespace {
 
 using Clock = std::chrono::steady_clock;
 
-// A port nothing listens on at `host` now (bound to 0, then released).
-int free_port(const std::string& host) {
+}  // namespace
+
+int free_tcp_port(const std::string& host) {
   int fd = ::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
   sockaddr_in a{};
   a.sin_family = AF_INET;
@@ -34,6 +35,8 @@ int free_port(const std::string& host) {
   ::close(fd);
   return ntohs(a.sin_port);
 }
+
+namespace {
 
 // GET `path` over HTTP/1.0; the whole reply, "" on failure.
 std::string http_get(const std::string& host, int port, const std::string& path,
@@ -108,8 +111,8 @@ EtcdCluster::EtcdCluster(int members) {
     Member m;
     m.name = "m" + std::to_string(i);
     m.host = "127.0.0." + std::to_string(base + i);
-    m.client_port = free_port(m.host);
-    m.peer_port = free_port(m.host);
+    m.client_port = free_tcp_port(m.host);
+    m.peer_port = free_tcp_port(m.host);
     m.data_dir = dir_ / (m.name + ".etcd");
     m.log_file = dir_ / (m.name + ".log");
     initial_cluster_ +=

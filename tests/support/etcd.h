@@ -15,6 +15,9 @@
 
 namespace agentbox::testing {
 
+// A TCP port nothing listens on at `host` (an IPv4 literal) now: bound to 0, then released.
+int free_tcp_port(const std::string& host);
+
 class EtcdCluster {
  public:
   // `members` 1 or 3. Throws std::runtime_error (with the members' log tails) when they do not
