@@ -233,6 +233,8 @@ void Cluster::watch_loop() {
     auto st = etcd_.watch(
         opts_.prefix, prefix_end(opts_.prefix), from,
         [this](const WatchEvent& ev) {
+          spdlog::debug("cluster: watch: {} {} (revision {})", ev.deleted ? "DELETE" : "PUT",
+                        ev.kv.key, ev.kv.mod_revision);
           std::lock_guard lock(mu_);
           apply(ev.kv, ev.deleted);
           if (ev.kv.mod_revision > watch_rev_) watch_rev_ = ev.kv.mod_revision;
@@ -243,6 +245,12 @@ void Cluster::watch_loop() {
           if (rev > watch_rev_) watch_rev_ = rev;
         });
     if (stop_.load()) break;
+    if (!st && st.error().code != Code::kTimedOut) {
+      spdlog::warn("cluster: watch from revision {}: {}; reading the catalog again", from,
+                   st.error().message);
+    } else if (!st) {
+      spdlog::debug("cluster: watch from revision {}: {}", from, st.error().message);
+    }
     // Silence for `idle`: watch again from where it was. Anything else (etcd gone, the
     // revision compacted): read everything again once etcd answers.
     if (!st && st.error().code != Code::kTimedOut) need_sync = true;
@@ -300,6 +308,17 @@ std::optional<Owner> Cluster::owner(const std::string& id) const {
     o.last_seen = n->second.last_seen;
   }
   return o;
+}
+
+std::optional<Owner> Cluster::lookup(const std::string& id) {
+  if (auto o = owner(id)) return o;
+  auto r = etcd_.range(key("sessions", id));
+  if (!r || r->kvs.empty()) return std::nullopt;
+  {
+    std::lock_guard lock(mu_);
+    apply(r->kvs.front(), false);
+  }
+  return owner(id);
 }
 
 Error Cluster::catalog_error(const Error& e) const {

@@ -103,6 +103,9 @@ class Cluster {
   std::vector<NodeState> nodes() const;
   // The catalog's owner of session `id` (cache), or nullopt when the catalog has none.
   std::optional<Owner> owner(const std::string& id) const;
+  // owner() read through to etcd on a cache miss (the watch may lag a create on another node by
+  // a moment): nullopt when the catalog has no entry, or etcd cannot be reached. Blocks.
+  std::optional<Owner> lookup(const std::string& id);
   // The up nodes other than this one.
   std::vector<NodeState> peers_up() const;
 

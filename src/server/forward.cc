@@ -137,6 +137,17 @@ asio::awaitable<std::optional<bool>> forward_if_remote(Call* call, const std::st
   const std::string id = session_of(call);
   if (id.empty()) co_return std::nullopt;
   auto owner = cl->owner(id);
+  if (!owner) {
+    // Not in the cache: made here (not entered yet), unknown, or made on another node a moment
+    // ago (the watch has not told us yet): ask etcd.
+    session::SessionManager* sm = ctx->sessions;
+    auto job = run_blocking(ctx->pool, [cl, sm, id]() -> Result<std::optional<cluster::Owner>> {
+      if (sm->get(id, session::Caller::daemon())) return std::optional<cluster::Owner>();
+      return cl->lookup(id);
+    });
+    auto looked = co_await std::move(job);
+    if (looked) owner = std::move(*looked);
+  }
   if (!owner || owner->self) co_return std::nullopt;
   if (!owner->up) co_return co_await send_error(call, service::elsewhere_error(id, *owner));
   if (call->route->kind == RouteKind::kWebSocket) {

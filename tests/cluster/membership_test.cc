@@ -173,3 +173,16 @@ TEST(ForwardAuth, SignatureVerifiesOnlyUnchangedAndFresh) {
 
 }  // namespace
 }  // namespace agentbox::cluster
+
+namespace agentbox::cluster {
+namespace {
+TEST(ClusterMembership, OtherNodesLearnAPlacementThroughTheWatchOnThreeMembers) {
+  testing::EtcdCluster etcd(3);
+  auto a = make_node(etcd, "a");
+  auto b = make_node(etcd, "b");
+  ASSERT_TRUE(eventually([&] { return a->peers_up().size() == 1; }, 3s));
+  ASSERT_TRUE(a->place("zz", "t", "a"));
+  EXPECT_TRUE(eventually([&] { return b->owner("zz").has_value(); }, 3s));
+}
+}  // namespace
+}  // namespace agentbox::cluster
