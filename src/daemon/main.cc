@@ -27,6 +27,7 @@
 #include <string>
 #include <thread>
 
+#include "cluster/cluster.h"
 #include "common/log.h"
 #include "common/unique_fd.h"
 #include "linux/mounts.h"
@@ -35,6 +36,7 @@
 #include "server/audit.h"
 #include "server/config.h"
 #include "server/http_server.h"
+#include "server/internal/cluster_v1.h"
 #include "remote/remote_backend.h"
 #include "remote/runner_hub.h"
 #include "service/resume_repair.h"
@@ -45,6 +47,13 @@ namespace {
 
 namespace asio = boost::asio;
 using namespace agentbox;
+
+// This node's default name in a cluster (and in GET /v1/cluster of a single daemon).
+std::string host_name() {
+  char buf[256] = {};
+  if (::gethostname(buf, sizeof buf - 1) != 0 || buf[0] == '\0') return "agentboxd";
+  return buf;
+}
 
 // The backends this daemon can run sessions on, by name. This is the one place where backends
 // are registered. A backend that cannot run on this host is still registered: its
@@ -337,7 +346,42 @@ int main(int argc, char** argv) {
   // the operation bus (audit_operations); no surface writes an audit line itself.
   std::shared_ptr<void> audit_sub = server::audit_session_events(**manager, audit_log);
 
+  // Cluster mode (API.md "Cluster"): membership, the catalog, placement; none without
+  // `cluster:` (a cluster of one).
+  std::shared_ptr<cluster::Cluster> cluster;
+  std::string cluster_secret;
+  std::string node_name = cfg.cluster.node.empty() ? host_name() : cfg.cluster.node;
+  if (cfg.cluster.enabled()) {
+    auto secret = server::read_cluster_secret(cfg.cluster);
+    if (!secret) {
+      std::cerr << "agentboxd: " << secret.error().message << "\n";
+      return 2;
+    }
+    cluster_secret = std::move(*secret);
+    cluster::ClusterOptions co;
+    co.etcd = cfg.cluster.etcd;
+    co.node = node_name;
+    co.advertise = cfg.cluster.advertise;
+    co.lease_sec = cfg.cluster.lease_sec;
+    co.secret = cluster_secret;
+    co.config_digest = server::config_digest(cfg);
+    session::SessionManager* sm = manager->get();
+    cluster = std::make_shared<cluster::Cluster>(
+        std::move(co), [sm] { return server::detail::node_load(*sm); },
+        [sm] {
+          std::vector<std::pair<std::string, std::string>> out;
+          for (const auto& s : sm->list(session::Caller::daemon()))
+            out.emplace_back(s.id, s.tenant);
+          return out;
+        });
+    cluster->start();
+  }
+
   server::ServerOptions opts;
+  opts.node_name = node_name;
+  opts.cluster = cluster;
+  opts.cluster_secret = cluster_secret;
+  opts.config_digest = server::config_digest(cfg);
   opts.address = listen->first;
   opts.port = listen->second;
   opts.tenants = server::effective_tenants(cfg);
@@ -358,6 +402,7 @@ int main(int argc, char** argv) {
     // The operations every surface calls (service/); their events are audited and counted.
     service::ServiceOptions so;
     so.templates = (*manager)->config().templates;
+    so.cluster = cluster.get();
     service::Services services(ioc, pool, **manager, std::move(so));
     std::shared_ptr<void> audit_ops_sub = server::audit_operations(services.bus(), audit_log);
     server::HttpServer http(ioc, pool, services, default_backend, opts);
@@ -422,6 +467,8 @@ int main(int argc, char** argv) {
     // restores the default action.
     ::signal(SIGTERM, SIG_IGN);
     ::signal(SIGINT, SIG_IGN);
+    // Cluster mode: down for the other nodes at once (the lease revoked), not after lease_sec.
+    if (cluster) cluster->stop();
     // Boxes may still be up if we stopped on the second signal or the grace period ran out.
     (*manager)->shutdown_all();
     pool.join();

@@ -1,6 +1,7 @@
 #include "server/config.h"
 
 #include "common/validate.h"
+#include "server/internal/config_cluster.h"
 #include "server/json_codec.h"
 
 #include <arpa/inet.h>
@@ -193,6 +194,9 @@ Status load_yaml(const std::string& file, DaemonConfig* c,
     }
     if (root["ws_ping_sec"] && !given("ws_ping_sec")) {
       c->ws_ping_sec = root["ws_ping_sec"].as<std::uint32_t>();
+    }
+    if (const YAML::Node& cl = root["cluster"]; cl) {
+      if (auto st = detail::load_cluster_yaml(cl, file, &c->cluster, given); !st) return st;
     }
     if (const YAML::Node& nw = root["network"]; nw) {
       if (auto st = load_network(nw, file, c); !st) return st;
@@ -571,6 +575,8 @@ ParseOutcome parse_daemon_args(int argc, const char* const* argv, std::ostream& 
           ->envname("LANGBOT_BOX_TRUSTED_INSTANCE_UUID")
           ->multi_option_policy(take_last);
   add_seed_flags(app, &c.seed);
+  std::vector<CLI::Option*> cluster_opts;
+  std::vector<std::string> cluster_keys = detail::add_cluster_flags(app, &c.cluster, &cluster_opts);
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {
@@ -614,6 +620,8 @@ ParseOutcome parse_daemon_args(int argc, const char* const* argv, std::ostream& 
   if (o_lb_token->count()) given.push_back("langbot.control_token");
   if (o_lb_tenant->count()) given.push_back("langbot.tenant");
   if (o_lb_instance->count()) given.push_back("langbot.trusted_instance");
+  for (std::size_t i = 0; i < cluster_opts.size(); ++i)
+    if (cluster_opts[i]->count()) given.push_back(cluster_keys[i]);
 
   if (o_shared->count()) {
     std::string joined;
@@ -889,6 +897,7 @@ Status validate_config(const DaemonConfig& c) {
     if (auto st = check_origin(o); !st) return st;
   }
   if (auto st = check_langbot(c); !st) return st;
+  if (auto st = detail::check_cluster(c.cluster); !st) return st;
   return {};
 }
 

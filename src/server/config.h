@@ -85,6 +85,19 @@ struct SeedFlags {
   std::vector<std::string> warnings;  // for the startup log
 };
 
+// Cluster mode (API.md "Cluster"): YAML `cluster: {etcd: [URL...], node, advertise, lease_sec,
+// secret_file}`, flags --cluster-etcd (repeatable or comma-separated), --node-name,
+// --advertise-url, --cluster-lease-sec, --cluster-secret-file (config_cluster.cc). Without etcd
+// endpoints the daemon is a cluster of one and nothing changes.
+struct ClusterConfig {
+  std::vector<std::string> etcd;  // "http://host:port" (TLS to etcd is not built: https refused)
+  std::string node;               // [A-Za-z0-9._-]{1,64}; default: the host name
+  std::string advertise;          // "http://host:port" the other nodes reach this one at
+  int lease_sec = 10;             // a dead node's sessions are 503 within lease_sec + 2 s
+  std::string secret_file;        // the forward signature's key (16+ bytes); required
+  bool enabled() const { return !etcd.empty(); }
+};
+
 struct DaemonConfig {
   std::string listen = "127.0.0.1:9090";
   std::string data_dir = "./.agentbox";
@@ -161,6 +174,7 @@ struct DaemonConfig {
   // /opt when it exists on the host (toolchains live there).
   std::optional<std::vector<std::string>> readonly_dirs;
   LangbotConfig langbot;
+  ClusterConfig cluster;
 };
 
 // Seed 001's read-only mount of the host's shared files (gcsfuse in the seed's pod).
@@ -205,6 +219,13 @@ Status check_origin(std::string_view origin);
 // unique, every tenant has a token, no token belongs to two tenants, every allowed origin is
 // scheme://host[:port].
 Status validate_config(const DaemonConfig& c);
+
+// The cluster's secret (secret_file's content without a trailing newline): EINVAL naming the
+// file when it cannot be read or holds fewer than 16 bytes.
+Result<std::string> read_cluster_secret(const ClusterConfig& c);
+// A digest of what must agree between nodes (tenants, their tokens' hashes and limits), shown by
+// GET /v1/cluster so a mismatch is visible.
+std::string config_digest(const DaemonConfig& c);
 
 // Every tenant that can authenticate: the YAML tenants plus, when --token tokens are given, the
 // tenant "default" holding them. Empty: auth is off (every caller is tenant "default").

@@ -27,9 +27,12 @@
 #include "common/log.h"
 #include "common/validate.h"
 #include "server/http_error.h"
+#include "cluster/forward_auth.h"
 #include "server/internal/blocking.h"
+#include "server/internal/forward.h"
 #include "server/internal/surfaces.h"
 #include "server/internal/transport.h"
+#include "service/services.h"
 
 namespace agentbox::server {
 
@@ -268,8 +271,26 @@ asio::awaitable<bool> serve_one(Impl* impl, Conn* conn, beast::flat_buffer* buff
   // SECURITY: authenticate before anything else, so unauthenticated clients learn nothing
   // (not even which routes exist) and send no body we would read. A token in the query counts
   // only on a WebSocket upgrade to a WebSocket route (never logged: logs carry the path only).
-  std::optional<session::Caller> caller =
-      authenticate(ctx->opts.tenants, h[http::field::authorization]);
+  std::optional<session::Caller> caller;
+  // Cluster mode: a request another node forwarded carries its caller, signed (forward.h). A
+  // client cannot send the header: without a valid signature it is 401, audited.
+  if (auto fw = h.find(cluster::kForwardHeader); fw != h.end()) {
+    auto fc = detail::forwarded_caller(ctx, fw->value(), h.method_string(), target);
+    if (!fc) {
+      const service::Fields fields = {{"method", ex.req.method},
+                                      {"path", ex.req.path},
+                                      {"reason", fc.error().message}};
+      ctx->svc->bus().emit(
+          "cluster.forward_refused",
+          service::Origin(session::Caller("", false, 0), ex.req.id, service::Surface::kV1), "",
+          fields);
+      co_return co_await send_error(&call, fc.error());
+    }
+    caller = std::move(*fc);
+    ex.req.forwarded = true;
+  } else {
+    caller = authenticate(ctx->opts.tenants, h[http::field::authorization]);
+  }
   const bool ws_route = upgrade && m.route && m.route->kind == RouteKind::kWebSocket;
   if (!caller && ws_route) {
     std::string token = ws_query_param(target, "token");
@@ -339,6 +360,8 @@ asio::awaitable<bool> serve_one(Impl* impl, Conn* conn, beast::flat_buffer* buff
     ex.req.query = std::move(*q);
   }
   ex.req.params = std::move(m.params);
+  // Cluster mode: a session another node owns is served there (forward.h).
+  if (auto fwd = co_await detail::forward_if_remote(&call, std::string(target))) co_return *fwd;
 
   if (m.route->body != BodyKind::kRaw && m.route->kind != RouteKind::kWebSocket) {
     const bool is_exec = m.route->id == RouteId::kExec || m.route->id == RouteId::kSeedExec ||
@@ -431,6 +454,8 @@ HttpServer::HttpServer(asio::io_context& ioc, asio::thread_pool& pool,
                        std::shared_ptr<sandbox::Backend> default_backend, ServerOptions opts)
     : impl_(std::make_shared<Impl>(ioc, pool, services, std::move(default_backend),
                                    std::move(opts))) {
+  // Every session object's "node" (API.md "Cluster").
+  set_node_name(impl_->ctx.opts.node_name);
   // /metrics counts the manager's lifecycle events and the execs of every surface; the weak
   // pointer keeps a late event (from the reaper, during shutdown) off a server that is gone.
   impl_->events_sub = services.manager().subscribe(

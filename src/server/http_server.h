@@ -22,6 +22,10 @@
 #include "service/services.h"
 #include "session/session_manager.h"
 
+namespace agentbox::cluster {
+class Cluster;  // cluster/cluster.h
+}
+
 namespace agentbox::remote {
 class RunnerHub;  // remote/runner_hub.h
 }
@@ -78,6 +82,14 @@ struct ServerOptions {
   // no runner is accepted. Runner frames are bounded by runner_max_frame_bytes.
   std::shared_ptr<remote::RunnerHub> runners;
   std::size_t runner_max_frame_bytes = 64u << 20;
+  // This node's name (every session object's "node", GET /v1/cluster); "" = the host name.
+  std::string node_name;
+  // config_digest(config.h), shown by GET /v1/cluster.
+  std::string config_digest;
+  // Cluster mode (cluster/cluster.h; null: a cluster of one) and the secret that signs
+  // forwarded requests (internal/forward.h).
+  std::shared_ptr<cluster::Cluster> cluster;
+  std::string cluster_secret;
   // How long shutdown waits for requests in flight.
   std::chrono::seconds shutdown_grace{10};
 };

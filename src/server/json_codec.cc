@@ -585,6 +585,20 @@ std::string rfc3339_ns(std::int64_t ns) {
   return std::string(buf, n);
 }
 
+namespace {
+std::string& node_name_storage() {
+  static std::string name;
+  return name;
+}
+}  // namespace
+
+void set_node_name(std::string name) {
+  node_name_storage() = std::move(name);
+}
+const std::string& node_name() {
+  return node_name_storage();
+}
+
 json encode_session(const session::SessionInfo& s) {
   json limits = json::object();
   const sandbox::Limits& l = s.spec.limits;
@@ -627,6 +641,7 @@ json encode_session(const session::SessionInfo& s) {
     skill_modes[name] = s.spec.read_only_skills.count(name) > 0 ? "ro" : "rw";
   }
   j["skill_modes"] = std::move(skill_modes);
+  j["node"] = node_name();  // the node that holds it (API.md "Cluster")
   if (!s.tenant.empty()) j["tenant"] = s.tenant;
   if (!s.spec.template_name.empty()) j["template"] = s.spec.template_name;
   if (!s.spec.snapshot.empty()) {

@@ -132,6 +132,9 @@ Result<sandbox::PtySize> decode_pty_size(const json& body, std::string_view pref
 std::string rfc3339(std::chrono::system_clock::time_point t);
 std::string rfc3339_ns(std::int64_t ns_since_epoch);
 json encode_session(const session::SessionInfo& s);
+// This daemon's node name, every session object's "node" (set once at startup, before serving).
+void set_node_name(std::string name);
+const std::string& node_name();
 json encode_exec_result(const sandbox::ExecResult& r);
 // API.md "Exec" killed_by: null, or "timeout" | "cpu_time" | "memory" | "pids".
 json encode_killed_by(sandbox::KilledBy k);

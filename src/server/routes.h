@@ -90,6 +90,10 @@ enum class RouteId {
   // Runners
   kRunnerWs,
   kRunnerList,
+  // Cluster
+  kCluster,
+  kClusterCordon,
+  kClusterUncordon,
   // Routes of API.md not built yet: each answers 501 ENOTSUP naming itself.
   kNotBuilt,
 };

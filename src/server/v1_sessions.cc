@@ -9,6 +9,7 @@
 #include "common/log.h"
 #include "server/http_error.h"
 #include "server/internal/blocking.h"
+#include "server/internal/cluster_v1.h"
 #include "server/internal/surfaces.h"
 #include "server/internal/transport.h"
 
@@ -34,10 +35,19 @@ asio::awaitable<Reply> create_session(Context* ctx, Request* rq) {
   for (const TenantConfig& t : ctx->opts.tenants) {
     if (t.name == req.caller.tenant && !t.default_scope.empty()) default_scope = t.default_scope;
   }
+  // Cluster mode: "node" is honoured, and a new id placed on another node is made there.
+  std::string node;
+  if (ctx->opts.cluster) {
+    auto n = take_node_field(&*body);
+    if (!n) co_return error_reply(n.error());
+    node = std::move(*n);
+  }
   auto decoded = decode_create_session(*body, default_scope);
   if (!decoded) co_return error_reply(decoded.error());
-  auto r =
-      co_await ctx->svc->sessions.create(v1(req), std::move(decoded->id), std::move(decoded->spec));
+  for (const auto& s : *list) arr.push_back(encode_session(s));
+  // Cluster mode: the whole cluster's sessions (each node's own, asked of it).
+  if (ctx->opts.cluster && !req->forwarded) co_await add_peer_sessions(ctx, req, &arr);
+  co_return json_reply(200, {{"sessions", std::move(arr)}});
   if (!r) co_return error_reply(r.error());
   co_return session_reply(r->second ? 201 : 200, r->first);
 }
@@ -69,17 +79,22 @@ asio::awaitable<Reply> list_sessions(Context* ctx, Request* req) {
   const std::string after = after_it == req->query.end() ? "" : after_it->second;
   auto list = co_await ctx->svc->sessions.list(v1(*req));
   if (!list) co_return error_reply(list.error());
-  std::sort(list->begin(), list->end(),
-            [](const SessionInfo& a, const SessionInfo& b) { return a.id < b.id; });
+  json all = json::array();
+  for (const auto& s : *list) all.push_back(encode_session(s));
+  // Cluster mode: the whole cluster's sessions (each node's own, asked of it).
+  if (ctx->opts.cluster && !req->forwarded) co_await add_peer_sessions(ctx, req, &all);
+  std::sort(all.begin(), all.end(), [](const json& x, const json& y) {
+    return x["id"].get<std::string>() < y["id"].get<std::string>();
+  });
   json arr = json::array();
   json next = nullptr;
-  for (const auto& s : *list) {
-    if (!after.empty() && s.id <= after) continue;
+  for (auto& s : all) {
+    if (!after.empty() && s["id"].get<std::string>() <= after) continue;
     if (*limit != 0 && arr.size() == *limit) {
       next = arr.back()["id"];
       break;
     }
-    arr.push_back(encode_session(s));
+    arr.push_back(std::move(s));
   }
   co_return json_reply(200, {{"sessions", std::move(arr)}, {"next", std::move(next)}});
 }

@@ -5,6 +5,7 @@
 #include <boost/asio/io_context.hpp>
 #include <boost/asio/thread_pool.hpp>
 
+#include "cluster/cluster.h"
 #include "service/op_events.h"
 #include "session/session_manager.h"
 
@@ -20,6 +21,9 @@ struct Deps {
   asio::thread_pool* pool = nullptr;
   session::SessionManager* sessions = nullptr;
   OpBus* bus = nullptr;
+  // Cluster mode (cluster/cluster.h): new ids are placed through the catalog; null: a cluster
+  // of one, and nothing here changes.
+  cluster::Cluster* cluster = nullptr;
 };
 
 }  // namespace agentbox::service

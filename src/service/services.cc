@@ -4,7 +4,7 @@ namespace agentbox::service {
 
 Services::Services(asio::io_context& ioc, asio::thread_pool& pool, session::SessionManager& manager,
                    ServiceOptions opts)
-    : deps_{&ioc, &pool, &manager, &bus_},
+    : deps_{&ioc, &pool, &manager, &bus_, opts.cluster},
       opts_(std::move(opts)),
       sessions(deps_),
       exec(deps_),
@@ -14,7 +14,13 @@ Services::Services(asio::io_context& ioc, asio::thread_pool& pool, session::Sess
 
 void Services::start() {
   lifecycle_sub_ = deps_.sessions->subscribe(
-      [this](const session::SessionEvent& ev) { processes.on_session_event(ev); });
+      [this](const session::SessionEvent& ev) {
+        processes.on_session_event(ev);
+        // A session gone from this node (any cause: API, reaper) leaves the cluster's catalog.
+        if (ev.kind == session::EventKind::kDestroyed && deps_.cluster != nullptr) {
+          deps_.cluster->forget(ev.session.id);
+        }
+      });
   processes.resume_managed_sessions();
 }
 

@@ -25,6 +25,8 @@ namespace agentbox::service {
 struct ServiceOptions {
   // The template store (null: none).
   std::shared_ptr<session::TemplateManager> templates;
+  // Cluster mode (null: none); outlives the services.
+  cluster::Cluster* cluster = nullptr;
 };
 
 class Services {

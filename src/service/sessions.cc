@@ -2,6 +2,7 @@
 
 #include "common/log.h"
 #include "service/blocking.h"
+#include "service/placement.h"
 
 namespace agentbox::service {
 
@@ -14,8 +15,10 @@ asio::awaitable<Result<std::pair<SessionInfo, bool>>> Sessions::create(Origin or
                                                                        session::SessionSpec spec) {
   if (auto st = session::validate_id(id); !st) co_return std::unexpected(st.error());
   SessionManager* sm = d_.sessions;
-  auto job = on_pool(d_.pool, [sm, id, spec = std::move(spec), caller = origin.caller] {
-    return sm->create_or_get(id, spec, caller);
+  auto job = on_pool(d_.pool, [sm, cl = d_.cluster, id, spec = std::move(spec),
+                               caller = origin.caller]() -> Result<std::pair<SessionInfo, bool>> {
+    if (auto st = claim_here(cl, sm, id, caller); !st) return std::unexpected(st.error());
+    return forget_on_failure(cl, sm, id, sm->create_or_get(id, spec, caller));
   });
   auto r = co_await std::move(job);
   // The audit line comes from the manager's kCreated event.
@@ -111,12 +114,14 @@ asio::awaitable<Status> Sessions::ensure(Origin origin, std::string id, session:
                                          std::string limits_field) {
   if (auto st = session::validate_id(id); !st) co_return st;
   SessionManager* sm = d_.sessions;
-  auto job = on_pool(d_.pool, [sm, id, spec, caller = origin.caller]() -> Result<bool> {
-    if (sm->get(id, caller)) return false;
-    auto r = sm->create_or_get(id, spec, caller);
-    if (!r) return std::unexpected(r.error());
-    return true;
-  });
+  auto job =
+      on_pool(d_.pool, [sm, cl = d_.cluster, id, spec, caller = origin.caller]() -> Result<bool> {
+        if (sm->get(id, caller)) return false;
+        if (auto st = claim_here(cl, sm, id, caller); !st) return std::unexpected(st.error());
+        auto r = forget_on_failure(cl, sm, id, sm->create_or_get(id, spec, caller));
+        if (!r) return std::unexpected(r.error());
+        return true;
+      });
   auto made = co_await std::move(job);
   if (!made) co_return std::unexpected(made.error());
   if (*made || spec.limits == sandbox::Limits{}) co_return Status{};
@@ -199,9 +204,17 @@ asio::awaitable<Result<Lease>> Sessions::lease(Origin origin, std::string id,
   // The common case, a running session, without a hop through the pool and back.
   if (auto box = sm->try_acquire_running(id, origin.caller)) co_return Lease{id, std::move(box)};
   // A session made or resumed here is told by the manager's events (audited from there).
-  auto job = on_pool(d_.pool, [sm, id, create_if_missing, caller = origin.caller] {
-    return sm->acquire(id, create_if_missing, caller);
-  });
+  auto job =
+      on_pool(d_.pool,
+              [sm, cl = d_.cluster, id, create_if_missing,
+               caller = origin.caller]() -> Result<std::shared_ptr<sandbox::Sandbox>> {
+                if (create_if_missing) {
+                  if (auto st = claim_here(cl, sm, id, caller); !st)
+                    return std::unexpected(st.error());
+                  return forget_on_failure(cl, sm, id, sm->acquire(id, create_if_missing, caller));
+                }
+                return sm->acquire(id, create_if_missing, caller);
+              });
   auto box = co_await std::move(job);
   if (!box) co_return std::unexpected(box.error());
   co_return Lease{std::move(id), std::move(*box)};

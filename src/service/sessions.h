@@ -64,6 +64,11 @@ class Sessions {
   asio::awaitable<Result<session::SessionManager::MountsAdded>> add_mounts(
       Origin origin, std::string id, session::SessionSpec add);
 
+  // Cluster mode (placement.cc): the owner of session `id`: the catalog's, else the node it is
+  // placed on now (`node` when given, else the one with the most free capacity). Without a
+  // cluster: this node (a `node` naming another one is ENOENT).
+  asio::awaitable<Result<cluster::Owner>> place(Origin origin, std::string id, std::string node);
+
   // The one lease rule: the live sandbox of session `id` (resumed when suspended), made with the
   // default spec first when `create_if_missing` (exec and process routes create; file routes do
   // not). A running session is leased without a hop through the pool.

@@ -68,6 +68,9 @@ struct Request {
   // The authenticated tenant. SECURITY: the default (no token matched, only on routes that
   // need no auth) is a nameless non-admin that owns no session.
   session::Caller caller{"", false, 0};
+  // Cluster mode: sent by another node with a valid X-Agentbox-Forwarded (forward.h); served
+  // here, never forwarded again, and GET /v1/sessions lists only this node's sessions.
+  bool forwarded = false;
 };
 
 struct Reply {

@@ -1,0 +1,31 @@
+#pragma once
+// The /v1 parts of cluster mode (cluster_routes.cc): GET /v1/cluster and the cordons, a create
+// placed on another node, the cluster-wide session list.
+
+#include <boost/asio/awaitable.hpp>
+#include <optional>
+#include <string>
+
+#include "cluster/cluster.h"
+#include "server/internal/context.h"
+#include "session/session_manager.h"
+
+namespace agentbox::server::detail {
+
+// This node's load: sessions, running boxes (the manager's counts), free memory
+// (MemAvailable).
+cluster::NodeLoad node_load(session::SessionManager& sm);
+
+// Removes a create body's "node" (a non-empty string, else EINVAL) and returns it ("" absent).
+Result<std::string> take_node_field(json* body);
+
+// POST /v1/sessions in cluster mode: places `id` (on `node` when given); when another node owns
+// it, that node's reply to the create (`body` sent on); nullopt: make it here. An error reply
+// when it cannot be placed.
+asio::awaitable<std::optional<Reply>> place_create(Context* ctx, Request* req, std::string id,
+                                                   std::string node, std::string body);
+
+// GET /v1/sessions in cluster mode: appends the sessions of every other up node to `arr`.
+asio::awaitable<void> add_peer_sessions(Context* ctx, Request* req, json* arr);
+
+}  // namespace agentbox::server::detail

@@ -1,0 +1,36 @@
+#pragma once
+// Cluster mode (API.md "Cluster"): every node answers every /v1 route of every session, sending
+// a request for a session another node owns on to that node (forward.cc), signed with the
+// cluster secret (cluster/forward_auth.h); and the owner's side: the check of that signature.
+
+#include <boost/asio/awaitable.hpp>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "cluster/cluster.h"
+#include "server/internal/context.h"
+#include "server/routes.h"
+
+namespace agentbox::server::detail {
+
+struct Call;
+
+// For a /v1/sessions/{id}/... route of a session another node owns: the whole exchange relayed
+// to the owner (request and reply bodies streamed, never buffered: NDJSON streams, uploads,
+// downloads) and whether the connection may serve another request; 503 EUNAVAILABLE when the
+// owner is down or unreachable. nullopt: serve it here (no cluster, this node owns it, the
+// catalog does not know it, or it was forwarded to us already). Before the body is read.
+asio::awaitable<std::optional<bool>> forward_if_remote(Call* call, const std::string& target);
+
+// X-Agentbox-Forwarded of a request: the caller it carries (the tenant as this node's config
+// has it), or EUNAUTHORIZED (a missing, forged or stale signature; a node not in a cluster).
+Result<session::Caller> forwarded_caller(Context* ctx, std::string_view header,
+                                         std::string_view method, std::string_view target);
+
+// A small request (JSON or none) to node `n` on behalf of `caller`, whole reply buffered: a
+// create placed on another node, the list of another node's sessions. Runs on the pool.
+asio::awaitable<Reply> forward_small(Context* ctx, std::string advertise, std::string method,
+                                     std::string target, std::string body, session::Caller caller);
+
+}  // namespace agentbox::server::detail

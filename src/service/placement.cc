@@ -1,0 +1,62 @@
+#include "service/placement.h"
+
+#include <ctime>
+
+#include "common/log.h"
+#include "service/blocking.h"
+#include "service/sessions.h"
+
+namespace agentbox::service {
+namespace {
+
+std::string rfc3339(std::int64_t unix_sec) {
+  if (unix_sec <= 0) return "an unknown time (before this node started)";
+  std::time_t t = static_cast<std::time_t>(unix_sec);
+  std::tm tm{};
+  gmtime_r(&t, &tm);
+  char buf[32];
+  std::strftime(buf, sizeof buf, "%Y-%m-%dT%H:%M:%SZ", &tm);
+  return buf;
+}
+
+}  // namespace
+
+Error elsewhere_error(const std::string& id, const cluster::Owner& owner) {
+  if (!owner.up) {
+    return Error::make(Code::kUnavailable, "session " + id + " is on node " + owner.node +
+                                               ", which is down since " + rfc3339(owner.last_seen));
+  }
+  return Error::make(Code::kUnavailable,
+                     "session " + id + " is on node " + owner.node + " (" + owner.advertise +
+                         "); this surface does not forward to other nodes yet: send the "
+                         "request there, or use /v1");
+}
+
+Status claim_here(cluster::Cluster* cl, session::SessionManager* sm, const std::string& id,
+                  const session::Caller& caller) {
+  if (cl == nullptr) return {};
+  if (sm->get(id, session::Caller::daemon())) return {};  // made here before
+  auto owner = cl->claim(id, caller.tenant);
+  if (!owner) return std::unexpected(owner.error());
+  if (!owner->self) return std::unexpected(elsewhere_error(id, *owner));
+  return {};
+}
+
+asio::awaitable<Result<cluster::Owner>> Sessions::place(Origin origin, std::string id,
+                                                        std::string node) {
+  if (auto st = session::validate_id(id); !st) co_return std::unexpected(st.error());
+  cluster::Cluster* cl = d_.cluster;
+  if (cl == nullptr) {
+    co_return fail(Code::kInternal, "place() without a cluster");
+  }
+  auto job = on_pool(d_.pool, [cl, id, node, tenant = origin.caller.tenant] {
+    return cl->place(id, tenant, node);
+  });
+  auto r = co_await std::move(job);
+  if (r && !r->self) {
+    spdlog::info("req={} session {}: placed on node {}", origin.request_id, id, r->node);
+  }
+  co_return r;
+}
+
+}  // namespace agentbox::service

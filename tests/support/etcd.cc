@@ -1,0 +1,227 @@
+#include "support/etcd.h"
+
+#include <arpa/inet.h>
+#include <fcntl.h>
+#include <netinet/in.h>
+#include <poll.h>
+#include <sys/prctl.h>
+#include <sys/socket.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <csignal>
+#include <stdexcept>
+#include <thread>
+
+namespace agentbox::testing {
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+}  // namespace
+
+int free_tcp_port(const std::string& host) {
+  int fd = ::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+  sockaddr_in a{};
+  a.sin_family = AF_INET;
+  a.sin_port = 0;
+  ::inet_pton(AF_INET, host.c_str(), &a.sin_addr);
+  if (fd < 0 || ::bind(fd, reinterpret_cast<sockaddr*>(&a), sizeof a) != 0) {
+    if (fd >= 0) ::close(fd);
+    throw std::runtime_error("bind " + host + ":0 failed");
+  }
+  socklen_t len = sizeof a;
+  ::getsockname(fd, reinterpret_cast<sockaddr*>(&a), &len);
+  ::close(fd);
+  return ntohs(a.sin_port);
+}
+
+namespace {
+
+// GET `path` over HTTP/1.0; the whole reply, "" on failure.
+std::string http_get(const std::string& host, int port, const std::string& path,
+                     std::chrono::milliseconds timeout) {
+  int fd = ::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+  if (fd < 0) return {};
+  sockaddr_in a{};
+  a.sin_family = AF_INET;
+  a.sin_port = htons(static_cast<std::uint16_t>(port));
+  ::inet_pton(AF_INET, host.c_str(), &a.sin_addr);
+  std::string out;
+  if (::connect(fd, reinterpret_cast<sockaddr*>(&a), sizeof a) == 0) {
+    std::string req = "GET " + path + " HTTP/1.0\r\nHost: " + host + "\r\n\r\n";
+    if (::write(fd, req.data(), req.size()) == static_cast<ssize_t>(req.size())) {
+      auto deadline = Clock::now() + timeout;
+      char buf[4096];
+      while (Clock::now() < deadline) {
+        pollfd p{fd, POLLIN, 0};
+        if (::poll(&p, 1, 50) <= 0) continue;
+        ssize_t n = ::read(fd, buf, sizeof buf);
+        if (n <= 0) break;
+        out.append(buf, static_cast<std::size_t>(n));
+      }
+    }
+  }
+  ::close(fd);
+  return out;
+}
+
+pid_t spawn(const std::vector<std::string>& argv, const std::string& log_file) {
+  int log_fd = ::open(log_file.c_str(), O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0644);
+  if (log_fd < 0) throw std::runtime_error("open " + log_file + " failed");
+  std::vector<char*> cargv;
+  for (const auto& a : argv) cargv.push_back(const_cast<char*>(a.c_str()));
+  cargv.push_back(nullptr);
+  pid_t parent = ::getpid();
+  pid_t pid = ::fork();
+  if (pid < 0) throw std::runtime_error("fork failed");
+  if (pid == 0) {
+    ::prctl(PR_SET_PDEATHSIG, SIGKILL);
+    if (::getppid() != parent) ::_exit(126);
+    sigset_t none;
+    sigemptyset(&none);
+    sigprocmask(SIG_SETMASK, &none, nullptr);
+    int devnull = ::open("/dev/null", O_RDONLY | O_CLOEXEC);
+    if (devnull >= 0) ::dup2(devnull, 0);
+    ::dup2(log_fd, 1);
+    ::dup2(log_fd, 2);
+    ::execvp(cargv[0], cargv.data());
+    ::_exit(127);
+  }
+  ::close(log_fd);
+  return pid;
+}
+
+void kill_and_reap(pid_t* pid) {
+  if (*pid <= 0) return;
+  ::kill(*pid, SIGKILL);
+  int ws = 0;
+  ::waitpid(*pid, &ws, 0);
+  *pid = -1;
+}
+
+}  // namespace
+
+EtcdCluster::EtcdCluster(int members) {
+  if (members != 1 && members != 3) throw std::runtime_error("EtcdCluster: 1 or 3 members");
+  // 127.0.0.(40 + pid % 150): another test binary running at the same time most likely has
+  // another address; the ports are free ones anyway.
+  const int base = 40 + static_cast<int>(::getpid() % 150);
+  for (int i = 0; i < members; ++i) {
+    Member m;
+    m.name = "m" + std::to_string(i);
+    m.host = "127.0.0." + std::to_string(base + i);
+    m.client_port = free_tcp_port(m.host);
+    m.peer_port = free_tcp_port(m.host);
+    m.data_dir = dir_ / (m.name + ".etcd");
+    m.log_file = dir_ / (m.name + ".log");
+    initial_cluster_ +=
+        (i ? "," : "") + m.name + "=http://" + m.host + ":" + std::to_string(m.peer_port);
+    members_.push_back(std::move(m));
+  }
+  std::vector<int> all;
+  for (int i = 0; i < members; ++i) {
+    start(i, /*fresh=*/true);
+    all.push_back(i);
+  }
+  try {
+    wait_healthy(all);
+  } catch (...) {
+    for (auto& m : members_) kill_and_reap(&m.pid);
+    throw;
+  }
+}
+
+EtcdCluster::~EtcdCluster() {
+  for (auto& m : members_) kill_and_reap(&m.pid);
+}
+
+void EtcdCluster::start(int i, bool fresh) {
+  Member& m = members_[static_cast<std::size_t>(i)];
+  if (m.pid > 0) return;
+  const std::string client = "http://" + m.host + ":" + std::to_string(m.client_port);
+  const std::string peer = "http://" + m.host + ":" + std::to_string(m.peer_port);
+  std::vector<std::string> argv = {"etcd", "--name", m.name, "--data-dir", m.data_dir,
+                                   "--listen-client-urls", client, "--advertise-client-urls",
+                                   client, "--listen-peer-urls", peer,
+                                   "--initial-advertise-peer-urls", peer, "--initial-cluster",
+                                   initial_cluster_, "--initial-cluster-token", "agentbox-test",
+                                   "--initial-cluster-state", fresh ? "new" : "existing",
+                                   // Fast elections on loopback (defaults: 100 / 1000 ms).
+                                   "--heartbeat-interval", "50", "--election-timeout", "500",
+                                   "--logger", "zap", "--log-level", "warn"};
+  m.pid = spawn(argv, m.log_file);
+}
+
+void EtcdCluster::wait_healthy(const std::vector<int>& which) {
+  auto deadline = Clock::now() + std::chrono::seconds(20);
+  for (int i : which) {
+    for (;;) {
+      if (healthy(i, std::chrono::milliseconds(500))) break;
+      const Member& m = members_[static_cast<std::size_t>(i)];
+      int ws = 0;
+      if (m.pid > 0 && ::waitpid(m.pid, &ws, WNOHANG) == m.pid) {
+        members_[static_cast<std::size_t>(i)].pid = -1;
+        throw std::runtime_error("etcd member " + m.name + " exited:\n" + logs());
+      }
+      if (Clock::now() > deadline) {
+        throw std::runtime_error("etcd did not become healthy within 20 s:\n" + logs());
+      }
+      std::this_thread::sleep_for(std::chrono::milliseconds(50));
+    }
+  }
+}
+
+bool EtcdCluster::healthy(int i, std::chrono::milliseconds limit) const {
+  const Member& m = members_[static_cast<std::size_t>(i)];
+  std::string r = http_get(m.host, m.client_port, "/health", limit);
+  return r.find("\"health\":\"true\"") != std::string::npos;
+}
+
+std::vector<std::string> EtcdCluster::endpoints() const {
+  std::vector<std::string> out;
+  for (const auto& m : members_) {
+    out.push_back("http://" + m.host + ":" + std::to_string(m.client_port));
+  }
+  return out;
+}
+
+std::string EtcdCluster::endpoints_csv() const {
+  std::string out;
+  for (const auto& e : endpoints()) out += (out.empty() ? "" : ",") + e;
+  return out;
+}
+
+void EtcdCluster::kill(int i) {
+  kill_and_reap(&members_[static_cast<std::size_t>(i)].pid);
+}
+
+void EtcdCluster::restart(int i) {
+  start(i, /*fresh=*/false);
+  wait_healthy({i});
+}
+
+void EtcdCluster::kill_all() {
+  for (int i = 0; i < size(); ++i) kill(i);
+}
+
+void EtcdCluster::restart_all() {
+  std::vector<int> all;
+  for (int i = 0; i < size(); ++i) {
+    start(i, /*fresh=*/false);
+    all.push_back(i);
+  }
+  wait_healthy(all);
+}
+
+std::string EtcdCluster::logs() const {
+  std::string out;
+  for (const auto& m : members_) {
+    std::string log = slurp(m.log_file);
+    if (log.size() > 3000) log = log.substr(log.size() - 3000);
+    out += "--- " + m.name + " (" + m.host + ")\n" + log + "\n";
+  }
+  return out;
+}
+
+}  // namespace agentbox::testing

@@ -1,0 +1,66 @@
+#pragma once
+// Real etcd members for the cluster tests (Debian's etcd-server, `etcd` on PATH): 1 or 3
+// members, each on its own 127.0.0.x address with free ports and a temp data dir, started by the
+// constructor (which returns once every member answers /health) and killed (SIGKILL), with their
+// data dirs removed, by the destructor. A member can be killed and started again on its data dir
+// (kill / restart). Members die with the test process (PR_SET_PDEATHSIG).
+
+#include <sys/types.h>
+
+#include <chrono>
+#include <string>
+#include <vector>
+
+#include "support/support.h"
+
+namespace agentbox::testing {
+
+// A TCP port nothing listens on at `host` (an IPv4 literal) now: bound to 0, then released.
+int free_tcp_port(const std::string& host);
+
+class EtcdCluster {
+ public:
+  // `members` 1 or 3. Throws std::runtime_error (with the members' log tails) when they do not
+  // come up within 20 s.
+  explicit EtcdCluster(int members = 1);
+  ~EtcdCluster();
+  EtcdCluster(const EtcdCluster&) = delete;
+  EtcdCluster& operator=(const EtcdCluster&) = delete;
+
+  // "http://127.0.0.x:PORT" of every member.
+  std::vector<std::string> endpoints() const;
+  // The same, comma-separated (the daemon's --cluster-etcd).
+  std::string endpoints_csv() const;
+  int size() const { return static_cast<int>(members_.size()); }
+
+  // SIGKILL of member i (its data dir stays); restart(i) starts it again on it and waits until
+  // the cluster answers. Both idempotent.
+  void kill(int i);
+  void restart(int i);
+  void kill_all();
+  void restart_all();
+  // Whether member i answers /health with true within `limit`.
+  bool healthy(int i, std::chrono::milliseconds limit) const;
+
+  // The members' logs (for failure messages).
+  std::string logs() const;
+
+ private:
+  struct Member {
+    std::string name;
+    std::string host;
+    int client_port = 0;
+    int peer_port = 0;
+    std::string data_dir;
+    std::string log_file;
+    pid_t pid = -1;
+  };
+  void start(int i, bool fresh);
+  void wait_healthy(const std::vector<int>& which);
+
+  TempDir dir_{"agentbox-etcd"};
+  std::vector<Member> members_;
+  std::string initial_cluster_;
+};
+
+}  // namespace agentbox::testing
