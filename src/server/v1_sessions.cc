@@ -44,10 +44,13 @@ asio::awaitable<Reply> create_session(Context* ctx, Request* rq) {
   }
   auto decoded = decode_create_session(*body, default_scope);
   if (!decoded) co_return error_reply(decoded.error());
-  for (const auto& s : *list) arr.push_back(encode_session(s));
-  // Cluster mode: the whole cluster's sessions (each node's own, asked of it).
-  if (ctx->opts.cluster && !req->forwarded) co_await add_peer_sessions(ctx, req, &arr);
-  co_return json_reply(200, {{"sessions", std::move(arr)}});
+  if (ctx->opts.cluster && !req.forwarded) {
+    if (auto fwd = co_await place_create(ctx, rq, decoded->id, node, body->dump())) {
+      co_return std::move(*fwd);
+    }
+  }
+  auto r = co_await ctx->svc->sessions.create(v1(req), std::move(decoded->id),
+                                              std::move(decoded->spec));
   if (!r) co_return error_reply(r.error());
   co_return session_reply(r->second ? 201 : 200, r->first);
 }
