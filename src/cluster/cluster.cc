@@ -352,7 +352,10 @@ Result<Owner> Cluster::place(const std::string& id, const std::string& tenant,
       double best = -1;
       std::size_t best_hash = 0;
       for (const auto& [name, n] : nodes_) {
-        if (!alive_.contains(name) || cordoned_.contains(name)) continue;
+        // This node is up whatever its lease key says right now (a lapsed lease comes back
+        // with the next keepalive); the catalog write below still needs etcd.
+        const bool up = name == opts_.node || alive_.contains(name);
+        if (!up || cordoned_.contains(name)) continue;
         double mem = static_cast<double>(std::max<std::uint64_t>(n.load.free_memory_mb, 1));
         double score = mem / static_cast<double>(1 + held[name]);
         std::size_t h = std::hash<std::string>{}(id + "/" + name);
@@ -362,6 +365,9 @@ Result<Owner> Cluster::place(const std::string& id, const std::string& tenant,
           target = name;
         }
       }
+      // This node is up even when the cache says no node is (its record gone with a lapsed
+      // lease, or the cache emptied by a resync): it takes the session unless it is cordoned.
+      if (target.empty() && !cordoned_.contains(opts_.node)) target = opts_.node;
       if (target.empty()) {
         return fail(Code::kUnavailable,
                     "no node can take a new session: every node is down or cordoned");
