@@ -7,7 +7,7 @@
 // main page go to SCREENSHOT_DIR (in the build tree) for a reviewer to look at.
 import fs from "node:fs";
 import path from "node:path";
-import puppeteer from "puppeteer-core";
+import { launchChromium } from "./ui_chromium.mjs";
 
 const [base, token, shots] = process.argv.slice(2);
 if (!base || !token || !shots) {
@@ -15,7 +15,6 @@ if (!base || !token || !shots) {
   process.exit(2);
 }
 fs.mkdirSync(shots, { recursive: true });
-const chromium = process.env.CHROMIUM || "/usr/bin/chromium";
 const T = 20000; // ms: the longest any one step may wait
 
 let step = "start";
@@ -39,12 +38,7 @@ function check(cond, what) {
   if (!cond) throw new Error(what);
 }
 
-const browser = await puppeteer.launch({
-  executablePath: chromium,
-  headless: true,
-  // root in CI: chromium's own sandbox needs an unprivileged user.
-  args: ["--no-sandbox", "--disable-gpu", "--disable-dev-shm-usage", "--no-first-run"],
-});
+const browser = await launchChromium();
 let failed = false;
 try {
   const page = await browser.newPage();

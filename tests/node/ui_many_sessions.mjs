@@ -4,7 +4,7 @@
 //
 //   node ui_many_sessions.mjs BASE_URL TOKEN SCREENSHOT_DIR
 import path from "node:path";
-import puppeteer from "puppeteer-core";
+import { launchChromium } from "./ui_chromium.mjs";
 
 const [base, token, shots] = process.argv.slice(2);
 const N = 1000;
@@ -24,11 +24,7 @@ async function worker() {
 await Promise.all(Array.from({ length: 25 }, worker));
 console.log(`made ${N} sessions in ${Date.now() - t0} ms`);
 
-const browser = await puppeteer.launch({
-  executablePath: process.env.CHROMIUM || "/usr/bin/chromium",
-  headless: true,
-  args: ["--no-sandbox", "--disable-gpu", "--disable-dev-shm-usage", "--no-first-run"],
-});
+const browser = await launchChromium();
 let failed = false;
 try {
   const page = await browser.newPage();
