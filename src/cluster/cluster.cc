@@ -332,6 +332,23 @@ Result<Owner> Cluster::place(const std::string& id, const std::string& tenant,
                              const std::string& node) {
   if (auto o = owner(id)) return *o;
   std::string target = node;
+  bool cached_cordon = false;
+  if (!target.empty()) {
+    std::lock_guard lock(mu_);
+    cached_cordon = cordoned_.contains(target);
+  }
+  if (cached_cordon) {
+    // The cache follows etcd by watch and may lag an uncordon made on another node a moment
+    // ago: a refusal is checked against etcd itself, so an admin's uncordon holds at once.
+    auto r = etcd_.range(key("cordon", target));
+    if (!r) return std::unexpected(catalog_error(r.error()));
+    std::lock_guard lock(mu_);
+    if (r->kvs.empty()) {
+      cordoned_.erase(target);
+    } else {
+      cordoned_.insert(target);
+    }
+  }
   {
     std::lock_guard lock(mu_);
     if (!target.empty()) {
