@@ -12,6 +12,7 @@
 #include <algorithm>
 #include <cerrno>
 #include <charconv>
+#include <sstream>
 #include <thread>
 
 #include "common/unique_fd.h"
@@ -145,8 +146,8 @@ Result<std::vector<std::string>> subdirs(const std::string& dir) {
     bool is_dir = e.type == DT_DIR;
     if (e.type == DT_UNKNOWN) {
       struct stat st;
-      is_dir = ::fstatat(fd.get(), e.name.c_str(), &st, AT_SYMLINK_NOFOLLOW) == 0 &&
-               S_ISDIR(st.st_mode);
+      is_dir =
+          ::fstatat(fd.get(), e.name.c_str(), &st, AT_SYMLINK_NOFOLLOW) == 0 && S_ISDIR(st.st_mode);
     }
     if (is_dir) names.push_back(e.name);
   }
@@ -313,6 +314,28 @@ Result<std::unique_ptr<CgroupDriver>> detect_cgroup_driver(const std::string& ro
   if (missing.empty()) return make_cgroup_v1_driver(root, std::move(parent));
   why += "cgroup v1 hierarchies not mounted under " + root + ": " + missing;
   return fail(Code::kUnavailable, "no usable cgroup hierarchy: " + why);
+}
+
+std::uint64_t proc_tree_cpu_usec(const std::vector<pid_t>& pids) {
+  static const long ticks = ::sysconf(_SC_CLK_TCK);
+  std::uint64_t total_ticks = 0;
+  for (pid_t pid : pids) {
+    auto stat = detail::read_file("/proc/" + std::to_string(pid) + "/stat");
+    if (!stat) continue;
+    // After "pid (comm) ", whose comm may hold spaces and parentheses: the fields from the
+    // state (field 3) on; utime..cstime are fields 14-17.
+    const std::size_t close = stat->rfind(')');
+    if (close == std::string::npos) continue;
+    std::istringstream in(stat->substr(close + 1));
+    std::string field;
+    for (int i = 3; i <= 13; ++i) in >> field;
+    for (int i = 14; i <= 17; ++i) {
+      std::uint64_t v = 0;
+      if (!(in >> v)) break;
+      total_ticks += v;
+    }
+  }
+  return ticks > 0 ? total_ticks * 1000000 / static_cast<std::uint64_t>(ticks) : 0;
 }
 
 }  // namespace agentbox::linux

@@ -35,6 +35,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <memory>
+#include <optional>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -62,6 +63,14 @@ struct CgroupEvents {
   // in the forking process's cgroup; on v2 since 6.12, in the cgroup whose limit was hit and its
   // ancestors. Read it on the exec's cgroup and on the box's to cover both.
   std::uint64_t pids_max = 0;
+};
+
+// What a cgroup uses now (API.md "Usage"): memory charged, CPU time since it was made (nullopt
+// where the kernel does not count it: a v1 host whose cpu hierarchy has no cpuacct), tasks.
+struct CgroupUsage {
+  std::uint64_t memory_bytes = 0;
+  std::optional<std::uint64_t> cpu_usec;
+  std::uint64_t tasks = 0;
 };
 
 class Cgroup {
@@ -114,6 +123,10 @@ class Cgroup {
 
   // Bytes charged to it and below (v2 memory.current, v1 memory.usage_in_bytes).
   [[nodiscard]] virtual Result<std::uint64_t> memory_usage() = 0;
+
+  // Memory, CPU time and tasks in it and below (v2: memory.current, cpu.stat usage_usec,
+  // pids.current; v1: memory.usage_in_bytes, cpuacct.usage, pids.current).
+  [[nodiscard]] virtual Result<CgroupUsage> usage() = 0;
 
   // The OOM-kill and fork-refusal counters (see CgroupEvents). A controller file that is missing
   // (a child of a child on v2 has no memory files) counts as 0.
@@ -187,6 +200,13 @@ inline constexpr std::string_view kDefaultCgroupParent = "agentbox";
 std::unique_ptr<CgroupDriver> make_cgroup_v2_driver(
     std::string unified_root, std::string parent = std::string(kDefaultCgroupParent),
     std::shared_ptr<CgroupFs> fs = nullptr);
+// The CPU time of processes (host pids) and of every child they reaped, from /proc/<pid>/stat
+// (utime + stime + cutime + cstime): for a whole tree of processes (a box's cgroup, whose
+// init reaps every orphan) the CPU time of all it ran, each exited process counted once in its
+// reaper's. Where the kernel's own count (cpuacct) is not in reach. A pid gone meanwhile counts
+// 0.
+std::uint64_t proc_tree_cpu_usec(const std::vector<pid_t>& pids);
+
 // Expects <v1_root>/{memory,cpu,pids,freezer}.
 std::unique_ptr<CgroupDriver> make_cgroup_v1_driver(
     std::string v1_root, std::string parent = std::string(kDefaultCgroupParent),

@@ -190,6 +190,20 @@ class V1Cgroup final : public Cgroup {
     return detail::read_u64(join(dirs_[kMemory], "memory.usage_in_bytes"));
   }
 
+  Result<CgroupUsage> usage() override {
+    CgroupUsage u;
+    auto mem = memory_usage();
+    if (!mem) return std::unexpected(std::move(mem.error()));
+    u.memory_bytes = *mem;
+    // cpuacct shares the cpu hierarchy on the usual mounts ("cpu,cpuacct"); where it does not,
+    // the box's CPU time is not counted.
+    if (auto ns = detail::read_u64(join(dirs_[kCpu], "cpuacct.usage"))) u.cpu_usec = *ns / 1000;
+    auto tasks = detail::read_u64(join(dirs_[kPids], "pids.current"));
+    if (!tasks) return std::unexpected(std::move(tasks.error()));
+    u.tasks = *tasks;
+    return u;
+  }
+
   Result<CgroupEvents> events() override {
     CgroupEvents ev;
     auto oom = detail::read_keyed_u64(join(dirs_[kMemory], "memory.oom_control"), "oom_kill");

@@ -158,6 +158,18 @@ class V2Cgroup final : public Cgroup {
     return detail::read_u64(join(dir_, "memory.current"));
   }
 
+  Result<CgroupUsage> usage() override {
+    CgroupUsage u;
+    auto mem = memory_usage();
+    if (!mem) return std::unexpected(std::move(mem.error()));
+    u.memory_bytes = *mem;
+    if (auto us = detail::read_keyed_u64(join(dir_, "cpu.stat"), "usage_usec")) u.cpu_usec = *us;
+    auto tasks = detail::read_u64(join(dir_, "pids.current"));
+    if (!tasks) return std::unexpected(std::move(tasks.error()));
+    u.tasks = *tasks;
+    return u;
+  }
+
   Result<CgroupEvents> events() override {
     CgroupEvents ev;
     auto oom = detail::read_keyed_u64(join(dir_, "memory.events"), "oom_kill");

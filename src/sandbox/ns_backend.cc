@@ -62,6 +62,7 @@ class NsBackend final : public Backend {
 
   std::string_view name() const override { return "ns"; }
   bool isolated() const override { return true; }
+  bool measures_usage() const override { return true; }
   Status check_usable() override { return core_->usable; }
   // Prepares each bind as create() would (linux/host_binds.h) and drops it.
   Status check_mounts(const std::vector<BindMount>& mounts, uid_t uid, gid_t gid) override {

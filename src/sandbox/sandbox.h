@@ -33,9 +33,9 @@ inline constexpr std::size_t kDefaultMaxOutputBytes = 131072;
 inline constexpr std::chrono::seconds kDefaultExecTimeout{120};
 
 struct ExecSpec {
-  std::vector<std::string> argv;  // run directly (PATH lookup) when non-empty ...
-  std::string command;            // ... else run as /bin/sh -c command
-  std::string cwd;                // in-box path; empty means workspace()
+  std::vector<std::string> argv;           // run directly (PATH lookup) when non-empty ...
+  std::string command;                     // ... else run as /bin/sh -c command
+  std::string cwd;                         // in-box path; empty means workspace()
   std::map<std::string, std::string> env;  // added to the box's base environment
   std::string stdin_data;                  // fed to the command, then stdin is closed
   std::chrono::milliseconds timeout = kDefaultExecTimeout;
@@ -97,7 +97,7 @@ struct FileInfo {
   std::string name;  // last component
   std::string path;  // in-box path as given (normalised)
   std::uint64_t size = 0;
-  std::uint32_t mode = 0;  // st_mode (type and permission bits)
+  std::uint32_t mode = 0;        // st_mode (type and permission bits)
   std::int64_t mod_time_ns = 0;  // since the Unix epoch
   bool is_dir = false;
   bool is_symlink = false;
@@ -128,8 +128,8 @@ struct FileReader {
 };
 
 struct WriteOptions {
-  bool mkdirs = false;                   // create missing parents (else ENOENT)
-  std::optional<std::uint32_t> mode;     // permission bits; default 0644 (or the old file's)
+  bool mkdirs = false;                     // create missing parents (else ENOENT)
+  std::optional<std::uint32_t> mode;       // permission bits; default 0644 (or the old file's)
   std::uint64_t max_bytes = 500ull << 20;  // write() past this fails with kTooBig
 };
 
@@ -160,6 +160,15 @@ struct NetworkMode {
   std::shared_ptr<const net::Policy> egress_policy;  // set: "allowlist" with this policy
   net::ProxyHooks egress_hooks;                      // with egress_policy
   bool open = false;                                 // "open"; neither set: "none"
+};
+
+// What a running box uses now (API.md "Usage"), from its cgroup: memory charged, CPU time of
+// every process it ran since it started (nullopt where the host does not count it), tasks
+// (threads included, as the max_pids limit counts them).
+struct BoxUsage {
+  std::uint64_t memory_bytes = 0;
+  std::optional<std::uint64_t> cpu_usec;
+  std::uint64_t pids = 0;
 };
 
 class Sandbox {
@@ -218,6 +227,11 @@ class Sandbox {
 
   // The egress proxy's counters (for /metrics), nullopt without one.
   virtual std::optional<net::ProxyCounters> egress_counters() const { return std::nullopt; }
+  // Its usage now (blocking: reads cgroup files). ENOTSUP from a backend that does not measure
+  // it (Backend::measures_usage()), EUNAVAILABLE once the box is shut down.
+  virtual Result<BoxUsage> usage() {
+    return fail(Code::kNotSupported, "usage on the " + std::string(name()) + " backend");
+  }
 
   // Adds host binds to the running box (API.md "Sessions", POST .../mounts), all or none:
   // true when they are there for the next command; false when they cannot be added to this box
@@ -244,8 +258,8 @@ class Sandbox {
   // DirWatch watches, sandbox/dir_watch.h). ENOTSUP on a backend without one.
   virtual Result<UniqueFd> open_dir(const std::string& path) {
     (void)path;
-    return fail(Code::kNotSupported, "watching directories on the " + std::string(name()) +
-                                         " backend");
+    return fail(Code::kNotSupported,
+                "watching directories on the " + std::string(name()) + " backend");
   }
 
   // Kills every process of the box and releases its resources (box torn down). The workspace
@@ -272,7 +286,6 @@ struct Limits {
 
   bool operator==(const Limits&) const = default;
 };
-
 
 // What a backend needs to make one box. `key` is an opaque, filesystem-safe unique name for the
 // box (used for cgroup and runtime dir names); the session layer supplies it.
@@ -352,6 +365,8 @@ class Backend {
   // (session::ManagerConfig::default_limits) for what it leaves unset. false: its box has only
   // the limits the session asks for (a remote runner's machine is not the daemon's to budget).
   virtual bool takes_default_limits() const { return true; }
+  // Whether its boxes measure their usage (Sandbox::usage): a cgroup per box.
+  virtual bool measures_usage() const { return false; }
   virtual Result<std::unique_ptr<Sandbox>> create(BoxConfig config) = 0;
 };
 

@@ -31,6 +31,7 @@ enum class RouteId {
   kSessionUpdate,
   kSessionMounts,
   kSessionPackages,
+  kSessionUsage,
   // Exec
   kExec,
   kExecStream,

@@ -49,8 +49,8 @@ asio::awaitable<Reply> create_session(Context* ctx, Request* rq) {
       co_return std::move(*fwd);
     }
   }
-  auto r = co_await ctx->svc->sessions.create(v1(req), std::move(decoded->id),
-                                              std::move(decoded->spec));
+  auto r =
+      co_await ctx->svc->sessions.create(v1(req), std::move(decoded->id), std::move(decoded->spec));
   if (!r) co_return error_reply(r.error());
   co_return session_reply(r->second ? 201 : 200, r->first);
 }
@@ -163,6 +163,26 @@ asio::awaitable<Reply> get_session_route(Context* ctx, Request* req) {
   co_return session_reply(200, *s);
 }
 
+// GET /v1/sessions/{id}/usage (API.md "Usage"): the box's figures while it runs; a suspended
+// session uses no memory and no tasks, and has no CPU counter until it runs again.
+asio::awaitable<Reply> session_usage(Context* ctx, Request* req) {
+  auto id = session_param(*req);
+  if (!id) co_return error_reply(id.error());
+  auto u = co_await ctx->svc->sessions.usage(v1(*req), *id);
+  if (!u) co_return error_reply(u.error());
+  const bool running = u->box.has_value();
+  json body = {{"id", u->info.id},
+               {"state", running ? "running" : "suspended"},
+               {"sampled_at", rfc3339(std::chrono::system_clock::now())},
+               {"memory_bytes", running ? u->box->memory_bytes : 0},
+               {"cpu_usec", nullptr},
+               {"pids", running ? u->box->pids : 0},
+               {"workspace_bytes", nullptr}};
+  if (running && u->box->cpu_usec) body["cpu_usec"] = *u->box->cpu_usec;
+  if (u->workspace_bytes) body["workspace_bytes"] = *u->workspace_bytes;
+  co_return json_reply(200, body);
+}
+
 asio::awaitable<Reply> suspend(Context* ctx, Request* req) {
   co_return co_await lifecycle(ctx, RouteId::kSessionSuspend, req);
 }
@@ -239,6 +259,7 @@ std::vector<RouteSpec> session_routes() {
       {R::kSessionCreate, "POST", "/v1/sessions", B::kJson, true, simple<create_session>},
       {R::kSessionList, "GET", "/v1/sessions", B::kNone, true, simple<list_sessions>},
       {R::kSessionGet, "GET", "/v1/sessions/{id}", B::kNone, true, simple<get_session_route>},
+      {R::kSessionUsage, "GET", "/v1/sessions/{id}/usage", B::kNone, true, simple<session_usage>},
       {R::kSessionDelete, "DELETE", "/v1/sessions/{id}", B::kNone, true, simple<delete_session>},
       {R::kSessionUpdate, "PATCH", "/v1/sessions/{id}", B::kJson, true, simple<update_session>},
       {R::kSessionSuspend, "POST", "/v1/sessions/{id}/suspend", B::kJson, true, simple<suspend>},

@@ -15,11 +15,13 @@ asio::awaitable<Result<std::pair<SessionInfo, bool>>> Sessions::create(Origin or
                                                                        session::SessionSpec spec) {
   if (auto st = session::validate_id(id); !st) co_return std::unexpected(st.error());
   SessionManager* sm = d_.sessions;
-  auto job = on_pool(d_.pool, [sm, cl = d_.cluster, id, spec = std::move(spec),
-                               caller = origin.caller]() -> Result<std::pair<SessionInfo, bool>> {
-    if (auto st = claim_here(cl, sm, id, caller); !st) return std::unexpected(st.error());
-    return forget_on_failure(cl, sm, id, sm->create_or_get(id, spec, caller));
-  });
+  auto job = on_pool(d_.pool,
+                     [sm, cl = d_.cluster, id, spec = std::move(spec),
+                      caller = origin.caller]() -> Result<std::pair<SessionInfo, bool>> {
+                       if (auto st = claim_here(cl, sm, id, caller); !st)
+                         return std::unexpected(st.error());
+                       return forget_on_failure(cl, sm, id, sm->create_or_get(id, spec, caller));
+                     });
   auto r = co_await std::move(job);
   // The audit line comes from the manager's kCreated event.
   if (r && r->second) {
@@ -33,6 +35,13 @@ asio::awaitable<Result<SessionInfo>> Sessions::get(Origin origin, std::string id
   if (auto st = session::validate_id(id); !st) co_return std::unexpected(st.error());
   SessionManager* sm = d_.sessions;
   auto job = on_pool(d_.pool, [sm, id, caller = origin.caller] { return sm->get(id, caller); });
+  co_return co_await std::move(job);
+}
+
+asio::awaitable<Result<SessionManager::Usage>> Sessions::usage(Origin origin, std::string id) {
+  if (auto st = session::validate_id(id); !st) co_return std::unexpected(st.error());
+  SessionManager* sm = d_.sessions;
+  auto job = on_pool(d_.pool, [sm, id, caller = origin.caller] { return sm->usage(id, caller); });
   co_return co_await std::move(job);
 }
 

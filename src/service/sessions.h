@@ -38,6 +38,8 @@ class Sessions {
                                                                         session::SessionSpec spec);
   asio::awaitable<Result<session::SessionInfo>> get(Origin origin, std::string id);
   asio::awaitable<Result<std::vector<session::SessionInfo>>> list(Origin origin);
+  // What it uses now (SessionManager::usage): never resumes it, not a use of it.
+  asio::awaitable<Result<session::SessionManager::Usage>> usage(Origin origin, std::string id);
   asio::awaitable<Result<session::SessionInfo>> suspend(Origin origin, std::string id);
   asio::awaitable<Result<session::SessionInfo>> resume(Origin origin, std::string id);
   asio::awaitable<Result<session::SessionInfo>> keepalive(Origin origin, std::string id);

@@ -272,6 +272,19 @@ class SessionManager {
   };
   Result<SessionInfo> update(const std::string& id, const Update& update, const Caller& caller);
 
+  // What a session uses now (API.md "Usage"): its box's memory, CPU time and tasks while it runs
+  // (`box` nullopt while suspended), and what the files under its workspace take on disk
+  // (`workspace_bytes`, nullopt for a workspace that is a host dir: seed 002's primary mount).
+  // Never resumes the session and is not a use of it (a dashboard watching a session does not
+  // keep it alive). ENOENT as get(); ENOTSUP naming the backend when it does not measure
+  // usage (Backend::measures_usage). Blocking: reads cgroup files and walks the workspace.
+  struct Usage {
+    SessionInfo info;
+    std::optional<sandbox::BoxUsage> box;
+    std::optional<std::uint64_t> workspace_bytes;
+  };
+  Result<Usage> usage(const std::string& id, const Caller& caller);
+
   // The egress proxy counters of every running session that has one, by session id.
   std::map<std::string, net::ProxyCounters> egress_counters();
 

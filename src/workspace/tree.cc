@@ -9,6 +9,8 @@
 #include <algorithm>
 #include <cerrno>
 #include <memory>
+#include <set>
+#include <utility>
 #include <vector>
 
 #include "common/unique_fd.h"
@@ -86,14 +88,61 @@ Status walk(int dirfd, const std::string& rel, EVP_MD_CTX* md, TreeStats* st) {
       add(md, std::to_string(size));
       st->bytes += size;
     } else {
-      return fail(Code::kInvalid, "snapshot: '" + path +
-                                      "' is a device, fifo or socket, which a snapshot cannot hold");
+      return fail(
+          Code::kInvalid,
+          "snapshot: '" + path + "' is a device, fifo or socket, which a snapshot cannot hold");
+    }
+  }
+  return {};
+}
+
+struct SizeWalk {
+  dev_t dev = 0;
+  std::set<std::pair<dev_t, ino_t>> linked;  // inodes with several links, seen once
+  TreeSize size;
+};
+
+Status size_walk(int dirfd, SizeWalk* w) {
+  auto names = names_in(dirfd, "a workspace directory");
+  if (!names) {
+    if (names.error().code == Code::kNotFound) return {};  // removed while we walked
+    return std::unexpected(names.error());
+  }
+  for (const std::string& n : *names) {
+    struct stat sb {};
+    if (::fstatat(dirfd, n.c_str(), &sb, AT_SYMLINK_NOFOLLOW) != 0) {
+      if (errno == ENOENT) continue;
+      return fail_errno(errno, "stat(" + n + ")");
+    }
+    if (sb.st_dev != w->dev) continue;  // a mount point inside the tree
+    ++w->size.entries;
+    if (!S_ISDIR(sb.st_mode) && sb.st_nlink > 1 &&
+        !w->linked.emplace(sb.st_dev, sb.st_ino).second) {
+      continue;
+    }
+    w->size.bytes += static_cast<std::uint64_t>(sb.st_blocks) * 512;
+    if (S_ISDIR(sb.st_mode)) {
+      UniqueFd sub(::openat(dirfd, n.c_str(), O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC));
+      if (!sub) {
+        if (errno == ENOENT || errno == ENOTDIR) continue;
+        return fail_errno(errno, "open(" + n + ")");
+      }
+      AB_TRY(size_walk(sub.get(), w));
     }
   }
   return {};
 }
 
 }  // namespace
+
+Result<TreeSize> tree_size(int dirfd) {
+  struct stat root {};
+  if (::fstat(dirfd, &root) != 0) return fail_errno(errno, "stat(workspace)");
+  SizeWalk w;
+  w.dev = root.st_dev;
+  AB_TRY(size_walk(dirfd, &w));
+  return w.size;
+}
 
 Result<TreeStats> hash_tree(int dirfd) {
   Md md(EVP_MD_CTX_new());

@@ -22,4 +22,14 @@ struct TreeStats {
 // session's box, never on the host).
 [[nodiscard]] Result<TreeStats> hash_tree(int dirfd);
 
+// What a live tree takes on disk, as `du` counts it: the blocks allocated to every entry under
+// `dirfd` (the root excluded; a file with several hard links counted once), and how many
+// entries there are. Never follows a symlink nor leaves the root's filesystem (a mount inside
+// the tree is not walked). Entries that vanish during the walk (the tree is in use) are skipped.
+struct TreeSize {
+  std::uint64_t bytes = 0;
+  std::uint64_t entries = 0;
+};
+[[nodiscard]] Result<TreeSize> tree_size(int dirfd);
+
 }  // namespace agentbox::workspace

@@ -92,6 +92,15 @@ try {
   check(made.status === 200 && made.json().labels.team === "a", "ui-s1 via the API: " + made.text);
   ok(step);
 
+  step = "the session's usage shows what its box uses";
+  await page.waitForFunction(() => /\d (KiB|MiB|GiB)/.test(document.querySelector("#usage-memory b")?.textContent || ""));
+  await page.waitForFunction(() => /^[1-9]\d*/.test(document.querySelector("#usage-pids b")?.textContent || ""));
+  // CPU is a rate: it shows from the second sample on.
+  await page.waitForFunction(() => /%/.test(document.querySelector("#usage-cpu b")?.textContent || ""));
+  const usage = (await api("GET", "/v1/sessions/ui-s1/usage")).json();
+  check(usage.state === "running" && usage.memory_bytes > 0, "usage via the API: " + JSON.stringify(usage));
+  ok(step);
+
   step = "the terminal runs echo hi";
   await page.waitForFunction(() => document.querySelector(".terminal [role=status]")?.textContent === "connected");
   await page.waitForSelector(".xterm-helper-textarea");
@@ -216,6 +225,18 @@ try {
   await shot("health");
   ok(step);
 
+  step = "a denied connection appears in the network tab";
+  const allow = await api("POST", "/v1/sessions/ui-s1/network", { mode: "allowlist", allow: ["allowed.test"] });
+  check(allow.status === 200, "allowlist: " + allow.text);
+  const denied = await api("POST", "/v1/sessions/ui-s1/exec", {
+    argv: ["python3", "-c", "import urllib.request\ntry: urllib.request.urlopen('http://denied.test/', timeout=10)\nexcept Exception as e: print(e)"],
+  });
+  check(denied.status === 200 && /403/.test(denied.json().stdout), "the box's request was not refused: " + denied.text);
+  await page.click("#tab-3");
+  await page.waitForFunction(() => /denied\.test/.test(document.getElementById("denied")?.textContent || ""));
+  await shot("denied");
+  ok(step);
+
   step = "suspend and resume";
   await page.evaluate(() => [...document.querySelectorAll(".sesshead button")].find((b) => b.textContent === "Suspend").click());
   await page.waitForFunction(() => document.getElementById("session-state")?.textContent === "suspended");
@@ -246,6 +267,22 @@ try {
   check((await api("GET", "/v1/sessions/ui-other")).status === 404, "ui-other still exists");
   ok(step);
 
+  step = "archive a session, then restore it from its archive";
+  check((await api("POST", "/v1/sessions", { id: "ui-arch" })).status === 201, "ui-arch not created");
+  check((await api("PUT", "/v1/sessions/ui-arch/files?path=kept.txt", undefined, "kept\n")).status < 300, "kept.txt not written");
+  await page.goto(base + "/ui/#/sessions/ui-arch");
+  await page.waitForFunction(() => document.getElementById("session-state")?.textContent === "running");
+  await page.evaluate(() => [...document.querySelectorAll(".sesshead button")].find((b) => b.textContent === "Archive…").click());
+  await page.waitForSelector("dialog.modal[open]");
+  await page.click("dialog.modal button.danger");
+  await page.waitForSelector("#archive-path");
+  check((await api("GET", "/v1/sessions/ui-arch")).status === 404, "ui-arch still exists after its archive");
+  await page.evaluate(() => [...document.querySelectorAll(".sesshead button")].find((b) => b.textContent === "Restore it").click());
+  await page.waitForFunction(() => document.getElementById("session-state")?.textContent === "running");
+  const kept = await api("GET", "/v1/sessions/ui-arch/files?path=kept.txt");
+  check(kept.status === 200 && kept.text === "kept\n", "kept.txt after the restore: " + kept.status + " " + kept.text);
+  ok(step);
+
   step = "templates: a bad YAML is refused in words, a good one builds with its log";
   await page.goto(base + "/ui/#/templates");
   await page.waitForSelector('textarea[aria-label="template YAML"]');
@@ -255,6 +292,8 @@ try {
   const shownError = await page.evaluate(() => [...document.querySelectorAll(".status.error")].map((s) => s.textContent).join(""));
   const apiError = (await api("POST", "/v1/templates", undefined, "name: [broken\n")).json().error.message;
   check(shownError === apiError, "shown: " + shownError + " / the API says: " + apiError);
+  // The line the error names is shown under the editor, with its number.
+  await page.waitForFunction(() => /^\d+ \| /.test(document.getElementById("yaml-error")?.textContent || "") && !document.getElementById("yaml-error").hidden);
   await page.$eval('textarea[aria-label="template YAML"]', (e) =>
     (e.value = "name: uihello\nversion: 1\nfiles:\n  hello.txt: \"hi\\n\"\nsetup:\n  - echo setup-ran-in-the-box\n"));
   await page.evaluate(() => [...document.querySelectorAll("button")].find((b) => b.textContent === "Push").click());
@@ -272,6 +311,7 @@ try {
   await page.goto(base + "/ui/#/ops");
   await page.waitForFunction(() => document.querySelectorAll("table.metrics tbody tr").length > 3);
   await page.waitForFunction(() => /session\.create/.test(document.querySelector("table.audit tbody")?.textContent || ""));
+  await page.waitForFunction(() => /\(this one\)/.test(document.getElementById("nodes")?.textContent || "") && /up/.test(document.getElementById("nodes").textContent));
   await page.type('input[aria-label="audit session"]', "ui-other");
   await page.click('form[aria-label="audit filters"] button[type=submit]');
   await page.waitForFunction(() => {

@@ -49,6 +49,20 @@ export function fmtBytes(n: number | undefined | null): string {
   return (i === 0 ? String(v) : v.toFixed(1)) + " " + units[i];
 }
 
+// A small line chart of `values` (oldest first), scaled to `max` (default: their largest).
+export function spark(values: number[], max?: number): SVGElement {
+  const ns = "http://www.w3.org/2000/svg";
+  const svg = document.createElementNS(ns, "svg");
+  svg.setAttribute("viewBox", "0 0 120 24");
+  svg.setAttribute("class", "spark");
+  const top = Math.max(max ?? 0, 1e-9, ...values);
+  const pts = values.map((v, i) => `${(i * 120) / Math.max(1, values.length - 1)},${24 - (v / top) * 22 - 1}`).join(" ");
+  const pl = document.createElementNS(ns, "polyline");
+  pl.setAttribute("points", pts);
+  svg.appendChild(pl);
+  return svg;
+}
+
 export function fmtAge(iso: string | undefined): string {
   if (!iso) return "—";
   const t = Date.parse(iso);

@@ -1,8 +1,8 @@
 // Operations: readiness and features, connected runners, the audit log (GET /v1/audit, with
 // filters), the daemon's metrics (GET /metrics, Prometheus text, with a small live chart of each
 // series while the page is open).
-import { enc, get, request } from "./api";
-import { clear, fmtAge, h, status } from "./dom";
+import { api, enc, get, request } from "./api";
+import { clear, fmtAge, fmtBytes, h, spark, status } from "./dom";
 import type { Cleanup } from "./main";
 
 type Sample = { name: string; labels: string; value: number };
@@ -17,19 +17,6 @@ export function parseMetrics(text: string): Sample[] {
   return out;
 }
 
-function spark(values: number[]): SVGElement {
-  const ns = "http://www.w3.org/2000/svg";
-  const svg = document.createElementNS(ns, "svg");
-  svg.setAttribute("viewBox", "0 0 120 24");
-  svg.setAttribute("class", "spark");
-  const max = Math.max(1, ...values);
-  const pts = values.map((v, i) => `${(i * 120) / Math.max(1, values.length - 1)},${24 - (v / max) * 22 - 1}`).join(" ");
-  const pl = document.createElementNS(ns, "polyline");
-  pl.setAttribute("points", pts);
-  svg.appendChild(pl);
-  return svg;
-}
-
 export function opsPage(main: HTMLElement, onCleanup: (c: Cleanup) => void): void {
   const st = status();
   const ready = h("div");
@@ -38,6 +25,53 @@ export function opsPage(main: HTMLElement, onCleanup: (c: Cleanup) => void): voi
   const filter = h("input", { type: "search", placeholder: "filter metrics", "aria-label": "filter metrics" });
   const history = new Map<string, number[]>();
   let last: Sample[] = [];
+
+  // GET /v1/cluster: this daemon alone, or every node of the cluster with its load; an admin
+  // may cordon a node (no new sessions) and uncordon it.
+  const nodes = h("tbody", { id: "nodes" });
+  const clusterNote = h("p", { class: "muted" });
+  async function loadCluster(): Promise<void> {
+    try {
+      const c = await get("/v1/cluster");
+      clear(nodes);
+      clusterNote.textContent =
+        c.mode === "single" ? "A single daemon (no cluster configured)." : "A cluster on etcd (" + (c.etcd?.endpoints || []).join(", ") + "): " + (c.etcd?.healthy ? "etcd healthy" : "etcd unreachable");
+      // eslint-disable-next-line @typescript-eslint/no-explicit-any
+      for (const n of c.nodes as any[]) {
+        const act = (what: "cordon" | "uncordon") =>
+          h(
+            "button",
+            {
+              onclick: async () => {
+                try {
+                  await api("POST", "/v1/cluster/nodes/" + enc(n.name) + "/" + what, { body: {} });
+                  loadCluster();
+                } catch (err) {
+                  st.error(err);
+                }
+              },
+            },
+            what === "cordon" ? "Cordon" : "Uncordon",
+          );
+        nodes.appendChild(
+          h(
+            "tr",
+            {},
+            h("td", {}, n.name, n.name === c.node ? " (this one)" : ""),
+            h("td", {}, h("span", { class: "badge " + (n.state === "up" ? "running" : n.state === "down" ? "failed" : "suspended") }, n.state)),
+            h("td", { class: "mono" }, n.advertise || ""),
+            h("td", {}, String(n.sessions ?? "")),
+            h("td", {}, String(n.running_boxes ?? "")),
+            h("td", {}, n.free_memory_mb !== undefined ? fmtBytes(n.free_memory_mb * 1048576) : ""),
+            h("td", {}, n.version || ""),
+            h("td", {}, c.mode === "single" ? "" : n.state === "cordoned" ? act("uncordon") : n.state === "up" ? act("cordon") : ""),
+          ),
+        );
+      }
+    } catch (err) {
+      st.error(err);
+    }
+  }
 
   async function loadStatic(): Promise<void> {
     try {
@@ -128,6 +162,9 @@ export function opsPage(main: HTMLElement, onCleanup: (c: Cleanup) => void): voi
     ready,
     h("h2", {}, "Runners"),
     h("table", {}, h("thead", {}, h("tr", {}, ...["User", "State", "Workspace", "Version", "Last seen"].map((x) => h("th", {}, x)))), runners),
+    h("h2", {}, "Nodes"),
+    clusterNote,
+    h("table", {}, h("thead", {}, h("tr", {}, ...["Node", "State", "Address", "Sessions", "Running", "Free memory", "Version", ""].map((x) => h("th", {}, x)))), nodes),
     h("h2", {}, "Audit log"),
     auditForm,
     h("table", { class: "audit" }, h("thead", {}, h("tr", {}, ...["When", "Event", "Tenant", "Session", "Details"].map((x) => h("th", {}, x)))), audit),
@@ -136,6 +173,7 @@ export function opsPage(main: HTMLElement, onCleanup: (c: Cleanup) => void): voi
     h("table", { class: "metrics" }, h("thead", {}, h("tr", {}, ...["Series", "Labels", "Value", "Last 5 min"].map((x) => h("th", {}, x)))), metrics),
   );
   loadStatic();
+  loadCluster();
   loadAudit();
   loadMetrics();
   const t = setInterval(loadMetrics, 5000);

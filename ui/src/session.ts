@@ -1,12 +1,14 @@
 // One session: its state and actions, then tabs: terminal, files, processes, mounts and
 // network, health (with repair).
-import { enc, get, post } from "./api";
+import { api, enc, get, post } from "./api";
 import { clear, fmtAge, h, status } from "./dom";
 import { filesView } from "./files";
+import { confirmDialog } from "./modal";
 import type { Cleanup } from "./main";
 import { processesView } from "./processes";
 import { type Session, sessionAction } from "./sessions";
 import { terminalView } from "./terminal";
+import { usageView } from "./usage";
 
 function show(v: unknown): string {
   if (v === undefined || v === null || v === "") return "—";
@@ -19,7 +21,31 @@ function kv(rows: [string, unknown][]): HTMLElement {
   return h("dl", { class: "kv" }, ...rows.map(([k, v]) => h("div", {}, h("dt", {}, k), h("dd", {}, show(v)))));
 }
 
-function settingsView(id: string, s: Session, reload: () => void): HTMLElement {
+// The proxy's refusals for this session (the audit log's net.deny lines), newest first,
+// refreshed every 5 s while the tab is open.
+function deniedView(id: string): { el: HTMLElement; stop: () => void } {
+  const rows = h("tbody", { id: "denied" });
+  const load = async () => {
+    try {
+      const r = await get("/v1/audit?limit=50&event=net.deny&session=" + enc(id));
+      clear(rows);
+      // eslint-disable-next-line @typescript-eslint/no-explicit-any
+      for (const l of [...r.lines].reverse() as any[]) {
+        rows.appendChild(h("tr", {}, h("td", { title: l.time }, fmtAge(l.time) + " ago"), h("td", { class: "mono" }, l.method), h("td", { class: "mono" }, l.host + (l.port ? ":" + l.port : "")), h("td", {}, l.reason)));
+      }
+      if (!r.lines.length) rows.appendChild(h("tr", {}, h("td", { colspan: "4", class: "muted" }, "No connection of this session was denied.")));
+    } catch (err) {
+      clear(rows);
+      rows.appendChild(h("tr", {}, h("td", { colspan: "4", class: "status error" }, err instanceof Error ? err.message : String(err))));
+    }
+  };
+  load();
+  const t = setInterval(load, 5000);
+  const el = h("div", {}, h("h3", {}, "Denied connections"), h("table", {}, h("thead", {}, h("tr", {}, ...["When", "Method", "Host", "Why"].map((x) => h("th", {}, x)))), rows));
+  return { el, stop: () => clearInterval(t) };
+}
+
+function settingsView(id: string, s: Session, reload: () => void): { el: HTMLElement; stop: () => void } {
   const base = "/v1/sessions/" + enc(id);
   const st = status();
   const mounts = h(
@@ -70,7 +96,9 @@ function settingsView(id: string, s: Session, reload: () => void): HTMLElement {
       st.error(err);
     }
   });
-  return h("section", {}, st.el, h("h3", {}, "Mounts and skills"), mounts, mountForm, h("h3", {}, "Network policy"), netForm, h("p", { class: "muted" }, "allowlist: host names, *.domain or host:port, comma separated. Denied connections are in the audit log (net.deny)."));
+  const denied = deniedView(id);
+  const el = h("section", {}, st.el, h("h3", {}, "Mounts and skills"), mounts, mountForm, h("h3", {}, "Network policy"), netForm, h("p", { class: "muted" }, "allowlist: host names, *.domain or host:port, comma separated."), denied.el);
+  return { el, stop: denied.stop };
 }
 
 function healthView(id: string): HTMLElement {
@@ -111,7 +139,38 @@ export function sessionPage(main: HTMLElement, id: string, onCleanup: (c: Cleanu
   const panel = h("div", { class: "panel" });
   let stopPanel: (() => void) | null = null;
   let current: Session = {};
-  onCleanup(() => stopPanel?.());
+  const usage = usageView(id, () => current.limits || {});
+  onCleanup(() => {
+    stopPanel?.();
+    usage.stop();
+  });
+
+  // DELETE ?archive=true: the workspace goes to an archive, then the session is destroyed; the
+  // page then offers to restore it from that archive.
+  async function archive(): Promise<void> {
+    if (!(await confirmDialog("Archive session " + id + " and destroy it? Its workspace is kept as an archive under the daemon's data dir; its processes stop.", "Archive and destroy"))) return;
+    // Nothing of the page may ask about the session while it goes.
+    usage.stop();
+    stopPanel?.();
+    stopPanel = null;
+    try {
+      const r = await api("DELETE", "/v1/sessions/" + enc(id) + "?archive=true");
+      clear(head);
+      clear(panel);
+      const restore = h("button", { class: "primary" }, "Restore it");
+      restore.addEventListener("click", async () => {
+        try {
+          await post("/v1/sessions/" + enc(id) + "/restore", { archive: r.archive });
+          location.reload();
+        } catch (err) {
+          st.error(err);
+        }
+      });
+      head.append(h("h1", {}, id, " ", h("span", { class: "badge stopped", id: "session-state" }, "archived")), h("p", {}, "Archived to ", h("code", { id: "archive-path" }, r.archive)), restore);
+    } catch (err) {
+      st.error(err);
+    }
+  }
 
   async function reload(): Promise<void> {
     try {
@@ -136,7 +195,7 @@ export function sessionPage(main: HTMLElement, id: string, onCleanup: (c: Cleanu
         );
       head.append(
         h("h1", {}, id, " ", h("span", { class: "badge " + current.state, id: "session-state" }, current.state)),
-        h("div", { class: "row" }, current.state === "running" ? act("Suspend", "suspend") : act("Resume", "resume"), act("Destroy", "destroy")),
+        h("div", { class: "row" }, current.state === "running" ? act("Suspend", "suspend") : act("Resume", "resume"), h("button", { onclick: archive }, "Archive…"), act("Destroy", "destroy")),
         kv([
           ["backend", current.backend],
           ["created", fmtAge(current.created_at) + " ago"],
@@ -158,7 +217,7 @@ export function sessionPage(main: HTMLElement, id: string, onCleanup: (c: Cleanu
     ["Terminal", () => terminalView(id)],
     ["Files", () => ({ el: filesView(id) })],
     ["Processes", () => processesView(id)],
-    ["Mounts & network", () => ({ el: settingsView(id, current, () => reload().then(() => show(3))) })],
+    ["Mounts & network", () => settingsView(id, current, () => reload().then(() => show(3)))],
     ["Health", () => ({ el: healthView(id) })],
   ];
   const buttons = tabs.map(([name], i) => h("button", { role: "tab", id: "tab-" + i, onclick: () => show(i) }, name));
@@ -171,6 +230,6 @@ export function sessionPage(main: HTMLElement, id: string, onCleanup: (c: Cleanu
     stopPanel = v.stop || null;
     panel.appendChild(v.el);
   }
-  main.append(h("p", {}, h("a", { href: "#/sessions" }, "← Sessions")), head, st.el, h("div", { class: "tabs", role: "tablist" }, ...buttons), panel);
+  main.append(h("p", {}, h("a", { href: "#/sessions" }, "← Sessions")), head, usage.el, st.el, h("div", { class: "tabs", role: "tablist" }, ...buttons), panel);
   reload().then(() => show(0));
 }

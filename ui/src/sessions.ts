@@ -107,6 +107,31 @@ function createForm(onCreated: (s: Session) => void): HTMLElement {
   return form;
 }
 
+// POST /v1/sessions/{id}/restore: a new session from an archive that DELETE ?archive=true made.
+function restoreForm(onRestored: (s: Session) => void): HTMLElement {
+  const st = status();
+  const form = h(
+    "form",
+    { class: "create", "aria-label": "restore a session" },
+    h("label", {}, "Id", h("input", { name: "id", required: "", pattern: "[A-Za-z0-9._\\-]{1,128}" })),
+    h("label", {}, "Archive", h("input", { name: "archive", required: "", class: "wide", placeholder: "data_dir/archives/<id>-<time>.tar.zst" })),
+    h("button", { type: "submit", class: "primary" }, "Restore"),
+    st.el,
+  );
+  form.addEventListener("submit", async (e) => {
+    e.preventDefault();
+    const d = new FormData(form);
+    try {
+      const s = await post("/v1/sessions/" + enc(String(d.get("id")).trim()) + "/restore", { archive: String(d.get("archive")).trim() });
+      st.ok("Restored " + s.id);
+      onRestored(s);
+    } catch (err) {
+      st.error(err);
+    }
+  });
+  return form;
+}
+
 export function sessionsPage(main: HTMLElement, onCleanup: (c: Cleanup) => void): void {
   const sessions = new Map<string, Session>();
   const st = status();
@@ -161,7 +186,7 @@ export function sessionsPage(main: HTMLElement, onCleanup: (c: Cleanup) => void)
       { class: "vrow", role: "row", style: `top:${i * ROW}px`, "data-id": s.id },
       h("span", { class: "c-id", role: "cell" }, h("a", { href: "#/sessions/" + enc(s.id) }, s.id)),
       h("span", { class: "c-state", role: "cell" }, h("span", { class: "badge " + s.state }, s.state)),
-      h("span", { class: "c-backend", role: "cell" }, s.backend),
+      h("span", { class: "c-backend", role: "cell", title: s.node ? "on node " + s.node : undefined }, s.backend + (s.node ? " @ " + s.node : "")),
       h("span", { class: "c-age", role: "cell", title: s.created_at }, fmtAge(s.created_at)),
       h("span", { class: "c-ttl", role: "cell" }, ttlText(s)),
       h("span", { class: "c-limits", role: "cell" }, limitsText(s.limits)),
@@ -208,6 +233,7 @@ export function sessionsPage(main: HTMLElement, onCleanup: (c: Cleanup) => void)
   main.append(
     h("h1", {}, "Sessions ", live),
     h("details", { class: "card" }, h("summary", {}, "New session"), createForm((s) => ((location.hash = "#/sessions/" + enc(s.id))))),
+    h("details", { class: "card" }, h("summary", {}, "Restore from an archive"), restoreForm((s) => ((location.hash = "#/sessions/" + enc(s.id))))),
     h("div", { class: "filters" }, stateSel, labelIn, idIn, count),
     st.el,
     h("div", { class: "vtable" }, header, scroller),

@@ -131,8 +131,25 @@ export function templatesPage(main: HTMLElement, onCleanup: (c: Cleanup) => void
       load();
     } catch (err) {
       pst.error(err);
+      markLine(err instanceof Error ? err.message : String(err));
     }
   });
+  // The daemon's YAML errors name their line ("line 7: …"): that line is shown under the
+  // editor with its number and selected in it.
+  const where = h("pre", { class: "code", id: "yaml-error", hidden: true });
+  function markLine(message: string): void {
+    const m = /line (\d+)/.exec(message);
+    where.hidden = !m;
+    if (!m) return;
+    const n = Number(m[1]);
+    const lines = yaml.value.split("\n");
+    if (n < 1 || n > lines.length) return;
+    where.textContent = n + " | " + lines[n - 1] + "\n" + " ".repeat(String(n).length) + " | ^ " + message;
+    const start = lines.slice(0, n - 1).reduce((a, l) => a + l.length + 1, 0);
+    yaml.focus();
+    yaml.setSelectionRange(start, start + lines[n - 1].length);
+  }
+  yaml.addEventListener("input", () => (where.hidden = true));
   main.append(
     h("h1", {}, "Templates"),
     st.el,
@@ -144,6 +161,7 @@ export function templatesPage(main: HTMLElement, onCleanup: (c: Cleanup) => void
     yaml,
     h("div", { class: "row" }, push),
     pst.el,
+    where,
   );
   load();
 }

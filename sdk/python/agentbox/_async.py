@@ -29,6 +29,7 @@ from .models import (
     SessionInfo,
     Snapshot,
     Template,
+    Usage,
 )
 
 # --- sessions ------------------------------------------------------------------------------
@@ -114,6 +115,11 @@ class AsyncSession:
             body["labels"] = dict(labels)
         self.info = SessionInfo.from_json(await self._t.json("PATCH", self._path(), json=body))
         return self.info
+
+    async def usage(self) -> Usage:
+        """What the session uses now; asking neither resumes it nor counts as a use
+        (:class:`NotSupported` on a backend without a cgroup per session)."""
+        return Usage.from_json(await self._t.json("GET", self._path("/usage")))
 
     async def health(self) -> HealthReport:
         """Runs the session's health checks (the template's and the built-in ones)."""

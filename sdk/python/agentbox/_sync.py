@@ -28,6 +28,7 @@ from .models import (
     SessionInfo,
     Snapshot,
     Template,
+    Usage,
 )
 
 # --- sessions ------------------------------------------------------------------------------
@@ -113,6 +114,11 @@ class Session:
             body["labels"] = dict(labels)
         self.info = SessionInfo.from_json(self._t.json("PATCH", self._path(), json=body))
         return self.info
+
+    def usage(self) -> Usage:
+        """What the session uses now; asking neither resumes it nor counts as a use
+        (:class:`NotSupported` on a backend without a cgroup per session)."""
+        return Usage.from_json(self._t.json("GET", self._path("/usage")))
 
     def health(self) -> HealthReport:
         """Runs the session's health checks (the template's and the built-in ones)."""

@@ -322,6 +322,33 @@ class HealthCheck:
 
 
 @dataclass(frozen=True)
+class Usage:
+    """What a session uses now (``session.usage()``): memory, CPU time and tasks of its box
+    while it runs (``cpu_usec`` is None while suspended), and what its workspace takes on disk
+    (None when the workspace is a host directory)."""
+
+    id: str
+    state: str
+    sampled_at: str
+    memory_bytes: int
+    cpu_usec: Optional[int]
+    pids: int
+    workspace_bytes: Optional[int]
+
+    @classmethod
+    def from_json(cls, j: Mapping[str, Any]) -> "Usage":
+        return cls(
+            id=str(j.get("id", "")),
+            state=str(j.get("state", "")),
+            sampled_at=str(j.get("sampled_at", "")),
+            memory_bytes=int(j.get("memory_bytes") or 0),
+            cpu_usec=None if j.get("cpu_usec") is None else int(j["cpu_usec"]),
+            pids=int(j.get("pids") or 0),
+            workspace_bytes=None if j.get("workspace_bytes") is None else int(j["workspace_bytes"]),
+        )
+
+
+@dataclass(frozen=True)
 class HealthReport:
     """The result of ``session.health()`` or ``session.repair()``."""
 

@@ -35,8 +35,20 @@ async def test_session_lifecycle(aclient: AsyncClient, sid: str) -> None:
         with pytest.raises(agentbox.NotSupported) as ns:
             await s.update(limits={"max_pids": 64})
         assert "limits.max_pids" in ns.value.message
+    if BACKEND == "ns":  # the box's cgroup: memory and tasks now, the workspace's size
+        u = await s.usage()
+        assert u.id == sid and u.state == "running" and u.memory_bytes > 0 and u.pids >= 1
+        assert u.cpu_usec is not None and u.workspace_bytes is not None
+    else:  # the host backend keeps no cgroup per session: 501 naming it
+        with pytest.raises(agentbox.NotSupported) as nu:
+            await s.usage()
+        assert "host backend" in nu.value.message
     assert (await s.suspend()).state == "suspended"
     assert (await s.refresh()).state == "suspended"
+    if BACKEND == "ns":  # a suspended session uses nothing, and asking does not resume it
+        u = await s.usage()
+        assert u.state == "suspended" and u.memory_bytes == 0 and u.cpu_usec is None
+        assert (await s.refresh()).state == "suspended"
     assert (await s.resume()).state == "running"
     assert (await s.keepalive()).state == "running"
     report = await s.health()

@@ -36,8 +36,20 @@ def test_session_lifecycle(client: Client, sid: str) -> None:
         with pytest.raises(agentbox.NotSupported) as ns:
             s.update(limits={"max_pids": 64})
         assert "limits.max_pids" in ns.value.message
+    if BACKEND == "ns":  # the box's cgroup: memory and tasks now, the workspace's size
+        u = s.usage()
+        assert u.id == sid and u.state == "running" and u.memory_bytes > 0 and u.pids >= 1
+        assert u.cpu_usec is not None and u.workspace_bytes is not None
+    else:  # the host backend keeps no cgroup per session: 501 naming it
+        with pytest.raises(agentbox.NotSupported) as nu:
+            s.usage()
+        assert "host backend" in nu.value.message
     assert (s.suspend()).state == "suspended"
     assert (s.refresh()).state == "suspended"
+    if BACKEND == "ns":  # a suspended session uses nothing, and asking does not resume it
+        u = s.usage()
+        assert u.state == "suspended" and u.memory_bytes == 0 and u.cpu_usec is None
+        assert (s.refresh()).state == "suspended"
     assert (s.resume()).state == "running"
     assert (s.keepalive()).state == "running"
     report = s.health()

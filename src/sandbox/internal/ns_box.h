@@ -450,6 +450,20 @@ class NsSandbox final : public Sandbox, private ProcessLauncher {
 
   std::optional<net::ProxyCounters> egress_counters() const override { return net_->counters(); }
 
+  Result<BoxUsage> usage() override {
+    std::lock_guard lock(cgroup_mu_);
+    if (shut_down_cgroups_) return fail(Code::kUnavailable, "box " + key_ + " is shut down");
+    auto u = cgroup_->usage();
+    if (!u) return std::unexpected(with_context(u.error(), "box " + key_ + ": usage"));
+    BoxUsage out{u->memory_bytes, u->cpu_usec, u->tasks};
+    if (!out.cpu_usec) {
+      // A v1 host whose cpuacct is not mounted with cpu: the box's processes and what they
+      // reaped (the box init reaps every orphan, so that is all the box ran).
+      if (auto pids = cgroup_->pids()) out.cpu_usec = lx::proc_tree_cpu_usec(*pids);
+    }
+    return out;
+  }
+
   // memory, cpu and pids into the box cgroup (limits on it bound every exec child below it);
   // cpu_time_sec for the commands started from now on.
   Status set_limits(const Limits& limits) override {
