@@ -219,7 +219,10 @@ Report evaluate(const Target& t, const HostFacts& h, const std::optional<HttpPro
     std::string fix;
     std::string detail = where + ": " + (h.fs_type.empty() ? "?" : h.fs_type) + ", " +
                          human_bytes(h.free_bytes) + " free";
-    if (!h.data_dir_writable) {
+    if (h.fs_type == "proc" || h.fs_type == "sysfs") {
+      l = Level::kFail;
+      fix = "data_dir must be on a disk, not in " + h.fs_type;
+    } else if (!h.data_dir_writable) {
       l = Level::kFail;
       fix = "make " + h.data_dir_checked + " writable for agentboxd, or set data_dir";
     } else if (h.fs_type == "overlayfs" || h.fs_type == "nfs" || h.fs_type == "fuse" ||

@@ -70,6 +70,8 @@ std::string fs_name(long type) {
     case 0xFE534D42: return "smb2";
     case 0x2FC12FC1: return "zfs";
     case F2FS_SUPER_MAGIC: return "f2fs";
+    case PROC_SUPER_MAGIC: return "proc";
+    case SYSFS_MAGIC: return "sysfs";
     default: {
       char buf[32];
       std::snprintf(buf, sizeof buf, "0x%lx", static_cast<unsigned long>(type));

@@ -120,6 +120,12 @@ TEST(Doctor, DataDirFileSystemAndSpace) {
   EXPECT_EQ(r.exit_code, 1);
 
   h = good_host();
+  h.fs_type = "proc";  // --data-dir /proc/x
+  r = evaluate(Target{}, h, std::nullopt, {});
+  EXPECT_EQ(find(r, "data dir")->level, Level::kFail);
+  EXPECT_NE(find(r, "data dir")->fix.find("on a disk"), std::string::npos);
+
+  h = good_host();
   h.free_bytes = 1ull << 30;
   r = evaluate(Target{}, h, std::nullopt, {});
   EXPECT_EQ(find(r, "data dir")->level, Level::kWarn);

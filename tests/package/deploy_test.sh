@@ -10,6 +10,14 @@ build=$(cd "$2" && pwd)
 tmp=$(mktemp -d /tmp/agentbox-deploy-test.XXXXXX)
 trap 'rm -rf "$tmp"' EXIT
 
+# deploy/container/Containerfile cannot be built here (its stages need Debian's archive and the
+# npm registry); what can be checked offline: every file it COPYs from the repo exists.
+while read -r src; do
+  [[ -e $repo/$src ]] || { echo "FAIL: Containerfile copies $src, which does not exist"; exit 1; }
+done < <(sed -n 's/^COPY \([^-][^ ]*\( [^ ]*\)*\) [^ ]*$/\1/p' "$repo/deploy/container/Containerfile" |
+         tr ' ' '\n' | grep -v '^\.$')
+echo "ok   the Containerfile's COPY sources exist"
+
 kubectl kustomize "$repo/deploy/kubernetes" >"$tmp/kustomize-out.yaml" 2>"$tmp/kustomize.err" ||
   { cat "$tmp/kustomize.err"; echo "FAIL: kubectl kustomize"; exit 1; }
 (cd "$repo/tests/node" && node deploy_check.mjs "$repo" "$tmp/kustomize-out.yaml" "$tmp")
