@@ -14,6 +14,16 @@ install(FILES ${_deb}/agentboxd.service ${_deb}/agentbox-runner@.service
         DESTINATION /lib/systemd/system)
 install(FILES ${_deb}/agentboxd.yaml DESTINATION /etc/agentbox)
 
+# The Debian changelog (a native package) and lintian's overrides (deploy/debian says why).
+add_custom_command(
+  OUTPUT ${CMAKE_BINARY_DIR}/changelog.gz
+  COMMAND sh -c "gzip -9n -c '${_deb}/changelog' > '${CMAKE_BINARY_DIR}/changelog.gz'"
+  DEPENDS ${_deb}/changelog
+  VERBATIM)
+add_custom_target(deb_changelog ALL DEPENDS ${CMAKE_BINARY_DIR}/changelog.gz)
+install(FILES ${CMAKE_BINARY_DIR}/changelog.gz DESTINATION share/doc/agentbox)
+install(FILES ${_deb}/lintian-overrides DESTINATION share/lintian/overrides RENAME agentbox)
+
 # Man pages from each program's --help (help2man; scripts/bootstrap installs it).
 find_program(AGENTBOX_HELP2MAN help2man)
 if(AGENTBOX_HELP2MAN)
@@ -47,7 +57,7 @@ set(CPACK_PACKAGE_VERSION ${AGENTBOX_VERSION})
 set(CPACK_PACKAGE_CONTACT "agentbox maintainers <agentbox@localhost>")
 set(CPACK_PACKAGE_DESCRIPTION_SUMMARY "isolated, persistent workspaces for AI agents")
 set(CPACK_PACKAGE_DESCRIPTION
-    "agentboxd gives AI agents isolated, persistent workspaces (Linux namespaces, cgroups,\n overlayfs, seccomp) behind an HTTP API; agentbox is its command-line client and\n agentbox-runner serves a workspace on another machine to it.")
+    "agentboxd gives AI agents isolated, persistent workspaces (Linux namespaces,\n cgroups, overlayfs, seccomp) behind an HTTP API; agentbox is its command-line\n client and agentbox-runner serves a workspace on another machine to it.")
 set(CPACK_PACKAGING_INSTALL_PREFIX /usr)
 set(CPACK_DEBIAN_FILE_NAME DEB-DEFAULT)  # agentbox_<version>_<arch>.deb
 set(CPACK_DEBIAN_PACKAGE_SECTION admin)

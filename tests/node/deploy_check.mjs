@@ -32,18 +32,23 @@ async function check(name, text, opts) {
   }
 }
 
-// One version everywhere: the .deb (cmake/Packaging.cmake), the chart, the kustomize image tag.
+// One version everywhere: the .deb (cmake/Packaging.cmake) and its changelog, the chart, the
+// kustomize image tag.
 {
   const version = /set\(AGENTBOX_VERSION ([^)]+)\)/.exec(
     fs.readFileSync(path.join(repo, "cmake/Packaging.cmake"), "utf8"))?.[1];
   const chart = parseAll(fs.readFileSync(path.join(chartDir, "Chart.yaml"), "utf8"))[0];
   const kust = parseAll(fs.readFileSync(path.join(repo, "deploy/kubernetes/kustomization.yaml"), "utf8"))[0];
   const tag = kust.images?.find((i) => i.name === "agentbox")?.newTag;
+  const changelog = /^agentbox \(([^)]+)\)/.exec(
+    fs.readFileSync(path.join(repo, "deploy/debian/changelog"), "utf8"))?.[1];
   const ok = chart.apiVersion === "v2" && chart.name === "agentbox" && version &&
+    changelog === version &&
     chart.version === version && chart.appVersion === version && tag === version;
   if (ok) passes++;
   else failures++;
-  console.log(`${ok ? "ok  " : "FAIL"} versions: package ${version}, chart ${chart.version} ` +
+  console.log(`${ok ? "ok  " : "FAIL"} versions: package ${version}, changelog ${changelog}, ` +
+              `chart ${chart.version} ` +
               `(app ${chart.appVersion}, apiVersion ${chart.apiVersion}), kustomize image tag ${tag}`);
 }
 
