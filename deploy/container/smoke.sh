@@ -26,7 +26,8 @@ mmdebstrap --quiet --variant=minbase --include=ca-certificates bookworm "$tmp/ba
 podman import -q "$tmp/base.tar" "localhost/$name-base:latest" >/dev/null
 
 echo "== the runtime stage with the .deb of this build"
-mkdir -p "$tmp/ctx"
+mkdir -p "$tmp/ctx/deploy/container"
+cp "$repo/deploy/container/entrypoint" "$tmp/ctx/deploy/container/"
 (cd "$build" && cpack -G DEB -B "$tmp/ctx/package" >/dev/null)
 {
   echo "FROM localhost/$name-base:latest"

@@ -193,6 +193,24 @@ Report evaluate(const Target& t, const HostFacts& h, const std::optional<HttpPro
                                        : "at " + h.cgroup2_root + " lacks " + join(v2_missing)) +
                "; v1 lacks " + join(v1_missing);
     }
+    // v2 in a container's own cgroup namespace: its root holds the container's processes, so
+    // it cannot hand controllers down to the boxes' cgroups until they move into a leaf.
+    std::vector<std::string> not_delegated;
+    for (const char* c : {"memory", "cpu", "pids"}) {
+      if (!contains(h.cgroup2_subtree, c)) not_delegated.push_back(c);
+    }
+    if (v2 && h.cgroup2_nested && h.cgroup2_root_procs > 0 && !not_delegated.empty()) {
+      add("cgroup delegation", Level::kFail,
+          h.cgroup2_root + " is a cgroup namespace's root holding " +
+              std::to_string(h.cgroup2_root_procs) + " processes, and does not hand down " +
+              join(not_delegated) + " (cgroup v2's no-internal-process rule)",
+          "move the processes into a leaf cgroup before agentboxd starts (the image's "
+          "entrypoint does: mkdir " +
+              h.cgroup2_root +
+              "/init and write each pid of cgroup.procs into its cgroup.procs), "
+              "or run the container with --cgroupns=host",
+          ns);
+    }
     add("cgroups", v2 || v1 ? Level::kOk : Level::kFail, detail,
         v2 || v1 ? ""
                  : "mount cgroup2 on /sys/fs/cgroup with the memory, cpu and pids controllers "

@@ -46,6 +46,13 @@ struct HostFacts {
   // cgroup v2: the unified mount (/sys/fs/cgroup or /sys/fs/cgroup/unified) and its controllers.
   std::string cgroup2_root;
   std::vector<std::string> cgroup2_controllers;
+  // Delegation: the controllers that root hands down (cgroup.subtree_control), whether it is
+  // a namespace's root rather than the hierarchy's (it has cgroup.type: a container's own
+  // cgroup namespace), and how many processes it holds. cgroup v2's no-internal-process rule
+  // forbids handing controllers down from a non-root cgroup that holds processes.
+  std::vector<std::string> cgroup2_subtree;
+  bool cgroup2_nested = false;
+  std::size_t cgroup2_root_procs = 0;
   // cgroup v1: which of memory, cpu, pids, freezer are mounted under /sys/fs/cgroup.
   std::vector<std::string> cgroup1_controllers;
   // nftables: the nft program and whether `nft list tables` works.

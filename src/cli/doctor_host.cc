@@ -170,6 +170,9 @@ HostFacts gather_host_facts(const Target& t) {
     if (!fs::exists(cand + "/cgroup.controllers", ec)) continue;
     h.cgroup2_root = cand;
     h.cgroup2_controllers = words(read_text(cand + "/cgroup.controllers"));
+    h.cgroup2_subtree = words(read_text(cand + "/cgroup.subtree_control"));
+    h.cgroup2_nested = fs::exists(cand + "/cgroup.type", ec);
+    h.cgroup2_root_procs = words(read_text(cand + "/cgroup.procs")).size();
     break;
   }
   for (const char* c : {"memory", "cpu", "pids", "freezer"}) {

@@ -111,6 +111,33 @@ TEST(Doctor, CgroupsV1HybridIsEnoughAndNoneIsNot) {
   EXPECT_EQ(r.exit_code, 1);
 }
 
+TEST(Doctor, CgroupV2InAContainersOwnNamespaceNeedsTheProcessesInALeaf) {
+  HostFacts h = good_host();
+  h.cgroup2_nested = true;  // cgroup.type exists: not the hierarchy's root
+  h.cgroup2_root_procs = 3;
+  h.cgroup2_subtree = {};
+  Report r = evaluate(Target{}, h, std::nullopt, {});
+  const Finding* d = find(r, "cgroup delegation");
+  ASSERT_TRUE(d);
+  EXPECT_EQ(d->level, Level::kFail);
+  EXPECT_NE(d->detail.find("no-internal-process"), std::string::npos) << d->detail;
+  EXPECT_NE(d->fix.find("--cgroupns=host"), std::string::npos) << d->fix;
+  EXPECT_EQ(r.exit_code, 1);
+
+  // Once they are in a leaf and the controllers are handed down (the entrypoint ran), or at
+  // the hierarchy's real root (exempt from the rule), all is well.
+  h.cgroup2_subtree = {"cpu", "memory", "pids"};
+  EXPECT_EQ(find(evaluate(Target{}, h, std::nullopt, {}), "cgroup delegation"), nullptr);
+  h.cgroup2_subtree = {};
+  h.cgroup2_nested = false;
+  EXPECT_EQ(find(evaluate(Target{}, h, std::nullopt, {}), "cgroup delegation"), nullptr);
+  // The host backend makes no cgroups: reported, not blocking.
+  h.cgroup2_nested = true;
+  Target host;
+  host.backend = "host";
+  EXPECT_EQ(evaluate(host, h, std::nullopt, {}).exit_code, 0);
+}
+
 TEST(Doctor, DataDirFileSystemAndSpace) {
   HostFacts h = good_host();
   h.fs_type = "overlayfs";  // e.g. a container's root without a volume
