@@ -40,7 +40,7 @@ podman build -q --format docker --isolation=chroot --network=host -t "localhost/
 echo "== run it (--privileged --cgroupns=host, a volume for the data dir)"
 # runc, not crun: crun refuses cgroup v1/hybrid hosts. Explicit ulimits: a host whose root lacks
 # CAP_SYS_RESOURCE cannot raise them to podman's defaults.
-podman --runtime runc --cgroup-manager cgroupfs run -d --name "$name" --privileged \
+podman --runtime runc --cgroup-manager cgroupfs run -d --name "$name" --privileged --no-healthcheck \
   --cgroupns=host --network=host --ulimit nofile=16384:16384 --ulimit nproc=16384:16384 \
   -v "$name:/var/lib/agentbox" -e AGENTBOX_TOKEN="$token" "localhost/$name:latest" \
   --config /etc/agentbox/agentboxd.yaml --listen "127.0.0.1:$port" >/dev/null
