@@ -80,12 +80,14 @@ read -r -a argv <<<"$exec_start"
 "${argv[@]}" >"$log" 2>&1 &
 pid=$!
 body=
-for _ in $(seq 300); do
-  if body=$(curl -sf --max-time 2 http://127.0.0.1:9090/readyz); then break; fi
+deadline=$((SECONDS + 90))  # a loaded 2-core machine starts a daemon slowly
+while ((SECONDS < deadline)); do
+  if body=$(curl -sf --max-time 5 http://127.0.0.1:9090/readyz); then break; fi
   kill -0 "$pid" 2>/dev/null || { echo "agentboxd exited:"; cat "$log"; exit 1; }
   sleep 0.1
 done
 kill -TERM "$pid"; rc=0; wait "$pid" || rc=$?
+[[ -n $body ]] || { echo "no answer from /readyz in 90 s; the daemon's log:"; cat "$log"; exit 1; }
 echo "$body"
 [[ $rc -eq 0 ]] || { echo "agentboxd exit $rc after SIGTERM"; cat "$log"; exit 1; }
 RUN
