@@ -5,7 +5,7 @@ CMAKE_FLAGS ?=
 LISTEN ?= 127.0.0.1:9090
 DATA_DIR ?= $(CURDIR)/.agentbox
 
-.PHONY: all bootstrap configure build run test test-security test-asan bench clean format
+.PHONY: all bootstrap configure build run test test-security test-asan bench package clean format
 
 all: build
 
@@ -31,6 +31,10 @@ test-security: build
 # The same tests under AddressSanitizer + UndefinedBehaviorSanitizer.
 test-asan:
 	@$(MAKE) test BUILD_DIR=build-asan CMAKE_FLAGS="-DAGENTBOX_SANITIZE=ON -DCMAKE_BUILD_TYPE=Debug"
+
+# agentbox_<version>_<arch>.deb in $(BUILD_DIR)/package (cmake/Packaging.cmake, deploy/debian).
+package: build
+	@cd $(BUILD_DIR) && cpack -G DEB -B $(CURDIR)/$(BUILD_DIR)/package >/dev/null && ls -1 $(CURDIR)/$(BUILD_DIR)/package/*.deb
 
 bench: build
 	@scripts/bench $(BUILD_DIR)

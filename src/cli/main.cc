@@ -1,11 +1,14 @@
 // agentbox: the command-line client of agentboxd. Thin: parse the command line, run one command.
 
+#include <unistd.h>
+
 #include <CLI/CLI.hpp>
 #include <algorithm>
 #include <functional>
 #include <iostream>
 
 #include "cli/cli.h"
+#include "cli/doctor.h"
 
 namespace {
 
@@ -452,6 +455,41 @@ int main(int argc, char** argv) {
   mcpc->add_option("session", mcp_session, "session id")->required();
   mcpc->callback([&] {
     run = [&] { return agentbox::cli::mcp_stdio(g, mcp_session, STDIN_FILENO, STDOUT_FILENO); };
+  });
+
+  // ---- doctor ----
+  std::string d_config, d_data_dir, d_backend;
+  bool d_no_daemon = false;
+  CLI::App* doctorc = app.add_subcommand(
+      "doctor",
+      "check that this host can run agentboxd as configured: kernel features, cgroups, "
+      "nftables, the data dir, etcd (cluster mode) and the daemon's /readyz; says how to fix "
+      "what is missing; exit 1 when the default backend cannot run here");
+  doctorc->add_option("--config", d_config,
+                      "agentboxd's YAML config (default: /etc/agentbox/agentboxd.yaml when it "
+                      "exists)");
+  doctorc->add_option("--data-dir", d_data_dir, "the data dir to check (default: the config's)");
+  doctorc->add_option("--backend", d_backend,
+                      "the default backend to check for (default: the "
+                      "config's, else ns)");
+  doctorc->add_flag("--no-daemon", d_no_daemon, "do not ask the daemon's /readyz");
+  doctorc->callback([&] {
+    run = [&] {
+      namespace dr = agentbox::cli::doctor;
+      dr::Target t;
+      std::string file = d_config;
+      if (file.empty() && ::access("/etc/agentbox/agentboxd.yaml", R_OK) == 0) {
+        file = "/etc/agentbox/agentboxd.yaml";
+      }
+      if (!g.token.empty()) t.token = g.token;
+      if (!file.empty()) {
+        if (auto err = dr::load_target(file, &t)) return usage(*err);
+      }
+      if (!d_data_dir.empty()) t.data_dir = d_data_dir;
+      if (!d_backend.empty()) t.backend = d_backend;
+      if (app.get_option("--server")->count() > 0) t.server = g.server;
+      return dr::run(t, d_no_daemon);
+    };
   });
 
   // ---- wait ----
