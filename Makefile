@@ -5,7 +5,7 @@ CMAKE_FLAGS ?=
 LISTEN ?= 127.0.0.1:9090
 DATA_DIR ?= $(CURDIR)/.agentbox
 
-.PHONY: all bootstrap configure build run test test-security test-asan bench clean format
+.PHONY: all bootstrap configure build run test test-security test-asan fuzz bench clean format
 
 all: build
 
@@ -32,6 +32,12 @@ test-security: build
 test-asan:
 	@$(MAKE) test BUILD_DIR=build-asan CMAKE_FLAGS="-DAGENTBOX_SANITIZE=ON -DCMAKE_BUILD_TYPE=Debug"
 
+# The libFuzzer harnesses of tests/fuzz (clang, ASan + UBSan, in build-fuzz), each for
+# FUZZ_SECONDS (default 60); crashes land in tests/fuzz/crashes/.
+FUZZ_SECONDS ?= 60
+fuzz: bootstrap
+	@FUZZ_SECONDS=$(FUZZ_SECONDS) scripts/fuzz
+
 bench: build
 	@scripts/bench $(BUILD_DIR)
 
@@ -39,4 +45,4 @@ format:
 	@clang-format -i $$(git ls-files '*.h' '*.cc')
 
 clean:
-	rm -rf $(BUILD_DIR) build-asan
+	rm -rf $(BUILD_DIR) build-asan build-fuzz
