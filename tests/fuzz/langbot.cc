@@ -13,6 +13,7 @@
 
 using namespace agentbox::server::detail;
 using namespace agentbox::server::detail::langbot;
+using nlohmann::json;
 
 extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size) {
   std::string_view frame(reinterpret_cast<const char*>(data), size);
