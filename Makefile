@@ -5,7 +5,7 @@ CMAKE_FLAGS ?=
 LISTEN ?= 127.0.0.1:9090
 DATA_DIR ?= $(CURDIR)/.agentbox
 
-.PHONY: all bootstrap configure build run test test-security test-asan bench package clean format
+.PHONY: all bootstrap configure build run test test-security test-asan bench package fuzz clean format
 
 all: build
 
@@ -36,6 +36,12 @@ test-asan:
 package: build
 	@cd $(BUILD_DIR) && cpack -G DEB -B $(CURDIR)/$(BUILD_DIR)/package >/dev/null && ls -1 $(CURDIR)/$(BUILD_DIR)/package/*.deb
 
+# The libFuzzer harnesses of tests/fuzz (clang, ASan + UBSan, in build-fuzz), each for
+# FUZZ_SECONDS (default 60); crashes land in tests/fuzz/crashes/.
+FUZZ_SECONDS ?= 60
+fuzz: bootstrap
+	@FUZZ_SECONDS=$(FUZZ_SECONDS) scripts/fuzz
+
 bench: build
 	@scripts/bench $(BUILD_DIR)
 
@@ -43,4 +49,4 @@ format:
 	@clang-format -i $$(git ls-files '*.h' '*.cc')
 
 clean:
-	rm -rf $(BUILD_DIR) build-asan
+	rm -rf $(BUILD_DIR) build-asan build-fuzz

@@ -2,6 +2,8 @@
 
 #include "session/internal/manager.h"
 
+#include <cstring>
+
 namespace agentbox::session {
 
 SessionManager::SessionManager(ManagerConfig config, workspace::Workspaces workspaces)
@@ -18,6 +20,42 @@ SessionManager::~SessionManager() {
   shutdown_all();
   flush_used();
 }
+
+namespace {
+
+// Operations that must not be seen half done after a crash mark their session id, durably,
+// in data_dir/<kind>/ before they start changing the disk, and clear the mark once done:
+// - restoring/<id>: a restore extracting. Found at startup without a session row, the restore
+//   was interrupted: its half-extracted workspace is removed (never visible, never adopted by a
+//   later create of that id).
+// - destroying/<id>: a delete (its archive, if any, durable already) removing the workspace.
+//   Found at startup, the delete is finished: the half-removed workspace is never served again.
+// load_locked() sweeps them.
+constexpr std::string_view kRestoring = "restoring";
+constexpr std::string_view kDestroying = "destroying";
+
+std::string mark_dir(const std::string& data_dir, std::string_view kind) {
+  return data_dir + "/" + std::string(kind);
+}
+
+Status mark(const std::string& data_dir, std::string_view kind, const std::string& id) {
+  const std::string dir = mark_dir(data_dir, kind);
+  if (::mkdir(dir.c_str(), 0700) != 0 && errno != EEXIST) {
+    return fail_errno(errno, "mkdir(" + dir + ")");
+  }
+  const std::string path = dir + "/" + id;
+  UniqueFd fd(::open(path.c_str(), O_WRONLY | O_CREAT | O_NOFOLLOW | O_CLOEXEC, 0600));
+  if (!fd || ::fsync(fd.get()) != 0) return fail_errno(errno, "create " + path);
+  UniqueFd dfd(::open(dir.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC));
+  if (!dfd || ::fsync(dfd.get()) != 0) return fail_errno(errno, "fsync(" + dir + ")");
+  return {};
+}
+
+void clear_mark(const std::string& data_dir, std::string_view kind, const std::string& id) {
+  ::unlink((mark_dir(data_dir, kind) + "/" + id).c_str());
+}
+
+}  // namespace
 
 Result<std::unique_ptr<SessionManager>> SessionManager::open(ManagerConfig config) {
   if (config.data_dir.empty()) return fail(Code::kInvalid, "session manager: data_dir not set");
@@ -105,6 +143,56 @@ Status SessionManager::load_locked() {
     }
     uids_.emplace(e->uid, e->id);
     sessions_.emplace(e->id, std::move(e));
+  }
+  // Interrupted restores and deletes (see mark() above), before anything is served.
+  for (std::string_view kind : {kRestoring, kDestroying}) {
+    // Made now, so that marking needs no new directory block later (a full disk still deletes).
+    const std::string dir = mark_dir(config_.data_dir, kind);
+    if (::mkdir(dir.c_str(), 0700) != 0 && errno != EEXIST) {
+      spdlog::warn("state: mkdir({}): {}", dir, std::strerror(errno));
+    }
+    std::error_code ec;
+    for (const auto& m : std::filesystem::directory_iterator(dir, ec)) {
+      const std::string id = m.path().filename().string();
+      if (!validate_id(id)) continue;
+      auto it = sessions_.find(id);
+      std::shared_ptr<Entry> e = it == sessions_.end() ? nullptr : it->second;
+      // A restore whose session was committed is done; a delete is finished whatever it reached.
+      const bool undo = kind == kDestroying || !e;
+      if (undo && !(e && workspace_on_host(e->spec))) {
+        if (auto st = remove_workspace(id); !st) {
+          spdlog::error("state: session {}: removing the workspace of an interrupted {}: {}", id,
+                        kind == kRestoring ? "restore" : "delete", st.error().message);
+          continue;  // the mark stays: tried again at the next start
+        }
+      }
+      if (kind == kDestroying && e) {
+        uids_.erase(e->uid);
+        sessions_.erase(id);
+        (void)forget_locked(*e);
+      }
+      if (undo) {
+        spdlog::warn("state: session {}: {}", id,
+                     kind == kRestoring ? "its restore was interrupted; the partly restored "
+                                          "workspace was removed (the session was never created)"
+                                        : "its delete was interrupted; the delete was finished");
+      }
+      std::filesystem::remove(m.path(), ec);
+    }
+  }
+  // An archive is written to ".<name>.tmp-*" and renamed when whole (workspace/archive.cc): a
+  // temp name left is an archive that kill -9 interrupted (its session was not deleted).
+  std::size_t temps = 0;
+  std::error_code aec;
+  for (const auto& a : std::filesystem::directory_iterator(workspaces_.archives_dir(), aec)) {
+    const std::string name = a.path().filename().string();
+    if (name.starts_with(".") && name.find(".tar.zst.tmp-") != std::string::npos &&
+        ::unlink(a.path().c_str()) == 0) {
+      ++temps;
+    }
+  }
+  if (temps > 0) {
+    spdlog::warn("state: removed {} unfinished archives of interrupted deletes", temps);
   }
   spdlog::info("state: {} sessions loaded from {} ({} were running; all are suspended now)",
                sessions_.size(), store_->path(), was_running);
@@ -518,9 +606,12 @@ Result<std::string> SessionManager::destroy_impl(const std::string& id, const Ca
   }
   if (archive && archived) archived = workspaces_.archive(id);
   if (archive && archived) write_mounts_sidecar(*archived, e->spec);
+  // Past this point the delete is finished at the next start if the daemon dies in it (a half
+  // removed workspace must not come back as the session's).
   Status removed = !archived ? Status(std::unexpected(archived.error()))
                    : on_host ? Status()  // the host dir is the client's: it stays
-                             : remove_workspace(id);
+                             : mark(config_.data_dir, kDestroying, id);
+  if (removed && !on_host) removed = remove_workspace(id);
 
   lk.lock();
   cv_.notify_all();
@@ -529,6 +620,7 @@ Result<std::string> SessionManager::destroy_impl(const std::string& id, const Ca
     e->phase = Phase::kReady;
     e->state = State::kSuspended;
     (void)record_locked(*e);
+    clear_mark(config_.data_dir, kDestroying, id);  // as before: kept for a retry
     spdlog::error("session {}: {} failed: {}", id,
                   archived ? "removing the workspace" : "archiving the workspace",
                   removed.error().message);
@@ -537,6 +629,7 @@ Result<std::string> SessionManager::destroy_impl(const std::string& id, const Ca
   uids_.erase(e->uid);
   sessions_.erase(id);
   (void)forget_locked(*e);
+  clear_mark(config_.data_dir, kDestroying, id);
   spdlog::info("session {}: destroyed{}", id, archive ? " (archived to " + *archived + ")" : "");
   const bool own = cause == EventCause::kReaper || cause == EventCause::kEviction;
   publish_locked(lk, *e, EventKind::kDestroyed, cause, own ? "" : caller.tenant,
@@ -587,7 +680,8 @@ Result<SessionInfo> SessionManager::restore(const std::string& id, const std::st
                  stats->bytes, archive);
     return {};
   };
-  Status filled = fill();
+  Status filled = mark(config_.data_dir, kRestoring, id);
+  if (filled) filled = fill();
   Result<BoxStart> started =
       filled ? start_box(*e) : Result<BoxStart>(std::unexpected(filled.error()));
   // SECURITY: a refused (possibly hostile) archive leaves nothing behind; remove_workspace
@@ -595,6 +689,7 @@ Result<SessionInfo> SessionManager::restore(const std::string& id, const std::st
   if (!started && made_dir) (void)remove_workspace(id);
   lk.lock();
   auto done = finish_start_locked(e, std::move(started), /*is_new=*/true);
+  clear_mark(config_.data_dir, kRestoring, id);  // committed, or nothing of it is left
   if (!done) return std::unexpected(done.error());
   SessionInfo info = info_locked(**done);
   lk.unlock();

@@ -6,8 +6,10 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <cstdlib>
 #include <nlohmann/json.hpp>
 
+#include "common/log.h"
 #include "common/unique_fd.h"
 
 namespace agentbox::session {
@@ -283,6 +285,33 @@ Result<sqlite3_stmt*> Store::prepare_locked(const char* sql) {
   return s;
 }
 
+namespace {
+
+// The first column of the one row `sql` returns ("" when none).
+std::string pragma_text(sqlite3* db, const char* sql, int col = 0) {
+  Stmt q;
+  if (sqlite3_prepare_v2(db, sql, -1, &q.s, nullptr) != SQLITE_OK) return "";
+  return sqlite3_step(q.s) == SQLITE_ROW ? text_column(q.s, col) : "";
+}
+
+// Logs what opening recovered from the write-ahead log (`wal_bytes` big) of an unclean stop.
+// The frames recovered are moved into the database file now (the WAL is emptied) and the result
+// integrity checked: a recovered database is one SQLite vouches for, or the operator is told not.
+void report_recovery(sqlite3* db, const std::string& path, std::int64_t wal_bytes) {
+  const std::int64_t frames =
+      std::atoll(pragma_text(db, "PRAGMA wal_checkpoint(TRUNCATE);", 1).c_str());
+  const std::int64_t page_size = std::atoll(pragma_text(db, "PRAGMA page_size;").c_str());
+  const std::string integrity = pragma_text(db, "PRAGMA quick_check;");
+  // A WAL is a 32-byte header and frames of a 24-byte header plus a page.
+  const std::int64_t used = frames > 0 ? 32 + frames * (24 + page_size) : 0;
+  spdlog::warn(
+      "state: {} was not closed cleanly: recovered {} committed pages from its write-ahead log "
+      "({} bytes), {} bytes after the last intact commit discarded; integrity check: {}",
+      path, frames, wal_bytes, std::max<std::int64_t>(0, wal_bytes - used), integrity);
+}
+
+}  // namespace
+
 Result<std::unique_ptr<Store>> Store::open(const std::string& path) {
   // SECURITY: the specs hold session env values (tokens, keys): 0600, daemon only. SQLite
   // would create it 0644, and gives its -wal and -shm files the database file's mode.
@@ -291,6 +320,13 @@ Result<std::unique_ptr<Store>> Store::open(const std::string& path) {
     if (!fd) return fail_errno(errno, "open state database " + path);
     if (::fchmod(fd.get(), 0600) != 0) return fail_errno(errno, "chmod(" + path + ")");
   }
+  // A write-ahead log at open: the last daemon stopped without closing the database (kill -9,
+  // a crash, power loss). SQLite replays the frames of every commit whose checksums hold and
+  // drops the rest (a torn tail); what that came to is logged below.
+  struct stat wal_st;
+  const std::int64_t wal_bytes =
+      ::stat((path + "-wal").c_str(), &wal_st) == 0 ? static_cast<std::int64_t>(wal_st.st_size)
+                                                     : 0;
   sqlite3* db = nullptr;
   int rc = sqlite3_open_v2(
       path.c_str(), &db, SQLITE_OPEN_READWRITE | SQLITE_OPEN_CREATE | SQLITE_OPEN_NOMUTEX, nullptr);
@@ -324,6 +360,7 @@ Result<std::unique_ptr<Store>> Store::open(const std::string& path) {
     std::string sql = "PRAGMA user_version=" + std::to_string(kSchemaVersion) + ";";
     if (auto st = store->exec_locked(sql.c_str()); !st) return std::unexpected(st.error());
   }
+  if (wal_bytes > 0) report_recovery(db, path, wal_bytes);
   return store;
 }
 

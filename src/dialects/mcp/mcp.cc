@@ -32,6 +32,7 @@
 #include "server/internal/processes.h"
 #include "server/internal/surfaces.h"
 #include "server/internal/transport.h"
+#include "dialects/mcp/mcp_message.h"
 #include "dialects/mcp/mcp_tools.h"
 
 namespace agentbox::server::detail {
@@ -41,11 +42,9 @@ constexpr std::string_view kFallbackProtocol = "2025-06-18";  // E2B-MCP.md 7.1
 constexpr std::array<std::string_view, 4> kProtocols = {"2025-11-25", "2025-06-18", "2025-03-26",
                                                        "2024-11-05"};
 
-// JSON-RPC error codes.
-constexpr int kParseError = -32700;
-constexpr int kInvalidRequest = -32600;
-constexpr int kMethodNotFound = -32601;
-constexpr int kInvalidParams = -32602;
+// JSON-RPC error codes (the others: mcp_message.h).
+constexpr int kInvalidRequest = kMcpInvalidRequest;
+constexpr int kMethodNotFound = kMcpMethodNotFound;
 constexpr int kSessionNotFound = -32001;  // the SDK's own servers answer an unknown session so
 
 constexpr std::size_t kReadDefault = 256u << 10;
@@ -508,9 +507,9 @@ json server_tools();
 
 // One JSON-RPC request (not a notification) of an initialized MCP session.
 // nullopt: the client left while a command ran.
-asio::awaitable<std::optional<Reply>> dispatch(Call* call, std::string session, json msg,
-                                               std::string method) {
-  const json& id = msg["id"];
+asio::awaitable<std::optional<Reply>> dispatch(Call* call, std::string session, McpMessage m) {
+  const json& id = m.id;
+  const std::string& method = m.method;
   if (method == "ping") co_return rpc_reply(200, id, json::object());
   if (method == "tools/list") {
     json tools = {{"tools", server_tools()}};
@@ -519,24 +518,18 @@ asio::awaitable<std::optional<Reply>> dispatch(Call* call, std::string session, 
   if (method != "tools/call") {
     co_return rpc_error(200, id, kMethodNotFound, "method " + method + " is not supported");
   }
-  const json* params = msg.contains("params") ? &msg["params"] : nullptr;
-  if (params == nullptr || !params->is_object() || !params->contains("name") ||
-      !(*params)["name"].is_string()) {
-    co_return rpc_error(200, id, kInvalidParams, "tools/call needs params.name");
+  auto called = parse_tool_call(m);
+  if (!called) {
+    co_return rpc_error(called.error().status, id, called.error().code, called.error().message);
   }
-  std::string name = (*params)["name"];
   const Tool* tool = nullptr;
   for (const Tool& t : kTools) {
-    if (t.name == name) tool = &t;
+    if (t.name == called->name) tool = &t;
   }
-  if (tool == nullptr) co_return rpc_error(200, id, kInvalidParams, "unknown tool " + name);
-  json args = json::object();
-  if (params->contains("arguments") && !(*params)["arguments"].is_null()) {
-    args = (*params)["arguments"];
-    if (!args.is_object()) {
-      co_return rpc_error(200, id, kInvalidParams, "params.arguments must be an object");
-    }
+  if (tool == nullptr) {
+    co_return rpc_error(200, id, kMcpInvalidParams, "unknown tool " + called->name);
   }
+  json args = std::move(called->args);
   auto box = co_await acquire_sandbox(call->ctx, session, /*create_if_missing=*/true,
                                       call->ex.req.caller);
   if (!box) co_return rpc_reply(200, id, tool_error(box.error()));
@@ -559,26 +552,14 @@ asio::awaitable<bool> mcp_post(Call* call) {
     if (body.error().code == Code::kUnavailable) co_return false;
     co_return co_await send_error(call, body.error());
   }
-  json msg = json::parse(*body, nullptr, /*allow_exceptions=*/false);
-  if (msg.is_discarded()) {
-    co_return co_await send_reply(
-        call, rpc_error(400, nullptr, kParseError, "malformed JSON in request body"));
+  auto parsed = parse_mcp_message(*body);
+  if (!parsed) {
+    const McpRefusal& r = parsed.error();
+    co_return co_await send_reply(call, rpc_error(r.status, r.id, r.code, r.message));
   }
-  if (msg.is_array()) {
-    co_return co_await send_reply(call, rpc_error(400, nullptr, kInvalidRequest,
-                                                  "JSON-RPC batches are not supported"));
-  }
-  if (!msg.is_object() || msg.value("jsonrpc", json()) != "2.0") {
-    co_return co_await send_reply(
-        call, rpc_error(400, nullptr, kInvalidRequest, "not a JSON-RPC 2.0 message"));
-  }
-  const bool is_request = msg.contains("id") && msg.contains("method");
-  const json id = msg.contains("id") ? msg["id"] : json(nullptr);
-  if (msg.contains("method") && !msg["method"].is_string()) {
-    co_return co_await send_reply(
-        call, rpc_error(400, id, kInvalidRequest, "'method' must be a string"));
-  }
-  const std::string method = msg.value("method", "");
+  const bool is_request = parsed->is_request;
+  const json id = parsed->id;
+  const std::string method = parsed->method;
 
   if (method == "initialize") {
     if (!is_request) {
@@ -588,10 +569,7 @@ asio::awaitable<bool> mcp_post(Call* call) {
     // The session is made (or resumed) now, so a quota or a bad id fails the handshake.
     auto box = co_await acquire_sandbox(ctx, *session, /*create_if_missing=*/true, req.caller);
     if (!box) co_return co_await send_error(call, box.error());
-    std::string asked;
-    if (msg.contains("params") && msg["params"].is_object()) {
-      asked = msg["params"].value("protocolVersion", "");
-    }
+    const std::string& asked = parsed->asked_protocol;
     std::string proto = supported_protocol(asked) ? asked : std::string(kFallbackProtocol);
     std::string issued = mcp_sessions(ctx)->issue({*session, req.caller.tenant, proto, {}});
     json result = {
@@ -632,7 +610,7 @@ asio::awaitable<bool> mcp_post(Call* call) {
     r.content_type.clear();
     co_return co_await send_reply(call, std::move(r));
   }
-  auto r = co_await dispatch(call, *session, msg, method);
+  auto r = co_await dispatch(call, *session, std::move(*parsed));
   if (!r) co_return false;  // the client left during an exec
   co_return co_await send_reply(call, std::move(*r));
 }
