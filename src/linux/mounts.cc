@@ -420,6 +420,17 @@ bool host_path_seen_in_box(const std::string& path, const std::vector<std::strin
   return ::realpath(path.c_str(), real) != nullptr && seen(real);
 }
 
+std::string box_passwd_file(const BoxFsSpec& spec) {
+  struct stat st;
+  const std::string shell =
+      ::stat(join(spec.host_root, "bin/bash").c_str(), &st) == 0 ? "/bin/bash" : "/bin/sh";
+  return passwd_file(spec, shell);
+}
+
+std::string box_group_file(const BoxFsSpec& spec) {
+  return group_file(spec);
+}
+
 Result<MountPlan> plan_box_fs(const BoxFsSpec& spec) {
   MountPlan plan;
   const std::string& hr = spec.host_root;
@@ -442,11 +453,9 @@ Result<MountPlan> plan_box_fs(const BoxFsSpec& spec) {
 
   // /etc: synthetic identity files, then the curated host entries.
   struct stat st;
-  const std::string shell =
-      ::stat(join(hr, "bin/bash").c_str(), &st) == 0 ? "/bin/bash" : "/bin/sh";
   plan.add_dir("etc", 0755);
-  plan.add_file("etc/passwd", passwd_file(spec, shell), 0644);
-  plan.add_file("etc/group", group_file(spec), 0644);
+  plan.add_file("etc/passwd", box_passwd_file(spec), 0644);
+  plan.add_file("etc/group", box_group_file(spec), 0644);
   plan.add_file("etc/hosts", hosts_file(spec), 0644);
   plan.add_file("etc/hostname", spec.hostname + "\n", 0644);
   plan.add_file("etc/nsswitch.conf", std::string(kNsswitch), 0644);
@@ -462,24 +471,29 @@ Result<MountPlan> plan_box_fs(const BoxFsSpec& spec) {
     }
   }
 
-  // /workspace: the session's files, read-write but never setuid or device nodes.
-  if (spec.workspace_dir.empty() || spec.workspace_dir[0] != '/') {
-    return fail(Code::kInvalid, "workspace dir '" + spec.workspace_dir + "' must be absolute");
-  }
-  if (::stat(spec.workspace_dir.c_str(), &st) != 0) {
-    return fail_errno(errno, "stat(" + spec.workspace_dir + ")");
-  }
-  if (!S_ISDIR(st.st_mode)) {
-    return fail(Code::kNotDir, "workspace " + spec.workspace_dir + " is not a directory");
-  }
+  // /workspace: the session's files, read-write but never setuid or device nodes. A pooled box
+  // has only the mountpoint; it gets them (and its binds) when it is bound to its session.
   plan.add_dir("workspace", 0755);
-  if (spec.workspace_on_host) {
-    PreparedBind p = AB_TRY(
-        prepare_workspace_bind(spec.workspace_dir, spec.workspace_read_only, spec.uid, spec.gid));
-    plan.add_tree(std::move(p.tree), spec.workspace_dir, "workspace",
-                  spec.workspace_read_only ? kRo : (kAttrNosuid | kAttrNodev), p.idmapped);
+  if (spec.pooled) {
+    if (!spec.binds.empty()) return fail(Code::kInvalid, "a pooled box takes its binds later");
   } else {
-    plan.add_bind(spec.workspace_dir, "workspace", kAttrNosuid | kAttrNodev, true);
+    if (spec.workspace_dir.empty() || spec.workspace_dir[0] != '/') {
+      return fail(Code::kInvalid, "workspace dir '" + spec.workspace_dir + "' must be absolute");
+    }
+    if (::stat(spec.workspace_dir.c_str(), &st) != 0) {
+      return fail_errno(errno, "stat(" + spec.workspace_dir + ")");
+    }
+    if (!S_ISDIR(st.st_mode)) {
+      return fail(Code::kNotDir, "workspace " + spec.workspace_dir + " is not a directory");
+    }
+    if (spec.workspace_on_host) {
+      PreparedBind p = AB_TRY(
+          prepare_workspace_bind(spec.workspace_dir, spec.workspace_read_only, spec.uid, spec.gid));
+      plan.add_tree(std::move(p.tree), spec.workspace_dir, "workspace",
+                    spec.workspace_read_only ? kRo : (kAttrNosuid | kAttrNodev), p.idmapped);
+    } else {
+      plan.add_bind(spec.workspace_dir, "workspace", kAttrNosuid | kAttrNodev, true);
+    }
   }
 
   // /tmp: capped in bytes and inodes so a box cannot fill the host's memory.
