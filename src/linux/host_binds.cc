@@ -14,6 +14,7 @@
 
 #include "common/validate.h"
 #include "linux/idmap.h"
+#include "linux/pooled_box.h"
 #include "linux/sys.h"
 
 namespace agentbox::linux {
@@ -143,17 +144,19 @@ Result<AttachOutcome> attach_entered(int proc_fds_fd, int root_fd,
   return out;
 }
 
-// attach_session() in its helper thread: the workspace, then the binds (mountpoints under
-// /workspace must be made in the workspace, not in the root's /workspace dir below it), /tmp's
-// size, and last "/" read-only, as box.cc's setup step kRootReadOnly does for a fresh box.
+// attach_session() in its helper thread: the workspace, then the binds one at a time, parents
+// first, as the mount plan does (a mountpoint under /workspace or under another bind must be
+// made in what is mounted there, not in the dir below it), /tmp's size, and last "/" read-only,
+// as box.cc's setup step kRootReadOnly does for a fresh box.
 Status attach_session_in_thread(int mntns_fd, int root_fd, SessionMounts& s) {
   UniqueFd proc_fds = AB_TRY(enter_box_mntns(mntns_fd));
-  std::vector<PreparedBind> ws;
-  ws.push_back(std::move(s.workspace));
-  for (std::vector<PreparedBind>* list : {&ws, &s.binds}) {
-    if (list->empty()) continue;
-    AttachOutcome out = AB_TRY(attach_entered(proc_fds.get(), root_fd, *list));
+  std::vector<PreparedBind> one;
+  one.push_back(std::move(s.workspace));
+  for (std::size_t i = 0;; ++i) {
+    AttachOutcome out = AB_TRY(attach_entered(proc_fds.get(), root_fd, one));
     if (!out.attached) return fail(Code::kUnavailable, out.not_now);
+    if (i == s.binds.size()) break;
+    one[0] = std::move(s.binds[i]);
   }
   if (s.tmp_bytes != 0) {
     // A reconfigure of the tmpfs's superblock: /proc/self/mountinfo then shows the same

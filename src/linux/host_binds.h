@@ -21,7 +21,6 @@
 
 #include <sys/types.h>
 
-#include <cstdint>
 #include <string>
 #include <vector>
 
@@ -69,24 +68,5 @@ struct AttachOutcome {
 // every mountpoint made for them removed. Blocking (a helper thread is made and joined).
 [[nodiscard]] Result<AttachOutcome> attach_binds(int mntns_fd, int root_fd,
                                                  std::vector<PreparedBind>& binds);
-
-// What a pooled box (sandbox/ns_pool.h, started with a writable root and only a /workspace
-// mountpoint) gets when it is bound to its session, so that it looks as a box started for the
-// session would: the workspace (prepared like a plan's: prepare_workspace_bind for a client's
-// host dir, else prepare_box_workspace), the binds, /tmp's size (0: keep), then "/" read-only.
-struct SessionMounts {
-  PreparedBind workspace;
-  std::vector<PreparedBind> binds;
-  std::uint64_t tmp_bytes = 0;
-};
-
-// The daemon's own workspace dir as the mount plan binds it (recursive, nosuid, nodev, never
-// idmapped: the daemon made it the session user's).
-[[nodiscard]] Result<PreparedBind> prepare_box_workspace(const std::string& dir);
-
-// Attaches `session` into the pooled box whose mount namespace is `mntns_fd` and whose root is
-// `root_fd`, from one helper thread as attach_binds does. Any error leaves the box half bound:
-// the caller discards it (no command has run in it).
-[[nodiscard]] Status attach_session(int mntns_fd, int root_fd, SessionMounts& session);
 
 }  // namespace agentbox::linux

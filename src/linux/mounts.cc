@@ -20,6 +20,7 @@
 #include "common/unique_fd.h"
 #include "common/validate.h"
 #include "linux/host_binds.h"
+#include "linux/pooled_box.h"
 #include "linux/sys.h"
 
 namespace agentbox::linux {
@@ -431,7 +432,10 @@ std::string box_group_file(const BoxFsSpec& spec) {
   return group_file(spec);
 }
 
-Result<MountPlan> plan_box_fs(const BoxFsSpec& spec) {
+namespace {
+
+// plan_box_fs, or with `pooled` plan_pooled_box_fs (pooled_box.h).
+Result<MountPlan> plan_fs(const BoxFsSpec& spec, bool pooled) {
   MountPlan plan;
   const std::string& hr = spec.host_root;
 
@@ -474,9 +478,7 @@ Result<MountPlan> plan_box_fs(const BoxFsSpec& spec) {
   // /workspace: the session's files, read-write but never setuid or device nodes. A pooled box
   // has only the mountpoint; it gets them (and its binds) when it is bound to its session.
   plan.add_dir("workspace", 0755);
-  if (spec.pooled) {
-    if (!spec.binds.empty()) return fail(Code::kInvalid, "a pooled box takes its binds later");
-  } else {
+  if (!pooled) {
     if (spec.workspace_dir.empty() || spec.workspace_dir[0] != '/') {
       return fail(Code::kInvalid, "workspace dir '" + spec.workspace_dir + "' must be absolute");
     }
@@ -552,7 +554,7 @@ Result<MountPlan> plan_box_fs(const BoxFsSpec& spec) {
   plan.add_symlink("dev/stderr", "/proc/self/fd/2");
 
   // Extra binds last (they may live under /workspace or /tmp), parents before children.
-  std::vector<BoxBind> binds = spec.binds;
+  std::vector<BoxBind> binds = pooled ? std::vector<BoxBind>() : spec.binds;
   std::sort(binds.begin(), binds.end(),
             [](const BoxBind& a, const BoxBind& b) { return a.box_path < b.box_path; });
   for (const BoxBind& b : binds) {
@@ -569,6 +571,16 @@ Result<MountPlan> plan_box_fs(const BoxFsSpec& spec) {
                   b.read_only ? kRo : (kAttrNosuid | kAttrNodev), p.idmapped);
   }
   return plan;
+}
+
+}  // namespace
+
+Result<MountPlan> plan_box_fs(const BoxFsSpec& spec) {
+  return plan_fs(spec, false);
+}
+
+Result<MountPlan> plan_pooled_box_fs(const BoxFsSpec& spec) {
+  return plan_fs(spec, true);
 }
 
 // ---- applying (child side) ---------------------------------------------------------------------

@@ -73,16 +73,7 @@ struct BoxFsSpec {
   std::uint64_t cache_inodes = 262144;
   // Where the host's system dirs and /etc are read from ("/" except in tests).
   std::string host_root = "/";
-  // A box started ahead for the pool (sandbox/ns_pool.h): /workspace is only its mountpoint
-  // (workspace_dir is not used) and `binds` must be empty; the workspace, the binds and the
-  // session's /etc/passwd and /etc/group come when it is bound (host_binds.h attach_session).
-  bool pooled = false;
 };
-
-// The box's /etc/passwd and /etc/group for spec.uid/gid (the session user "agent", whose home
-// is /workspace and whose shell is bash when the host has one).
-[[nodiscard]] std::string box_passwd_file(const BoxFsSpec& spec);
-[[nodiscard]] std::string box_group_file(const BoxFsSpec& spec);
 
 // Mount flags of the new mount API (MOUNT_ATTR_*), spelled here so this header need not pull in
 // <sys/mount.h>.

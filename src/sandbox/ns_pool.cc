@@ -108,12 +108,11 @@ Result<PooledBox> BoxPool::start_one() {
   if (!core_.usable) return std::unexpected(core_.usable.error());
   const std::string key = "pool-" + std::to_string(++seq_);
   linux::BoxFsSpec fs;
-  fs.pooled = true;
   fs.uid = fs.gid = 65534;  // "agent" is nobody until the box is bound
   fs.tmp_bytes = core_.opts.tmp_bytes;
   fs.tmp_inodes = core_.opts.tmp_inodes;
   fs.cache_bytes = core_.opts.cache_bytes;
-  auto plan = linux::plan_box_fs(fs);
+  auto plan = linux::plan_pooled_box_fs(fs);
   if (!plan) return std::unexpected(with_context(plan.error(), key));
 
   linux::CgroupLimits limits;

@@ -44,8 +44,8 @@
 #include "common/unique_fd.h"
 #include "linux/box.h"
 #include "linux/cgroup.h"
-#include "linux/host_binds.h"
 #include "linux/mounts.h"
+#include "linux/pooled_box.h"
 #include "linux/rlimits.h"
 
 namespace agentbox::sandbox::ns_detail {
