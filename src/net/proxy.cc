@@ -1,9 +1,7 @@
 #include "net/proxy.h"
 
-#include <fcntl.h>
 #include <spdlog/spdlog.h>
 #include <sys/socket.h>
-#include <unistd.h>
 
 #include <atomic>
 #include <boost/asio/as_tuple.hpp>
@@ -260,116 +258,22 @@ size_t count_header(const RequestHead& r, std::string_view name) {
   return n;
 }
 
-// A pipe for a zero-copy relay (pump): both ends non-blocking, its capacity the relay buffer's.
-struct RelayPipe {
-  int r = -1;
-  int w = -1;
-  RelayPipe(const RelayPipe&) = delete;
-  RelayPipe& operator=(const RelayPipe&) = delete;
-  explicit RelayPipe(size_t capacity) {
-    int fds[2];
-    if (::pipe2(fds, O_CLOEXEC | O_NONBLOCK) != 0) return;
-    r = fds[0];
-    w = fds[1];
-    (void)::fcntl(w, F_SETPIPE_SZ, static_cast<int>(capacity));
-  }
-  ~RelayPipe() {
-    if (r >= 0) ::close(r);
-    if (w >= 0) ::close(w);
-  }
-  bool ok() const { return r >= 0; }
-};
-
-// splice(2) between a socket and a pipe without blocking; EINTR retried. Returns the bytes moved,
-// 0 at EOF, or -1 with errno (EAGAIN: wait for the socket).
-ssize_t splice_nb(int from, int to, size_t n) {
-  for (;;) {
-    ssize_t got = ::splice(from, nullptr, to, nullptr, n, SPLICE_F_MOVE | SPLICE_F_NONBLOCK);
-    if (got >= 0 || errno != EINTR) return got;
-  }
-}
-
-// One read from `from` of up to `want` bytes into the pipe (waiting for data); then all of it
-// from the pipe to `to` (waiting for room). The bytes never enter user space. Returns the read
-// error (eof included) and the write error, as the copying loop in pump sees them; *moved: bytes
-// written to `to`, *got: bytes read.
-asio::awaitable<std::pair<boost::system::error_code, boost::system::error_code>> splice_step(
-    tcp::socket* from, tcp::socket* to, const RelayPipe* pipe, size_t want, size_t* got,
-    size_t* moved) {
-  boost::system::error_code rec, wec;
-  *got = *moved = 0;
-  for (;;) {
-    ssize_t n = splice_nb(from->native_handle(), pipe->w, want);
-    if (n > 0) {
-      *got = static_cast<size_t>(n);
-      break;
-    }
-    if (n == 0) {
-      rec = asio::error::eof;
-      co_return std::pair{rec, wec};
-    }
-    if (errno != EAGAIN) {
-      rec = boost::system::error_code(errno, boost::system::system_category());
-      co_return std::pair{rec, wec};
-    }
-    auto [ec] = co_await from->async_wait(tcp::socket::wait_read, kTuple);
-    if (ec) co_return std::pair{ec, wec};
-  }
-  while (*moved < *got) {
-    ssize_t n = splice_nb(pipe->r, to->native_handle(), *got - *moved);
-    if (n > 0) {
-      *moved += static_cast<size_t>(n);
-      continue;
-    }
-    if (n < 0 && errno == EAGAIN) {
-      auto [ec] = co_await to->async_wait(tcp::socket::wait_write, kTuple);
-      if (ec) {
-        wec = ec;
-        break;
-      }
-      continue;
-    }
-    wec = n == 0 ? asio::error::broken_pipe
-                 : boost::system::error_code(errno, boost::system::system_category());
-    break;
-  }
-  co_return std::pair{rec, wec};
-}
-
-// Relays from `from` to `to` until EOF (then half-closes `to`), an error, or `limit` bytes: with
-// splice(2) through a pipe (no copy through user space), or, when no pipe can be made, through a
-// buffer.
+// Copies from `from` to `to` until EOF (then half-closes `to`), an error, or `limit` bytes.
 asio::awaitable<void> pump(std::shared_ptr<Conn> c, bool outbound, uint64_t limit) {
   tcp::socket& from = outbound ? c->client : c->upstream;
   tcp::socket& to = outbound ? c->upstream : c->client;
-  const size_t chunk = c->impl->limits.relay_buffer;
-  RelayPipe pipe(chunk);
-  std::unique_ptr<char[]> buf;
-  boost::system::error_code nb, nb2;
-  // splice(2) honours the sockets' own O_NONBLOCK, not only SPLICE_F_NONBLOCK.
-  from.non_blocking(true, nb);
-  to.non_blocking(true, nb2);
-  if (!pipe.ok() || nb || nb2) buf.reset(new char[chunk]);
+  std::unique_ptr<char[]> buf(new char[c->impl->limits.relay_buffer]);
   uint64_t left = limit;
   bool clean = true;
   bool eof = false;
   while (left > 0) {
-    const size_t want = static_cast<size_t>(std::min<uint64_t>(left, chunk));
-    boost::system::error_code ec, wec;
-    size_t n = 0, wn = 0;
-    if (!buf) {
-      auto step = splice_step(&from, &to, &pipe, want, &n, &wn);
-      std::tie(ec, wec) = co_await std::move(step);
-    } else {
-      std::tie(ec, n) = co_await from.async_read_some(asio::buffer(buf.get(), want), kTuple);
-      if (n > 0) {
-        std::tie(wec, wn) = co_await asio::async_write(to, asio::buffer(buf.get(), n), kTuple);
-      }
-    }
+    const size_t want = static_cast<size_t>(std::min<uint64_t>(left, c->impl->limits.relay_buffer));
+    auto [ec, n] = co_await from.async_read_some(asio::buffer(buf.get(), want), kTuple);
     if (n > 0) {
       if (!outbound && c->phase == Phase::kResponse) c->phase = Phase::kRelay;
       c->response_started = c->response_started || !outbound;
       c->deadline = Clock::now() + c->idle;
+      auto [wec, wn] = co_await asio::async_write(to, asio::buffer(buf.get(), n), kTuple);
       (outbound ? c->impl->bytes_out : c->impl->bytes_in) += wn;
       if (wec) {
         clean = false;

@@ -18,7 +18,6 @@
 
 #include "linux/sys.h"
 #include "sandbox/path.h"
-#include "sandbox/splice_target.h"
 
 namespace agentbox::sandbox {
 
@@ -102,7 +101,7 @@ Status check_path(const std::string& path) {
 
 // The writer behind create_file. Owns the target's parent directory fd (O_RDONLY, so it can be
 // fsynced) and the temp file; every name it touches is a single component relative to that fd.
-class AtomicFileWriter final : public FileWriter, public SpliceTarget {
+class AtomicFileWriter final : public FileWriter {
  public:
   AtomicFileWriter(UniqueFd dir, std::string temp_name, std::string target_name, UniqueFd file,
                    mode_t mode, std::optional<Owner> owner, std::uint64_t max_bytes,
@@ -130,29 +129,6 @@ class AtomicFileWriter final : public FileWriter, public SpliceTarget {
       return s;
     }
     written_ += chunk.size();
-    start_writeback();
-    return {};
-  }
-
-  Status splice_from(int pipe_fd, std::size_t n) override {
-    if (!file_) return fail(Code::kInvalid, "write(" + shown_ + "): writer already finished");
-    if (n > max_bytes_ - written_) {
-      discard();
-      return fail(Code::kTooBig,
-                  "write(" + shown_ + "): over the " + std::to_string(max_bytes_) + "-byte limit");
-    }
-    for (std::size_t left = n; left > 0;) {
-      ssize_t moved = ::splice(pipe_fd, nullptr, file_.get(), nullptr, left, SPLICE_F_MOVE);
-      if (moved < 0 && errno == EINTR) continue;
-      if (moved <= 0) {
-        const int err = moved < 0 ? errno : EIO;
-        discard();
-        return fail_errno(err, "write(" + shown_ + ")");
-      }
-      left -= static_cast<std::size_t>(moved);
-    }
-    written_ += n;
-    start_writeback();
     return {};
   }
 
@@ -199,17 +175,6 @@ class AtomicFileWriter final : public FileWriter, public SpliceTarget {
   std::optional<Owner> owner_;
   std::uint64_t max_bytes_;
   std::uint64_t written_ = 0;
-  std::uint64_t flushed_ = 0;  // bytes whose writeback start_writeback() has started
-
-  // Starts the disk writeback of what is written so far every few MiB (without waiting for it),
-  // so that commit()'s fsync finds most of a big file on disk already (as the runner does).
-  void start_writeback() {
-    constexpr std::uint64_t kStep = 8u << 20;
-    if (written_ - flushed_ < kStep) return;
-    (void)::sync_file_range(file_.get(), static_cast<off64_t>(flushed_),
-                            static_cast<off64_t>(written_ - flushed_), SYNC_FILE_RANGE_WRITE);
-    flushed_ = written_;
-  }
   std::string shown_;
 };
 

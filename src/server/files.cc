@@ -22,7 +22,6 @@
 #include "server/internal/blocking.h"
 #include "server/internal/surfaces.h"
 #include "server/internal/transport.h"
-#include "server/internal/upload_splice.h"
 
 namespace agentbox::server::detail {
 namespace {
@@ -234,17 +233,6 @@ asio::awaitable<bool> put_file(Call* call) {
   if (!co_await maybe_continue(call)) co_return false;
   BodyReader body;
   start_body(call, &body, cap);
-  if (auto* target = dynamic_cast<sandbox::SpliceTarget*>(writer.get());
-      target != nullptr && !body.parser) {
-    // Zero-copy (upload_splice.h); the loop below then finds the body read.
-    SpliceUpload spliced = co_await splice_upload(call, &body, writer.get(), target);
-    if (spliced.client_gone) {
-      spdlog::info("conn={} req={} upload of {} aborted ({}); target untouched", conn->id,
-                   ex->req.id, p, spliced.gone_reason);
-      co_return false;
-    }
-    if (!spliced.status) co_return co_await send_error(call, spliced.status.error());
-  }
   // Two chunk buffers: while the pool writes one to the file, the next arrives from the socket.
   std::array<std::vector<char>, 2> bufs{std::vector<char>(kFileChunk),
                                         std::vector<char>(kFileChunk)};

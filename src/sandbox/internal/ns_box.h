@@ -68,7 +68,6 @@
 #include "sandbox/process.h"
 #include "sandbox/process_table.h"
 #include "sandbox/rooted_fs.h"
-#include "sandbox/splice_target.h"
 
 namespace agentbox::sandbox::ns_detail {
 
@@ -675,13 +674,10 @@ class NsSandbox final : public Sandbox, private ProcessLauncher {
   KilledBy killed_by(Pending& p, const ExecResult& r);
 
   // A FileWriter whose calls run with the session's fs identity (see ScopedFsIdentity).
-  // A SpliceTarget too: the wrapped writer is RootedFs's (a local file), always one.
-  class AsUserWriter final : public FileWriter, public SpliceTarget {
+  class AsUserWriter final : public FileWriter {
    public:
     AsUserWriter(std::unique_ptr<FileWriter> w, uid_t uid, gid_t gid)
-        : w_(std::move(w)), splice_(dynamic_cast<SpliceTarget*>(w_.get())), uid_(uid), gid_(gid) {
-      AB_CHECK(splice_ != nullptr);
-    }
+        : w_(std::move(w)), uid_(uid), gid_(gid) {}
     ~AsUserWriter() override {
       ScopedFsIdentity as_user(uid_, gid_);
       w_.reset();  // removes the temp file of an uncommitted write
@@ -695,14 +691,9 @@ class NsSandbox final : public Sandbox, private ProcessLauncher {
       if (!as_user.ok()) return identity_error();
       return w_->commit();
     }
-    Status splice_from(int pipe_fd, std::size_t n) override {
-      ScopedFsIdentity as_user(uid_, gid_);
-      return splice_->splice_from(pipe_fd, n);
-    }
 
    private:
     std::unique_ptr<FileWriter> w_;
-    SpliceTarget* splice_;  // w_'s
     uid_t uid_;
     gid_t gid_;
   };
