@@ -1,8 +1,6 @@
 // The files surface: GET/PUT/DELETE /v1/sessions/{id}/files, stat, dir, mkdir, rename. Downloads
 // go out with sendfile(2); uploads stream into an atomic writer (Content-Length or chunked).
 
-#include "server/internal/files.h"
-
 #include <fcntl.h>
 #include <sys/sendfile.h>
 #include <unistd.h>
@@ -20,6 +18,7 @@
 #include "sandbox/file_feed.h"
 #include "server/http_error.h"
 #include "server/internal/blocking.h"
+#include "server/internal/files.h"
 #include "server/internal/surfaces.h"
 #include "server/internal/transport.h"
 
