@@ -65,7 +65,7 @@ std::string host_name() {
 Result<std::map<std::string, std::shared_ptr<sandbox::Backend>>> make_backends(
     const std::string& runtime_dir, asio::any_io_executor blocking = {},
     const std::string& path_prefix = "", std::shared_ptr<const net::NetworkConfig> network = {},
-    asio::any_io_executor control = {}, std::uint64_t cache_mb = 512) {
+    asio::any_io_executor control = {}, std::uint64_t cache_mb = 512, std::size_t pool_size = 0) {
   std::map<std::string, std::shared_ptr<sandbox::Backend>> backends;
   backends["host"] = std::make_shared<sandbox::HostBackend>(blocking, path_prefix);
   sandbox::NsBackendOptions ns_opts;
@@ -75,6 +75,7 @@ Result<std::map<std::string, std::shared_ptr<sandbox::Backend>>> make_backends(
   ns_opts.network = std::move(network);
   ns_opts.control = std::move(control);
   ns_opts.cache_bytes = cache_mb << 20;
+  ns_opts.pool_size = pool_size;
   auto ns = sandbox::make_ns_backend(std::move(ns_opts));
   if (!ns) return std::unexpected(ns.error());
   backends["ns"] = std::move(*ns);
@@ -234,8 +235,12 @@ int main(int argc, char** argv) {
   // it always was, after the server and before the sessions.
   auto ioc_owner = std::make_unique<asio::io_context>(1);
   asio::io_context& ioc = *ioc_owner;
+  // The warm pool only where ns sessions can be made.
+  const bool ns_in_use =
+      cfg.backend == "ns" || std::find(cfg.allowed_backends.begin(), cfg.allowed_backends.end(),
+                                       "ns") != cfg.allowed_backends.end();
   auto made = make_backends(data_dir + "/run", pool.get_executor(), cfg.seed.toolchain_path,
-                            network, ioc.get_executor(), cfg.cache_mb);
+                            network, ioc.get_executor(), cfg.cache_mb, ns_in_use ? cfg.pool : 0);
   if (!made) {
     spdlog::error("backends: {}", made.error().message);
     return 1;

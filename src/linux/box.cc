@@ -47,6 +47,7 @@ struct ChildArgs {
   std::size_t oom_len = 0;
   char* const* argv = nullptr;
   char* const* envp = nullptr;
+  bool root_read_only = true;
 };
 
 [[noreturn]] void child_fail(int ctl, BoxStep step, int err, std::uint32_t detail = 0) noexcept {
@@ -183,7 +184,8 @@ int write_file(const char* path, const char* data, std::size_t len) noexcept {
 
   // 9. SECURITY: "/" (and /etc within it) read-only; /workspace, /tmp, /dev/shm are their own
   //    writable mounts.
-  {
+  //    (A pooled box gets this when it is bound to its session: BoxSpec::root_read_only.)
+  if (a.root_read_only) {
     mount_attr attr{};
     attr.attr_set = MOUNT_ATTR_RDONLY | MOUNT_ATTR_NOSUID | MOUNT_ATTR_NODEV;
     if (::mount_setattr(AT_FDCWD, "/", 0, &attr, sizeof attr) != 0) {
@@ -365,6 +367,7 @@ Result<std::unique_ptr<Box>> Box::create(const BoxSpec& spec) {
   args.rlimits = &spec.rlimits;
   args.hostname = spec.hostname.c_str();
   args.hostname_len = spec.hostname.size();
+  args.root_read_only = spec.root_read_only;
   std::snprintf(args.root_size, sizeof args.root_size, "%llu",
                 static_cast<unsigned long long>(spec.root_tmpfs_bytes));
   args.oom_len = static_cast<std::size_t>(

@@ -73,6 +73,10 @@ struct BoxSpec {
   std::string hostname = "agentbox";
   int init_oom_score_adj = 100;  // the init's; commands get a higher one (see NsBackendOptions)
   std::uint64_t root_tmpfs_bytes = 1ull << 20;  // the root tmpfs holds only dirs and /etc files
+  // false: step kRootReadOnly is left to the daemon (a pooled box, sandbox/ns_pool.h, whose
+  // /etc identity files and mountpoints are written when it is bound to a session, before any
+  // command runs; host_binds.h attach_session then makes "/" read-only exactly as this would).
+  bool root_read_only = true;
   std::chrono::milliseconds start_timeout{10000};
 };
 

@@ -14,6 +14,7 @@
 
 #include "common/validate.h"
 #include "linux/idmap.h"
+#include "linux/pooled_box.h"
 #include "linux/sys.h"
 
 namespace agentbox::linux {
@@ -81,19 +82,22 @@ void remove_made(std::vector<Made>& made) {
   made.clear();
 }
 
-// The body of the helper thread (see host_binds.h). Runs in the box's mount namespace once
-// setns succeeded; the thread ends right after.
-Result<AttachOutcome> attach_in_thread(int mntns_fd, int root_fd,
-                                       std::vector<PreparedBind>& binds) {
-  // To detach an attached tree again we name it through /proc/self/fd/<tree>: the daemon's
-  // procfs, opened before we leave the daemon's namespace (the box's /proc knows no daemon pid).
+// The start of the helper thread (see host_binds.h): leaves the daemon's mount namespace for
+// the box's. Returns the daemon's /proc/self/fd: to detach an attached tree again we name it
+// through /proc/self/fd/<tree>, opened before we leave (the box's /proc knows no daemon pid).
+Result<UniqueFd> enter_box_mntns(int mntns_fd) {
   UniqueFd proc_fds(::open("/proc/self/fd", O_PATH | O_DIRECTORY | O_CLOEXEC));
   if (!proc_fds) return fail_errno(errno, "open(/proc/self/fd)");
   // SECURITY: setns(CLONE_NEWNS) needs fs attributes of our own; unsharing them affects only
   // this thread, which never returns to the daemon's work.
   if (::unshare(CLONE_FS) != 0) return fail_errno(errno, "unshare(CLONE_FS)");
   if (::setns(mntns_fd, CLONE_NEWNS) != 0) return fail_errno(errno, "setns(box mount namespace)");
+  return proc_fds;
+}
 
+// The body of the helper thread once in the box's mount namespace; the thread ends right after.
+Result<AttachOutcome> attach_entered(int proc_fds_fd, int root_fd,
+                                     std::vector<PreparedBind>& binds) {
   std::vector<Made> made;
   std::vector<UniqueFd> targets;
   AttachOutcome out;
@@ -125,7 +129,7 @@ Result<AttachOutcome> attach_in_thread(int mntns_fd, int root_fd,
                      MOVE_MOUNT_F_EMPTY_PATH | MOVE_MOUNT_T_EMPTY_PATH) != 0) {
       int err = errno;
       // Detach what this call attached, newest first, then drop the mountpoints it made.
-      bool detached = ::fchdir(proc_fds.get()) == 0;
+      bool detached = ::fchdir(proc_fds_fd) == 0;
       for (std::size_t i = attached; detached && i-- > 0;) {
         const std::string name = std::to_string(binds[i].tree.get());
         detached = ::umount2(name.c_str(), MNT_DETACH) == 0;
@@ -138,6 +142,40 @@ Result<AttachOutcome> attach_in_thread(int mntns_fd, int root_fd,
   }
   out.attached = true;
   return out;
+}
+
+// attach_session() in its helper thread: the workspace, then the binds one at a time, parents
+// first, as the mount plan does (a mountpoint under /workspace or under another bind must be
+// made in what is mounted there, not in the dir below it), /tmp's size, and last "/" read-only,
+// as box.cc's setup step kRootReadOnly does for a fresh box.
+Status attach_session_in_thread(int mntns_fd, int root_fd, SessionMounts& s) {
+  UniqueFd proc_fds = AB_TRY(enter_box_mntns(mntns_fd));
+  std::vector<PreparedBind> one;
+  one.push_back(std::move(s.workspace));
+  for (std::size_t i = 0;; ++i) {
+    AttachOutcome out = AB_TRY(attach_entered(proc_fds.get(), root_fd, one));
+    if (!out.attached) return fail(Code::kUnavailable, out.not_now);
+    if (i == s.binds.size()) break;
+    one[0] = std::move(s.binds[i]);
+  }
+  if (s.tmp_bytes != 0) {
+    // A reconfigure of the tmpfs's superblock: /proc/self/mountinfo then shows the same
+    // options as a /tmp mounted with this size (the pooled box's /tmp is still empty).
+    UniqueFd fs(
+        ::fspick(root_fd, "tmp", FSPICK_CLOEXEC | FSPICK_SYMLINK_NOFOLLOW | FSPICK_NO_AUTOMOUNT));
+    if (!fs) return fail_errno(errno, "fspick(/tmp)");
+    const std::string size = std::to_string(s.tmp_bytes);
+    if (::fsconfig(fs.get(), FSCONFIG_SET_STRING, "size", size.c_str(), 0) != 0 ||
+        ::fsconfig(fs.get(), FSCONFIG_CMD_RECONFIGURE, nullptr, nullptr, 0) != 0) {
+      return fail_errno(errno, "reconfigure /tmp (size=" + size + ")");
+    }
+  }
+  mount_attr attr{};
+  attr.attr_set = MOUNT_ATTR_RDONLY | MOUNT_ATTR_NOSUID | MOUNT_ATTR_NODEV;
+  if (::mount_setattr(root_fd, "", AT_EMPTY_PATH, &attr, sizeof attr) != 0) {
+    return fail_errno(errno, "make the box's / read-only");
+  }
+  return {};
 }
 
 }  // namespace
@@ -221,13 +259,51 @@ Result<PreparedBind> prepare_workspace_bind(const std::string& host_dir, bool re
   return p;
 }
 
+Result<PreparedBind> prepare_box_workspace(const std::string& dir) {
+  // As MountPlan::add_bind(dir, "workspace", nosuid|nodev, recursive) does it in the box child.
+  PreparedBind out;
+  out.host_path = dir;
+  out.box_path = kBoxWorkspacePath;
+  out.read_only = false;
+  out.what = "workspace";
+  out.tree = UniqueFd(
+      ::open_tree(AT_FDCWD, dir.c_str(), OPEN_TREE_CLONE | OPEN_TREE_CLOEXEC | AT_RECURSIVE));
+  if (!out.tree) return fail_errno(errno, "workspace: open_tree(" + dir + ")");
+  mount_attr attr{};
+  attr.attr_set = MOUNT_ATTR_NOSUID | MOUNT_ATTR_NODEV;
+  // SECURITY: cloned here, in the daemon's namespace, a mount of a shared host mount would be
+  // its peer; the box child clones from its private copy of the namespace. Private, as there.
+  attr.propagation = MS_PRIVATE;
+  if (::mount_setattr(out.tree.get(), "", AT_EMPTY_PATH | AT_RECURSIVE, &attr, sizeof attr) != 0) {
+    return fail_errno(errno, "workspace: mount_setattr(" + dir + ")");
+  }
+  return out;
+}
+
 Result<AttachOutcome> attach_binds(int mntns_fd, int root_fd, std::vector<PreparedBind>& binds) {
   std::stable_sort(binds.begin(), binds.end(), [](const PreparedBind& a, const PreparedBind& b) {
     return a.box_path < b.box_path;
   });
   Result<AttachOutcome> result = fail(Code::kInternal, "attach_binds: helper thread did not run");
   // A fresh thread each time: it leaves the daemon's mount namespace for good.
-  std::thread helper([&] { result = attach_in_thread(mntns_fd, root_fd, binds); });
+  std::thread helper([&] {
+    auto proc_fds = enter_box_mntns(mntns_fd);
+    if (!proc_fds) {
+      result = std::unexpected(proc_fds.error());
+      return;
+    }
+    result = attach_entered(proc_fds->get(), root_fd, binds);
+  });
+  helper.join();
+  return result;
+}
+
+Status attach_session(int mntns_fd, int root_fd, SessionMounts& session) {
+  std::stable_sort(
+      session.binds.begin(), session.binds.end(),
+      [](const PreparedBind& a, const PreparedBind& b) { return a.box_path < b.box_path; });
+  Status result = fail(Code::kInternal, "attach_session: helper thread did not run");
+  std::thread helper([&] { result = attach_session_in_thread(mntns_fd, root_fd, session); });
   helper.join();
   return result;
 }

@@ -20,6 +20,7 @@
 #include "common/unique_fd.h"
 #include "common/validate.h"
 #include "linux/host_binds.h"
+#include "linux/pooled_box.h"
 #include "linux/sys.h"
 
 namespace agentbox::linux {
@@ -420,7 +421,21 @@ bool host_path_seen_in_box(const std::string& path, const std::vector<std::strin
   return ::realpath(path.c_str(), real) != nullptr && seen(real);
 }
 
-Result<MountPlan> plan_box_fs(const BoxFsSpec& spec) {
+std::string box_passwd_file(const BoxFsSpec& spec) {
+  struct stat st;
+  const std::string shell =
+      ::stat(join(spec.host_root, "bin/bash").c_str(), &st) == 0 ? "/bin/bash" : "/bin/sh";
+  return passwd_file(spec, shell);
+}
+
+std::string box_group_file(const BoxFsSpec& spec) {
+  return group_file(spec);
+}
+
+namespace {
+
+// plan_box_fs, or with `pooled` plan_pooled_box_fs (pooled_box.h).
+Result<MountPlan> plan_fs(const BoxFsSpec& spec, bool pooled) {
   MountPlan plan;
   const std::string& hr = spec.host_root;
 
@@ -442,11 +457,9 @@ Result<MountPlan> plan_box_fs(const BoxFsSpec& spec) {
 
   // /etc: synthetic identity files, then the curated host entries.
   struct stat st;
-  const std::string shell =
-      ::stat(join(hr, "bin/bash").c_str(), &st) == 0 ? "/bin/bash" : "/bin/sh";
   plan.add_dir("etc", 0755);
-  plan.add_file("etc/passwd", passwd_file(spec, shell), 0644);
-  plan.add_file("etc/group", group_file(spec), 0644);
+  plan.add_file("etc/passwd", box_passwd_file(spec), 0644);
+  plan.add_file("etc/group", box_group_file(spec), 0644);
   plan.add_file("etc/hosts", hosts_file(spec), 0644);
   plan.add_file("etc/hostname", spec.hostname + "\n", 0644);
   plan.add_file("etc/nsswitch.conf", std::string(kNsswitch), 0644);
@@ -462,24 +475,27 @@ Result<MountPlan> plan_box_fs(const BoxFsSpec& spec) {
     }
   }
 
-  // /workspace: the session's files, read-write but never setuid or device nodes.
-  if (spec.workspace_dir.empty() || spec.workspace_dir[0] != '/') {
-    return fail(Code::kInvalid, "workspace dir '" + spec.workspace_dir + "' must be absolute");
-  }
-  if (::stat(spec.workspace_dir.c_str(), &st) != 0) {
-    return fail_errno(errno, "stat(" + spec.workspace_dir + ")");
-  }
-  if (!S_ISDIR(st.st_mode)) {
-    return fail(Code::kNotDir, "workspace " + spec.workspace_dir + " is not a directory");
-  }
+  // /workspace: the session's files, read-write but never setuid or device nodes. A pooled box
+  // has only the mountpoint; it gets them (and its binds) when it is bound to its session.
   plan.add_dir("workspace", 0755);
-  if (spec.workspace_on_host) {
-    PreparedBind p = AB_TRY(
-        prepare_workspace_bind(spec.workspace_dir, spec.workspace_read_only, spec.uid, spec.gid));
-    plan.add_tree(std::move(p.tree), spec.workspace_dir, "workspace",
-                  spec.workspace_read_only ? kRo : (kAttrNosuid | kAttrNodev), p.idmapped);
-  } else {
-    plan.add_bind(spec.workspace_dir, "workspace", kAttrNosuid | kAttrNodev, true);
+  if (!pooled) {
+    if (spec.workspace_dir.empty() || spec.workspace_dir[0] != '/') {
+      return fail(Code::kInvalid, "workspace dir '" + spec.workspace_dir + "' must be absolute");
+    }
+    if (::stat(spec.workspace_dir.c_str(), &st) != 0) {
+      return fail_errno(errno, "stat(" + spec.workspace_dir + ")");
+    }
+    if (!S_ISDIR(st.st_mode)) {
+      return fail(Code::kNotDir, "workspace " + spec.workspace_dir + " is not a directory");
+    }
+    if (spec.workspace_on_host) {
+      PreparedBind p = AB_TRY(
+          prepare_workspace_bind(spec.workspace_dir, spec.workspace_read_only, spec.uid, spec.gid));
+      plan.add_tree(std::move(p.tree), spec.workspace_dir, "workspace",
+                    spec.workspace_read_only ? kRo : (kAttrNosuid | kAttrNodev), p.idmapped);
+    } else {
+      plan.add_bind(spec.workspace_dir, "workspace", kAttrNosuid | kAttrNodev, true);
+    }
   }
 
   // /tmp: capped in bytes and inodes so a box cannot fill the host's memory.
@@ -538,7 +554,7 @@ Result<MountPlan> plan_box_fs(const BoxFsSpec& spec) {
   plan.add_symlink("dev/stderr", "/proc/self/fd/2");
 
   // Extra binds last (they may live under /workspace or /tmp), parents before children.
-  std::vector<BoxBind> binds = spec.binds;
+  std::vector<BoxBind> binds = pooled ? std::vector<BoxBind>() : spec.binds;
   std::sort(binds.begin(), binds.end(),
             [](const BoxBind& a, const BoxBind& b) { return a.box_path < b.box_path; });
   for (const BoxBind& b : binds) {
@@ -555,6 +571,16 @@ Result<MountPlan> plan_box_fs(const BoxFsSpec& spec) {
                   b.read_only ? kRo : (kAttrNosuid | kAttrNodev), p.idmapped);
   }
   return plan;
+}
+
+}  // namespace
+
+Result<MountPlan> plan_box_fs(const BoxFsSpec& spec) {
+  return plan_fs(spec, false);
+}
+
+Result<MountPlan> plan_pooled_box_fs(const BoxFsSpec& spec) {
+  return plan_fs(spec, true);
 }
 
 // ---- applying (child side) ---------------------------------------------------------------------

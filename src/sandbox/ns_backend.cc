@@ -74,8 +74,79 @@ class NsBackend final : public Backend {
   Result<std::unique_ptr<Sandbox>> create(BoxConfig config) override;
 
  private:
+  // A box started now for `key`: its cgroup, the box, its root and mount namespace.
+  Result<PooledBox> start_fresh(const std::string& key, const lx::BoxFsSpec& fs_spec,
+                                const lx::CgroupLimits& limits, const lx::BoxRlimits& rlimits);
+  // A box of the pool bound to the session; nothing when the pool ran dry meanwhile or the
+  // binding failed (logged; the caller then starts a fresh box). Errors: the session's own.
+  Result<std::optional<PooledBox>> take_pooled(const std::string& key, const lx::BoxFsSpec& fs_spec,
+                                               const lx::CgroupLimits& limits,
+                                               const lx::BoxRlimits& rlimits);
+
   std::shared_ptr<Core> core_;
 };
+
+Result<PooledBox> NsBackend::start_fresh(const std::string& key, const lx::BoxFsSpec& fs_spec,
+                                         const lx::CgroupLimits& limits,
+                                         const lx::BoxRlimits& rlimits) {
+  auto plan = lx::plan_box_fs(fs_spec);
+  if (!plan) return std::unexpected(with_context(plan.error(), "box " + key));
+
+  auto cgroup = core_->driver->create(key, limits);
+  if (!cgroup) return std::unexpected(with_context(cgroup.error(), "box " + key));
+
+  lx::BoxSpec spec;
+  spec.key = key;
+  spec.root_mountpoint = core_->root_mountpoint;
+  spec.init_fd = core_->init_fd.get();
+  spec.fs = &*plan;
+  spec.seccomp = &core_->seccomp;
+  spec.cgroup = cgroup->get();
+  spec.rlimits = rlimits;
+  spec.init_oom_score_adj = core_->opts.init_oom_score_adj;
+
+  // On the spawner thread: the box's PDEATHSIG is tied to it.
+  Result<std::unique_ptr<lx::Box>> box = fail(Code::kInternal, "box not created");
+  core_->spawner.run([&] { box = lx::Box::create(spec); });
+  if (!box) {
+    (void)(*cgroup)->destroy();
+    return std::unexpected(box.error());
+  }
+
+  auto fail_box = [&](Error e) -> std::unexpected<Error> {
+    (void)(*cgroup)->destroy();
+    (*box)->kill_and_reap();
+    return std::unexpected(std::move(e));
+  };
+  // The box's root as the file API's root: resolves inside the box's mount tree.
+  const std::string root_path = "/proc/" + std::to_string((*box)->init_pid()) + "/root";
+  UniqueFd root(::open(root_path.c_str(), O_PATH | O_DIRECTORY | O_CLOEXEC));
+  if (!root) return fail_box(Error::from_errno(errno, "open(" + root_path + ")"));
+  const std::string mntns_path = "/proc/" + std::to_string((*box)->init_pid()) + "/ns/mnt";
+  UniqueFd mntns(::open(mntns_path.c_str(), O_RDONLY | O_CLOEXEC));
+  if (!mntns) return fail_box(Error::from_errno(errno, "open(" + mntns_path + ")"));
+  return PooledBox{std::move(*cgroup), std::move(*box), std::move(root), std::move(mntns)};
+}
+
+Result<std::optional<PooledBox>> NsBackend::take_pooled(const std::string& key,
+                                                        const lx::BoxFsSpec& fs_spec,
+                                                        const lx::CgroupLimits& limits,
+                                                        const lx::BoxRlimits& rlimits) {
+  // Prepared before a box is taken: a bad bind fails the create as a fresh start would.
+  auto mounts = prepare_session_mounts(fs_spec);
+  if (!mounts) return std::unexpected(with_context(mounts.error(), "box " + key));
+  std::optional<PooledBox> pb = core_->pool->take();
+  if (!pb) return std::optional<PooledBox>();
+  PoolBinding binding{fs_spec, limits, rlimits};
+  if (auto st = bind_pooled_box(*pb, std::move(*mounts), binding, core_->pool->base_nice()); !st) {
+    spdlog::warn("box {}: binding a pooled box failed, starting a fresh one: {}", key,
+                 st.error().message);
+    (void)pb->cgroup->destroy();
+    pb->box->kill_and_reap();
+    return std::optional<PooledBox>();
+  }
+  return pb;
+}
 
 Result<std::unique_ptr<Sandbox>> NsBackend::create(BoxConfig config) {
   if (!core_->usable) return std::unexpected(core_->usable.error());
@@ -104,49 +175,28 @@ Result<std::unique_ptr<Sandbox>> NsBackend::create(BoxConfig config) {
   for (const auto& m : config.mounts) {
     fs_spec.binds.push_back({m.host_path, m.box_path, m.read_only, m.what});
   }
-  auto plan = lx::plan_box_fs(fs_spec);
-  if (!plan) return std::unexpected(with_context(plan.error(), "box " + config.key));
-
   lx::CgroupLimits limits;
   limits.memory_bytes = config.limits.memory_mb.value_or(kDefaultMemoryMb) << 20;
   limits.cpu_percent = config.limits.cpu_percent.value_or(kDefaultCpuPercent);
   limits.max_pids = config.limits.max_pids.value_or(kDefaultMaxPids);
-  auto cgroup = core_->driver->create(config.key, limits);
-  if (!cgroup) return std::unexpected(with_context(cgroup.error(), "box " + config.key));
-
-  lx::BoxSpec spec;
-  spec.key = config.key;
-  spec.root_mountpoint = core_->root_mountpoint;
-  spec.init_fd = core_->init_fd.get();
-  spec.fs = &*plan;
-  spec.seccomp = &core_->seccomp;
-  spec.cgroup = cgroup->get();
-  spec.rlimits.nofile = config.limits.max_open_files.value_or(kDefaultOpenFiles);
+  lx::BoxRlimits rlimits;
+  rlimits.nofile = config.limits.max_open_files.value_or(kDefaultOpenFiles);
   // No single file may outgrow the workspace's cap (a write past it fails with EFBIG).
-  if (config.limits.disk_mb) spec.rlimits.fsize_bytes = *config.limits.disk_mb << 20;
-  spec.init_oom_score_adj = core_->opts.init_oom_score_adj;
+  if (config.limits.disk_mb) rlimits.fsize_bytes = *config.limits.disk_mb << 20;
 
-  // On the spawner thread: the box's PDEATHSIG is tied to it.
-  Result<std::unique_ptr<lx::Box>> box = fail(Code::kInternal, "box not created");
-  core_->spawner.run([&] { box = lx::Box::create(spec); });
-  if (!box) {
-    (void)(*cgroup)->destroy();
-    return std::unexpected(box.error());
+  // A box of the pool when one is ready (ns_pool.h), else one started now.
+  std::optional<PooledBox> started;
+  if (core_->pool && core_->pool->ready() > 0) {
+    started = AB_TRY(take_pooled(config.key, fs_spec, limits, rlimits));
   }
-
+  if (!started) started = AB_TRY(start_fresh(config.key, fs_spec, limits, rlimits));
+  PooledBox& sb_parts = *started;
   auto fail_box = [&](Error e) -> std::unexpected<Error> {
-    (void)(*cgroup)->destroy();
-    (*box)->kill_and_reap();
+    (void)sb_parts.cgroup->destroy();
+    sb_parts.box->kill_and_reap();
     return std::unexpected(std::move(e));
   };
-  // The box's root as the file API's root: resolves inside the box's mount tree.
-  const std::string root_path = "/proc/" + std::to_string((*box)->init_pid()) + "/root";
-  UniqueFd root(::open(root_path.c_str(), O_PATH | O_DIRECTORY | O_CLOEXEC));
-  if (!root) return fail_box(Error::from_errno(errno, "open(" + root_path + ")"));
-  const std::string mntns_path = "/proc/" + std::to_string((*box)->init_pid()) + "/ns/mnt";
-  UniqueFd mntns(::open(mntns_path.c_str(), O_RDONLY | O_CLOEXEC));
-  if (!mntns) return fail_box(Error::from_errno(errno, "open(" + mntns_path + ")"));
-  UniqueFd control_dup(::fcntl((*box)->control_fd(), F_DUPFD_CLOEXEC, 3));
+  UniqueFd control_dup(::fcntl(sb_parts.box->control_fd(), F_DUPFD_CLOEXEC, 3));
   if (!control_dup) return fail_box(Error::from_errno(errno, "dup(box control socket)"));
 
   // --toolchain-path: first in PATH unless the session sets PATH itself.
@@ -154,10 +204,10 @@ Result<std::unique_ptr<Sandbox>> NsBackend::create(BoxConfig config) {
     config.env["PATH"] = std::string(kWorkspaceBins) + ":" + core_->opts.path_prefix + ":" +
                          (kBoxPath + kWorkspaceBins.size() + 1);
   }
-  auto sb = std::make_unique<NsSandbox>(core_, config.key, uid, gid,
-                                        config.limits.cpu_time_sec.value_or(0),
-                                        std::move(config.env), std::move(*cgroup), std::move(*box),
-                                        std::move(root), std::move(mntns), std::move(control_dup));
+  auto sb = std::make_unique<NsSandbox>(
+      core_, config.key, uid, gid, config.limits.cpu_time_sec.value_or(0), std::move(config.env),
+      std::move(sb_parts.cgroup), std::move(sb_parts.box), std::move(sb_parts.root),
+      std::move(sb_parts.mntns), std::move(control_dup));
   if (config.egress_policy || config.open_network) {
     // After the init exists: the listener (or veth) goes into its network namespace.
     NetworkMode mode{std::move(config.egress_policy), std::move(config.egress_hooks),
@@ -239,6 +289,10 @@ Result<std::unique_ptr<Backend>> make_ns_backend(NsBackendOptions opts) {
   }
   spdlog::info("ns backend: cgroup {} at {}, init {}", core->driver->version(),
                core->driver->parent_path(), opts.init_path);
+  if (opts.pool_size > 0) {
+    core->pool = std::make_unique<BoxPool>(*core, opts.pool_size);
+    spdlog::info("ns backend: a pool of {} boxes started ahead", opts.pool_size);
+  }
   return std::unique_ptr<Backend>(new NsBackend(std::move(core)));
 }
 

@@ -43,6 +43,7 @@
 #include <sys/types.h>
 
 #include <boost/asio/any_io_executor.hpp>
+#include <cstddef>
 #include <memory>
 #include <string>
 #include <string_view>
@@ -93,6 +94,10 @@ struct NsBackendOptions {
   // Daemon-wide network settings for boxes with an egress proxy (config `network`; its
   // daemon_ports hold the daemon's own ports). Null: the defaults (no hosts, no private ranges).
   std::shared_ptr<const net::NetworkConfig> network;
+  // Boxes kept started ahead (sandbox/internal/ns_pool.h), bound to a session at create; the
+  // pool refills in the background, one box at a time at nice +10. 0: no pool (every box starts
+  // at its session's create or resume).
+  std::size_t pool_size = 0;
 };
 
 // Builds the backend. Fails only on unusable options; whether this host can run boxes is

@@ -175,6 +175,7 @@ Status load_yaml(const std::string& file, DaemonConfig* c,
       c->auto_repair = root["auto_repair"].as<bool>();
     }
     if (root["cache_mb"] && !given("cache_mb")) c->cache_mb = root["cache_mb"].as<std::uint64_t>();
+    if (root["pool"] && !given("pool")) c->pool = root["pool"].as<std::size_t>();
     if (root["ttl_sec"] && !given("ttl_sec")) c->ttl_sec = root["ttl_sec"].as<std::int64_t>();
     if (root["ttl_action"] && !given("ttl_action")) {
       c->ttl_action = root["ttl_action"].as<std::string>();
@@ -523,6 +524,10 @@ ParseOutcome parse_daemon_args(int argc, const char* const* argv, std::ostream& 
                                  "MiB of each box's /cache tmpfs for package caches (0: none)")
                       ->capture_default_str()
                       ->multi_option_policy(take_last);
+  auto* o_pool =
+      app.add_option("--pool", c.pool, "ns boxes kept started ahead for new sessions (0: none)")
+          ->capture_default_str()
+          ->multi_option_policy(take_last);
   auto* o_allow_be = app.add_option("--allow-backend", c.allowed_backends,
                                     "Backend a session may ask for besides the default "
                                     "(repeatable); e.g. host (NO isolation)");
@@ -606,6 +611,7 @@ ParseOutcome parse_daemon_args(int argc, const char* const* argv, std::ostream& 
   }
   if (o_auto_repair->count()) given.push_back("auto_repair");
   if (o_cache->count()) given.push_back("cache_mb");
+  if (o_pool->count()) given.push_back("pool");
   if (o_allow_be->count()) given.push_back("allowed_backends");
   if (o_ttl->count()) given.push_back("ttl_sec");
   if (o_ttl_action->count()) given.push_back("ttl_action");
@@ -798,6 +804,7 @@ Status validate_config(const DaemonConfig& c) {
       }
     }
   }
+  if (c.pool > 1024) return fail(Code::kInvalid, "--pool must be at most 1024");
   if (c.cache_mb > (std::uint64_t{1} << 20)) {
     return fail(Code::kInvalid, "--cache-mb must be at most 1048576");
   }

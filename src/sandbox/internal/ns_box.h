@@ -61,6 +61,7 @@
 #include "sandbox/blocking.h"
 #include "sandbox/default_limits.h"
 #include "sandbox/exec_runner.h"
+#include "sandbox/internal/ns_pool.h"
 #include "sandbox/ns_backend.h"
 #include "sandbox/ns_network.h"
 #include "sandbox/path.h"
@@ -179,9 +180,13 @@ struct Core {
   asio::executor_work_guard<asio::io_context::executor_type> work{io.get_executor()};
   std::thread io_thread;
   Spawner spawner;
+  // Boxes started ahead (ns_pool.h); null when NsBackendOptions::pool_size is 0. Its thread
+  // started every pooled box, bound ones included: it goes with the core, after every box.
+  std::unique_ptr<BoxPool> pool;
 
   Core() : io_thread([this] { run_io(); }) {}
   ~Core() {
+    pool.reset();  // its boxes not taken die, their cgroups go before the parent below
     work.reset();
     io.stop();
     io_thread.join();
