@@ -276,6 +276,9 @@ Status load_yaml(const std::string& file, DaemonConfig* c,
         c->runners.push_back(std::move(rc));
       }
     }
+    if (const YAML::Node& rg = root["registries"]; rg) {
+      if (auto st = detail::load_registries(&rg, file, c); !st) return st;
+    }
     if (const YAML::Node& ro = root["readonly_dirs"]; ro) {
       if (auto st = load_readonly_dirs(ro, file, c); !st) return st;
     }

@@ -12,7 +12,7 @@ const std::vector<RouteSpec>& route_specs() {
     for (auto part : {detail::session_routes, detail::exec_routes, detail::file_routes,
                       detail::seed001_routes, detail::ops_routes, detail::process_routes, detail::event_routes,
                       detail::mcp_routes, detail::e2b_routes, detail::health_routes,
-                      detail::template_routes, detail::langbot_routes, detail::runner_routes,
+                      detail::template_routes, detail::image_routes, detail::langbot_routes, detail::runner_routes,
                       detail::not_built_routes}) {
       auto routes = part();
       all.insert(all.end(), routes.begin(), routes.end());

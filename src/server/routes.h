@@ -81,6 +81,11 @@ enum class RouteId {
   kTemplateBuildLog,
   kTemplateSnapshots,
   kTemplateRollback,
+  // Images
+  kImagePull,
+  kImageList,
+  kImageGet,
+  kImageDelete,
   // Runners
   kRunnerWs,
   kRunnerList,

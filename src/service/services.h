@@ -14,6 +14,7 @@
 #include "service/exec.h"
 #include "service/files.h"
 #include "service/health.h"
+#include "service/images.h"
 #include "service/op_events.h"
 #include "service/processes.h"
 #include "service/sessions.h"
@@ -25,6 +26,8 @@ namespace agentbox::service {
 struct ServiceOptions {
   // The template store (null: none).
   std::shared_ptr<session::TemplateManager> templates;
+  // The image store (null: images not enabled).
+  std::shared_ptr<image::ImageStore> images;
 };
 
 class Services {
@@ -56,6 +59,7 @@ class Services {
   Files files;
   Processes processes;
   Health health;
+  Images images;
 };
 
 }  // namespace agentbox::service

@@ -19,6 +19,7 @@
 #include "sandbox/default_limits.h"
 #include "sandbox/rooted_fs.h"
 #include "session/host_workspace.h"
+#include "session/session_images.h"
 #include "session/store.h"
 #include "session/template_manager.h"
 
@@ -558,6 +559,7 @@ Result<std::shared_ptr<SessionManager::Entry>> SessionManager::create_locked(
                              to_default_runner ? config_.default_runner : spec.runner,
                              caller.tenant};
   if (auto st = be->check_spec(asked); !st) return std::unexpected(st.error());
+  if (auto st = check_image_spec(spec, *be, backend); !st) return std::unexpected(st.error());
   sandbox::Limits limits = spec.limits;
   if (be->takes_default_limits()) sandbox::fill_unset_limits(&limits, config_.default_limits);
   // A default disk cap does not apply to a host dir (an explicit one was refused already).
@@ -816,6 +818,7 @@ Result<SessionManager::BoxStart> SessionManager::start_box(const Entry& e) {
   cfg.mounts = AB_TRY(spec_binds(e.spec));
   for (const sandbox::BindMount& m : shared_binds(config_)) cfg.mounts.push_back(m);
   for (sandbox::BindMount& m : global_binds(e.spec)) cfg.mounts.push_back(std::move(m));
+  AB_TRY(image_box_config(config_.images.get(), config_.data_dir, e.id, e.spec, &cfg));
 
   BoxStart out;
   if (workspace_on_host(e.spec)) {
@@ -912,10 +915,14 @@ Result<std::shared_ptr<SessionManager::Entry>> SessionManager::finish_start_lock
 }
 
 Result<std::pair<SessionInfo, bool>> SessionManager::create_or_get(const std::string& id,
-                                                                   const SessionSpec& spec,
+                                                                   const SessionSpec& asked,
                                                                    const Caller& caller) {
   if (auto st = validate_id(id); !st) return std::unexpected(st.error());
-  if (auto st = validate_spec(spec); !st) return std::unexpected(st.error());
+  if (auto st = validate_spec(asked); !st) return std::unexpected(st.error());
+  // An image is found or pulled before the manager's lock (a pull takes long).
+  SessionSpec spec = asked;
+  if (auto st = check_image_backend(config_, spec); !st) return std::unexpected(st.error());
+  if (auto st = resolve_image(config_.images.get(), &spec); !st) return std::unexpected(st.error());
   std::unique_lock lk(mu_);
   for (;;) {
     if (auto e = find_settled_locked(lk, id)) {
@@ -984,6 +991,7 @@ std::vector<SessionInfo> SessionManager::list(const Caller& caller) {
 }
 
 Status SessionManager::remove_workspace(const std::string& id) {
+  remove_image_root(config_.data_dir, id);
   // A capped workspace is a mount: detach it (and drop its image) before removing the directory,
   // which remove_all below would otherwise refuse as a mount point.
   if (config_.templates) {

@@ -26,6 +26,7 @@ std::vector<RouteSpec> langbot_routes();    // langbot.cc: /rpc/ws, LangBot's ma
 std::vector<RouteSpec> e2b_routes();        // e2b.cc: /e2b/{path} (E2B control plane and envd)
 std::vector<RouteSpec> health_routes();     // health.cc: health, repair, packages
 std::vector<RouteSpec> template_routes();   // templates.cc: /v1/templates...
+std::vector<RouteSpec> image_routes();      // images.cc: /v1/images...
 std::vector<RouteSpec> not_built_routes();  // not_built.cc: API.md routes not built yet (501)
 // not_built.cc: the handler of a not-built route (501 ENOTSUP naming the route).
 boost::asio::awaitable<bool> not_built(Call* call);
