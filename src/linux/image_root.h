@@ -13,7 +13,8 @@
 // mount of them exists anywhere else.
 //
 // SECURITY: the overlay is nosuid,nodev (the box makes "/" read-only too unless the root is
-// writable), with metacopy and redirect_dir off.
+// writable), with metacopy and redirect_dir off; index off, so a resumed box may mount the same
+// upper dir while its old box's mount namespace is still going away.
 
 #include <sys/types.h>
 
@@ -28,8 +29,8 @@ namespace agentbox::linux {
 
 struct ImageRootSpec {
   std::vector<std::string> layers;  // host dirs, lowest first; at least one
-  std::string upper;                // exists, same filesystem as work
-  std::string work;                 // exists, empty
+  std::string upper;                // exists; a sibling of work (one mount holds both)
+  std::string work;                 // exists
   std::uint32_t disk_base = 0;      // on-disk id of id 0 in the box
   std::uint32_t count = 0;          // ids mapped
 };

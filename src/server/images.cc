@@ -60,8 +60,7 @@ asio::awaitable<bool> pull_image(Call* call) {
   Request* req = &call->ex.req;
   auto ref = decode_pull(req);
   if (!ref) co_return co_await send_error(call, ref.error());
-  const bool ndjson = call->hp && call->hp->get()[http::field::accept].find(
-                                      "application/x-ndjson") != std::string_view::npos;
+  const bool ndjson = req->accept.find("application/x-ndjson") != std::string::npos;
   if (!ndjson) {
     auto r = co_await images(ctx).pull(origin_of(*req, service::Surface::kV1), *ref);
     if (!r) co_return co_await send_error(call, r.error());

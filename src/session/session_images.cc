@@ -86,7 +86,8 @@ Status image_box_config(image::ImageStore* images, const std::string& data_dir,
     fs::remove_all(upper, ec);
     fs::remove_all(work, ec);
   }
-  AB_TRY(make_dir(dir, 0, 0700));
+  // Owned by the id base (root through the idmapped clone of it that holds upper and work).
+  AB_TRY(make_dir(dir, image::kLayerIdBase, 0700));
   // The root dir of the box: root's (disk_base + 0) and 0755 as the box sees it.
   struct stat st;
   if (::stat(upper.c_str(), &st) != 0) AB_TRY(make_dir(upper, image::kLayerIdBase, 0755));

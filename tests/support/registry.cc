@@ -3,6 +3,7 @@
 #include <archive.h>
 #include <archive_entry.h>
 #include <arpa/inet.h>
+#include <fcntl.h>
 #include <netinet/in.h>
 #include <openssl/evp.h>
 #include <signal.h>
