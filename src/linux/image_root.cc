@@ -46,17 +46,12 @@ Result<UniqueFd> make_image_root(const ImageRootSpec& spec) {
     auto lower = AB_TRY(idmapped_clone(*it, userns.get(), true));
     AB_TRY(set_fd(fs.get(), "lowerdir+", lower.get(), *it));
   }
-  // overlayfs wants upper and work under one mount: one idmapped clone of their parent.
-  const std::string parent = spec.upper.substr(0, spec.upper.rfind('/'));
-  if (parent.empty() || spec.work.substr(0, spec.work.rfind('/')) != parent) {
-    return fail(Code::kInvalid, "image root: upper and work must be siblings");
-  }
-  auto both = AB_TRY(idmapped_clone(parent, userns.get(), false));
-  for (auto [key, dir] : {std::pair{"upperdir+", &spec.upper}, std::pair{"workdir+", &spec.work}}) {
-    const std::string name = dir->substr(parent.size() + 1);
-    UniqueFd fd(::openat(both.get(), name.c_str(), O_PATH | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC));
-    if (!fd) return fail_errno(errno, "image root: open(" + *dir + ")");
-    AB_TRY(set_fd(fs.get(), key, fd.get(), *dir));
+  // The upper and work dirs by path, not idmapped (overlayfs refuses an upperdir+ fd from a
+  // detached idmapped clone here): the session's writes are stored with its own uid.
+  for (auto [key, dir] : {std::pair{"upperdir", &spec.upper}, std::pair{"workdir", &spec.work}}) {
+    if (::fsconfig(fs.get(), FSCONFIG_SET_STRING, key, dir->c_str(), 0) != 0) {
+      return fail_errno(errno, std::string("image root: fsconfig(") + key + "=" + *dir + ")");
+    }
   }
   for (const char* off : {"metacopy", "redirect_dir", "index"}) {
     const char* v = "off";

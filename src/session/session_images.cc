@@ -86,12 +86,11 @@ Status image_box_config(image::ImageStore* images, const std::string& data_dir,
     fs::remove_all(upper, ec);
     fs::remove_all(work, ec);
   }
-  // Owned by the id base (root through the idmapped clone of it that holds upper and work).
-  AB_TRY(make_dir(dir, image::kLayerIdBase, 0700));
+  AB_TRY(make_dir(dir, 0, 0700));
   // The root dir of the box: root's (disk_base + 0) and 0755 as the box sees it.
   struct stat st;
-  if (::stat(upper.c_str(), &st) != 0) AB_TRY(make_dir(upper, image::kLayerIdBase, 0755));
-  if (::stat(work.c_str(), &st) != 0) AB_TRY(make_dir(work, image::kLayerIdBase, 0700));
+  if (::stat(upper.c_str(), &st) != 0) AB_TRY(make_dir(upper, 0, 0755));
+  if (::stat(work.c_str(), &st) != 0) AB_TRY(make_dir(work, 0, 0700));
   cfg->root_layers = images->layer_dirs(*img);
   cfg->root_upper = upper;
   cfg->root_work = work;
