@@ -70,6 +70,7 @@ class NsBackend final : public Backend {
     }
     return {};
   }
+  bool supports_image_root() const override { return true; }
   Result<std::unique_ptr<Sandbox>> create(BoxConfig config) override;
 
  private:
@@ -103,6 +104,15 @@ Result<std::unique_ptr<Sandbox>> NsBackend::create(BoxConfig config) {
   for (const auto& m : config.mounts) {
     fs_spec.binds.push_back({m.host_path, m.box_path, m.read_only, m.what});
   }
+  // An image root (API.md "Images"): a detached overlay the box attaches as "/".
+  UniqueFd image_root;
+  if (!config.root_layers.empty()) {
+    auto made = lx::make_image_root({config.root_layers, config.root_dir, config.root_upper, config.root_work,
+                                     config.root_id_base, config.root_id_count});
+    if (!made) return std::unexpected(with_context(made.error(), "box " + config.key));
+    image_root = std::move(*made);
+    fs_spec.image_root = true;
+  }
   auto plan = lx::plan_box_fs(fs_spec);
   if (!plan) return std::unexpected(with_context(plan.error(), "box " + config.key));
 
@@ -116,6 +126,8 @@ Result<std::unique_ptr<Sandbox>> NsBackend::create(BoxConfig config) {
   lx::BoxSpec spec;
   spec.key = config.key;
   spec.root_mountpoint = core_->root_mountpoint;
+  spec.root_tree = image_root.get();
+  spec.root_writable = image_root && config.root_writable;
   spec.init_fd = core_->init_fd.get();
   spec.fs = &*plan;
   spec.seccomp = &core_->seccomp;
