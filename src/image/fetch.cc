@@ -33,6 +33,28 @@ Result<std::string> read_secret(const std::string& path, const std::string& what
   return s;
 }
 
+std::string base64(const std::string& in) {
+  static constexpr char kAlphabet[] =
+      "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/";
+  std::string out;
+  std::size_t i = 0;
+  for (; i + 2 < in.size(); i += 3) {
+    const unsigned v = (static_cast<unsigned char>(in[i]) << 16) |
+                       (static_cast<unsigned char>(in[i + 1]) << 8) |
+                       static_cast<unsigned char>(in[i + 2]);
+    for (int k = 18; k >= 0; k -= 6) out += kAlphabet[(v >> k) & 63];
+  }
+  if (i < in.size()) {
+    unsigned v = static_cast<unsigned char>(in[i]) << 16;
+    if (i + 1 < in.size()) v |= static_cast<unsigned char>(in[i + 1]) << 8;
+    out += kAlphabet[(v >> 18) & 63];
+    out += kAlphabet[(v >> 12) & 63];
+    out += i + 1 < in.size() ? kAlphabet[(v >> 6) & 63] : '=';
+    out += '=';
+  }
+  return out;
+}
+
 // The last non-empty line of skopeo's stderr, without its log prefix.
 std::string reason_of(const std::string& err) {
   std::string s = err;
@@ -69,9 +91,19 @@ Status skopeo_copy(const StoreConfig& cfg, const std::string& host, const std::s
       args.push_back(certs);
     }
     if (!r.username.empty() && !r.password_file.empty()) {
+      // SECURITY: in an auth file of the pull's own (0600, under the store's 0700 dir), not on
+      // skopeo's command line, which any local user can read in /proc.
       auto pw = AB_TRY(read_secret(r.password_file, "password_file"));
-      args.push_back("--src-creds");
-      args.push_back(r.username + ":" + pw);
+      const std::string auth = work_dir + "/auth.json";
+      UniqueFd fd(::open(auth.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0600));
+      if (!fd) return fail_errno(errno, "open(" + auth + ")");
+      const std::string text = "{\"auths\": {\"" + host + "\": {\"auth\": \"" +
+                               base64(r.username + ":" + pw) + "\"}}}\n";
+      if (::write(fd.get(), text.data(), text.size()) != static_cast<ssize_t>(text.size())) {
+        return fail_errno(errno, "write(" + auth + ")");
+      }
+      args.push_back("--src-authfile");
+      args.push_back(auth);
       creds = true;
     } else if (!r.token_file.empty()) {
       auto tok = AB_TRY(read_secret(r.token_file, "token_file"));
