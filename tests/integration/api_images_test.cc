@@ -397,9 +397,9 @@ TEST_F(ImageSessions, AWritableRootSurvivesSuspendResumeAndRestart) {
     ASSERT_EQ(::stat((data.path() + "/rootfs/rw/upper/data").c_str(), &st), 0);
     EXPECT_EQ(st.st_uid, kLayerIdBase);
     // Written by the box's processes anywhere in the root, the image's binaries still run.
-    EXPECT_EQ(
-        run(api, "rw", "mkdir -p /data/d && cp /bin/busybox /data/d/bb && /data/d/bb echo ok"),
-        "ok\n");
+    EXPECT_EQ(run(api, "rw",
+                  "mkdir -p /data/d && cp /bin/busybox /data/d/busybox && /data/d/busybox echo ok"),
+              "ok\n");
   }
   const std::string cfg = dir_ / "config.yaml";
   Daemon d({"--backend", "ns", "--config", cfg, "--data-dir", data.path()});
