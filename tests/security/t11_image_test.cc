@@ -55,8 +55,9 @@ TEST(ImageRootEscape, SetuidBinariesOfTheImageGainNothingAndProcSysAreMasked) {
   EXPECT_TRUE(found);
   // /proc is the box's own (pid 1 is the box's init) with its sensitive parts read-only; no
   // host /sys.
-  EXPECT_EQ(sh("echo 1 > /proc/sys/kernel/core_pattern 2>/dev/null && echo wrote || echo refused"),
-            "refused\n");
+  EXPECT_EQ(
+      sh("(echo 1 > /proc/sys/kernel/core_pattern) 2>/dev/null && echo wrote || echo refused"),
+      "refused\n");
   EXPECT_EQ(sh("ls /sys | wc -l"), "0\n");
   EXPECT_EQ(sh("test -r /proc/1/cmdline && echo own-proc"), "own-proc\n");
   EXPECT_EQ(api.del("/v1/sessions/t11").status, 200);
