@@ -208,6 +208,8 @@ struct SessionCreateArgs {
   std::string host_path;            // --host-path DIR[:ro|rw]: the workspace is that host dir
   bool quiet = false;
   std::string template_ref;  // --template NAME[@VERSION]
+  std::string image;         // --image REF: the box's root (API.md "Images")
+  bool writable_root = false;  // --writable-root: read_only_rootfs false
 };
 int session_create(const Globals& g, const SessionCreateArgs& a);
 // Templates (session_cmd.cc): push a YAML file ('-' = stdin; warnings to stderr), list, build
@@ -218,6 +220,12 @@ int template_build(const Globals& g, const std::string& name);
 int template_rollback(const Globals& g, const std::string& name, std::uint64_t version);
 int template_rm(const Globals& g, const std::string& name);
 int session_ls(const Globals& g, bool json);
+// Images (image_cmd.cc): pull by reference (prints "REF DIGEST"), list, inspect (JSON), remove
+// by digest (refused while a session uses it).
+int image_pull(const Globals& g, const std::string& ref);
+int image_ls(const Globals& g, bool json);
+int image_inspect(const Globals& g, const std::string& ref);
+int image_rm(const Globals& g, const std::string& digest);
 // `agentbox runners`: GET /v1/runners as a table (or its JSON).
 int runners_ls(const Globals& g, bool json);
 int session_show(const Globals& g, const std::string& id);

@@ -71,6 +71,24 @@ int main(int argc, char** argv) {
   t_rm->add_option("name", t_name, "template name")->required();
   t_rm->callback([&] { run = [&] { return template_rm(g, t_name); }; });
 
+  // ---- image ----
+  CLI::App* img = app.add_subcommand("image", "pull, list, inspect and remove images");
+  img->require_subcommand(1);
+  std::string i_ref;
+  bool i_json = false;
+  CLI::App* i_pull = img->add_subcommand("pull", "pull an image from its registry");
+  i_pull->add_option("ref", i_ref, "image reference (registry/repo:tag)")->required();
+  i_pull->callback([&] { run = [&] { return image_pull(g, i_ref); }; });
+  CLI::App* i_ls = img->add_subcommand("ls", "list the pulled images");
+  i_ls->add_flag("--json", i_json, "print the server's JSON");
+  i_ls->callback([&] { run = [&] { return image_ls(g, i_json); }; });
+  CLI::App* i_inspect = img->add_subcommand("inspect", "show one image as JSON");
+  i_inspect->add_option("ref", i_ref, "image reference or digest")->required();
+  i_inspect->callback([&] { run = [&] { return image_inspect(g, i_ref); }; });
+  CLI::App* i_rm = img->add_subcommand("rm", "remove an image (refused while sessions use it)");
+  i_rm->add_option("digest", i_ref, "image digest (sha256:...)")->required();
+  i_rm->callback([&] { run = [&] { return image_rm(g, i_ref); }; });
+
   // ---- session ----
   CLI::App* session = app.add_subcommand(
       "session", "create, list, show, suspend, resume and remove sessions; add mounts");
@@ -129,6 +147,11 @@ int main(int argc, char** argv) {
                        "host dir that is the workspace itself, DIR[:ro] (mounted at /workspace, "
                        "rw by default; never deleted or archived by the server)");
   s_create->add_flag("-q,--quiet", create.quiet, "print only the session id");
+  s_create->add_option("--image", create.image,
+                       "the box's root: an image reference or digest (ns backend; pulled on "
+                       "first use)");
+  s_create->add_flag("--writable-root", create.writable_root,
+                     "with --image: a writable root layer of the session's own");
   s_create->add_option("--template", create.template_ref,
                        "start on a template's snapshot, NAME or NAME@VERSION");
   s_create->callback([&] { run = [&] { return session_create(g, create); }; });

@@ -118,6 +118,8 @@ int session_create(const Globals& g, const SessionCreateArgs& a) {
   }
   if (!a.backend.empty()) body["backend"] = a.backend;
   if (!a.template_ref.empty()) body["template"] = a.template_ref;
+  if (!a.image.empty()) body["image"] = a.image;
+  if (a.writable_root) body["read_only_rootfs"] = false;
   if (!a.runner.empty()) body["runner"] = a.runner;
   if (!env->empty()) body["env"] = *env;
   if (!labels->empty()) body["labels"] = *labels;

@@ -62,7 +62,9 @@ int exit_code_for(Code code) {
     case Code::kTooBig:
     case Code::kQuota: return kExitQuota;
     case Code::kTimedOut:
-    case Code::kUnavailable: return kExitUnreachable;
+    case Code::kUnavailable:
+    case Code::kUpstream: return kExitUnreachable;
+    case Code::kImage: return kExitNotSupported;
     case Code::kInternal: return kExitServerError;
     case Code::kNotSupported: return kExitNotSupported;
   }

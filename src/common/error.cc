@@ -23,6 +23,8 @@ std::string_view code_name(Code c) {
     case Code::kUnavailable: return "EUNAVAILABLE";
     case Code::kInternal: return "EINTERNAL";
     case Code::kNotSupported: return "ENOTSUP";
+    case Code::kImage: return "EIMAGE";
+    case Code::kUpstream: return "EUNAVAILABLE";
   }
   return "EINTERNAL";
 }

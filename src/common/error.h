@@ -25,6 +25,8 @@ enum class Code {
   kUnavailable,   // EUNAVAILABLE backend down, runner gone
   kInternal,      // EINTERNAL
   kNotSupported,  // ENOTSUP      a field, value or route this version does not do (501)
+  kImage,         // EIMAGE       a bad image: digest mismatch, hostile layer (422)
+  kUpstream,      // EUNAVAILABLE a service the daemon called (a registry) failed or refused (502)
 };
 
 // The wire spelling of a code ("EINVAL", ...).

@@ -339,6 +339,19 @@ int main(int argc, char** argv) {
     }
     mc.templates = std::move(*templates);
   }
+  {
+    // Images (API.md "Images"): pulled into data_dir/images, sessions' roots on the ns backend.
+    image::StoreConfig ic;
+    ic.dir = data_dir + "/images";
+    ic.registries = cfg.registries;
+    ic.aliases = cfg.image_aliases;
+    auto images = image::ImageStore::open(std::move(ic));
+    if (!images) {
+      spdlog::error("images: {}", images.error().message);
+      return 1;
+    }
+    mc.images = std::move(*images);
+  }
   // Seed 004's auto_repair: a resumed session is repaired before its first command.
   if (cfg.auto_repair) mc.on_resume = service::auto_repair_on_resume(mc.templates);
   auto manager = session::SessionManager::open(std::move(mc));
@@ -408,6 +421,7 @@ int main(int argc, char** argv) {
     service::ServiceOptions so;
     so.templates = (*manager)->config().templates;
     so.cluster = cluster.get();
+    so.images = (*manager)->config().images;
     service::Services services(ioc, pool, **manager, std::move(so));
     std::shared_ptr<void> audit_ops_sub = server::audit_operations(services.bus(), audit_log);
     server::HttpServer http(ioc, pool, services, default_backend, opts);

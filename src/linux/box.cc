@@ -37,6 +37,8 @@ struct ChildArgs {
   int ctl = -1;
   int init_fd = -1;
   const char* root_mountpoint = nullptr;
+  int root_tree = -1;          // an image root (linux/image_root.h), else a fresh tmpfs
+  bool root_writable = false;  // leave "/" writable (an image root of its own)
   const MountPlan* plan = nullptr;
   const SeccompProgram* seccomp = nullptr;
   const BoxRlimits* rlimits = nullptr;
@@ -162,8 +164,20 @@ int write_file(const char* path, const char* data, std::size_t len) noexcept {
     child_fail(ctl, BoxStep::kMountPrivate, errno);
   }
 
-  // 6. The root: a small tmpfs.
-  int root = make_root_tmpfs(a.root_mountpoint, a.root_size);
+  // 6. The root: a small tmpfs, or the image root the daemon made (attached here, in the box's
+  //    own mount namespace; the fd then refers to the attached root).
+  int root = -1;
+  if (a.root_tree >= 0) {
+    int target = ::open(a.root_mountpoint, O_PATH | O_DIRECTORY | O_CLOEXEC);
+    if (target < 0 || ::move_mount(a.root_tree, "", target, "",
+                                   MOVE_MOUNT_F_EMPTY_PATH | MOVE_MOUNT_T_EMPTY_PATH) != 0) {
+      child_fail(ctl, BoxStep::kRootFs, errno);
+    }
+    ::close(target);
+    root = a.root_tree;
+  } else {
+    root = make_root_tmpfs(a.root_mountpoint, a.root_size);
+  }
   if (root < 0) child_fail(ctl, BoxStep::kRootFs, errno);
 
   // 7. The box filesystem (mounts.h).
@@ -187,7 +201,8 @@ int write_file(const char* path, const char* data, std::size_t len) noexcept {
   //    (A pooled box gets this when it is bound to its session: BoxSpec::root_read_only.)
   if (a.root_read_only) {
     mount_attr attr{};
-    attr.attr_set = MOUNT_ATTR_RDONLY | MOUNT_ATTR_NOSUID | MOUNT_ATTR_NODEV;
+    attr.attr_set = MOUNT_ATTR_NOSUID | MOUNT_ATTR_NODEV;
+    if (!a.root_writable) attr.attr_set |= MOUNT_ATTR_RDONLY;
     if (::mount_setattr(AT_FDCWD, "/", 0, &attr, sizeof attr) != 0) {
       child_fail(ctl, BoxStep::kRootReadOnly, errno);
     }
@@ -362,6 +377,8 @@ Result<std::unique_ptr<Box>> Box::create(const BoxSpec& spec) {
   args.ctl = child_end.get();
   args.init_fd = spec.init_fd;
   args.root_mountpoint = spec.root_mountpoint.c_str();
+  args.root_tree = spec.root_tree;
+  args.root_writable = spec.root_writable;
   args.plan = spec.fs;
   args.seccomp = spec.seccomp;
   args.rlimits = &spec.rlimits;

@@ -65,6 +65,11 @@ struct BoxSpec {
   // An empty host directory the box's root tmpfs is attached to inside the box's own mount
   // namespace (the host never sees the mount). Many boxes may share it.
   std::string root_mountpoint;
+  // An image root (linux/image_root.h: a detached overlay mount, borrowed) instead of the fresh
+  // tmpfs; root_writable leaves "/" writable (read_only_rootfs false), else it is made read-only
+  // like the tmpfs root.
+  int root_tree = -1;
+  bool root_writable = false;
   int init_fd = -1;              // agentbox-init, opened by the caller (O_PATH is enough); borrowed
   const MountPlan* fs = nullptr;  // borrowed for the duration of create()
   const SeccompProgram* seccomp = nullptr;  // borrowed; required

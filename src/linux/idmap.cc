@@ -42,11 +42,12 @@ class Helper {
   UniqueFd pidfd_;
 };
 
-Status write_map(pid_t pid, const char* file, unsigned long disk, unsigned long seen) {
+Status write_map(pid_t pid, const char* file, unsigned long disk, unsigned long seen,
+                 unsigned long count = 1) {
   char path[64];
   std::snprintf(path, sizeof path, "/proc/%d/%s", static_cast<int>(pid), file);
-  char line[64];
-  int len = std::snprintf(line, sizeof line, "%lu %lu 1\n", disk, seen);
+  char line[96];
+  int len = std::snprintf(line, sizeof line, "%lu %lu %lu\n", disk, seen, count);
   UniqueFd fd(::open(path, O_WRONLY | O_CLOEXEC));
   if (!fd) return fail_errno(errno, std::string("open(") + path + ")");
   ssize_t n = ::write(fd.get(), line, static_cast<std::size_t>(len));
@@ -57,6 +58,10 @@ Status write_map(pid_t pid, const char* file, unsigned long disk, unsigned long 
 }  // namespace
 
 Result<UniqueFd> make_idmap_userns(const IdMap& map) {
+  return make_idmap_userns(map, 1);
+}
+
+Result<UniqueFd> make_idmap_userns(const IdMap& map, std::uint32_t count) {
   Pipe wait = AB_TRY(sys::pipe(/*above_stdio=*/true));
   const int wait_r = wait.read.get();
   const int wait_w = wait.write.get();
@@ -93,8 +98,8 @@ Result<UniqueFd> make_idmap_userns(const IdMap& map) {
   if (pid < 0) return fail_errno(errno, "clone3(CLONE_NEWUSER) for a mount idmap");
   Helper helper(static_cast<pid_t>(pid), pidfd);
 
-  AB_TRY(write_map(helper.pid(), "uid_map", map.disk_uid, map.seen_uid));
-  AB_TRY(write_map(helper.pid(), "gid_map", map.disk_gid, map.seen_gid));
+  AB_TRY(write_map(helper.pid(), "uid_map", map.disk_uid, map.seen_uid, count));
+  AB_TRY(write_map(helper.pid(), "gid_map", map.disk_gid, map.seen_gid, count));
   const std::string ns = "/proc/" + std::to_string(helper.pid()) + "/ns/user";
   UniqueFd fd(::open(ns.c_str(), O_RDONLY | O_CLOEXEC));
   if (!fd) return fail_errno(errno, "open(" + ns + ")");

@@ -15,6 +15,7 @@
 
 #include <sys/types.h>
 
+#include <cstdint>
 #include <string>
 
 #include "common/error.h"
@@ -34,6 +35,9 @@ struct IdMap {
 // short-lived child (clone3 CLONE_NEWUSER) that waits on a pipe while the daemon writes its
 // maps, then exits; the fd keeps the namespace alive. Needs CAP_SETUID/CAP_SETGID (root).
 [[nodiscard]] Result<UniqueFd> make_idmap_userns(const IdMap& map);
+// The same for `count` consecutive ids from each: disk_uid + i -> seen_uid + i (image layers,
+// linux/image_root.h).
+[[nodiscard]] Result<UniqueFd> make_idmap_userns(const IdMap& map, std::uint32_t count);
 
 // The type of the filesystem `fd` is on ("ext4", "tmpfs", "nfs", ... or "0x<magic>"), for
 // messages about what a filesystem cannot do.

@@ -257,6 +257,7 @@ int do_file(const MountOp& op, int root_fd, bool exclusive) {
   const char* name = nullptr;
   int parent = open_parent(root_fd, op.target, true, buf, &name);
   if (parent < 0) return errno;
+  if (op.replace) (void)::unlinkat(parent, name, 0);
   int flags = O_WRONLY | O_CREAT | O_NOFOLLOW | O_CLOEXEC | (exclusive ? O_EXCL : 0);
   int fd = ::openat(parent, name, flags, exclusive ? op.mode : 0644);
   int err = fd < 0 ? errno : 0;
@@ -284,6 +285,7 @@ int do_symlink(const MountOp& op, int root_fd) {
   const char* name = nullptr;
   int parent = open_parent(root_fd, op.target, true, buf, &name);
   if (parent < 0) return errno;
+  if (op.replace) (void)::unlinkat(parent, name, 0);
   int rc = ::symlinkat(op.source, parent, name);
   int err = rc == 0 ? 0 : errno;
   ::close(parent);
@@ -322,6 +324,10 @@ void MountPlan::add_mountpoint(std::string target) {
   op.kind = MountOp::Kind::kMountpoint;
   op.target = keep(std::move(target));
   ops_.push_back(op);
+}
+
+void MountPlan::mark_replace(std::size_t from) {
+  for (std::size_t i = from; i < ops_.size(); ++i) ops_[i].replace = true;
 }
 
 void MountPlan::add_symlink(std::string target, std::string link_text) {
@@ -423,8 +429,10 @@ bool host_path_seen_in_box(const std::string& path, const std::vector<std::strin
 
 std::string box_passwd_file(const BoxFsSpec& spec) {
   struct stat st;
+  // An image root's own shell is not the host's: /bin/sh is in every image.
   const std::string shell =
-      ::stat(join(spec.host_root, "bin/bash").c_str(), &st) == 0 ? "/bin/bash" : "/bin/sh";
+      !spec.image_root && ::stat(join(spec.host_root, "bin/bash").c_str(), &st) == 0 ? "/bin/bash"
+                                                                                    : "/bin/sh";
   return passwd_file(spec, shell);
 }
 
@@ -439,8 +447,9 @@ Result<MountPlan> plan_fs(const BoxFsSpec& spec, bool pooled) {
   MountPlan plan;
   const std::string& hr = spec.host_root;
 
-  // System directories: read-only, nosuid, nodev.
+  // System directories: read-only, nosuid, nodev (an image root has its own).
   for (std::string_view d : kSystemDirs) {
+    if (spec.image_root) break;
     const std::string host = join(hr, d);
     struct stat st;
     if (::lstat(host.c_str(), &st) != 0) continue;
@@ -458,14 +467,23 @@ Result<MountPlan> plan_fs(const BoxFsSpec& spec, bool pooled) {
   // /etc: synthetic identity files, then the curated host entries.
   struct stat st;
   plan.add_dir("etc", 0755);
+  const std::size_t first_etc = plan.ops().size();
   plan.add_file("etc/passwd", box_passwd_file(spec), 0644);
   plan.add_file("etc/group", box_group_file(spec), 0644);
   plan.add_file("etc/hosts", hosts_file(spec), 0644);
   plan.add_file("etc/hostname", spec.hostname + "\n", 0644);
   plan.add_file("etc/nsswitch.conf", std::string(kNsswitch), 0644);
   plan.add_symlink("etc/mtab", "../proc/self/mounts");
-  for (std::string_view e : kEtcEntries) plan_etc_entry(plan, hr, e);
-  if (UniqueFd etc(::open(join(hr, "etc").c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC)); etc) {
+  if (spec.image_root) plan.mark_replace(first_etc);
+  if (spec.image_root) {
+    // The image's own /etc otherwise (its loader cache, certs, ...): nothing of the host's.
+  } else {
+    for (std::string_view e : kEtcEntries) plan_etc_entry(plan, hr, e);
+  }
+  if (UniqueFd etc(spec.image_root
+                       ? -1
+                       : ::open(join(hr, "etc").c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC));
+      etc) {
     if (auto names = sys::list_names(etc.get(), join(hr, "etc")); names) {
       for (const std::string& n : *names) {
         for (std::string_view prefix : kEtcPrefixes) {

@@ -73,6 +73,10 @@ struct BoxFsSpec {
   std::uint64_t cache_inodes = 262144;
   // Where the host's system dirs and /etc are read from ("/" except in tests).
   std::string host_root = "/";
+  // The root is an image's (linux/image_root.h), not a fresh tmpfs: no host system dirs and no
+  // host /etc entries; the identity files (passwd, group, hosts, hostname, nsswitch.conf)
+  // replace the image's.
+  bool image_root = false;
 };
 
 // Mount flags of the new mount API (MOUNT_ATTR_*), spelled here so this header need not pull in
@@ -103,6 +107,7 @@ struct MountOp {
   // (source, attrs and idmapped are for describe()). Owned by the plan; -1 otherwise.
   int tree_fd = -1;
   bool idmapped = false;
+  bool replace = false;  // kFile, kSymlink: remove what is at target first (an image root)
 };
 
 // A prepared plan. Move-only: the ops point into strings the plan owns (std::deque keeps their
@@ -128,6 +133,8 @@ class MountPlan {
   // A detached mount prepared in the daemon (host_binds.h), attached on target as it is.
   void add_tree(UniqueFd tree, std::string source, std::string target, std::uint64_t attrs,
                 bool idmapped);
+  // Marks ops from index `from` on as MountOp::replace.
+  void mark_replace(std::size_t from);
 
  private:
   const char* keep(std::string s);

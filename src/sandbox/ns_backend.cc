@@ -71,12 +71,15 @@ class NsBackend final : public Backend {
     }
     return {};
   }
+  bool supports_image_root() const override { return true; }
   Result<std::unique_ptr<Sandbox>> create(BoxConfig config) override;
 
  private:
   // A box started now for `key`: its cgroup, the box, its root and mount namespace.
+  // `root_tree`: an image root (borrowed; -1: the host root), `root_writable` its "/".
   Result<PooledBox> start_fresh(const std::string& key, const lx::BoxFsSpec& fs_spec,
-                                const lx::CgroupLimits& limits, const lx::BoxRlimits& rlimits);
+                                const lx::CgroupLimits& limits, const lx::BoxRlimits& rlimits,
+                                int root_tree = -1, bool root_writable = false);
   // A box of the pool bound to the session; nothing when the pool ran dry meanwhile or the
   // binding failed (logged; the caller then starts a fresh box). Errors: the session's own.
   Result<std::optional<PooledBox>> take_pooled(const std::string& key, const lx::BoxFsSpec& fs_spec,
@@ -88,7 +91,8 @@ class NsBackend final : public Backend {
 
 Result<PooledBox> NsBackend::start_fresh(const std::string& key, const lx::BoxFsSpec& fs_spec,
                                          const lx::CgroupLimits& limits,
-                                         const lx::BoxRlimits& rlimits) {
+                                         const lx::BoxRlimits& rlimits, int root_tree,
+                                         bool root_writable) {
   auto plan = lx::plan_box_fs(fs_spec);
   if (!plan) return std::unexpected(with_context(plan.error(), "box " + key));
 
@@ -98,6 +102,8 @@ Result<PooledBox> NsBackend::start_fresh(const std::string& key, const lx::BoxFs
   lx::BoxSpec spec;
   spec.key = key;
   spec.root_mountpoint = core_->root_mountpoint;
+  spec.root_tree = root_tree;
+  spec.root_writable = root_writable;
   spec.init_fd = core_->init_fd.get();
   spec.fs = &*plan;
   spec.seccomp = &core_->seccomp;
@@ -175,6 +181,17 @@ Result<std::unique_ptr<Sandbox>> NsBackend::create(BoxConfig config) {
   for (const auto& m : config.mounts) {
     fs_spec.binds.push_back({m.host_path, m.box_path, m.read_only, m.what});
   }
+  // An image root (API.md "Images"): a detached overlay the box attaches as "/". Such a box is
+  // always started fresh (a pooled box has the host root).
+  UniqueFd image_root;
+  if (!config.root_layers.empty()) {
+    auto made = lx::make_image_root({config.root_layers, config.root_dir, config.root_upper,
+                                     config.root_work, config.root_id_base, config.root_id_count});
+    if (!made) return std::unexpected(with_context(made.error(), "box " + config.key));
+    image_root = std::move(*made);
+    fs_spec.image_root = true;
+  }
+
   lx::CgroupLimits limits;
   limits.memory_bytes = config.limits.memory_mb.value_or(kDefaultMemoryMb) << 20;
   limits.cpu_percent = config.limits.cpu_percent.value_or(kDefaultCpuPercent);
@@ -186,10 +203,13 @@ Result<std::unique_ptr<Sandbox>> NsBackend::create(BoxConfig config) {
 
   // A box of the pool when one is ready (ns_pool.h), else one started now.
   std::optional<PooledBox> started;
-  if (core_->pool && core_->pool->ready() > 0) {
+  if (core_->pool && !image_root && core_->pool->ready() > 0) {
     started = AB_TRY(take_pooled(config.key, fs_spec, limits, rlimits));
   }
-  if (!started) started = AB_TRY(start_fresh(config.key, fs_spec, limits, rlimits));
+  if (!started) {
+    started = AB_TRY(start_fresh(config.key, fs_spec, limits, rlimits, image_root.get(),
+                                 image_root && config.root_writable));
+  }
   PooledBox& sb_parts = *started;
   auto fail_box = [&](Error e) -> std::unexpected<Error> {
     (void)sb_parts.cgroup->destroy();

@@ -315,6 +315,18 @@ struct BoxConfig {
   // session's tenant (the runner must be configured for it).
   std::string runner;
   std::string tenant;
+  // API.md "Images": the box's root is an overlay of these layer dirs (lowest first; on disk
+  // owned by root_id_base + the image's ids, linux/image_root.h) instead of the host's system
+  // dirs, over the upper and work dirs the session layer keeps: two existing dirs named
+  // root_upper and root_work in root_dir, all three owned by root_id_base. Only a backend whose
+  // supports_image_root() says so takes them.
+  std::vector<std::string> root_layers;
+  std::string root_dir;
+  std::string root_upper;
+  std::string root_work;
+  std::uint32_t root_id_base = 0;
+  std::uint32_t root_id_count = 0;
+  bool root_writable = false;  // read_only_rootfs false: "/" stays writable
 };
 
 // What a session asks of its box, as Backend::check_spec sees it: at create and at every later
@@ -367,6 +379,9 @@ class Backend {
   virtual bool takes_default_limits() const { return true; }
   // Whether its boxes measure their usage (Sandbox::usage): a cgroup per box.
   virtual bool measures_usage() const { return false; }
+  // Whether create() can make a box's root of an image (BoxConfig::root_layers). false: a session
+  // naming `image` is refused ENOTSUP naming the field and the backend.
+  virtual bool supports_image_root() const { return false; }
   virtual Result<std::unique_ptr<Sandbox>> create(BoxConfig config) = 0;
 };
 

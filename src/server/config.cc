@@ -282,6 +282,12 @@ Status load_yaml(const std::string& file, DaemonConfig* c,
         c->runners.push_back(std::move(rc));
       }
     }
+    if (const YAML::Node& rg = root["registries"]; rg) {
+      if (auto st = detail::load_registries(&rg, file, c); !st) return st;
+    }
+    if (const YAML::Node& al = root["image_aliases"]; al) {
+      if (auto st = detail::load_image_aliases(&al, file, c); !st) return st;
+    }
     if (const YAML::Node& ro = root["readonly_dirs"]; ro) {
       if (auto st = load_readonly_dirs(ro, file, c); !st) return st;
     }

@@ -9,6 +9,7 @@
 #include <cstdint>
 #include <functional>
 #include <iosfwd>
+#include <map>
 #include <optional>
 #include <string>
 #include <string_view>
@@ -16,6 +17,7 @@
 #include <vector>
 
 #include "common/error.h"
+#include "image/store.h"
 #include "net/policy.h"
 #include "sandbox/default_limits.h"
 
@@ -182,7 +184,20 @@ struct DaemonConfig {
   std::optional<std::vector<std::string>> readonly_dirs;
   LangbotConfig langbot;
   ClusterConfig cluster;
+  // YAML `registries: {host: {username, password_file | token_file, ca_file, insecure}}` (API.md
+  // "Images"): how the image store reaches each registry host (config_registries.cc).
+  std::map<std::string, image::RegistryAuth> registries;
+  // YAML `image_aliases: {name: ref}`: E2B's templateID names an image by one of these when no
+  // template has that name (config_registries.cc).
+  std::map<std::string, std::string> image_aliases;
 };
+
+// Parses the YAML `registries:` mapping into c->registries (config_registries.cc).
+namespace detail {
+Status load_registries(const void* yaml_node, const std::string& file, DaemonConfig* c);
+// Parses the YAML `image_aliases:` mapping into c->image_aliases (config_registries.cc).
+Status load_image_aliases(const void* yaml_node, const std::string& file, DaemonConfig* c);
+}
 
 // Seed 001's read-only mount of the host's shared files (gcsfuse in the seed's pod).
 inline constexpr char kSeedSharedReadonly[] = "/mnt/shared-readonly";

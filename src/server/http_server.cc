@@ -261,6 +261,7 @@ asio::awaitable<bool> serve_one(Impl* impl, Conn* conn, beast::flat_buffer* buff
   ex.expect_continue = beast::iequals(h[http::field::expect], "100-continue");
   if (auto cl = hp->content_length()) ex.content_length = *cl;
   ex.req.method = std::string(h.method_string());
+  ex.req.accept = std::string(h[http::field::accept]);
   std::string_view target = h.target();
   auto qpos = target.find('?');
   ex.req.path = std::string(target.substr(0, qpos));

@@ -427,9 +427,9 @@ bool network_mode_built(std::string_view mode) {
 
 Result<CreateSessionRequest> decode_create_session(const json& body,
                                                    std::string_view default_scope) {
-  // API.md's fields of features not built yet (images, the cluster): 501 naming them, not the
+  // API.md's fields of features not built yet (the cluster): 501 naming them, not the
   // unknown-field 400 (they are the contract, just not done).
-  for (const char* later : {"image", "read_only_rootfs", "node"}) {
+  for (const char* later : {"node"}) {
     if (lookup(body, later) != nullptr) {
       return fail(Code::kNotSupported,
                   std::string("field '") + later + "' is not built in this version");
@@ -438,7 +438,7 @@ Result<CreateSessionRequest> decode_create_session(const json& body,
   AB_TRY(check_known_fields(
       body, {"id", "scope", "variables", "backend", "runner", "template", "mounts", "extra_mounts",
              "host_path", "mount_path", "host_path_mode", "skills", "skill_mode", "limits",
-             "network", "env", "ttl_sec", "labels"}));
+             "network", "env", "ttl_sec", "labels", "image", "read_only_rootfs"}));
   CreateSessionRequest req;
   AB_ASSIGN_OR_RETURN(auto id, opt_string(body, "id"));
   AB_ASSIGN_OR_RETURN(auto scope, opt_string(body, "scope"));
@@ -494,6 +494,14 @@ Result<CreateSessionRequest> decode_create_session(const json& body,
   if (ttl) spec.ttl_sec = static_cast<std::int64_t>(*ttl);
   AB_ASSIGN_OR_RETURN(auto labels, opt_string_map(body, "labels"));
   if (labels) spec.labels = std::move(*labels);
+  // API.md "Images": a reference or digest (the session manager checks it and the backend).
+  AB_ASSIGN_OR_RETURN(auto image, opt_string(body, "image"));
+  if (image && image->empty()) return bad_field("image", "must be an image reference or digest");
+  if (image) spec.image_ref = std::move(*image);
+  if (const json* ro = lookup(body, "read_only_rootfs")) {
+    if (!ro->is_boolean()) return bad_field("read_only_rootfs", "must be true or false");
+    spec.read_only_rootfs = ro->get<bool>();
+  }
   if (spec.backend == "remote" && (!spec.mounts.empty() || !spec.skills.empty())) {
     return not_supported(spec.mounts.empty() ? "skills" : "mounts",
                          "on a remote runner (the runner's machine has no daemon host paths)");
@@ -649,6 +657,10 @@ json encode_session(const session::SessionInfo& s) {
   }
   if (!s.spec.runner.empty()) j["runner"] = s.spec.runner;
   if (s.spec.ttl_sec) j["ttl_sec"] = *s.spec.ttl_sec;
+  j["image"] = s.spec.image_digest.empty()
+                   ? json(nullptr)
+                   : json{{"ref", s.spec.image_ref}, {"digest", s.spec.image_digest}};
+  j["read_only_rootfs"] = s.spec.read_only_rootfs;
   return j;
 }
 

@@ -35,6 +35,7 @@ inline constexpr Feature kFeatures[] = {
     {"events", true},            {"langbot_rpc", true},    {"e2b", true},
     {"mcp", true},               {"repair", true},         {"limits_cpu_time_sec", true},
     {"limits_tmp_mb", true},     {"managed_processes", true}, {"killed_by", true},
+    {"images", true},
 };
 inline constexpr std::string_view kNetworkModes[] = {"none", "allowlist", "open"};
 

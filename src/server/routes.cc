@@ -13,8 +13,9 @@ const std::vector<RouteSpec>& route_specs() {
          {detail::session_routes, detail::exec_routes, detail::file_routes, detail::seed001_routes,
           detail::ops_routes, detail::process_routes, detail::event_routes, detail::mcp_routes,
           detail::e2b_routes, detail::health_routes, detail::template_routes,
-          detail::langbot_routes, detail::runner_routes, detail::dashboard_routes,
-          detail::audit_routes, detail::cluster_routes, detail::not_built_routes}) {
+          detail::image_routes, detail::langbot_routes, detail::runner_routes,
+          detail::dashboard_routes, detail::audit_routes, detail::cluster_routes,
+          detail::not_built_routes}) {
       auto routes = part();
       all.insert(all.end(), routes.begin(), routes.end());
     }

@@ -88,6 +88,11 @@ enum class RouteId {
   kUiFile,
   kWsTicket,
   kAudit,
+  // Images
+  kImagePull,
+  kImageList,
+  kImageGet,
+  kImageDelete,
   // Runners
   kRunnerWs,
   kRunnerList,

@@ -10,7 +10,8 @@ Services::Services(asio::io_context& ioc, asio::thread_pool& pool, session::Sess
       exec(deps_),
       files(deps_),
       processes(deps_),
-      health(deps_, opts_.templates) {}
+      health(deps_, opts_.templates),
+      images(deps_, opts_.images) {}
 
 void Services::start() {
   lifecycle_sub_ = deps_.sessions->subscribe(

@@ -14,6 +14,7 @@
 #include "service/exec.h"
 #include "service/files.h"
 #include "service/health.h"
+#include "service/images.h"
 #include "service/op_events.h"
 #include "service/processes.h"
 #include "service/sessions.h"
@@ -27,6 +28,8 @@ struct ServiceOptions {
   std::shared_ptr<session::TemplateManager> templates;
   // Cluster mode (null: none); outlives the services.
   cluster::Cluster* cluster = nullptr;
+  // The image store (null: images not enabled).
+  std::shared_ptr<image::ImageStore> images;
 };
 
 class Services {
@@ -58,6 +61,7 @@ class Services {
   Files files;
   Processes processes;
   Health health;
+  Images images;
 };
 
 }  // namespace agentbox::service

@@ -200,6 +200,7 @@ Result<SessionManager::BoxStart> SessionManager::start_box(const Entry& e) {
   cfg.mounts = AB_TRY(spec_binds(e.spec));
   for (const sandbox::BindMount& m : shared_binds(config_)) cfg.mounts.push_back(m);
   for (sandbox::BindMount& m : global_binds(e.spec)) cfg.mounts.push_back(std::move(m));
+  AB_TRY(image_box_config(config_.images.get(), config_.data_dir, e.id, e.spec, &cfg));
 
   BoxStart out;
   if (workspace_on_host(e.spec)) {

@@ -404,6 +404,7 @@ Result<std::shared_ptr<SessionManager::Entry>> SessionManager::create_locked(
                              to_default_runner ? config_.default_runner : spec.runner,
                              caller.tenant};
   if (auto st = be->check_spec(asked); !st) return std::unexpected(st.error());
+  if (auto st = check_image_spec(spec, *be, backend); !st) return std::unexpected(st.error());
   sandbox::Limits limits = spec.limits;
   if (be->takes_default_limits()) sandbox::fill_unset_limits(&limits, config_.default_limits);
   // A default disk cap does not apply to a host dir (an explicit one was refused already).
@@ -467,10 +468,14 @@ SessionSpec read_mounts_sidecar(const std::string& archive) {
 }  // namespace
 
 Result<std::pair<SessionInfo, bool>> SessionManager::create_or_get(const std::string& id,
-                                                                   const SessionSpec& spec,
+                                                                   const SessionSpec& asked,
                                                                    const Caller& caller) {
   if (auto st = validate_id(id); !st) return std::unexpected(st.error());
-  if (auto st = validate_spec(spec); !st) return std::unexpected(st.error());
+  if (auto st = validate_spec(asked); !st) return std::unexpected(st.error());
+  // An image is found or pulled before the manager's lock (a pull takes long).
+  SessionSpec spec = asked;
+  if (auto st = check_image_backend(config_, spec); !st) return std::unexpected(st.error());
+  if (auto st = resolve_image(config_.images.get(), &spec); !st) return std::unexpected(st.error());
   std::unique_lock lk(mu_);
   for (;;) {
     if (auto e = find_settled_locked(lk, id)) {
@@ -539,6 +544,7 @@ std::vector<SessionInfo> SessionManager::list(const Caller& caller) {
 }
 
 Status SessionManager::remove_workspace(const std::string& id) {
+  remove_image_root(config_.data_dir, id);
   // A capped workspace is a mount: detach it (and drop its image) before removing the directory,
   // which remove_all below would otherwise refuse as a mount point.
   if (config_.templates) {

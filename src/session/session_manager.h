@@ -22,6 +22,7 @@
 
 #include "common/error.h"
 #include "common/unique_fd.h"
+#include "image/store.h"
 #include "net/proxy.h"
 #include "sandbox/process_table.h"
 #include "sandbox/sandbox.h"
@@ -64,6 +65,12 @@ struct SessionSpec {
   sandbox::Limits limits;
   NetworkSpec network;
   std::optional<std::int64_t> ttl_sec;  // idle seconds before the reaper acts; 0 = never
+  // API.md "Images": the image the box's root is made of, as asked and as resolved at create
+  // (kept for the session's life); "" = the host's root. read_only_rootfs false: the session
+  // has a writable root layer of its own (session_images.cc).
+  std::string image_ref;
+  std::string image_digest;
+  bool read_only_rootfs = true;
 };
 
 enum class State { kRunning, kSuspended };
@@ -155,6 +162,8 @@ struct ManagerConfig {
   // Templates (session/template_manager.h): a spec's "template" is resolved there and its
   // workspace mounted as an overlay over the snapshot. Null: a "template" is ENOTSUP.
   std::shared_ptr<TemplateManager> templates;
+  // The image store (API.md "Images"); null: a create naming `image` is ENOTSUP.
+  std::shared_ptr<image::ImageStore> images;
   // Called when a suspended session's box has started again (a resume, by any use), before the
   // box is handed to anyone, so the first command of that resume sees what it did (seed 004's
   // auto_repair: service/resume_repair.h). On the resuming thread, without the manager's lock;

@@ -105,6 +105,12 @@ std::string encode_spec(const SessionSpec& spec) {
     j["template_version"] = spec.template_version;
   }
   if (!spec.runner.empty()) j["runner"] = spec.runner;
+  if (!spec.image_digest.empty()) {
+    // API.md "Images": the image the root is made of, kept for the session's life.
+    j["image"] = {{"ref", spec.image_ref},
+                  {"digest", spec.image_digest},
+                  {"read_only_rootfs", spec.read_only_rootfs}};
+  }
   json mounts = json::array();
   for (const MountSpec& m : spec.mounts) {
     mounts.push_back({{"host_path", m.host_path}, {"mount_path", m.mount_path}, {"mode", m.mode}});
@@ -147,6 +153,11 @@ Result<SessionSpec> decode_spec(std::string_view text) {
   spec.snapshot = str("snapshot");
   spec.template_version = j.value("template_version", std::uint64_t{0});
   spec.runner = str("runner");
+  if (auto it = j.find("image"); it != j.end() && it->is_object()) {
+    spec.image_ref = it->value("ref", "");
+    spec.image_digest = it->value("digest", "");
+    spec.read_only_rootfs = it->value("read_only_rootfs", true);
+  }
   if (auto it = j.find("mounts"); it != j.end() && it->is_array()) {
     for (const json& m : *it) {
       if (!m.is_object()) continue;

@@ -243,6 +243,11 @@ Result<ParsedTemplate> parse_doc(const YAML::Node& root, std::string_view yaml) 
   Walker w;
   w.unknown_keys(root, "", {"name", "version", "description", "files", "python", "nodejs",
                             "setup", "env", "system", "security", "limits", "health"});
+  if (root["image"]) {
+    // API.md "Images": an image as a template's base is not built yet; never ignored.
+    return fail(Code::kNotSupported,
+                "template: field 'image' (an image as the template's base) is not supported yet");
+  }
   ParsedTemplate out;
   Template& t = out.tmpl;
   t.source = std::string(yaml);

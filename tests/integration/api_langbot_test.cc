@@ -459,8 +459,8 @@ TEST_F(LangBotApi, BadInputIsAnErrorReplyInLangBotsConventionAndTheConnectionSta
   expect_prefix("box_exec", with(hosted, "workdir", "/workspace"), "BoxValidationError: ", ctx);
   // ... and over /workspace itself (the workspace is the host dir: same rule).
   expect_prefix("box_exec", with(base, "host_path", "/etc"), "BoxValidationError: ", ctx);
-  // Valid for LangBot, not done by agentbox: a BoxError naming it.
-  expect_prefix("box_exec", with(base, "image", "python:3.12"), "BoxError: image ", ctx);
+  // Valid for LangBot, not done by agentbox: a BoxError naming it (an image:
+  // api_langbot_images_test).
   expect_prefix("box_exec", with(base, "skill_name", "web-search"), "BoxError: skill_name ", ctx);
   expect_prefix("box_exec", with(base, "read_only_rootfs", false), "BoxError: read_only_rootfs",
                 ctx);

@@ -2,16 +2,19 @@
 // The Beast WebSocket client steps the integration suites share: connect and upgrade, and a read
 // bounded in time. Each suite's client class wraps them with what it needs (headers, frames).
 
+#include <gtest/gtest.h>
+
 #include <boost/asio/connect.hpp>
 #include <boost/asio/error.hpp>
 #include <boost/asio/io_context.hpp>
 #include <boost/asio/ip/tcp.hpp>
 #include <boost/beast/core.hpp>
 #include <boost/beast/websocket.hpp>
-#include <gtest/gtest.h>
 #include <chrono>
 #include <optional>
 #include <string>
+#include <utility>
+#include <vector>
 
 namespace agentbox::testing {
 
@@ -59,6 +62,13 @@ inline std::optional<std::string> ws_read_for(
 // A WebSocket client for a test: binary or text frames, reads bounded in time, the close reason.
 class Ws {
  public:
+  // Headers the upgrade request carries (before open()).
+  void set_headers(std::vector<std::pair<std::string, std::string>> headers) {
+    ws_.set_option(boost::beast::websocket::stream_base::decorator(
+        [headers = std::move(headers)](boost::beast::websocket::request_type& req) {
+          for (const auto& [k, v] : headers) req.set(k, v);
+        }));
+  }
   boost::beast::error_code open(const std::string& host_port, const std::string& target) {
     return ws_connect(ioc_, ws_, host_port, target, res_);
   }

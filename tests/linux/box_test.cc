@@ -22,6 +22,7 @@
 
 #include "linux/cgroup.h"
 #include "linux/host_binds.h"
+#include "linux/image_root.h"
 #include "linux/mounts.h"
 #include "linux/seccomp_policy.h"
 #include "support/support.h"
@@ -512,6 +513,67 @@ TEST_F(LiveBindTest, APlantedSymlinkFailsTheWholeAttach) {
   EXPECT_FALSE(fs::exists(workspace_ + "/data"));  // the first one's mountpoints are gone too
   EXPECT_TRUE(fs::is_empty(victim.path()));
   box_.reset();
+}
+
+// An image root (linux/image_root.h): an overlay of idmapped layer dirs, made in the daemon as a
+// detached mount and attached by the box as "/". Layer files stored as kBase + i are i in the
+// box; what the box writes lands in the upper dir as kBase + its uid; later layers win.
+TEST_F(BoxTest, AnImageRootIsAnIdmappedOverlayOfItsLayers) {
+  constexpr std::uint32_t kBase = 1u << 30;
+  char tmp[] = "/tmp/agentbox-boxtest-image-XXXXXX";
+  ASSERT_NE(::mkdtemp(tmp), nullptr);
+  const std::string dir = tmp;
+  auto file = [](const std::string& path, const std::string& text, uid_t owner) {
+    fs::create_directories(fs::path(path).parent_path());
+    std::ofstream(path) << text;
+    ASSERT_EQ(::chown(path.c_str(), owner, owner), 0);
+  };
+  for (const char* d : {"l0/bin", "l0/etc", "l0/data", "l1/etc", "rootfs/upper", "rootfs/work"}) {
+    fs::create_directories(dir + "/" + d);
+  }
+  fs::copy_file("/bin/busybox", dir + "/l0/bin/busybox");
+  fs::create_symlink("busybox", dir + "/l0/bin/sh");
+  file(dir + "/l0/etc/os-release", "ID=lower\n", kBase);
+  file(dir + "/l0/etc/kept-by-42", "x\n", kBase + 42);
+  file(dir + "/l1/etc/os-release", "ID=upper-layer\n", kBase);
+  ASSERT_EQ(::chmod((dir + "/l0/data").c_str(), 01777), 0);
+  for (const auto& e : fs::recursive_directory_iterator(dir)) {
+    struct stat st;
+    ASSERT_EQ(::lstat(e.path().c_str(), &st), 0);
+    if (st.st_uid == 0) ASSERT_EQ(::lchown(e.path().c_str(), kBase, kBase), 0) << e.path();
+  }
+  ASSERT_EQ(::chown(tmp, kBase, kBase), 0);
+  auto root = make_image_root(
+      {{dir + "/l0", dir + "/l1"}, dir + "/rootfs", "upper", "work", kBase, 1u << 17});
+  ASSERT_TRUE(root) << root.error().message;
+  BoxFsSpec s = fs_spec();
+  s.image_root = true;
+  auto plan = plan_box_fs(s);
+  ASSERT_TRUE(plan) << plan.error().message;
+  auto b = make_planned_box(std::move(*plan), "img", [&](BoxSpec& spec) {
+    spec.root_tree = root->get();
+    spec.root_writable = true;
+  });
+  ASSERT_TRUE(b) << b.error().message;
+  box_ = std::move(*b);
+  root->reset();  // the box has it attached
+
+  auto r =
+      sh("cat /etc/os-release; stat -c %u:%g /bin/busybox /etc/kept-by-42 /; id -u;"
+         " echo w > /data/f && stat -c %u /data/f /data");
+  EXPECT_EQ(r.exit_code(), 0) << r.err;
+  EXPECT_EQ(r.out, "ID=upper-layer\n0:0\n42:42\n0:0\n" + std::to_string(kUid) + "\n" +
+                       std::to_string(kUid) + "\n0\n");
+  box_.reset();
+  // On disk: the box's file as kBase + its uid, the copied-up /data as kBase (the box's root),
+  // never a host id.
+  struct stat st;
+  ASSERT_EQ(::stat((dir + "/rootfs/upper/data/f").c_str(), &st), 0);
+  EXPECT_EQ(st.st_uid, kBase + kUid);
+  ASSERT_EQ(::stat((dir + "/rootfs/upper/data").c_str(), &st), 0);
+  EXPECT_EQ(st.st_uid, kBase);
+  std::error_code ec;
+  fs::remove_all(dir, ec);
 }
 
 TEST_F(BoxTest, InvalidBindsAreRejectedBeforeCloning) {

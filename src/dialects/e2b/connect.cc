@@ -77,6 +77,8 @@ RpcError from_error(const Error& e) {
     case agentbox::Code::kUnavailable: c = Code::kUnavailable; break;
     case agentbox::Code::kInternal: c = Code::kInternal; break;
     case agentbox::Code::kNotSupported: c = Code::kUnimplemented; break;
+    case agentbox::Code::kImage: c = Code::kFailedPrecondition; break;
+    case agentbox::Code::kUpstream: c = Code::kUnavailable; break;
   }
   return RpcError::make(c, std::string(agentbox::code_name(e.code)) + ": " + e.message);
 }

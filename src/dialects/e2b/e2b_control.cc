@@ -13,9 +13,9 @@
 //
 // `timeout` is agentbox's ttl_sec: idle seconds (no API use, no command running) after which
 // the daemon's reaper suspends the session (or destroys it, with the daemon's ttl_destroys), not
-// E2B's wall-clock end. templateID: agentbox has no templates routes yet, so "base" (E2B's
-// default) is the only one; another is refused naming it. Fields that would change what the
-// sandbox is and that agentbox does not do (network, volumeMounts, mcp, autoResume, ...) are
+// E2B's wall-clock end. templateID: "base" (E2B's default) is the default box; another names a
+// template of the daemon or an image alias of its config (`image_aliases:`); else it is refused
+// naming it. Fields that would change what the sandbox is and that agentbox does not do (network, volumeMounts, mcp, autoResume, ...) are
 // refused (501) naming the field, never ignored.
 
 #include <algorithm>
@@ -38,17 +38,25 @@ constexpr std::int64_t kMaxTimeoutSec = 86400 * 30;
 
 std::string new_sandbox_id() { return "e2b-" + random_hex(10); }
 
-std::string template_of(const SessionInfo& s) {
-  return s.spec.template_name.empty() ? std::string(kDefaultTemplate) : s.spec.template_name;
+// The templateID of a sandbox: its template, the image alias of its image (its reference when
+// no alias names it), or "base".
+std::string template_of(Context* ctx, const SessionInfo& s) {
+  if (!s.spec.template_name.empty()) return s.spec.template_name;
+  if (!s.spec.image_ref.empty()) {
+    const auto& store = ctx->svc->images.store();
+    std::string alias = store ? store->alias_of(s.spec.image_ref) : std::string();
+    return alias.empty() ? s.spec.image_ref : alias;
+  }
+  return std::string(kDefaultTemplate);
 }
 
 // The Sandbox reply of create and connect.
 Result<json> sandbox_json(Context* ctx, const SessionInfo& s) {
   json j = json::object();
   j["sandboxID"] = s.id;
-  j["templateID"] = template_of(s);
+  j["templateID"] = template_of(ctx, s);
   j["clientID"] = "agentbox";
-  j["alias"] = template_of(s);
+  j["alias"] = template_of(ctx, s);
   j["envdVersion"] = std::string(kEnvdVersion);
   j["envdAccessToken"] = AB_TRY(envd_token(ctx, s));
   j["domain"] = nullptr;
@@ -56,11 +64,11 @@ Result<json> sandbox_json(Context* ctx, const SessionInfo& s) {
 }
 
 // The SandboxDetail of get, and (without domain) of list.
-json detail_json(const SessionInfo& s) {
+json detail_json(Context* ctx, const SessionInfo& s) {
   json j = json::object();
   j["sandboxID"] = s.id;
-  j["templateID"] = template_of(s);
-  j["alias"] = template_of(s);
+  j["templateID"] = template_of(ctx, s);
+  j["alias"] = template_of(ctx, s);
   j["clientID"] = "agentbox";
   j["startedAt"] = rfc3339(s.created_at);
   std::int64_t ttl = s.spec.ttl_sec.value_or(0);
@@ -149,11 +157,6 @@ Result<Create> decode_create(const json& b) {
   }
   c.template_id = tmpl != b.end() && tmpl->is_string() ? tmpl->get<std::string>() : "";
   if (c.template_id.empty()) c.template_id = kDefaultTemplate;
-  if (c.template_id != kDefaultTemplate) {
-    return fail(Code::kInvalid, "template '" + c.template_id +
-                                    "' does not exist: agentbox serves only the template 'base' "
-                                    "(its default box) until its templates routes exist");
-  }
   auto timeout = AB_TRY(timeout_field(b));
   c.spec.ttl_sec = timeout.value_or(kDefaultTimeoutSec);
   c.spec.labels = AB_TRY(string_map(b, "metadata"));
@@ -220,8 +223,27 @@ asio::awaitable<Status> set_timeout(Context* ctx, service::Origin o, std::string
   co_return Status{};
 }
 
+// templateID: "base" is the default box; another names a template of the daemon or, failing
+// that, an image by the config's `image_aliases:` (API.md "Images"; pulled on first use).
+Status resolve_template_id(Context* ctx, Create* c) {
+  if (c->template_id == kDefaultTemplate) return {};
+  if (const auto& tm = ctx->svc->templates(); tm && tm->get(c->template_id)) {
+    c->spec.template_name = c->template_id;
+    return {};
+  }
+  if (const auto& store = ctx->svc->images.store(); store) {
+    if (std::string ref = store->alias(c->template_id); !ref.empty()) {
+      c->spec.image_ref = std::move(ref);
+      return {};
+    }
+  }
+  return fail(Code::kInvalid, "template '" + c->template_id +
+                                  "' does not exist: not 'base', a template of this daemon or an "
+                                  "image alias of its config (image_aliases)");
+}
+
 asio::awaitable<Result<json>> create_sandbox(Context* ctx, service::Origin o, Create c) {
-  c.spec.template_name = "";  // the default box ("base")
+  if (auto st = resolve_template_id(ctx, &c); !st) co_return std::unexpected(st.error());
   for (int attempt = 0;; ++attempt) {
     auto r = co_await ctx->svc->sessions.create(o, new_sandbox_id(), c.spec);
     if (!r) co_return std::unexpected(r.error());
@@ -325,7 +347,7 @@ Result<std::pair<json, std::string>> list_job(Context* ctx, ListQuery q, Caller 
       next = arr.back()["sandboxID"].get<std::string>();
       break;
     }
-    arr.push_back(detail_json(s));
+    arr.push_back(detail_json(ctx, s));
   }
   return std::pair{std::move(arr), std::move(next)};
 }
@@ -419,7 +441,8 @@ asio::awaitable<bool> serve_control(Call* call, std::string path) {
   if (s.size() == 2) {
     if (m == "GET") {
       auto info = co_await ctx->svc->sessions.get(e2b_origin(req, caller), id);
-      Result<json> r = info ? Result<json>(detail_json(*info)) : std::unexpected(info.error());
+      Result<json> r =
+          info ? Result<json>(detail_json(ctx, *info)) : std::unexpected(info.error());
       co_return co_await send_reply(call, reply_of(r, 200));
     }
     if (m == "DELETE") {

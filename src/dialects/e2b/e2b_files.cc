@@ -113,6 +113,8 @@ int rest_status(const Error& e) {
     case Code::kUnavailable: return 503;
     case Code::kInternal: return 500;
     case Code::kNotSupported: return 501;
+    case Code::kImage: return 422;
+    case Code::kUpstream: return 502;
   }
   return 500;
 }

@@ -206,22 +206,16 @@ LbResult<BoxSpec> decode_box_spec(const json& data, bool need_cmd) {
   LB_TRY(quota, f.integer("workspace_quota_mb", 0, 0, "greater than or equal to 0"));
 
   // Valid; now what agentbox does not do (never accepted and ignored).
-  if (image != kDefaultImage) {
-    return lb_fail("BoxError",
-                   "image '" + image +
-                       "' is not supported: agentbox boxes run the "
-                       "host's read-only system, not container images (send the default '" +
-                       std::string(kDefaultImage) + "')");
-  }
   if (skill) {
     return lb_fail("BoxError",
                    "skill_name is not supported: agentbox has no skill store; mount "
                    "the skill with extra_mounts");
   }
-  if (!ro_root) {
+  if (!ro_root && image == kDefaultImage) {
     return lb_fail("BoxError",
-                   "read_only_rootfs=false is not supported: an agentbox box's system "
-                   "is always read-only (the workspace and /tmp are writable)");
+                   "read_only_rootfs=false needs an image: the default image is the host's "
+                   "read-only system (name an OCI image in 'image' for a writable root of the "
+                   "session's own)");
   }
   ojson& sh = s.shape;
   sh["image"] = image;
@@ -275,6 +269,12 @@ LbResult<session::SessionSpec> session_spec(const ojson& sh) {
                 sh["host_path_mode"].get<std::string>()});
   }
   if (sh["persistent"].get<bool>()) spec.ttl_sec = 0;
+  // The default image is the host's read-only system; any other is an OCI image (API.md
+  // "Images"), pulled on first use by the create.
+  if (const std::string image = sh["image"].get<std::string>(); image != kDefaultImage) {
+    spec.image_ref = image;
+    spec.read_only_rootfs = sh["read_only_rootfs"].get<bool>();
+  }
   spec.labels[kSpecLabel] = sh.dump();
   return spec;
 }

@@ -93,7 +93,8 @@ LbError lb_error(const Error& e, About about) {
           e.message};
     case Code::kQuota:
     case Code::kTooBig: return {"BoxCapacityExceededError", e.message};
-    case Code::kUnavailable: return {"BoxBackendUnavailableError", e.message};
+    case Code::kUnavailable:
+    case Code::kUpstream: return {"BoxBackendUnavailableError", e.message};  // a registry too
     default: return {"BoxError", std::string(code_name(e.code)) + ": " + e.message};
   }
 }

@@ -51,6 +51,7 @@
 #include "linux/caps.h"
 #include "linux/cgroup.h"
 #include "linux/host_binds.h"
+#include "linux/image_root.h"
 #include "linux/mounts.h"
 #include "linux/rlimits.h"
 #include "linux/seccomp_policy.h"

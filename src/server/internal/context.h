@@ -63,6 +63,7 @@ struct Request {
   std::map<std::string, std::string> query;   // decoded
   std::map<std::string, std::string> params;  // route template parameters, decoded
   std::string body;                           // JSON routes only
+  std::string accept;                         // the Accept header (POST /v1/images: NDJSON)
   // A big JSON body, already parsed in the pool by the transport (body_object() takes it).
   std::optional<Result<json>> parsed;
   // The authenticated tenant. SECURITY: the default (no token matched, only on routes that

@@ -29,6 +29,7 @@ std::vector<RouteSpec> template_routes();   // templates.cc: /v1/templates...
 std::vector<RouteSpec> audit_routes();      // audit_route.cc: GET /v1/audit
 std::vector<RouteSpec> dashboard_routes();  // dashboard.cc: /ui/, POST /v1/ws-tickets
 std::vector<RouteSpec> cluster_routes();    // cluster_routes.cc: /v1/cluster, cordons
+std::vector<RouteSpec> image_routes();      // images.cc: /v1/images...
 std::vector<RouteSpec> not_built_routes();  // not_built.cc: API.md routes not built yet (501)
 // not_built.cc: the handler of a not-built route (501 ENOTSUP naming the route).
 boost::asio::awaitable<bool> not_built(Call* call);

@@ -25,6 +25,7 @@
 #include "sandbox/default_limits.h"
 #include "sandbox/rooted_fs.h"
 #include "session/host_workspace.h"
+#include "session/session_images.h"
 #include "session/session_manager.h"
 #include "session/store.h"
 #include "session/template_manager.h"
