@@ -540,7 +540,9 @@ TEST_F(BoxTest, AnImageRootIsAnIdmappedOverlayOfItsLayers) {
   for (const auto& e : fs::recursive_directory_iterator(dir)) {
     struct stat st;
     ASSERT_EQ(::lstat(e.path().c_str(), &st), 0);
-    if (st.st_uid == 0) ASSERT_EQ(::lchown(e.path().c_str(), kBase, kBase), 0) << e.path();
+    if (st.st_uid == 0) {
+      ASSERT_EQ(::lchown(e.path().c_str(), kBase, kBase), 0) << e.path();
+    }
   }
   ASSERT_EQ(::chown(tmp, kBase, kBase), 0);
   auto root = make_image_root(

@@ -253,6 +253,12 @@ try {
   await page.waitForFunction(() => !document.querySelector('.vrow[data-id="ui-s1"]') && document.querySelector('.vrow[data-id="ui-other"]'));
   await page.$eval('input[aria-label="filter by label"]', (e) => ((e.value = ""), e.dispatchEvent(new Event("input"))));
   await page.waitForSelector('.vrow[data-id="ui-s1"]');
+  const tenantOf = (await api("GET", "/v1/sessions/ui-s1")).json().tenant;
+  await page.type('input[aria-label="filter by tenant"]', "no-such-tenant");
+  await page.waitForFunction(() => !document.querySelector('.vrow[data-id="ui-s1"]'));
+  await page.$eval('input[aria-label="filter by tenant"]', (e, t) => ((e.value = t), e.dispatchEvent(new Event("input"))), tenantOf);
+  await page.waitForSelector('.vrow[data-id="ui-s1"]');
+  await page.$eval('input[aria-label="filter by tenant"]', (e) => ((e.value = ""), e.dispatchEvent(new Event("input"))));
   await shot("sessions");
   await page.setViewport({ width: 390, height: 844 });
   await shot("sessions-phone");
@@ -305,6 +311,16 @@ try {
   await page.click('tr[data-name="uihello"] button.link');
   await page.waitForSelector(".card h2");
   await shot("templates");
+  ok(step);
+
+  step = "images: a pull the registry cannot serve is shown in words, nothing is listed";
+  await page.goto(base + "/ui/#/images");
+  await page.waitForFunction(() => /No images yet/.test(document.getElementById("images")?.textContent || ""));
+  await page.type('input[aria-label="image reference"]', "127.0.0.1:1/none/such:1");
+  await page.click('form[aria-label="pull an image"] button[type=submit]');
+  await page.waitForFunction(() => [...document.querySelectorAll(".status.error")].some((s) => /127\.0\.0\.1:1/.test(s.textContent)), { timeout: 60000 });
+  check((await api("GET", "/v1/images")).json().images.length === 0, "an image was stored");
+  await shot("images");
   ok(step);
 
   step = "operations";

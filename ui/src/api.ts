@@ -58,6 +58,7 @@ export interface Opts {
   type?: string;
   signal?: AbortSignal;
   token?: string;
+  accept?: string;
 }
 
 export async function request(method: string, path: string, o: Opts = {}): Promise<Response> {
@@ -70,6 +71,7 @@ export async function request(method: string, path: string, o: Opts = {}): Promi
     body = JSON.stringify(o.body);
     extra["Content-Type"] = "application/json";
   }
+  if (o.accept) extra["Accept"] = o.accept;
   const res = await fetch(path, {
     method,
     body,
@@ -97,10 +99,11 @@ export function enc(s: string): string {
   return encodeURIComponent(s);
 }
 
-// Reads an NDJSON reply line by line until it ends or `signal` aborts.
+// Reads an NDJSON reply line by line until it ends or `signal` aborts (a GET, or `method` with
+// a JSON `body`, e.g. an image pull's progress).
 // eslint-disable-next-line @typescript-eslint/no-explicit-any
-export async function ndjson(path: string, onLine: (j: any) => void, signal: AbortSignal): Promise<void> {
-  const res = await request("GET", path, { signal });
+export async function ndjson(path: string, onLine: (j: any) => void, signal: AbortSignal, method = "GET", body?: unknown): Promise<void> {
+  const res = await request(method, path, { signal, body, accept: "application/x-ndjson" });
   if (!res.body) return;
   const reader = res.body.getReader();
   const dec = new TextDecoder();

@@ -1,9 +1,10 @@
 // The dashboard's shell: login, the navigation and a hash router (#/sessions, #/sessions/<id>,
-// #/templates, #/ops). Nothing of the token or of the API goes into the URL.
+// #/templates, #/images, #/ops). Nothing of the token or of the API goes into the URL.
 import "@xterm/xterm/css/xterm.css";
 import "./style.css";
 import { logout, setUnauthorizedHandler, token } from "./api";
 import { clear, h } from "./dom";
+import { imagesPage } from "./images";
 import { loginPage } from "./login";
 import { opsPage } from "./ops";
 import { sessionPage } from "./session";
@@ -26,6 +27,7 @@ function nav(current: string): HTMLElement {
       { "aria-label": "main" },
       link("#/sessions", "Sessions", "sessions"),
       link("#/templates", "Templates", "templates"),
+      link("#/images", "Images", "images"),
       link("#/ops", "Operations", "ops"),
     ),
     h(
@@ -66,6 +68,7 @@ function route(): void {
   const onCleanup = (c: Cleanup) => cleanup.push(c);
   if (page === "sessions" && parts[1]) sessionPage(main, parts[1], onCleanup);
   else if (page === "templates") templatesPage(main, onCleanup);
+  else if (page === "images") imagesPage(main, onCleanup);
   else if (page === "ops") opsPage(main, onCleanup);
   else sessionsPage(main, onCleanup);
 }

@@ -143,6 +143,9 @@ export function sessionsPage(main: HTMLElement, onCleanup: (c: Cleanup) => void)
   );
   const labelIn = h("input", { type: "search", placeholder: "label k=v", "aria-label": "filter by label" });
   const idIn = h("input", { type: "search", placeholder: "id contains", "aria-label": "filter by id" });
+  // An admin sees every tenant's sessions; in a cluster each session names its node.
+  const tenantIn = h("input", { type: "search", placeholder: "tenant", "aria-label": "filter by tenant", size: 10 });
+  const nodeIn = h("input", { type: "search", placeholder: "node", "aria-label": "filter by node", size: 10 });
   const count = h("span", { class: "muted" });
   const body = h("div", { class: "vbody", role: "rowgroup" });
   const spacer = h("div", { class: "vspacer" }, body);
@@ -153,6 +156,10 @@ export function sessionsPage(main: HTMLElement, onCleanup: (c: Cleanup) => void)
     if (stateSel.value && s.state !== stateSel.value) return false;
     const id = idIn.value.trim();
     if (id && !String(s.id).includes(id)) return false;
+    const tenant = tenantIn.value.trim();
+    if (tenant && s.tenant !== tenant) return false;
+    const node = nodeIn.value.trim();
+    if (node && s.node !== node) return false;
     const lf = labelIn.value.trim();
     if (lf) {
       const [k, v] = lf.split("=");
@@ -221,7 +228,7 @@ export function sessionsPage(main: HTMLElement, onCleanup: (c: Cleanup) => void)
   };
   scroller.addEventListener("scroll", () => requestAnimationFrame(paint));
   window.addEventListener("resize", paint);
-  for (const el of [stateSel, labelIn, idIn]) el.addEventListener("input", refresh);
+  for (const el of [stateSel, labelIn, idIn, tenantIn, nodeIn]) el.addEventListener("input", refresh);
 
   const header = h(
     "div",
@@ -234,7 +241,7 @@ export function sessionsPage(main: HTMLElement, onCleanup: (c: Cleanup) => void)
     h("h1", {}, "Sessions ", live),
     h("details", { class: "card" }, h("summary", {}, "New session"), createForm((s) => ((location.hash = "#/sessions/" + enc(s.id))))),
     h("details", { class: "card" }, h("summary", {}, "Restore from an archive"), restoreForm((s) => ((location.hash = "#/sessions/" + enc(s.id))))),
-    h("div", { class: "filters" }, stateSel, labelIn, idIn, count),
+    h("div", { class: "filters" }, stateSel, labelIn, idIn, tenantIn, nodeIn, count),
     st.el,
     h("div", { class: "vtable" }, header, scroller),
   );
