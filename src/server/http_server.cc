@@ -264,6 +264,7 @@ asio::awaitable<bool> serve_one(Impl* impl, Conn* conn, beast::flat_buffer* buff
   std::string_view target = h.target();
   auto qpos = target.find('?');
   ex.req.path = std::string(target.substr(0, qpos));
+  ex.req.target = std::string(target);
   ex.start = std::chrono::steady_clock::now();
 
   RouteMatch m = match_route(ex.req.method, ex.req.path);
@@ -286,7 +287,7 @@ asio::awaitable<bool> serve_one(Impl* impl, Conn* conn, beast::flat_buffer* buff
           fields);
       co_return co_await send_error(&call, fc.error());
     }
-    caller = std::move(*fc);
+    if (!fc->tenant.empty()) caller = std::move(*fc);
     ex.req.forwarded = true;
   } else {
     caller = authenticate(ctx->opts.tenants, h[http::field::authorization]);
