@@ -419,45 +419,12 @@ void Cluster::forget(const std::string& id) {
     std::lock_guard lock(mu_);
     auto it = catalog_.find(id);
     if (it == catalog_.end() || it->second.node != opts_.node) return;
-    if (moving_.contains(id)) return;  // the move switches it (hand_over) or keeps it
     raw = it->second.raw;
     catalog_.erase(it);
   }
   auto r = etcd_.erase_if_value(key("sessions", id), raw);
   if (!r)
     spdlog::warn("cluster: catalog entry of session {} not removed: {}", id, r.error().message);
-}
-
-void Cluster::begin_move(const std::string& id) {
-  std::lock_guard lock(mu_);
-  moving_.insert(id);
-}
-
-void Cluster::end_move(const std::string& id) {
-  std::lock_guard lock(mu_);
-  moving_.erase(id);
-}
-
-Status Cluster::hand_over(const std::string& id, const std::string& node) {
-  std::string raw, tenant;
-  {
-    std::lock_guard lock(mu_);
-    auto it = catalog_.find(id);
-    if (it == catalog_.end() || it->second.node != opts_.node) {
-      return fail(Code::kExists, "the catalog entry of session " + id + " is not this node's");
-    }
-    raw = it->second.raw;
-    tenant = it->second.tenant;
-  }
-  const std::string value = json{{"node", node}, {"tenant", tenant}}.dump();
-  auto r = etcd_.replace_if_value(key("sessions", id), raw, value);
-  if (!r) return std::unexpected(catalog_error(r.error()));
-  if (!*r) {
-    return fail(Code::kExists, "the catalog entry of session " + id + " changed meanwhile");
-  }
-  std::lock_guard lock(mu_);
-  catalog_[id] = Entry{node, tenant, value};
-  return {};
 }
 
 Status Cluster::set_cordon(const std::string& name, bool cordoned) {

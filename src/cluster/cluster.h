@@ -121,14 +121,6 @@ class Cluster {
   }
   // Session `id` is gone from this node: its catalog entry goes (if it still names this node).
   void forget(const std::string& id);
-  // A move of session `id` (this node's) is under way: forget() leaves its entry alone until
-  // end_move(), so no other node can place the id meanwhile.
-  void begin_move(const std::string& id);
-  void end_move(const std::string& id);
-  // The catalog's entry of session `id` goes from this node to `node` (one compare-and-swap
-  // transaction on the entry this node holds): EUNAVAILABLE naming the catalog when etcd cannot
-  // be reached, EEXIST when the entry is not this node's any more.
-  Status hand_over(const std::string& id, const std::string& node);
   // Cordons or uncordons node `name` (ENOENT for a node never seen).
   Status set_cordon(const std::string& name, bool cordoned);
 
@@ -162,7 +154,6 @@ class Cluster {
     std::string raw;  // the stored value (erase_if_value)
   };
   std::map<std::string, Entry> catalog_;
-  std::set<std::string> moving_;
   std::int64_t watch_rev_ = 0;
   bool synced_ = false;
   bool registered_ = false;

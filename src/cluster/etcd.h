@@ -86,9 +86,6 @@ class EtcdClient {
                                         std::int64_t lease = 0);
   // Deletes `key` only while it still holds `value` (compare value): whether it did.
   Result<bool> erase_if_value(const std::string& key, const std::string& value);
-  // Puts `key` = `value` only while it still holds `old` (compare value): whether it did.
-  Result<bool> replace_if_value(const std::string& key, const std::string& old,
-                                const std::string& value);
 
   // A lease of `ttl_sec`: its id.
   Result<std::int64_t> lease_grant(std::int64_t ttl_sec);

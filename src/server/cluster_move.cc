@@ -1,13 +1,14 @@
 // POST /v1/sessions/{id}/move {"node"} (API.md "Cluster"): the owner of a session hands it to
 // another live node, all or nothing, so that an operator can drain a node:
-//   1. the move is marked in the catalog cache (cluster/cluster.h begin_move: the entry stays
-//      this node's until the switch, so no other node can place the id meanwhile);
-//   2. the session is archived and destroyed here (its box stops first: nothing writes);
+//   1. the catalog entry goes from this node to the target (one compare-and-swap transaction on
+//      the entry as it is, through etcd's JSON gateway), so no node can place the id anew and
+//      requests go to the target from now on (the session is "suspended on the way");
+//   2. the session is archived and destroyed here (its box stops first: nothing writes); its
+//      catalog entry is the target's already, so it stays;
 //   3. the archive streams to the target (POST /v1/cluster/sessions/{id}/receive, signed, with
-//      the session's spec), which restores it under the session's tenant;
-//   4. the catalog entry goes from this node to the target (one compare-and-swap).
-// A failure after 2 restores the session here from its archive (and a failure after 3 deletes
-// the target's copy first): the session is on exactly one node whatever happens. The request
+//      the session's spec), which restores it under the session's tenant.
+// A failure after 1 swaps the entry back, and one after 2 restores the session here from its
+// archive (with its spec): the session is on exactly one node whatever happens. The request
 // reaches the owner by the ordinary relay (forward.cc), from whichever node received it.
 
 #include <fcntl.h>
@@ -17,6 +18,7 @@
 #include <chrono>
 #include <limits>
 
+#include "client/client.h"
 #include "cluster/forward_auth.h"
 #include "common/log.h"
 #include "server/base64.h"
@@ -124,6 +126,64 @@ asio::awaitable<Result<Sent>> send_archive(Context* ctx, std::string advertise, 
   co_return Sent{static_cast<int>(res.result_int()), std::move(res.body())};
 }
 
+// etcd's JSON gateway, for the catalog entry of one session (cluster/cluster.h:
+// <prefix>sessions/<id> = {"node","tenant"}). Blocking (the pool).
+Result<std::string> etcd_post(const std::vector<std::string>& endpoints, const std::string& path,
+                              const std::string& body) {
+  Error last = Error::make(Code::kUnavailable, "no etcd endpoint");
+  for (const std::string& ep : endpoints) {
+    client::ClientOptions o;
+    o.server = ep;
+    o.timeout = std::chrono::seconds(5);
+    client::Client c(std::move(o));
+    auto r = c.request("POST", path, body, "application/json", {});
+    if (r && r->status == 200) return std::move(r->body);
+    last = r ? Error::make(Code::kUnavailable, "HTTP " + std::to_string(r->status) + " " + r->body)
+             : r.error();
+  }
+  return fail(
+      Code::kUnavailable,
+      "the session catalog (etcd) cannot be reached: a move needs it (" + last.message + ")");
+}
+
+// The entry's stored value, or "" when there is none.
+Result<std::string> read_entry(const std::vector<std::string>& endpoints, const std::string& key) {
+  auto body =
+      AB_TRY(etcd_post(endpoints, "/v3/kv/range", json{{"key", base64_encode(key)}}.dump()));
+  auto j = json::parse(body, nullptr, false);
+  if (!j.is_object()) return fail(Code::kUnavailable, "etcd range: a reply that is not JSON");
+  if (!j.contains("kvs") || !j["kvs"].is_array() || j["kvs"].empty()) return std::string();
+  return base64_decode(j["kvs"][0].value("value", ""), "etcd value");
+}
+
+// Puts `value` while the entry still holds `old`: whether it did.
+Result<bool> swap_entry(const std::vector<std::string>& endpoints, const std::string& key,
+                        const std::string& old, const std::string& value) {
+  json req = {{"compare", json::array({{{"key", base64_encode(key)},
+                                        {"target", "VALUE"},
+                                        {"result", "EQUAL"},
+                                        {"value", base64_encode(old)}}})},
+              {"success",
+               json::array({{{"request_put",
+                              {{"key", base64_encode(key)}, {"value", base64_encode(value)}}}}})}};
+  auto body = AB_TRY(etcd_post(endpoints, "/v3/kv/txn", req.dump()));
+  auto j = json::parse(body, nullptr, false);
+  if (!j.is_object()) return fail(Code::kUnavailable, "etcd txn: a reply that is not JSON");
+  return j.value("succeeded", false);
+}
+
+// The catalog entry of session `id` back to this node (a move that failed after the switch).
+asio::awaitable<void> swap_back(Context* ctx, std::vector<std::string> endpoints, std::string key,
+                                std::string moved, std::string old, std::string id) {
+  auto job = run_blocking(
+      ctx->pool, [endpoints, key, moved, old] { return swap_entry(endpoints, key, moved, old); });
+  auto back = co_await std::move(job);
+  if (!back || !*back) {
+    spdlog::error("move of {}: the catalog entry was not switched back: {}", id,
+                  back ? "it changed meanwhile" : back.error().message);
+  }
+}
+
 // The error a node answered with ({"error": {"code", "message"}}), or one naming its status.
 Error remote_error(const std::string& node, const Sent& s) {
   auto j = json::parse(s.body, nullptr, false);
@@ -183,10 +243,6 @@ asio::awaitable<Reply> move_session(Context* ctx, Request* req) {
     co_return error_reply(
         Error::make(Code::kExists, "node '" + to + "' is cordoned: it takes no new sessions"));
   }
-  if (!cl->etcd_healthy()) {
-    co_return error_reply(Error::make(
-        Code::kUnavailable, "the session catalog (etcd) cannot be reached: a move needs it"));
-  }
   if (info->backend == "remote") {
     co_return error_reply(
         Error::make(Code::kNotSupported,
@@ -195,66 +251,79 @@ asio::awaitable<Reply> move_session(Context* ctx, Request* req) {
   }
   const std::string spec = session::encode_spec(info->spec);
   const std::string tenant = info->tenant;
-  cl->begin_move(id);
-  struct EndMove {
-    cluster::Cluster* cl;
-    std::string id;
-    ~EndMove() { cl->end_move(id); }
-  } end_move{cl, id};
-  // The session's own tenant owns the archive step (an admin may move another's session).
-  const service::Origin as_owner(session::Caller(tenant, false, 0), req->id, service::Surface::kV1);
-  auto archived = co_await sessions.destroy(origin, id, /*archive=*/true);
-  if (!archived) co_return error_reply(archived.error());
-  const std::string path = *archived;
-  auto sent = co_await send_archive(ctx, target->advertise, id, path, spec, tenant);
-  Error failed = Error::make(Code::kInternal, "");
-  bool ok = false;
-  json moved;
-  if (!sent) {
-    failed = sent.error();
-  } else if (sent->status != 201) {
-    failed = remote_error(to, *sent);
-  } else {
-    moved = json::parse(sent->body, nullptr, false);
-    auto job = run_blocking(ctx->pool, [cl, id, to] { return cl->hand_over(id, to); });
-    auto switched = co_await std::move(job);
-    if (switched) {
-      ok = true;
-    } else {
-      failed = switched.error();
-      // The target's copy goes: the session stays here.
-      Reply gone = co_await forward_small(ctx, target->advertise, "DELETE", "/v1/sessions/" + id,
-                                          "", session::Caller(tenant, false, 0));
-      if (gone.status != 200) {
-        spdlog::error("req={} move of {}: the copy on node {} was not deleted (HTTP {}): {}",
-                      req->id, id, to, gone.status, gone.body);
-      }
-    }
+  const std::vector<std::string> endpoints = cl->options().etcd;
+  const std::string key = cl->options().prefix + "sessions/" + id;
+  const std::string self = cl->node();
+  // 1. The catalog: this node's entry becomes the target's.
+  auto job_read = run_blocking(ctx->pool, [endpoints, key] { return read_entry(endpoints, key); });
+  auto old = co_await std::move(job_read);
+  if (!old) co_return error_reply(old.error());
+  auto entry = json::parse(*old, nullptr, false);
+  if (!entry.is_object() || entry.value("node", "") != self) {
+    co_return error_reply(
+        Error::make(Code::kUnavailable, "the session catalog does not name this node (" + self +
+                                            ") for session " + id + " (yet): try again"));
   }
-  if (!ok) {
-    auto back = co_await sessions.restore(as_owner, id, path);
-    if (!back) {
-      spdlog::error(
-          "req={} move of {} failed ({}), and restoring it here failed too: {} (the "
-          "archive {} is kept)",
-          req->id, id, failed.message, back.error().message, path);
-      co_return error_reply(
-          Error::make(Code::kInternal, "move of session " + id + " failed (" + failed.message +
-                                           ") and its restore here failed too (" +
-                                           back.error().message + "); its archive is " + path));
-    }
+  entry["node"] = to;
+  const std::string moved_value = entry.dump();
+  auto job_swap = run_blocking(ctx->pool, [endpoints, key, o = *old, moved_value] {
+    return swap_entry(endpoints, key, o, moved_value);
+  });
+  auto swapped = co_await std::move(job_swap);
+  if (!swapped) co_return error_reply(swapped.error());
+  if (!*swapped) {
+    co_return error_reply(Error::make(
+        Code::kExists, "the catalog entry of session " + id + " changed meanwhile: try again"));
+  }
+  // 2. Archived and gone here (the entry, now the target's, stays).
+  auto archived = co_await sessions.destroy(origin, id, /*archive=*/true);
+  if (!archived) {
+    co_await swap_back(ctx, endpoints, key, moved_value, *old, id);
+    co_return error_reply(archived.error());
+  }
+  const std::string path = *archived;
+  // 3. To the target, restored there.
+  auto sent = co_await send_archive(ctx, target->advertise, id, path, spec, tenant);
+  if (sent && sent->status == 201) {
     auto job = run_blocking(ctx->pool, [path] { return remove_archive(path); });
     co_await std::move(job);
-    failed.message =
-        "session " + id + " was not moved (it stays on node " + cl->node() + "): " + failed.message;
-    co_return error_reply(failed);
+    const service::Fields fields = {{"from", self}, {"to", to}};
+    ctx->svc->bus().emit("session.move", origin, id, fields);
+    spdlog::info("req={} session {} moved to node {}", req->id, id, to);
+    co_return json_reply(200, json::parse(sent->body, nullptr, false));
   }
-  auto job = run_blocking(ctx->pool, [path] { return remove_archive(path); });
-  co_await std::move(job);
-  const service::Fields fields = {{"from", cl->node()}, {"to", to}};
-  ctx->svc->bus().emit("session.move", origin, id, fields);
-  spdlog::info("req={} session {} moved to node {}", req->id, id, to);
-  co_return json_reply(200, moved);
+  Error failed = sent ? remote_error(to, *sent) : sent.error();
+  co_await swap_back(ctx, endpoints, key, moved_value, *old, id);
+  // Back here as it was: its spec beside the archive (read by the restore, as on a target). The
+  // session's own tenant owns it again (an admin may move another's session).
+  auto job_spec = run_blocking(ctx->pool, [path, spec]() -> Status {
+    UniqueFd s(::open((path + ".spec.json").c_str(),
+                      O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC | O_NOFOLLOW, 0600));
+    if (!s || ::write(s.get(), spec.data(), spec.size()) != static_cast<ssize_t>(spec.size())) {
+      return fail_errno(errno, "write(" + path + ".spec.json)");
+    }
+    return {};
+  });
+  if (auto st = co_await std::move(job_spec); !st) {
+    spdlog::warn("req={} move of {}: {}", req->id, id, st.error().message);
+  }
+  const service::Origin as_owner(session::Caller(tenant, false, 0), req->id, service::Surface::kV1);
+  auto back = co_await sessions.restore(as_owner, id, path);
+  if (!back) {
+    spdlog::error(
+        "req={} move of {} failed ({}), and restoring it here failed too: {} (the "
+        "archive {} is kept)",
+        req->id, id, failed.message, back.error().message, path);
+    co_return error_reply(
+        Error::make(Code::kInternal, "move of session " + id + " failed (" + failed.message +
+                                         ") and its restore here failed too (" +
+                                         back.error().message + "); its archive is " + path));
+  }
+  auto job_rm = run_blocking(ctx->pool, [path] { return remove_archive(path); });
+  co_await std::move(job_rm);
+  failed.message =
+      "session " + id + " was not moved (it stays on node " + self + "): " + failed.message;
+  co_return error_reply(failed);
 }
 
 asio::awaitable<bool> receive_session(Call* call) {

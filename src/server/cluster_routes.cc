@@ -156,9 +156,9 @@ std::vector<RouteSpec> cluster_routes() {
        simple<cordon_on>},
       {R::kClusterUncordon, "POST", "/v1/cluster/nodes/{name}/uncordon", B::kJson, true,
        simple<cordon_off>},
-      {R::kSessionMove, "POST", "/v1/sessions/{id}/move", B::kJson, true, simple<move_session>},
-      {R::kClusterReceive, "POST", "/v1/cluster/sessions/{id}/receive", B::kRaw, true,
-       receive_session},
+      // The cluster's other routes share kCluster (the transport treats none of them specially).
+      {R::kCluster, "POST", "/v1/sessions/{id}/move", B::kJson, true, simple<move_session>},
+      {R::kCluster, "POST", "/v1/cluster/sessions/{id}/receive", B::kRaw, true, receive_session},
   };
 }
 

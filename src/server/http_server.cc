@@ -264,7 +264,6 @@ asio::awaitable<bool> serve_one(Impl* impl, Conn* conn, beast::flat_buffer* buff
   std::string_view target = h.target();
   auto qpos = target.find('?');
   ex.req.path = std::string(target.substr(0, qpos));
-  ex.req.target = std::string(target);
   ex.start = std::chrono::steady_clock::now();
 
   RouteMatch m = match_route(ex.req.method, ex.req.path);

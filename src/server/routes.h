@@ -70,7 +70,6 @@ enum class RouteId {
   kLangbotRpc,
   kLangbotRelay,
   kLangbotRelayLegacy,
-  kLangbotForwarded,
   kE2b,  // everything under /e2b (e2b.cc)
   // Templates
   kTemplateCreate,
@@ -95,8 +94,6 @@ enum class RouteId {
   kCluster,
   kClusterCordon,
   kClusterUncordon,
-  kSessionMove,
-  kClusterReceive,
   // Routes of API.md not built yet: each answers 501 ENOTSUP naming itself.
   kNotBuilt,
 };

@@ -389,8 +389,9 @@ std::vector<RouteSpec> langbot_routes() {
        false, langbot::relay, W},
       {R::kLangbotRelayLegacy, "GET", "/v1/sessions/{id}/managed-process/ws", B::kNone, false,
        langbot::relay, W},
-      // Node to node (cluster mode): the owner's half of a forwarded action.
-      {R::kLangbotForwarded, "POST", "/v1/cluster/langbot", B::kJson, true,
+      // Node to node (cluster mode): the owner's half of a forwarded action. The cluster's
+      // routes share kCluster (the transport treats none of them specially).
+      {R::kCluster, "POST", "/v1/cluster/langbot", B::kJson, true,
        simple<langbot::forwarded_action>},
   };
 }

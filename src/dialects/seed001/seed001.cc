@@ -8,6 +8,7 @@
 #include <cstring>
 #include <filesystem>
 
+#include "client/client.h"
 #include "common/log.h"
 #include "common/paths.h"
 #include "server/http_error.h"
@@ -161,7 +162,14 @@ asio::awaitable<bool> routed(Call* call) {
       if (body) agent = decode_seed_agent(*body);
     }
     if (agent) {
-      if (auto f = co_await forward_session(call, *agent, req.target, /*buffered=*/true)) {
+      // The target as sent (its head is spent once the body is read): the path and the query.
+      std::string target = req.path;
+      char sep = '?';
+      for (const auto& [k, v] : req.query) {
+        target += sep + client::url_encode(k) + "=" + client::url_encode(v);
+        sep = '&';
+      }
+      if (auto f = co_await forward_session(call, *agent, target, /*buffered=*/true)) {
         co_return *f;
       }
     }

@@ -60,7 +60,6 @@ struct Request {
   std::uint64_t id = 0;  // for logs
   std::string method;
   std::string path;                           // without the query
-  std::string target;                         // as sent: path and query (cluster forwarding)
   std::map<std::string, std::string> query;   // decoded
   std::map<std::string, std::string> params;  // route template parameters, decoded
   std::string body;                           // JSON routes only
