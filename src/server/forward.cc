@@ -117,9 +117,8 @@ asio::awaitable<beast::error_code> relay_request(Call* call, beast::tcp_stream* 
 // Sends a request whose (small) JSON body the transport read already (the head it came with is
 // spent by then): method, target, the JSON body.
 asio::awaitable<beast::error_code> send_buffered(Call* call, beast::tcp_stream* up,
-                                                 const std::string& host_header,
-                                                 const std::string& target,
-                                                 const std::string& signature) {
+                                                 std::string host_header, std::string target,
+                                                 std::string signature) {
   const Request& req = call->ex.req;
   http::request<http::string_body> msg{http::string_to_verb(req.method), target, 11};
   msg.set(http::field::host, host_header);
@@ -183,8 +182,7 @@ asio::awaitable<bool> tunnel(Call* call, beast::tcp_stream* up, beast::flat_buff
 }
 
 // Connects to the owner of session `id`: the stream, or the error reply (sent) and false.
-asio::awaitable<std::optional<bool>> connect_owner(Call* call, const std::string& id,
-                                                   const cluster::Owner& owner,
+asio::awaitable<std::optional<bool>> connect_owner(Call* call, std::string id, cluster::Owner owner,
                                                    beast::tcp_stream* up, std::string* host_port) {
   std::string host, port;
   if (!split_url(owner.advertise, &host, &port)) {
@@ -214,9 +212,8 @@ asio::awaitable<std::optional<bool>> connect_owner(Call* call, const std::string
 }
 
 // The owner's reply, relayed to the client piece by piece as it is read.
-asio::awaitable<bool> relay_reply(Call* call, beast::tcp_stream* up, const std::string& id,
-                                  const cluster::Owner& owner, beast::error_code wec,
-                                  bool upgrade) {
+asio::awaitable<bool> relay_reply(Call* call, beast::tcp_stream* up, std::string id,
+                                  cluster::Owner owner, beast::error_code wec, bool upgrade) {
   Context* ctx = call->ctx;
   http::response_parser<http::buffer_body> rp;
   rp.body_limit(boost::none);

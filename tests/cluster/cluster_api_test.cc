@@ -320,8 +320,11 @@ TEST_F(ClusterApi, AMoveTheTargetRefusesLeavesTheSessionWhereItWas) {
   EXPECT_EQ(m.status, 429) << m;
   EXPECT_NE(m.message().find("was not moved (it stays on node n1)"), std::string::npos) << m;
   // Still on n1 with its files, served through every node.
-  EXPECT_EQ(api(node(2), kSmallToken).get("/v1/sessions/q2").body["node"], "n1");
-  EXPECT_EQ(api(node(3), kSmallToken).sh("q2", "cat f.txt").body["stdout"], "mine\n");
+  EXPECT_TRUE(eventually(
+      [&] { return api(node(2), kSmallToken).get("/v1/sessions/q2").body["node"] == "n1"; }, 5));
+  EXPECT_TRUE(eventually(
+      [&] { return api(node(3), kSmallToken).sh("q2", "cat f.txt").body["stdout"] == "mine\n"; },
+      5));
   EXPECT_FALSE(std::filesystem::exists(node(2).data->path() + "/workspaces/q2"));
   EXPECT_TRUE(!std::filesystem::exists(node(1).data->path() + "/archives") ||
               std::filesystem::is_empty(node(1).data->path() + "/archives"));
