@@ -339,6 +339,16 @@ asio::awaitable<std::optional<bool>> forward_session(Call* call, std::string id,
                                                      bool buffered) {
   auto owner = co_await remote_owner(call, id);
   if (!owner) co_return std::nullopt;
+  if (target.empty()) {
+    // The target as sent (the head is spent once the body is read): the path and the query.
+    const Request& r = call->ex.req;
+    target = r.path;
+    char sep = '?';
+    for (const auto& [k, v] : r.query) {
+      target += sep + client::url_encode(k) + "=" + client::url_encode(v);
+      sep = '&';
+    }
+  }
   if (!owner->up) co_return co_await send_error(call, service::elsewhere_error(id, *owner));
   Context* ctx = call->ctx;
   beast::tcp_stream up(call->conn->stream.get_executor());

@@ -8,7 +8,6 @@
 #include <cstring>
 #include <filesystem>
 
-#include "client/client.h"
 #include "common/log.h"
 #include "common/paths.h"
 #include "server/http_error.h"
@@ -162,14 +161,7 @@ asio::awaitable<bool> routed(Call* call) {
       if (body) agent = decode_seed_agent(*body);
     }
     if (agent) {
-      // The target as sent (its head is spent once the body is read): the path and the query.
-      std::string target = req.path;
-      char sep = '?';
-      for (const auto& [k, v] : req.query) {
-        target += sep + client::url_encode(k) + "=" + client::url_encode(v);
-        sep = '&';
-      }
-      if (auto f = co_await forward_session(call, *agent, target, /*buffered=*/true)) {
+      if (auto f = co_await forward_session(call, *agent, "", /*buffered=*/true)) {
         co_return *f;
       }
     }

@@ -30,7 +30,8 @@ asio::awaitable<std::optional<bool>> forward_if_remote(Call* call, const std::st
 asio::awaitable<std::optional<cluster::Owner>> remote_owner(Call* call, std::string id);
 
 // forward_if_remote() for session `id` as a surface names it (seed 001's agent_id, E2B's sandbox
-// id). `buffered`: the transport read the (JSON) body already (Request::body is sent on); else
+// id); `target` "" is the request's path and query. `buffered`: the transport read the (JSON)
+// body already (Request::body is sent on); else
 // the body is still unread and streams through, and a WebSocket upgrade becomes a tunnel to the
 // owner.
 asio::awaitable<std::optional<bool>> forward_session(Call* call, std::string id, std::string target,
