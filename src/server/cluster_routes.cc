@@ -5,12 +5,12 @@
 #include <string>
 
 #include "common/log.h"
-#include "service/services.h"
 #include "server/internal/blocking.h"
 #include "server/internal/cluster_v1.h"
 #include "server/internal/forward.h"
 #include "server/internal/surfaces.h"
 #include "server/internal/transport.h"
+#include "service/services.h"
 
 namespace agentbox::server::detail {
 
@@ -156,6 +156,9 @@ std::vector<RouteSpec> cluster_routes() {
        simple<cordon_on>},
       {R::kClusterUncordon, "POST", "/v1/cluster/nodes/{name}/uncordon", B::kJson, true,
        simple<cordon_off>},
+      // The cluster's other routes share kCluster (the transport treats none of them specially).
+      {R::kCluster, "POST", "/v1/sessions/{id}/move", B::kJson, true, simple<move_session>},
+      {R::kCluster, "POST", "/v1/cluster/sessions/{id}/receive", B::kRaw, true, receive_session},
   };
 }
 

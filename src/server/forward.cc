@@ -6,7 +6,9 @@
 
 #include "server/internal/forward.h"
 
+#include <boost/asio/experimental/awaitable_operators.hpp>
 #include <boost/asio/ip/tcp.hpp>
+#include <boost/beast/websocket/rfc6455.hpp>
 #include <chrono>
 
 #include "client/client.h"
@@ -19,27 +21,14 @@
 namespace agentbox::server::detail {
 namespace {
 
+using namespace boost::asio::experimental::awaitable_operators;
+
 constexpr std::size_t kRelayChunk = 256 * 1024;
 
 std::int64_t unix_now() {
   return std::chrono::duration_cast<std::chrono::seconds>(
              std::chrono::system_clock::now().time_since_epoch())
       .count();
-}
-
-// "http://host:port" -> host, port.
-bool split_url(const std::string& url, std::string* host, std::string* port) {
-  constexpr std::string_view kHttp = "http://";
-  if (url.rfind(kHttp, 0) != 0) return false;
-  std::string rest = url.substr(kHttp.size());
-  auto colon = rest.rfind(':');
-  if (colon == std::string::npos) return false;
-  *host = rest.substr(0, colon);
-  *port = rest.substr(colon + 1);
-  if (host->size() > 2 && host->front() == '[' && host->back() == ']') {
-    *host = host->substr(1, host->size() - 2);
-  }
-  return !host->empty() && !port->empty();
 }
 
 // The {id} of a /v1/sessions/{id}... route, or "".
@@ -50,26 +39,42 @@ std::string session_of(const Call* call) {
   return it == call->ex.req.params.end() ? std::string() : it->second;
 }
 
-// Sends the rewritten request head and its body (if any) to the owner.
+// Headers that stay with the first node: the client's bearer token (the signature carries the
+// caller; E2B's envd keeps its Basic user), hop-by-hop ones, a forward header of the client's
+// own, and the Origin (checked by the first node, whose own origin the owner's is not).
+template <class Message>
+void strip_for_owner(Message& msg) {
+  std::string_view auth = msg[http::field::authorization];
+  if (auth.size() >= 7 && beast::iequals(auth.substr(0, 7), "Bearer ")) {
+    msg.erase(http::field::authorization);
+  }
+  msg.erase(http::field::expect);
+  msg.erase("Keep-Alive");
+  msg.erase(http::field::origin);
+  msg.erase(cluster::kForwardHeader);
+}
+
+// Sends the rewritten request head and its body (if any) to the owner. An upgrade keeps its
+// Connection: Upgrade (the owner answers 101 and the connection becomes a tunnel).
 asio::awaitable<beast::error_code> relay_request(Call* call, beast::tcp_stream* up,
                                                  const std::string& host_header,
-                                                 const std::string& signature, bool* client_gone) {
+                                                 const std::string& signature, bool upgrade,
+                                                 bool* client_gone) {
   Context* ctx = call->ctx;
-  if (!co_await maybe_continue(call)) {
+  if (!upgrade && !co_await maybe_continue(call)) {
     *client_gone = true;
     co_return beast::error_code(asio::error::eof);
   }
   http::request_parser<http::buffer_body> p{std::move(*call->hp)};
   p.body_limit(boost::none);  // the owner enforces its own caps
   auto& msg = p.get();
-  msg.erase(http::field::authorization);
-  msg.erase(http::field::expect);
-  msg.erase(http::field::connection);
-  msg.erase("Keep-Alive");
-  msg.erase(cluster::kForwardHeader);
+  strip_for_owner(msg);
   msg.set(http::field::host, host_header);
   msg.set(cluster::kForwardHeader, signature);
-  msg.keep_alive(false);  // one request per upstream connection
+  if (!upgrade) {
+    msg.erase(http::field::connection);
+    msg.keep_alive(false);  // one request per upstream connection
+  }
   msg.version(11);
   http::request_serializer<http::buffer_body> sr{msg};
   up->expires_after(ctx->opts.io_timeout);
@@ -109,102 +114,125 @@ asio::awaitable<beast::error_code> relay_request(Call* call, beast::tcp_stream* 
   co_return beast::error_code{};
 }
 
-}  // namespace
-
-Result<session::Caller> forwarded_caller(Context* ctx, std::string_view header,
-                                         std::string_view method, std::string_view target) {
-  const std::string& secret = ctx->opts.cluster_secret;
-  auto f = cluster::verify_forward(secret, header, method, target, unix_now());
-  if (!f) return std::unexpected(f.error());
-  if (ctx->opts.tenants.empty()) {
-    if (f->tenant != kDefaultTenant) {
-      return fail(Code::kUnauthorized,
-                  "forwarded request refused: tenant '" + f->tenant + "' is not known here");
-    }
-    return session::Caller{kDefaultTenant, false, 0};
-  }
-  for (const TenantConfig& t : ctx->opts.tenants) {
-    if (t.name == f->tenant) return session::Caller{t.name, t.admin, t.max_sessions};
-  }
-  return fail(Code::kUnauthorized,
-              "forwarded request refused: tenant '" + f->tenant + "' is not known here");
+// Sends a request whose (small) JSON body the transport read already (the head it came with is
+// spent by then): method, target, the JSON body.
+asio::awaitable<beast::error_code> send_buffered(Call* call, beast::tcp_stream* up,
+                                                 std::string host_header, std::string target,
+                                                 std::string signature) {
+  const Request& req = call->ex.req;
+  http::request<http::string_body> msg{http::string_to_verb(req.method), target, 11};
+  msg.set(http::field::host, host_header);
+  msg.set(http::field::content_type, "application/json");
+  msg.set(cluster::kForwardHeader, signature);
+  msg.keep_alive(false);
+  msg.body() = req.body;
+  msg.prepare_payload();
+  up->expires_after(call->ctx->opts.io_timeout);
+  auto [ec, n] = co_await http::async_write(*up, msg, kTuple);
+  co_return ec;
 }
 
-asio::awaitable<std::optional<bool>> forward_if_remote(Call* call, const std::string& target) {
-  Context* ctx = call->ctx;
-  cluster::Cluster* cl = ctx->opts.cluster.get();
-  if (cl == nullptr || call->ex.req.forwarded) co_return std::nullopt;
-  const std::string id = session_of(call);
-  if (id.empty()) co_return std::nullopt;
-  auto owner = cl->owner(id);
-  if (!owner) {
-    // Not in the cache: made here (not entered yet), unknown, or made on another node a moment
-    // ago (the watch has not told us yet): ask etcd.
-    session::SessionManager* sm = ctx->sessions;
-    auto job = run_blocking(ctx->pool, [cl, sm, id]() -> Result<std::optional<cluster::Owner>> {
-      if (sm->get(id, session::Caller::daemon())) return std::optional<cluster::Owner>();
-      return cl->lookup(id);
-    });
-    auto looked = co_await std::move(job);
-    if (looked) owner = std::move(*looked);
+// Bytes one way until either side ends (the tunnel of a forwarded WebSocket).
+asio::awaitable<void> pump(tcp::socket* from, tcp::socket* to) {
+  std::vector<char> buf(64 * 1024);
+  for (;;) {
+    auto [ec, n] = co_await from->async_read_some(asio::buffer(buf), kTuple);
+    if (ec) co_return;
+    auto [wec, wn] = co_await asio::async_write(*to, asio::buffer(buf.data(), n), kTuple);
+    if (wec) co_return;
   }
-  if (!owner || owner->self) co_return std::nullopt;
-  if (!owner->up) co_return co_await send_error(call, service::elsewhere_error(id, *owner));
-  if (call->route->kind == RouteKind::kWebSocket) {
-    co_return co_await send_error(
-        call, Error::make(Code::kNotSupported,
-                          "session " + id + " is on node " + owner->node + " (" + owner->advertise +
-                              "): forwarding WebSocket routes is not built in this version; "
-                              "connect to that node"));
+}
+
+// Writes what is left in `buf` to `to`.
+asio::awaitable<bool> flush_left(beast::flat_buffer* buf, tcp::socket* to) {
+  if (buf->size() == 0) co_return true;
+  auto [ec, n] = co_await asio::async_write(*to, buf->data(), kTuple);
+  buf->consume(buf->size());
+  co_return !ec;
+}
+
+// The owner answered an upgrade with 101: its head goes to the client and the two connections
+// are joined byte for byte until either side ends (the WebSocket protocol runs end to end;
+// pings, closes and frames pass as they are).
+asio::awaitable<bool> tunnel(Call* call, beast::tcp_stream* up, beast::flat_buffer* ubuf,
+                             http::response_parser<http::buffer_body>* rp) {
+  Conn* conn = call->conn;
+  http::response<http::empty_body> head{std::move(rp->get().base())};
+  conn->stream.expires_after(call->ctx->opts.io_timeout);
+  auto [wec, wn] = co_await http::async_write(conn->stream, head, kTuple);
+  call->ctx->metrics.add_bytes_out(wn);
+  log_request(call, 101);
+  if (wec) co_return false;
+  conn->stream.expires_never();
+  up->expires_never();
+  tcp::socket* client = &conn->stream.socket();
+  tcp::socket* owner = &up->socket();
+  // Shutdown of the daemon ends the tunnel like any WebSocket of its own.
+  conn->on_shutdown = [owner] {
+    beast::error_code ec;
+    owner->close(ec);
+  };
+  if (co_await flush_left(ubuf, client) && co_await flush_left(call->buffer, owner)) {
+    co_await (pump(client, owner) || pump(owner, client));
   }
+  conn->on_shutdown = nullptr;
+  beast::error_code ec;
+  owner->shutdown(tcp::socket::shutdown_both, ec);
+  co_return false;
+}
+
+// Connects to the owner of session `id`: the stream, or the error reply (sent) and false.
+asio::awaitable<std::optional<bool>> connect_owner(Call* call, std::string id, cluster::Owner owner,
+                                                   beast::tcp_stream* up, std::string* host_port) {
   std::string host, port;
-  if (!split_url(owner->advertise, &host, &port)) {
+  if (!split_url(owner.advertise, &host, &port)) {
     co_return co_await send_error(
-        call, Error::make(Code::kUnavailable, "session " + id + " is on node " + owner->node +
-                                                  ", whose address '" + owner->advertise +
+        call, Error::make(Code::kUnavailable, "session " + id + " is on node " + owner.node +
+                                                  ", whose address '" + owner.advertise +
                                                   "' is not http://host:port"));
   }
-  auto exec = call->conn->stream.get_executor();
-  tcp::resolver resolver(exec);
+  tcp::resolver resolver(up->get_executor());
   auto [rec, results] = co_await resolver.async_resolve(host, port, kTuple);
-  beast::tcp_stream up(exec);
   beast::error_code cec = rec;
   if (!cec) {
-    up.expires_after(std::chrono::seconds(5));
-    auto [ec2, ep] = co_await up.async_connect(results, kTuple);
+    up->expires_after(std::chrono::seconds(5));
+    auto [ec2, ep] = co_await up->async_connect(results, kTuple);
     cec = ec2;
   }
   if (cec) {
     co_return co_await send_error(
-        call, Error::make(Code::kUnavailable, "session " + id + " is on node " + owner->node +
-                                                  " (" + owner->advertise +
+        call, Error::make(Code::kUnavailable, "session " + id + " is on node " + owner.node + " (" +
+                                                  owner.advertise +
                                                   "), which cannot be reached: " + cec.message()));
   }
   beast::error_code nd;
-  up.socket().set_option(tcp::no_delay(true), nd);
-  const Request& req = call->ex.req;
-  const std::string signature =
-      cluster::sign_forward(ctx->opts.cluster_secret, req.method, target, req.caller.tenant,
-                            req.caller.tenant, unix_now());
-  bool client_gone = false;
-  beast::error_code wec =
-      co_await relay_request(call, &up, host + ":" + port, signature, &client_gone);
-  if (client_gone) co_return false;
-  // A write error may still leave a reply to read (the owner refused early and closed).
+  up->socket().set_option(tcp::no_delay(true), nd);
+  *host_port = host + ":" + port;
+  co_return std::nullopt;
+}
+
+// The owner's reply, relayed to the client piece by piece as it is read.
+asio::awaitable<bool> relay_reply(Call* call, beast::tcp_stream* up, std::string id,
+                                  cluster::Owner owner, beast::error_code wec, bool upgrade) {
+  Context* ctx = call->ctx;
   http::response_parser<http::buffer_body> rp;
   rp.body_limit(boost::none);
   beast::flat_buffer ubuf;
-  up.expires_after(ctx->opts.io_timeout);
-  auto [hec, hn] = co_await http::async_read_header(up, ubuf, rp, kTuple);
+  up->expires_after(ctx->opts.io_timeout);
+  auto [hec, hn] = co_await http::async_read_header(*up, ubuf, rp, kTuple);
   if (hec) {
     std::string why = (wec ? wec : hec).message();
     co_return co_await send_error(
-        call, Error::make(Code::kUnavailable, "session " + id + " is on node " + owner->node +
+        call, Error::make(Code::kUnavailable, "session " + id + " is on node " + owner.node +
                                                   ", which did not answer: " + why));
   }
   auto& res = rp.get();
+  if (upgrade && res.result() == http::status::switching_protocols) {
+    co_return co_await tunnel(call, up, &ubuf, &rp);
+  }
   const bool framed = res.chunked() || rp.content_length().has_value() || rp.is_done();
-  const bool keep = call->ex.keep_alive && framed && !ctx->stopping && !call->ex.body_pending;
+  const bool keep =
+      !upgrade && call->ex.keep_alive && framed && !ctx->stopping && !call->ex.body_pending;
   res.erase(http::field::connection);
   res.erase("Keep-Alive");
   res.version(call->ex.version);
@@ -220,8 +248,8 @@ asio::awaitable<std::optional<bool>> forward_if_remote(Call* call, const std::st
   while (!rp.is_done()) {
     res.body().data = buf.data();
     res.body().size = buf.size();
-    up.expires_never();  // a command may be silent for long; the owner bounds it
-    auto [bec, bn] = co_await http::async_read_some(up, ubuf, rp, kTuple);
+    up->expires_never();  // a command may be silent for long; the owner bounds it
+    auto [bec, bn] = co_await http::async_read_some(*up, ubuf, rp, kTuple);
     if (bec == http::error::need_buffer) bec = {};
     if (bec) co_return false;  // the owner went away mid-reply: the client sees a cut reply
     const std::size_t got = buf.size() - res.body().size;
@@ -247,15 +275,117 @@ asio::awaitable<std::optional<bool>> forward_if_remote(Call* call, const std::st
   co_return keep;
 }
 
+}  // namespace
+
+// "http://host:port" -> host, port.
+bool split_url(const std::string& url, std::string* host, std::string* port) {
+  constexpr std::string_view kHttp = "http://";
+  if (url.rfind(kHttp, 0) != 0) return false;
+  std::string rest = url.substr(kHttp.size());
+  auto colon = rest.rfind(':');
+  if (colon == std::string::npos) return false;
+  *host = rest.substr(0, colon);
+  *port = rest.substr(colon + 1);
+  if (host->size() > 2 && host->front() == '[' && host->back() == ']') {
+    *host = host->substr(1, host->size() - 2);
+  }
+  return !host->empty() && !port->empty();
+}
+
+Result<session::Caller> forwarded_caller(Context* ctx, std::string_view header,
+                                         std::string_view method, std::string_view target) {
+  const std::string& secret = ctx->opts.cluster_secret;
+  auto f = cluster::verify_forward(secret, header, method, target, unix_now());
+  if (!f) return std::unexpected(f.error());
+  // A request that reached the first node without a token (E2B's envd, which has its own
+  // token): it stays without one here.
+  if (f->tenant.empty()) return session::Caller{"", false, 0};
+  if (ctx->opts.tenants.empty()) {
+    if (f->tenant != kDefaultTenant) {
+      return fail(Code::kUnauthorized,
+                  "forwarded request refused: tenant '" + f->tenant + "' is not known here");
+    }
+    return session::Caller{kDefaultTenant, false, 0};
+  }
+  for (const TenantConfig& t : ctx->opts.tenants) {
+    if (t.name == f->tenant) return session::Caller{t.name, t.admin, t.max_sessions};
+  }
+  return fail(Code::kUnauthorized,
+              "forwarded request refused: tenant '" + f->tenant + "' is not known here");
+}
+
+asio::awaitable<std::optional<cluster::Owner>> remote_owner(Call* call, std::string id) {
+  Context* ctx = call->ctx;
+  cluster::Cluster* cl = ctx->opts.cluster.get();
+  if (cl == nullptr || call->ex.req.forwarded || id.empty()) co_return std::nullopt;
+  if (!session::validate_id(id)) co_return std::nullopt;  // the route says what is wrong
+  auto owner = cl->owner(id);
+  if (!owner) {
+    // Not in the cache: made here (not entered yet), unknown, or made on another node a moment
+    // ago (the watch has not told us yet): ask etcd.
+    session::SessionManager* sm = ctx->sessions;
+    auto job = run_blocking(ctx->pool, [cl, sm, id]() -> Result<std::optional<cluster::Owner>> {
+      if (sm->get(id, session::Caller::daemon())) return std::optional<cluster::Owner>();
+      return cl->lookup(id);
+    });
+    auto looked = co_await std::move(job);
+    if (looked) owner = std::move(*looked);
+  }
+  if (!owner || owner->self) co_return std::nullopt;
+  co_return owner;
+}
+
+asio::awaitable<std::optional<bool>> forward_session(Call* call, std::string id, std::string target,
+                                                     bool buffered) {
+  auto owner = co_await remote_owner(call, id);
+  if (!owner) co_return std::nullopt;
+  if (target.empty()) {
+    // The target as sent (the head is spent once the body is read): the path and the query.
+    const Request& r = call->ex.req;
+    target = r.path;
+    char sep = '?';
+    for (const auto& [k, v] : r.query) {
+      target += sep + client::url_encode(k) + "=" + client::url_encode(v);
+      sep = '&';
+    }
+  }
+  if (!owner->up) co_return co_await send_error(call, service::elsewhere_error(id, *owner));
+  Context* ctx = call->ctx;
+  beast::tcp_stream up(call->conn->stream.get_executor());
+  std::string host_port;
+  if (auto sent = co_await connect_owner(call, id, *owner, &up, &host_port)) co_return *sent;
+  const Request& req = call->ex.req;
+  const std::string signature =
+      cluster::sign_forward(ctx->opts.cluster_secret, req.method, target, req.caller.tenant,
+                            req.caller.tenant, unix_now());
+  const bool upgrade = !buffered && beast::websocket::is_upgrade(call->hp->get());
+  beast::error_code wec;
+  if (buffered) {
+    wec = co_await send_buffered(call, &up, host_port, target, signature);
+  } else {
+    bool client_gone = false;
+    wec = co_await relay_request(call, &up, host_port, signature, upgrade, &client_gone);
+    if (client_gone) co_return false;
+  }
+  // A write error may still leave a reply to read (the owner refused early and closed).
+  co_return co_await relay_reply(call, &up, id, *owner, wec, upgrade);
+}
+
+asio::awaitable<std::optional<bool>> forward_if_remote(Call* call, const std::string& target) {
+  co_return co_await forward_session(call, session_of(call), target, /*buffered=*/false);
+}
+
 asio::awaitable<Reply> forward_small(Context* ctx, std::string advertise, std::string method,
-                                     std::string target, std::string body, session::Caller caller) {
+                                     std::string target, std::string body, session::Caller caller,
+                                     std::chrono::seconds timeout) {
   const std::string signature = cluster::sign_forward(ctx->opts.cluster_secret, method, target,
                                                       caller.tenant, caller.tenant, unix_now());
   auto job = run_blocking(
-      ctx->pool, [advertise, method, target, body, signature]() -> Result<client::Response> {
+      ctx->pool,
+      [advertise, method, target, body, signature, timeout]() -> Result<client::Response> {
         client::ClientOptions o;
         o.server = advertise;
-        o.timeout = std::chrono::seconds(30);
+        o.timeout = timeout;
         client::Client c(std::move(o));
         return c.request(method, target, body, "application/json",
                          {{cluster::kForwardHeader, signature}});

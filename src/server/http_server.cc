@@ -287,7 +287,7 @@ asio::awaitable<bool> serve_one(Impl* impl, Conn* conn, beast::flat_buffer* buff
           fields);
       co_return co_await send_error(&call, fc.error());
     }
-    caller = std::move(*fc);
+    if (!fc->tenant.empty()) caller = std::move(*fc);
     ex.req.forwarded = true;
   } else {
     caller = authenticate(ctx->opts.tenants, h[http::field::authorization]);

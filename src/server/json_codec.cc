@@ -535,6 +535,8 @@ Result<session::SessionManager::Update> decode_session_patch(const json& body) {
   return u;
 }
 
+Result<std::string> decode_seed_agent(const json& body) { return session_of(body, "agent_id"); }
+
 Result<SeedExecRequest> decode_seed_exec(const json& body) {
   SeedExecRequest req;
   AB_ASSIGN_OR_RETURN(req.spec, decode_exec_fields(body));

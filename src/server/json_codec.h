@@ -111,6 +111,8 @@ struct SeedFileRequest {
 };
 Result<SeedFileRequest> decode_seed_read(const json& body);
 Result<SeedFileRequest> decode_seed_write(const json& body);
+// The agent a seed 001 request names ("agent_id", or /exec's env.AGENT_ID), validated.
+Result<std::string> decode_seed_agent(const json& body);
 
 // POST .../mkdir {"path"} and .../rename {"from","to"}.
 Result<std::string> decode_mkdir(const json& body);

@@ -450,6 +450,19 @@ void write_mounts_sidecar(const std::string& archive, const SessionSpec& spec) {
 
 SessionSpec read_mounts_sidecar(const std::string& archive) {
   SessionSpec out;
+  // A session moved here from another node of a cluster (server/cluster_move.cc): its whole
+  // spec came beside the archive, which holds its merged view (so no snapshot under it). The
+  // archive directory is the daemon's own (open_archive confines restores to it).
+  if (std::ifstream moved(archive + ".spec.json", std::ios::binary); moved) {
+    std::stringstream ms;
+    ms << moved.rdbuf();
+    auto spec = decode_spec(ms.str());
+    if (spec) {
+      spec->snapshot.clear();
+      return std::move(*spec);
+    }
+    spdlog::warn("{}.spec.json: {}", archive, spec.error().message);
+  }
   std::ifstream f(archive + ".mounts.json", std::ios::binary);
   if (!f) return out;
   std::stringstream ss;

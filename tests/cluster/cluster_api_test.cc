@@ -11,99 +11,14 @@
 #include <set>
 #include <thread>
 
-#include "integration/api_test_util.h"
-#include "integration/daemon.h"
-#include "support/etcd.h"
+#include "cluster/cluster_fixture.h"
 
 namespace agentbox::testing {
 namespace {
 
 using namespace std::chrono_literals;
 
-constexpr char kToken[] = "team-token-0123456789";
-constexpr char kAdminToken[] = "ops-token-0123456789";
-constexpr int kLeaseSec = 2;
-
-// One node: a daemon on a fixed 127.0.0.1 port (its advertise URL) with its own data dir that
-// outlives the daemon (kill and start again: the node comes back with its sessions).
-struct Node {
-  std::string name;
-  int port = 0;
-  std::unique_ptr<TempDir> data;
-  std::unique_ptr<Daemon> daemon;
-  std::string url() const { return "http://127.0.0.1:" + std::to_string(port); }
-};
-
-class ClusterApi : public ::testing::Test {
- protected:
-  void SetUp() override {
-    etcd_ = std::make_unique<EtcdCluster>(3);
-    spit(dir_ / "secret", "a-cluster-secret-of-some-length\n");
-    for (int i = 1; i <= 3; ++i) {
-      Node n;
-      n.name = "n" + std::to_string(i);
-      n.port = free_tcp_port("127.0.0.1");
-      n.data = std::make_unique<TempDir>("agentbox-cluster-node");
-      nodes_.push_back(std::move(n));
-    }
-    for (auto& n : nodes_) start(n);
-    ASSERT_TRUE(eventually(
-        [&] {
-          for (auto& n : nodes_) {
-            auto r = api(n).get("/v1/cluster");
-            if (r.status != 200 || r.body["nodes"].size() != 3) return false;
-            for (const auto& x : r.body["nodes"]) {
-              if (x["state"] != "up") return false;
-            }
-          }
-          return true;
-        },
-        10));
-  }
-
-  // The config: tenants (and so the config digest) alike on every node; the cluster from YAML,
-  // the node's name and address from flags.
-  std::string config_file() {
-    std::string path = dir_ / "agentboxd.yaml";
-    std::string etcd;
-    for (const auto& e : etcd_->endpoints()) etcd += "    - " + e + "\n";
-    spit(path,
-         "tenants:\n"
-         "  - {name: team, tokens: [" +
-             std::string(kToken) +
-             "]}\n"
-             "  - {name: ops, tokens: [" +
-             std::string(kAdminToken) +
-             "], admin: true}\n"
-             "cluster:\n"
-             "  etcd:\n" +
-             etcd + "  lease_sec: " + std::to_string(kLeaseSec) +
-             "\n"
-             "  secret_file: " +
-             (dir_ / "secret") + "\n");
-    return path;
-  }
-
-  void start(Node& n) {
-    n.daemon = std::make_unique<Daemon>(std::vector<std::string>{
-        "--config", config_file(), "--listen", "127.0.0.1:" + std::to_string(n.port), "--data-dir",
-        n.data->path(), "--node-name", n.name, "--advertise-url", n.url()});
-  }
-
-  Api api(const Node& n, const std::string& token = kToken) { return Api(*n.daemon, token); }
-  Node& node(int i) { return nodes_.at(static_cast<std::size_t>(i - 1)); }
-
-  // Makes session `id` on node `on` through node `via`.
-  void create_on(int via, const std::string& id, const std::string& on) {
-    auto r = api(node(via)).post("/v1/sessions", {{"id", id}, {"node", on}});
-    ASSERT_EQ(r.status, 201) << r;
-    ASSERT_EQ(r.body["node"], on) << r;
-  }
-
-  TempDir dir_{"agentbox-cluster-test"};
-  std::unique_ptr<EtcdCluster> etcd_;
-  std::vector<Node> nodes_;
-};
+class ClusterApi : public ClusterFixture {};
 
 TEST_F(ClusterApi, ThreeNodesFormAClusterAndNewSessionsSpreadOverThem) {
   auto c = api(node(1)).get("/v1/cluster");
@@ -339,6 +254,85 @@ TEST_F(ClusterApi, CordonIsForAdminsAndStopsPlacementsOnTheNode) {
   EXPECT_EQ(api(node(3)).post("/v1/sessions", {{"id", "cx"}, {"node", "n2"}}).status, 201);
   EXPECT_EQ(api(node(1), kAdminToken).post("/v1/cluster/nodes/n9/cordon", json::object()).status,
             404);
+}
+
+TEST_F(ClusterApi, MoveTakesASessionToAnotherNodeWithItsFilesAndSettings) {
+  auto made = api(node(1)).post("/v1/sessions", {{"id", "mv"},
+                                                 {"node", "n1"},
+                                                 {"labels", {{"team", "x"}}},
+                                                 {"env", {{"FOO", "bar"}}},
+                                                 {"ttl_sec", 777}});
+  ASSERT_EQ(made.status, 201) << made;
+  ASSERT_EQ(api(node(1)).sh("mv", "mkdir -p d; echo kept > d/f.txt").status, 200);
+  // Through n3, which neither holds it nor takes it.
+  auto m = api(node(3)).post("/v1/sessions/mv/move", {{"node", "n2"}});
+  ASSERT_EQ(m.status, 200) << m;
+  EXPECT_EQ(m.body["node"], "n2");
+  EXPECT_EQ(m.body["labels"]["team"], "x");
+  EXPECT_EQ(m.body["ttl_sec"], 777);
+  // Its files are on n2 now, and only there.
+  EXPECT_EQ(read_host_file(node(2).data->path() + "/workspaces/mv/d/f.txt"), "kept\n");
+  EXPECT_FALSE(std::filesystem::exists(node(1).data->path() + "/workspaces/mv"));
+  // Every node sends it to n2 (the catalog says so), with its env.
+  for (int via : {1, 2, 3}) {
+    ApiReply r;
+    EXPECT_TRUE(eventually(
+        [&] {
+          r = api(node(via)).sh("mv", "cat d/f.txt; echo $FOO; pwd");
+          return r.status == 200 &&
+                 r.body["stdout"] == "kept\nbar\n" + node(2).data->path() + "/workspaces/mv\n";
+        },
+        5))
+        << via << ": " << r;
+  }
+  // Nothing left behind on n1 (no archive, no workspace).
+  EXPECT_TRUE(!std::filesystem::exists(node(1).data->path() + "/archives") ||
+              std::filesystem::is_empty(node(1).data->path() + "/archives"));
+  // To where it is: the session as it is; to nowhere: 404; to a cordoned node: 409.
+  EXPECT_EQ(api(node(1)).post("/v1/sessions/mv/move", {{"node", "n2"}}).body["node"], "n2");
+  EXPECT_EQ(api(node(1)).post("/v1/sessions/mv/move", {{"node", "n9"}}).status, 404);
+  ASSERT_EQ(api(node(1), kAdminToken).post("/v1/cluster/nodes/n3/cordon", json::object()).status,
+            200);
+  ApiReply seen;
+  ASSERT_TRUE(eventually(
+      [&] {
+        seen = api(node(2)).get("/v1/cluster");
+        for (const auto& n : seen.body["nodes"]) {
+          if (n["name"] == "n3") return n["state"] == "cordoned";
+        }
+        return false;
+      },
+      5))
+      << seen;
+  auto cordoned = api(node(1)).post("/v1/sessions/mv/move", {{"node", "n3"}});
+  EXPECT_EQ(cordoned.status, 409) << cordoned;
+  auto bad = api(node(1)).post("/v1/sessions/mv/move", {{"node", 3}});
+  EXPECT_EQ(bad.status, 400) << bad;
+  EXPECT_NE(bad.message().find("node"), std::string::npos) << bad;
+  EXPECT_EQ(api(node(1)).post("/v1/sessions/nope/move", {{"node", "n1"}}).status, 404);
+}
+
+TEST_F(ClusterApi, AMoveTheTargetRefusesLeavesTheSessionWhereItWas) {
+  // Tenant "small" may hold one session per node: n2 holds one, so it refuses a second.
+  auto a = api(node(1), kSmallToken).post("/v1/sessions", {{"id", "q1"}, {"node", "n2"}});
+  ASSERT_EQ(a.status, 201) << a;
+  auto b = api(node(1), kSmallToken).post("/v1/sessions", {{"id", "q2"}, {"node", "n1"}});
+  ASSERT_EQ(b.status, 201) << b;
+  ASSERT_EQ(api(node(1), kSmallToken).sh("q2", "echo mine > f.txt").status, 200);
+  auto m = api(node(3), kSmallToken).post("/v1/sessions/q2/move", {{"node", "n2"}});
+  EXPECT_EQ(m.status, 429) << m;
+  EXPECT_NE(m.message().find("was not moved (it stays on node n1)"), std::string::npos) << m;
+  // Still on n1 with its files, served through every node.
+  EXPECT_TRUE(eventually(
+      [&] { return api(node(2), kSmallToken).get("/v1/sessions/q2").body["node"] == "n1"; }, 5));
+  EXPECT_TRUE(eventually(
+      [&] { return api(node(3), kSmallToken).sh("q2", "cat f.txt").body["stdout"] == "mine\n"; },
+      5));
+  EXPECT_FALSE(std::filesystem::exists(node(2).data->path() + "/workspaces/q2"));
+  EXPECT_TRUE(!std::filesystem::exists(node(1).data->path() + "/archives") ||
+              std::filesystem::is_empty(node(1).data->path() + "/archives"));
+  // Another tenant's session is not there to move.
+  EXPECT_EQ(api(node(1)).post("/v1/sessions/q2/move", {{"node", "n3"}}).status, 404);
 }
 
 TEST(ClusterSingle, ADaemonWithoutAClusterIsAClusterOfOne) {

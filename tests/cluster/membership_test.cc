@@ -150,7 +150,8 @@ TEST(ClusterMembership, LocalSessionsAreEnteredOnStartAndEtcdDownRefusesOnlyNewI
   auto place = a->place("new-id", "t");
   ASSERT_FALSE(place);
   EXPECT_EQ(place.error().code, Code::kUnavailable);
-  EXPECT_NE(place.error().message.find("session catalog"), std::string::npos) << place.error().message;
+  EXPECT_NE(place.error().message.find("session catalog"), std::string::npos)
+      << place.error().message;
   EXPECT_TRUE(a->owner("kept")->self);  // the cache still serves
   etcd.restart(0);
   EXPECT_TRUE(eventually([&] { return a->place("new-id", "t").has_value(); }, 5s));

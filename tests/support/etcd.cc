@@ -224,4 +224,83 @@ std::string EtcdCluster::logs() const {
   return out;
 }
 
+RoundRobin::RoundRobin(const std::vector<std::string>& backends) {
+  port_ = free_tcp_port("127.0.0.1");
+  std::string servers;
+  for (const auto& b : backends) servers += "    server " + b + ";\n";
+  const std::string conf = dir_ / "nginx.conf";
+  spit(conf,
+       // One process, no workers: SIGKILL ends all of it.
+       "master_process off;\n"
+       "error_log " +
+           (dir_ / "error.log") +
+           " warn;\n"
+           "pid " +
+           (dir_ / "nginx.pid") +
+           ";\n"
+           "events { worker_connections 1024; }\n"
+           "http {\n"
+           "  access_log off;\n"
+           "  client_body_temp_path " +
+           (dir_ / "body") +
+           ";\n"
+           "  proxy_temp_path " +
+           (dir_ / "proxy") +
+           ";\n"
+           "  fastcgi_temp_path " +
+           (dir_ / "fastcgi") +
+           ";\n"
+           "  uwsgi_temp_path " +
+           (dir_ / "uwsgi") +
+           ";\n"
+           "  scgi_temp_path " +
+           (dir_ / "scgi") +
+           ";\n"
+           "  map $http_upgrade $connection_upgrade { default upgrade; '' close; }\n"
+           "  upstream nodes {\n" +
+           servers +
+           "  }\n"
+           "  server {\n"
+           "    listen 127.0.0.1:" +
+           std::to_string(port_) +
+           ";\n"
+           "    client_max_body_size 0;\n"
+           "    location / {\n"
+           "      proxy_pass http://nodes;\n"
+           "      proxy_http_version 1.1;\n"
+           "      proxy_set_header Upgrade $http_upgrade;\n"
+           "      proxy_set_header Connection $connection_upgrade;\n"
+           "      proxy_set_header Host $http_host;\n"
+           "      proxy_buffering off;\n"
+           "      proxy_request_buffering off;\n"
+           "      proxy_read_timeout 600s;\n"
+           "      proxy_next_upstream off;\n"
+           "    }\n"
+           "  }\n"
+           "}\n");
+  pid_ = spawn({"/usr/sbin/nginx", "-p", dir_.path(), "-c", conf, "-g", "daemon off;"},
+               dir_ / "stderr.log");
+  auto deadline = Clock::now() + std::chrono::seconds(10);
+  while (http_get("127.0.0.1", port_, "/healthz", std::chrono::milliseconds(500)).empty()) {
+    int ws = 0;
+    if (::waitpid(pid_, &ws, WNOHANG) == pid_) {
+      pid_ = -1;
+      throw std::runtime_error("nginx exited:\n" + log());
+    }
+    if (Clock::now() > deadline) {
+      kill_and_reap(&pid_);
+      throw std::runtime_error("nginx did not answer within 10 s:\n" + log());
+    }
+    std::this_thread::sleep_for(std::chrono::milliseconds(50));
+  }
+}
+
+RoundRobin::~RoundRobin() {
+  kill_and_reap(&pid_);
+}
+
+std::string RoundRobin::log() const {
+  return slurp(dir_ / "stderr.log") + slurp(dir_ / "error.log");
+}
+
 }  // namespace agentbox::testing

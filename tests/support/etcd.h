@@ -1,9 +1,10 @@
 #pragma once
-// Real etcd members for the cluster tests (Debian's etcd-server, `etcd` on PATH): 1 or 3
-// members, each on its own 127.0.0.x address with free ports and a temp data dir, started by the
-// constructor (which returns once every member answers /health) and killed (SIGKILL), with their
-// data dirs removed, by the destructor. A member can be killed and started again on its data dir
-// (kill / restart). Members die with the test process (PR_SET_PDEATHSIG).
+// Real etcd members for the cluster tests, and nginx in front of nodes (RoundRobin) (Debian's
+// etcd-server, `etcd` on PATH): 1 or 3 members, each on its own 127.0.0.x address with free ports
+// and a temp data dir, started by the constructor (which returns once every member answers /health)
+// and killed (SIGKILL), with their data dirs removed, by the destructor. A member can be killed and
+// started again on its data dir (kill / restart). Members die with the test process
+// (PR_SET_PDEATHSIG).
 
 #include <sys/types.h>
 
@@ -61,6 +62,27 @@ class EtcdCluster {
   TempDir dir_{"agentbox-etcd"};
   std::vector<Member> members_;
   std::string initial_cluster_;
+};
+
+// nginx (Debian's nginx-light, /usr/sbin/nginx) on a free 127.0.0.1 port, round-robin over
+// `backends` ("127.0.0.1:PORT"): requests and replies unbuffered (streams pass as they come),
+// WebSocket upgrades passed on, one upstream connection per request. Started by the
+// constructor (which returns once it answers), killed with its temp dir by the destructor; it
+// dies with the test process too.
+class RoundRobin {
+ public:
+  explicit RoundRobin(const std::vector<std::string>& backends);
+  ~RoundRobin();
+  RoundRobin(const RoundRobin&) = delete;
+  RoundRobin& operator=(const RoundRobin&) = delete;
+
+  std::string url() const { return "http://127.0.0.1:" + std::to_string(port_); }
+  std::string log() const;
+
+ private:
+  TempDir dir_{"agentbox-nginx"};
+  int port_ = 0;
+  pid_t pid_ = -1;
 };
 
 }  // namespace agentbox::testing

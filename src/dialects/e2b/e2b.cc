@@ -28,6 +28,7 @@
 #include "server/base64.h"
 #include "server/http_error.h"
 #include "server/internal/blocking.h"
+#include "server/internal/forward.h"
 #include "dialects/e2b/e2b.h"
 #include "server/internal/surfaces.h"
 
@@ -306,12 +307,29 @@ asio::awaitable<bool> e2b_serve(Call* call) {
   const Request& req = call->ex.req;
   std::string path = "/" + req.params.at("path");
   std::string sandbox = header_value(call, "E2b-Sandbox-Id");
-  if (!sandbox.empty()) co_return co_await serve_envd(call, std::move(sandbox), std::move(path));
+  // Cluster mode: a sandbox another node holds is served there, envd and control plane alike
+  // (the owner checks envd's X-Access-Token, minted under its own key).
+  const std::string target(call->hp->get().target());
+  if (!sandbox.empty()) {
+    if (auto f = co_await forward_session(call, sandbox, target, false)) co_return *f;
+    co_return co_await serve_envd(call, std::move(sandbox), std::move(path));
+  }
   // SECURITY: the transport set the caller from Authorization or X-API-KEY; a nameless caller
   // matched no token.
   if (req.caller.tenant.empty()) {
     if (call->ex.body_pending) call->ex.keep_alive = false;
     co_return co_await send_reply(call, e2b_error(401, "missing or invalid X-API-KEY"));
+  }
+  // /sandboxes/{id}... and /v2/sandboxes/{id}...
+  {
+    std::string_view p = path;
+    if (p.starts_with("/v2/")) p.remove_prefix(3);
+    constexpr std::string_view kSandboxes = "/sandboxes/";
+    if (p.starts_with(kSandboxes)) {
+      p.remove_prefix(kSandboxes.size());
+      std::string id(p.substr(0, p.find('/')));
+      if (auto f = co_await forward_session(call, std::move(id), target, false)) co_return *f;
+    }
   }
   co_return co_await serve_control(call, std::move(path));
 }

@@ -23,6 +23,7 @@
 #include "common/log.h"
 #include "server/base64.h"
 #include "server/internal/blocking.h"
+#include "server/internal/forward.h"
 #include "dialects/e2b/e2b.h"
 
 namespace agentbox::server::detail {
@@ -385,6 +386,37 @@ Reply not_served(const Request& req, const std::string& path) {
   return e2b_error(404, req.method + " " + path + " is not a route of the E2B API");
 }
 
+// Cluster mode: the list is the whole cluster's. Every other up node answers the same query
+// for its own sandboxes (each its first `limit` after the token); merged by id, the first
+// `limit` of all are the page, and the token follows its last when more remain.
+asio::awaitable<void> add_peer_sandboxes(Context* ctx, Request* req, std::string path,
+                                         std::string raw_query, std::size_t limit,
+                                         std::pair<json, std::string>* page) {
+  json& arr = page->first;
+  bool more = !page->second.empty();
+  const std::string target = "/e2b" + path + (raw_query.empty() ? "" : "?" + raw_query);
+  for (const cluster::NodeState& n : ctx->opts.cluster->peers_up()) {
+    Reply r = co_await forward_small(ctx, n.advertise, "GET", target, "", req->caller);
+    auto j = json::parse(r.body, nullptr, false);
+    if (r.status != 200 || !j.is_array()) {
+      spdlog::warn("req={} e2b list: node {} did not answer its list (HTTP {})", req->id, n.name,
+                   r.status);
+      continue;
+    }
+    for (auto& x : j) arr.push_back(std::move(x));
+    more = more || j.size() >= limit;
+  }
+  std::sort(arr.begin(), arr.end(), [](const json& a, const json& b) {
+    return a.value("sandboxID", "") < b.value("sandboxID", "");
+  });
+  page->second.clear();
+  if (arr.size() > limit) {
+    arr.erase(arr.begin() + static_cast<std::ptrdiff_t>(limit), arr.end());
+    more = true;
+  }
+  if (more && !arr.empty()) page->second = arr.back()["sandboxID"].get<std::string>();
+}
+
 }  // namespace
 
 asio::awaitable<bool> serve_control(Call* call, std::string path) {
@@ -422,11 +454,14 @@ asio::awaitable<bool> serve_control(Call* call, std::string path) {
     if (m == "GET") {
       auto q = decode_list(req, raw_query);
       if (!q) co_return co_await send_reply(call, control_error(q.error()));
-      auto job = run_blocking(ctx->pool, [ctx, q = std::move(*q), caller] {
+      auto job = run_blocking(ctx->pool, [ctx, q = *q, caller] {
         return list_job(ctx, q, caller);
       });
       auto r = co_await std::move(job);
       if (!r) co_return co_await send_reply(call, control_error(r.error()));
+      if (ctx->opts.cluster && !req.forwarded) {
+        co_await add_peer_sandboxes(ctx, &req, path, raw_query, q->limit, &*r);
+      }
       Reply rep = json_reply(200, r->first);
       if (!r->second.empty()) rep.headers.emplace_back("X-Next-Token", r->second);
       co_return co_await send_reply(call, std::move(rep));

@@ -199,5 +199,24 @@ asio::awaitable<Result<std::vector<session::SessionInfo>>> list_prefixed(Context
                                                                          service::Origin origin,
                                                                          std::string prefix);
 
+// ---- cluster mode (cluster.cc)
+
+// The reply an action got on another node.
+struct ThereReply {
+  int code = 0;
+  std::string message;
+  ojson data = ojson::object();
+};
+
+// A tenant action naming a session (data.session_id) that another node holds, or that a
+// box_exec or box_create_session places on another node, runs there: its reply; nullopt: run it
+// here (no cluster, this node holds it, no session named). A down owner is an error reply naming
+// it.
+asio::awaitable<std::optional<ThereReply>> forward_action(Act* a, json context);
+
+// box_get_sessions and box_status span the cluster: every other up node's answer to the same
+// action is added to `result` (its sessions, its active_sessions).
+asio::awaitable<void> add_peer_results(Act* a, json context, ojson* result);
+
 }  // namespace langbot
 }  // namespace agentbox::server::detail

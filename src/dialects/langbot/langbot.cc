@@ -84,18 +84,24 @@ asio::awaitable<LbResult<bool>> fence(Act* a) {
   co_return true;
 }
 
-// One connection of /rpc/ws.
+// One connection of /rpc/ws; or one action another node forwarded (its reply to `sink`).
 struct RpcConn {
   std::weak_ptr<WsSession> ws;
   std::set<std::shared_ptr<LangbotAction>> actions;
+  std::function<void(ojson)> sink;
 };
 
 void send_frame(const std::shared_ptr<RpcConn>& rc, const ojson& frame) {
+  if (rc->sink) {
+    rc->sink(frame);
+    return;
+  }
   if (auto ws = rc->ws.lock()) ws->send(py_dumps(frame));
 }
 
+// `forwarded`: another node sent it (POST /v1/cluster/langbot): run here, never forwarded on.
 asio::awaitable<void> run_action(Context* ctx, std::shared_ptr<RpcConn> rc, json seq_id,
-                                 std::string action, json data, json context) {
+                                 std::string action, json data, json context, bool forwarded) {
   LangbotState* st = lb_state(ctx);
   const ActionDef* def = find_action(action);
   auto ctl = std::make_shared<LangbotAction>(co_await asio::this_coro::executor);
@@ -111,6 +117,12 @@ asio::awaitable<void> run_action(Context* ctx, std::shared_ptr<RpcConn> rc, json
     result = lb_fail("PermissionError", "Box tenant action requires a trusted Workspace context");
   } else {
     bool go = true;
+    // A node that never had LangBot's /rpc/ws binds the instance the first node checked.
+    if (forwarded && st->bound.empty() && context.is_object() &&
+        context.contains("instance_uuid") && context["instance_uuid"].is_string()) {
+      st->bound = context["instance_uuid"].get<std::string>();
+      spdlog::info("langbot: instance {} bound (an action forwarded by another node)", st->bound);
+    }
     if (!context.is_null()) {
       auto place = decode_context(context, st->bound);
       if (!place) {
@@ -129,11 +141,21 @@ asio::awaitable<void> run_action(Context* ctx, std::shared_ptr<RpcConn> rc, json
         go = false;
       }
     }
+    // Cluster mode: an action on a session another node holds runs there, as a whole.
+    if (go && a.place && !forwarded) {
+      if (auto there = co_await forward_action(&a, context)) {
+        send_frame(rc, reply_frame(seq_id, there->code, std::move(there->message),
+                                   std::move(there->data)));
+        co_return;
+      }
+    }
     if (go) {
       st->actions.insert(ctl);
       rc->actions.insert(ctl);
       registered = true;
       result = co_await def->fn(&a);
+      // The lists are the cluster's.
+      if (result && a.place && !forwarded) co_await add_peer_results(&a, context, &*result);
     }
   }
   if (registered) {
@@ -180,7 +202,7 @@ void on_frame(Context* ctx, const std::shared_ptr<RpcConn>& rc, std::string data
   json context = m.contains("context") ? m["context"] : json(nullptr);
   asio::co_spawn(*ctx->ioc,
                  run_action(ctx, rc, std::move(seq_id), m["action"].get<std::string>(),
-                            std::move(payload), std::move(context)),
+                            std::move(payload), std::move(context), false),
                  LogErrors{"langbot action"});
 }
 
@@ -326,6 +348,31 @@ asio::awaitable<bool> relay(Call* call) {
                                        std::move(hooks));
 }
 
+// POST /v1/cluster/langbot {"action","data","context"}: one action another node's /rpc/ws
+// received for a session this node holds; the reply frame it makes, as JSON.
+asio::awaitable<Reply> forwarded_action(Context* ctx, Request* req) {
+  if (!req->forwarded) {
+    co_return error_reply(Error::make(
+        Code::kAccess, "POST /v1/cluster/langbot is for the nodes of a cluster, not for clients"));
+  }
+  auto body = body_object(req);
+  if (!body) co_return error_reply(body.error());
+  if (!body->contains("action") || !(*body)["action"].is_string()) {
+    co_return error_reply(Error::make(Code::kInvalid, "field 'action' must be a string"));
+  }
+  json data = body->contains("data") ? (*body)["data"] : json::object();
+  json context = body->contains("context") ? (*body)["context"] : json(nullptr);
+  auto rc = std::make_shared<RpcConn>();
+  auto frame = std::make_shared<ojson>();
+  rc->sink = [frame](ojson f) { *frame = std::move(f); };
+  co_await run_action(ctx, rc, json(0), (*body)["action"].get<std::string>(), std::move(data),
+                      std::move(context), true);
+  for (const auto& a : rc->actions) a->stop();
+  Reply r;
+  r.body = frame->dump();
+  co_return r;
+}
+
 }  // namespace
 
 }  // namespace langbot
@@ -342,6 +389,10 @@ std::vector<RouteSpec> langbot_routes() {
        false, langbot::relay, W},
       {R::kLangbotRelayLegacy, "GET", "/v1/sessions/{id}/managed-process/ws", B::kNone, false,
        langbot::relay, W},
+      // Node to node (cluster mode): the owner's half of a forwarded action. The cluster's
+      // routes share kCluster (the transport treats none of them specially).
+      {R::kCluster, "POST", "/v1/cluster/langbot", B::kJson, true,
+       simple<langbot::forwarded_action>},
   };
 }
 

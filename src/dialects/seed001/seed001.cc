@@ -13,6 +13,7 @@
 #include "server/http_error.h"
 #include "server/internal/blocking.h"
 #include "server/internal/exec.h"
+#include "server/internal/forward.h"
 #include "server/internal/surfaces.h"
 #include "server/internal/transport.h"
 
@@ -140,10 +141,32 @@ asio::awaitable<Reply> seed_write(Context* ctx, Request* rq) {
   opts.max_bytes = ctx->opts.max_file_bytes;
   // The path as the client gave it (the audit line names it so); the box resolves it to the
   // same place the confinement check did.
-  auto n = co_await ctx->svc->files.write(origin_of(req, service::Surface::kSeed001),
-                                          r->session_id, r->path, std::move(r->content), opts);
+  auto n = co_await ctx->svc->files.write(origin_of(req, service::Surface::kSeed001), r->session_id,
+                                          r->path, std::move(r->content), opts);
   if (!n) co_return error_reply(n.error());
   co_return json_reply(200, {{"bytes_written", *n}});
+}
+
+// Cluster mode: a request for an agent another node holds is served there (the JSON body the
+// transport read is sent on as it is); anything else is `Fn`'s here.
+template <asio::awaitable<bool> (*Fn)(Call*)>
+asio::awaitable<bool> routed(Call* call) {
+  Request& req = call->ex.req;
+  if (call->ctx->opts.cluster && !req.forwarded) {
+    Result<std::string> agent = fail(Code::kInvalid, "no body");
+    if (req.parsed && *req.parsed) {
+      agent = decode_seed_agent(**req.parsed);
+    } else if (!req.parsed) {
+      auto body = parse_object(req.body);
+      if (body) agent = decode_seed_agent(*body);
+    }
+    if (agent) {
+      if (auto f = co_await forward_session(call, *agent, "", /*buffered=*/true)) {
+        co_return *f;
+      }
+    }
+  }
+  co_return co_await Fn(call);
 }
 
 }  // namespace
@@ -152,10 +175,10 @@ std::vector<RouteSpec> seed001_routes() {
   using B = BodyKind;
   using R = RouteId;
   return {
-      {R::kSeedExec, "POST", "/exec", B::kJson, true, seed_exec},
-      {R::kSeedExecStream, "POST", "/exec-stream", B::kJson, true, seed_exec_stream},
-      {R::kSeedRead, "POST", "/workspace/read", B::kJson, true, simple<seed_read>},
-      {R::kSeedWrite, "POST", "/workspace/write", B::kJson, true, simple<seed_write>},
+      {R::kSeedExec, "POST", "/exec", B::kJson, true, routed<seed_exec>},
+      {R::kSeedExecStream, "POST", "/exec-stream", B::kJson, true, routed<seed_exec_stream>},
+      {R::kSeedRead, "POST", "/workspace/read", B::kJson, true, routed<simple<seed_read>>},
+      {R::kSeedWrite, "POST", "/workspace/write", B::kJson, true, routed<simple<seed_write>>},
   };
 }
 

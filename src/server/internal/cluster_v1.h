@@ -28,4 +28,10 @@ asio::awaitable<std::optional<Reply>> place_create(Context* ctx, Request* req, s
 // GET /v1/sessions in cluster mode: appends the sessions of every other up node to `arr`.
 asio::awaitable<void> add_peer_sessions(Context* ctx, Request* req, json* arr);
 
+struct Call;
+// POST /v1/sessions/{id}/move {"node"} on the session's owner (cluster_move.cc).
+asio::awaitable<Reply> move_session(Context* ctx, Request* req);
+// POST /v1/cluster/sessions/{id}/receive: a moved session's archive, restored here.
+asio::awaitable<bool> receive_session(Call* call);
+
 }  // namespace agentbox::server::detail

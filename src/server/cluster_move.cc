@@ -1,0 +1,418 @@
+// POST /v1/sessions/{id}/move {"node"} (API.md "Cluster"): the owner of a session hands it to
+// another live node, all or nothing, so that an operator can drain a node:
+//   1. the catalog entry goes from this node to the target (one compare-and-swap transaction on
+//      the entry as it is, through etcd's JSON gateway), so no node can place the id anew and
+//      requests go to the target from now on (the session is "suspended on the way");
+//   2. the session is archived and destroyed here (its box stops first: nothing writes); its
+//      catalog entry is the target's already, so it stays;
+//   3. the archive streams to the target (POST /v1/cluster/sessions/{id}/receive, signed, with
+//      the session's spec), which restores it under the session's tenant.
+// A failure after 1 swaps the entry back, and one after 2 restores the session here from its
+// archive (with its spec): the session is on exactly one node whatever happens. The request
+// reaches the owner by the ordinary relay (forward.cc), from whichever node received it.
+
+#include <fcntl.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <limits>
+
+#include "client/client.h"
+#include "cluster/forward_auth.h"
+#include "common/log.h"
+#include "server/base64.h"
+#include "server/internal/blocking.h"
+#include "server/internal/cluster_v1.h"
+#include "server/internal/forward.h"
+#include "server/internal/surfaces.h"
+#include "server/internal/transport.h"
+#include "server/json_codec.h"
+#include "service/services.h"
+#include "session/store.h"
+
+namespace agentbox::server::detail {
+namespace {
+
+constexpr char kSpecHeader[] = "X-Agentbox-Session-Spec";
+constexpr std::size_t kChunk = 256 * 1024;
+
+std::int64_t unix_now() {
+  return std::chrono::duration_cast<std::chrono::seconds>(
+             std::chrono::system_clock::now().time_since_epoch())
+      .count();
+}
+
+struct Sent {
+  int status = 0;
+  std::string body;
+};
+
+// Streams the archive at `path` to node `advertise` as session `id`'s: the node's reply.
+asio::awaitable<Result<Sent>> send_archive(Context* ctx, std::string advertise, std::string id,
+                                           std::string path, std::string spec, std::string tenant) {
+  std::string host, port;
+  if (!split_url(advertise, &host, &port)) {
+    co_return fail(Code::kUnavailable, "node address '" + advertise + "' is not http://host:port");
+  }
+  auto job_open = run_blocking(ctx->pool, [path]() -> Result<std::pair<int, std::uint64_t>> {
+    int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC | O_NOFOLLOW);
+    if (fd < 0) return fail_errno(errno, "open(" + path + ")");
+    struct stat st {};
+    if (::fstat(fd, &st) != 0) {
+      int err = errno;
+      ::close(fd);
+      return fail_errno(err, "fstat(" + path + ")");
+    }
+    return std::pair{fd, static_cast<std::uint64_t>(st.st_size)};
+  });
+  auto opened = co_await std::move(job_open);
+  if (!opened) co_return std::unexpected(opened.error());
+  auto fd = std::make_shared<UniqueFd>(opened->first);
+  const std::uint64_t size = opened->second;
+
+  auto exec = co_await asio::this_coro::executor;
+  tcp::resolver resolver(exec);
+  auto [rec, results] = co_await resolver.async_resolve(host, port, kTuple);
+  beast::tcp_stream up(exec);
+  beast::error_code cec = rec;
+  if (!cec) {
+    up.expires_after(std::chrono::seconds(5));
+    auto [ec2, ep] = co_await up.async_connect(results, kTuple);
+    cec = ec2;
+  }
+  if (cec) co_return fail(Code::kUnavailable, "cannot reach " + advertise + ": " + cec.message());
+  const std::string target = "/v1/cluster/sessions/" + id + "/receive";
+  http::request<http::empty_body> head{http::verb::post, target, 11};
+  head.set(http::field::host, host + ":" + port);
+  head.set(http::field::content_type, "application/zstd");
+  head.content_length(size);
+  head.set(kSpecHeader, base64_encode(spec));
+  head.set(cluster::kForwardHeader, cluster::sign_forward(ctx->opts.cluster_secret, "POST", target,
+                                                          tenant, tenant, unix_now()));
+  head.keep_alive(false);
+  http::request_serializer<http::empty_body> hs{head};
+  up.expires_after(ctx->opts.io_timeout);
+  auto [hec, hn] = co_await http::async_write_header(up, hs, kTuple);
+  if (hec) co_return fail(Code::kUnavailable, "sending to " + advertise + ": " + hec.message());
+  auto buf = std::make_shared<std::vector<char>>(kChunk);
+  std::uint64_t left = size;
+  while (left > 0) {
+    auto job = run_blocking(ctx->pool, [fd, buf]() -> Result<std::size_t> {
+      for (;;) {
+        ssize_t n = ::read(fd->get(), buf->data(), buf->size());
+        if (n < 0 && errno == EINTR) continue;
+        if (n < 0) return fail_errno(errno, "read(archive)");
+        return static_cast<std::size_t>(n);
+      }
+    });
+    auto got = co_await std::move(job);
+    if (!got) co_return std::unexpected(got.error());
+    if (*got == 0) co_return fail(Code::kInternal, "the archive " + path + " shrank while sent");
+    const std::size_t n = static_cast<std::size_t>(std::min<std::uint64_t>(*got, left));
+    up.expires_after(ctx->opts.io_timeout);
+    auto [wec, wn] = co_await asio::async_write(up, asio::buffer(buf->data(), n), kTuple);
+    if (wec) co_return fail(Code::kUnavailable, "sending to " + advertise + ": " + wec.message());
+    left -= n;
+  }
+  http::response<http::string_body> res;
+  beast::flat_buffer rbuf;
+  up.expires_after(std::chrono::minutes(10));  // the restore unpacks the archive first
+  auto [rdec, rdn] = co_await http::async_read(up, rbuf, res, kTuple);
+  if (rdec) {
+    co_return fail(Code::kUnavailable,
+                   "node at " + advertise + " did not answer: " + rdec.message());
+  }
+  co_return Sent{static_cast<int>(res.result_int()), std::move(res.body())};
+}
+
+// etcd's JSON gateway, for the catalog entry of one session (cluster/cluster.h:
+// <prefix>sessions/<id> = {"node","tenant"}). Blocking (the pool).
+Result<std::string> etcd_post(const std::vector<std::string>& endpoints, const std::string& path,
+                              const std::string& body) {
+  Error last = Error::make(Code::kUnavailable, "no etcd endpoint");
+  for (const std::string& ep : endpoints) {
+    client::ClientOptions o;
+    o.server = ep;
+    o.timeout = std::chrono::seconds(5);
+    client::Client c(std::move(o));
+    auto r = c.request("POST", path, body, "application/json", {});
+    if (r && r->status == 200) return std::move(r->body);
+    last = r ? Error::make(Code::kUnavailable, "HTTP " + std::to_string(r->status) + " " + r->body)
+             : r.error();
+  }
+  return fail(
+      Code::kUnavailable,
+      "the session catalog (etcd) cannot be reached: a move needs it (" + last.message + ")");
+}
+
+// The entry's stored value, or "" when there is none.
+Result<std::string> read_entry(const std::vector<std::string>& endpoints, const std::string& key) {
+  auto body =
+      AB_TRY(etcd_post(endpoints, "/v3/kv/range", json{{"key", base64_encode(key)}}.dump()));
+  auto j = json::parse(body, nullptr, false);
+  if (!j.is_object()) return fail(Code::kUnavailable, "etcd range: a reply that is not JSON");
+  if (!j.contains("kvs") || !j["kvs"].is_array() || j["kvs"].empty()) return std::string();
+  return base64_decode(j["kvs"][0].value("value", ""), "etcd value");
+}
+
+// Puts `value` while the entry still holds `old`: whether it did.
+Result<bool> swap_entry(const std::vector<std::string>& endpoints, const std::string& key,
+                        const std::string& old, const std::string& value) {
+  json req = {{"compare", json::array({{{"key", base64_encode(key)},
+                                        {"target", "VALUE"},
+                                        {"result", "EQUAL"},
+                                        {"value", base64_encode(old)}}})},
+              {"success",
+               json::array({{{"request_put",
+                              {{"key", base64_encode(key)}, {"value", base64_encode(value)}}}}})}};
+  auto body = AB_TRY(etcd_post(endpoints, "/v3/kv/txn", req.dump()));
+  auto j = json::parse(body, nullptr, false);
+  if (!j.is_object()) return fail(Code::kUnavailable, "etcd txn: a reply that is not JSON");
+  return j.value("succeeded", false);
+}
+
+// The catalog entry of session `id` back to this node (a move that failed after the switch).
+asio::awaitable<void> swap_back(Context* ctx, std::vector<std::string> endpoints, std::string key,
+                                std::string moved, std::string old, std::string id) {
+  auto job = run_blocking(
+      ctx->pool, [endpoints, key, moved, old] { return swap_entry(endpoints, key, moved, old); });
+  auto back = co_await std::move(job);
+  if (!back || !*back) {
+    spdlog::error("move of {}: the catalog entry was not switched back: {}", id,
+                  back ? "it changed meanwhile" : back.error().message);
+  }
+}
+
+// The error a node answered with ({"error": {"code", "message"}}), or one naming its status.
+Error remote_error(const std::string& node, const Sent& s) {
+  auto j = json::parse(s.body, nullptr, false);
+  std::string msg = "HTTP " + std::to_string(s.status);
+  if (j.is_object() && j.contains("error") && j["error"].is_object()) {
+    msg = j["error"].value("message", msg);
+  }
+  Error e = Error::make(Code::kUnavailable, "node " + node + " did not take the session: " + msg);
+  if (s.status == 409) e.code = Code::kExists;
+  if (s.status == 429) e.code = Code::kQuota;
+  if (s.status == 501) e.code = Code::kNotSupported;
+  return e;
+}
+
+Status remove_archive(const std::string& path) {
+  ::unlink((path + ".mounts.json").c_str());
+  ::unlink((path + ".spec.json").c_str());
+  if (::unlink(path.c_str()) != 0 && errno != ENOENT)
+    return fail_errno(errno, "unlink(" + path + ")");
+  return {};
+}
+
+}  // namespace
+
+asio::awaitable<Reply> move_session(Context* ctx, Request* req) {
+  const std::string id = req->params["id"];
+  if (auto st = session::validate_id(id); !st) co_return error_reply(st.error());
+  auto body = body_object(req);
+  if (!body) co_return error_reply(body.error());
+  if (auto st = check_known_fields(*body, {"node"}); !st) co_return error_reply(st.error());
+  auto it = body->find("node");
+  if (it == body->end() || !it->is_string() || it->get<std::string>().empty()) {
+    co_return error_reply(Error::make(Code::kInvalid, "field 'node' must be a node name"));
+  }
+  const std::string to = it->get<std::string>();
+  cluster::Cluster* cl = ctx->opts.cluster.get();
+  if (cl == nullptr) {
+    co_return error_reply(
+        Error::make(Code::kInvalid, "this daemon is not in a cluster (no cluster: configuration)"));
+  }
+  const service::Origin origin = origin_of(*req, service::Surface::kV1);
+  service::Sessions& sessions = ctx->svc->sessions;
+  auto info = co_await sessions.get(origin, id);
+  if (!info) co_return error_reply(info.error());
+  if (to == cl->node()) co_return json_reply(200, encode_session(*info));
+  std::optional<cluster::NodeState> target;
+  for (const auto& n : cl->nodes()) {
+    if (n.name == to) target = n;
+  }
+  if (!target) {
+    co_return error_reply(Error::make(Code::kNotFound, "no node '" + to + "' in the cluster"));
+  }
+  if (!target->up) {
+    co_return error_reply(Error::make(Code::kUnavailable, "node '" + to + "' is down"));
+  }
+  if (target->cordoned) {
+    co_return error_reply(
+        Error::make(Code::kExists, "node '" + to + "' is cordoned: it takes no new sessions"));
+  }
+  if (info->backend == "remote") {
+    co_return error_reply(
+        Error::make(Code::kNotSupported,
+                    "move of a remote session (backend remote): its files are its "
+                    "runner's; it follows its runner instead"));
+  }
+  const std::string spec = session::encode_spec(info->spec);
+  const std::string tenant = info->tenant;
+  const std::vector<std::string> endpoints = cl->options().etcd;
+  const std::string key = cl->options().prefix + "sessions/" + id;
+  const std::string self = cl->node();
+  // 1. The catalog: this node's entry becomes the target's.
+  auto job_read = run_blocking(ctx->pool, [endpoints, key] { return read_entry(endpoints, key); });
+  auto old = co_await std::move(job_read);
+  if (!old) co_return error_reply(old.error());
+  auto entry = json::parse(*old, nullptr, false);
+  if (!entry.is_object() || entry.value("node", "") != self) {
+    co_return error_reply(
+        Error::make(Code::kUnavailable, "the session catalog does not name this node (" + self +
+                                            ") for session " + id + " (yet): try again"));
+  }
+  entry["node"] = to;
+  const std::string moved_value = entry.dump();
+  auto job_swap = run_blocking(ctx->pool, [endpoints, key, o = *old, moved_value] {
+    return swap_entry(endpoints, key, o, moved_value);
+  });
+  auto swapped = co_await std::move(job_swap);
+  if (!swapped) co_return error_reply(swapped.error());
+  if (!*swapped) {
+    co_return error_reply(Error::make(
+        Code::kExists, "the catalog entry of session " + id + " changed meanwhile: try again"));
+  }
+  // 2. Archived and gone here (the entry, now the target's, stays).
+  auto archived = co_await sessions.destroy(origin, id, /*archive=*/true);
+  if (!archived) {
+    co_await swap_back(ctx, endpoints, key, moved_value, *old, id);
+    co_return error_reply(archived.error());
+  }
+  const std::string path = *archived;
+  // 3. To the target, restored there.
+  auto sent = co_await send_archive(ctx, target->advertise, id, path, spec, tenant);
+  if (sent && sent->status == 201) {
+    auto job = run_blocking(ctx->pool, [path] { return remove_archive(path); });
+    co_await std::move(job);
+    const service::Fields fields = {{"from", self}, {"to", to}};
+    ctx->svc->bus().emit("session.move", origin, id, fields);
+    spdlog::info("req={} session {} moved to node {}", req->id, id, to);
+    co_return json_reply(200, json::parse(sent->body, nullptr, false));
+  }
+  Error failed = sent ? remote_error(to, *sent) : sent.error();
+  co_await swap_back(ctx, endpoints, key, moved_value, *old, id);
+  // Back here as it was: its spec beside the archive (read by the restore, as on a target). The
+  // session's own tenant owns it again (an admin may move another's session).
+  auto job_spec = run_blocking(ctx->pool, [path, spec]() -> Status {
+    UniqueFd s(::open((path + ".spec.json").c_str(),
+                      O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC | O_NOFOLLOW, 0600));
+    if (!s || ::write(s.get(), spec.data(), spec.size()) != static_cast<ssize_t>(spec.size())) {
+      return fail_errno(errno, "write(" + path + ".spec.json)");
+    }
+    return {};
+  });
+  if (auto st = co_await std::move(job_spec); !st) {
+    spdlog::warn("req={} move of {}: {}", req->id, id, st.error().message);
+  }
+  const service::Origin as_owner(session::Caller(tenant, false, 0), req->id, service::Surface::kV1);
+  auto back = co_await sessions.restore(as_owner, id, path);
+  if (!back) {
+    spdlog::error(
+        "req={} move of {} failed ({}), and restoring it here failed too: {} (the "
+        "archive {} is kept)",
+        req->id, id, failed.message, back.error().message, path);
+    co_return error_reply(
+        Error::make(Code::kInternal, "move of session " + id + " failed (" + failed.message +
+                                         ") and its restore here failed too (" +
+                                         back.error().message + "); its archive is " + path));
+  }
+  auto job_rm = run_blocking(ctx->pool, [path] { return remove_archive(path); });
+  co_await std::move(job_rm);
+  failed.message =
+      "session " + id + " was not moved (it stays on node " + self + "): " + failed.message;
+  co_return error_reply(failed);
+}
+
+asio::awaitable<bool> receive_session(Call* call) {
+  Context* ctx = call->ctx;
+  Request& req = call->ex.req;
+  if (!req.forwarded || req.caller.tenant.empty()) {
+    call->ex.keep_alive = false;
+    co_return co_await send_error(call,
+                                  Error::make(Code::kAccess,
+                                              "POST /v1/cluster/sessions/{id}/receive is for the "
+                                              "nodes of a cluster, not for clients"));
+  }
+  const std::string id = req.params["id"];
+  auto bad = [&](Error e) -> asio::awaitable<bool> {
+    call->ex.keep_alive = false;
+    co_return co_await send_error(call, std::move(e));
+  };
+  if (auto st = session::validate_id(id); !st) co_return co_await bad(st.error());
+  auto spec_text = base64_decode(header_value(call, kSpecHeader), kSpecHeader);
+  if (!spec_text) co_return co_await bad(spec_text.error());
+  auto spec = session::decode_spec(*spec_text);
+  if (!spec) co_return co_await bad(spec.error());
+  session::SessionManager* sm = ctx->sessions;
+  const std::string dir = sm->archives_dir();
+  const std::string path = dir + "/" + id + "-moved-" + random_hex(8) + ".tar.zst";
+  auto job_open = run_blocking(ctx->pool, [dir, path]() -> Result<int> {
+    if (::mkdir(dir.c_str(), 0700) != 0 && errno != EEXIST) {
+      return fail_errno(errno, "mkdir(" + dir + ")");
+    }
+    int fd = ::open(path.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC | O_NOFOLLOW, 0600);
+    if (fd < 0) return fail_errno(errno, "open(" + path + ")");
+    return fd;
+  });
+  auto opened = co_await std::move(job_open);
+  if (!opened) co_return co_await bad(opened.error());
+  auto fd = std::make_shared<UniqueFd>(*opened);
+  BodyReader r;
+  start_body(call, &r, std::numeric_limits<std::uint64_t>::max());
+  auto buf = std::make_shared<std::vector<char>>(kChunk);
+  Status wrote;
+  while (!r.done()) {
+    BodyChunk c = co_await read_body_chunk(&r, buf->data(), buf->size());
+    ctx->metrics.add_bytes_in(c.wire_bytes);
+    if (c.ec) {
+      (void)remove_archive(path);
+      if (is_disconnect(c.ec)) co_return false;
+      co_return co_await bad(body_error(c.ec, Error::make(Code::kTooBig, "archive too big")));
+    }
+    const std::size_t n = c.got;
+    auto job = run_blocking(ctx->pool, [fd, buf, n]() -> Status {
+      std::size_t off = 0;
+      while (off < n) {
+        ssize_t w = ::write(fd->get(), buf->data() + off, n - off);
+        if (w < 0 && errno == EINTR) continue;
+        if (w < 0) return fail_errno(errno, "write(archive)");
+        off += static_cast<std::size_t>(w);
+      }
+      return {};
+    });
+    wrote = co_await std::move(job);
+    if (!wrote) break;
+  }
+  call->ex.body_pending = !r.done();
+  if (wrote) {
+    // The spec comes with it: the restore makes the session as it was (session_manager.cc
+    // reads <archive>.spec.json), its workspace the archive's merged view.
+    const std::string text = session::encode_spec(*spec);
+    auto job = run_blocking(ctx->pool, [fd, path, text]() -> Status {
+      if (::fsync(fd->get()) != 0) return fail_errno(errno, "fsync(" + path + ")");
+      UniqueFd s(::open((path + ".spec.json").c_str(),
+                        O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC | O_NOFOLLOW, 0600));
+      if (!s || ::write(s.get(), text.data(), text.size()) != static_cast<ssize_t>(text.size())) {
+        return fail_errno(errno, "write(" + path + ".spec.json)");
+      }
+      return {};
+    });
+    wrote = co_await std::move(job);
+  }
+  fd.reset();
+  if (!wrote) {
+    (void)remove_archive(path);
+    co_return co_await bad(wrote.error());
+  }
+  auto s = co_await ctx->svc->sessions.restore(origin_of(req, service::Surface::kV1), id, path);
+  auto job = run_blocking(ctx->pool, [path] { return remove_archive(path); });
+  co_await std::move(job);
+  if (!s) co_return co_await send_error(call, s.error());
+  spdlog::info("req={} session {} received from another node", req.id, id);
+  co_return co_await send_reply(call, json_reply(201, encode_session(*s)));
+}
+
+}  // namespace agentbox::server::detail
