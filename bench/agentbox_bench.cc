@@ -28,6 +28,9 @@
 //   e2b       the stock e2b SDK (tests/node/e2b_bench.mjs): commands.run("true") vs the native
 //             /v1 exec of the same command (/bin/bash -l -c true) and of /bin/true from the same
 //             Node process; Sandbox.create() -> first command, p50/p99
+//   cluster   three nodes on one etcd: exec and a download through a forwarding node vs on the
+//             owner, create -> first exec vs one daemon, creates/s, etcd writes per create
+//             (cluster_section.cc)
 
 #include <arpa/inet.h>
 #include <fcntl.h>
@@ -67,8 +70,10 @@
 #include <thread>
 #include <vector>
 
+#include "bench_daemon.h"
 #include "bench_report.h"
 #include "client/client.h"
+#include "cluster_section.h"
 
 extern char** environ;
 
@@ -80,44 +85,18 @@ using agentbox::client::Client;
 using agentbox::client::ClientOptions;
 using tcp = boost::asio::ip::tcp;
 
-double ms_since(Clock::time_point t0) {
-  return std::chrono::duration<double, std::milli>(Clock::now() - t0).count();
-}
-
+using bench::create_session;
+using bench::Daemon;
+using bench::die;
+using bench::exec_true;
+using bench::make_client;
 using bench::median;
+using bench::ms_since;
 using bench::percentile;
+using bench::ratio_note;
 using bench::row;
 using bench::row_m;
-
-// The daemon the current section runs (0: none), so that die() does not leave it behind.
-pid_t g_daemon_pid = 0;
-
-[[noreturn]] void die(const std::string& msg) {
-  std::fprintf(stderr, "agentbox-bench: %s\n", msg.c_str());
-  if (g_daemon_pid > 0) ::kill(g_daemon_pid, SIGKILL);
-  std::exit(1);
-}
-
-// Runs argv with posix_spawn and waits; returns the exit status (-1 if it could not start).
-int spawn_wait(const std::vector<std::string>& args, bool quiet = true) {
-  std::vector<char*> argv;
-  for (const auto& a : args) argv.push_back(const_cast<char*>(a.c_str()));
-  argv.push_back(nullptr);
-  posix_spawn_file_actions_t fa;
-  posix_spawn_file_actions_init(&fa);
-  if (quiet) {
-    posix_spawn_file_actions_addopen(&fa, 1, "/dev/null", O_WRONLY, 0);
-    posix_spawn_file_actions_addopen(&fa, 2, "/dev/null", O_WRONLY, 0);
-  }
-  pid_t pid;
-  int rc = posix_spawnp(&pid, argv[0], &fa, nullptr, argv.data(), environ);
-  posix_spawn_file_actions_destroy(&fa);
-  if (rc != 0) return -1;
-  int st = 0;
-  while (waitpid(pid, &st, 0) < 0 && errno == EINTR) {
-  }
-  return WIFEXITED(st) ? WEXITSTATUS(st) : 128 + WTERMSIG(st);
-}
+using bench::spawn_wait;
 
 std::vector<double> time_spawns(const std::vector<std::string>& args, int n) {
   std::vector<double> out;
@@ -138,110 +117,8 @@ long status_kib(pid_t pid, const std::string& field) {
   }
   return -1;
 }
-long rss_kib(pid_t pid) { return status_kib(pid, "VmRSS:"); }
-
-// The daemon under test: started on port 0 with a fresh data dir, stopped with SIGTERM.
-class Daemon {
- public:
-  // `dir` empty: a fresh one of this bench process. A given dir is reused as it is (its data
-  // dir included: a restart) and kept when the daemon stops.
-  Daemon(const std::string& bin, const std::string& backend, const std::vector<std::string>& extra,
-         fs::path dir = {})
-      : bin_(bin) {
-    if (dir.empty()) {
-      static int n = 0;
-      dir_ = fs::temp_directory_path() /
-             ("agentbox-bench-" + std::to_string(getpid()) + "-" + std::to_string(n++));
-      fs::remove_all(dir_);
-      remove_dir_ = true;
-    } else {
-      dir_ = dir;
-    }
-    fs::create_directories(dir_);
-    std::string ready = (dir_ / "ready").string();
-    fs::remove(ready);
-    started_ = Clock::now();
-    std::vector<std::string> args = {
-        bin,         "--listen", "127.0.0.1:0",  "--data-dir", (dir_ / "data").string(),
-        "--backend", backend,    "--ready-file", ready,        "--log-level",
-        "warn"};
-    args.insert(args.end(), extra.begin(), extra.end());
-    std::vector<char*> argv;
-    for (auto& a : args) argv.push_back(a.data());
-    argv.push_back(nullptr);
-    // Its usage hint (stdout) would interleave with the figures; warnings (stderr) stay.
-    posix_spawn_file_actions_t fa;
-    posix_spawn_file_actions_init(&fa);
-    posix_spawn_file_actions_addopen(&fa, 1, "/dev/null", O_WRONLY, 0);
-    int rc = posix_spawn(&pid_, argv[0], &fa, nullptr, argv.data(), environ);
-    posix_spawn_file_actions_destroy(&fa);
-    if (rc != 0) die("cannot start " + bin);
-    g_daemon_pid = pid_;
-    for (int i = 0; i < 60000; ++i) {
-      std::ifstream f(ready);
-      std::string addr;
-      if (f && std::getline(f, addr) && !addr.empty()) {
-        url_ = "http://" + addr;
-        ready_ms_ = ms_since(started_);
-        return;
-      }
-      int st;
-      if (waitpid(pid_, &st, WNOHANG) == pid_) die("agentboxd exited at startup");
-      usleep(1000);
-    }
-    die("agentboxd did not become ready");
-  }
-  ~Daemon() {
-    kill(pid_, SIGTERM);
-    int st;
-    waitpid(pid_, &st, 0);
-    g_daemon_pid = 0;
-    std::error_code ec;
-    if (remove_dir_) fs::remove_all(dir_, ec);
-  }
-  const std::string& url() const { return url_; }
-  // From spawn to the ready file naming the bound address.
-  double ready_ms() const { return ready_ms_; }
-  pid_t pid() const { return pid_; }
-  fs::path dir() const { return dir_; }
-  const std::string& bin() const { return bin_; }
-
- private:
-  std::string bin_;
-  fs::path dir_;
-  bool remove_dir_ = false;
-  pid_t pid_ = -1;
-  std::string url_;
-  Clock::time_point started_;
-  double ready_ms_ = 0;
-};
-
-Client make_client(const Daemon& d) {
-  return Client(ClientOptions{.server = d.url()});
-}
-
-void create_session(Client& c, const std::string& id) {
-  nlohmann::json body = {{"id", id}};
-  auto r = c.request("POST", "/v1/sessions", body.dump());
-  if (!r || (r->status != 201 && r->status != 200)) {
-    die("create session " + id + ": " + (r ? r->body : r.error().message));
-  }
-}
-
-bool exec_true(Client& c, const std::string& id) {
-  static const std::string body = R"({"argv":["/bin/true"]})";
-  auto r = c.request("POST", "/v1/sessions/" + id + "/exec", body);
-  if (!r || r->status != 200) {
-    std::fprintf(stderr, "exec failed: %s\n", r ? r->body.c_str() : r.error().message.c_str());
-    return false;
-  }
-  return r->body.find("\"exit_code\":0") != std::string::npos;
-}
-
-std::string ratio_note(double r, const char* target) {
-  char buf[96];
-  std::snprintf(buf, sizeof buf, "ratio %.2f (target %s)", r, target);
-  return buf;
+long rss_kib(pid_t pid) {
+  return status_kib(pid, "VmRSS:");
 }
 
 void section_exec(const Daemon& d, const std::string& backend, int n) {
@@ -532,7 +409,8 @@ std::uintmax_t tree_bytes(const fs::path& dir) {
 // POST /v1/templates/<name>/build?wait=true; dies unless the build made a snapshot. Its id.
 std::string build_template(Client& c, const std::string& name, const std::string& yaml) {
   auto put = c.request("POST", "/v1/templates", yaml, "application/yaml");
-  if (!put || put->status / 100 != 2) die("template " + name + ": " + (put ? put->body : put.error().message));
+  if (!put || put->status / 100 != 2)
+    die("template " + name + ": " + (put ? put->body : put.error().message));
   auto b = c.request("POST", "/v1/templates/" + name + "/build?wait=true", "{}");
   if (!b || b->status != 201) die("build of " + name + ": " + (b ? b->body : b.error().message));
   auto j = nlohmann::json::parse(b->body, nullptr, false);
@@ -592,8 +470,8 @@ void section_templates(const Daemon& d, int n, int cp_rounds) {
   row("cp -a of the snapshot (median)", cp50, "ms");
   row("cp -a / template session p50", cp50 / p50, "x", ratio_note(cp50 / p50, ">= 100x"));
   row("disk per new template session", static_cast<double>(layers) / n / 1024.0, "KiB",
-      "(its own writes only; the snapshot is " +
-          std::to_string(tree_bytes(snap_dir) >> 20) + " MiB)");
+      "(its own writes only; the snapshot is " + std::to_string(tree_bytes(snap_dir) >> 20) +
+          " MiB)");
   for (int i = 0; i < n; ++i) {
     c.request("DELETE", "/v1/sessions/bench-tmpl-" + std::to_string(i));
     c.request("DELETE", "/v1/sessions/bench-plain-" + std::to_string(i));
@@ -613,12 +491,13 @@ void section_templates(const Daemon& d, int n, int cp_rounds) {
     std::string id = "bench-hand-" + std::to_string(i);
     t0 = Clock::now();
     create_session(c, id);
-    c.request("PUT", "/v1/sessions/" + id + "/files?path=a.txt", "hello", "application/octet-stream");
+    c.request("PUT", "/v1/sessions/" + id + "/files?path=a.txt", "hello",
+              "application/octet-stream");
     c.request("PUT", "/v1/sessions/" + id + "/files?path=conf/b.json&mkdirs=true", "{}",
               "application/octet-stream");
     for (const char* s : steps) {
-      auto r = c.request("POST", "/v1/sessions/" + id + "/exec",
-                         nlohmann::json{{"command", s}}.dump());
+      auto r =
+          c.request("POST", "/v1/sessions/" + id + "/exec", nlohmann::json{{"command", s}}.dump());
       if (!r || r->status != 200) die("by-hand step failed");
     }
     by_hand.push_back(ms_since(t0));
@@ -1579,13 +1458,15 @@ void section_network(const std::string& bin, int starts) {
 
 // ---- runners (issue 14): daemon -> agentbox-runner on loopback ----------------------------------
 
-long hwm_kib(pid_t pid) { return status_kib(pid, "VmHWM:"); }
+long hwm_kib(pid_t pid) {
+  return status_kib(pid, "VmHWM:");
+}
 
 pid_t start_runner(const std::string& bin, const std::string& url, const std::string& token,
                    const fs::path& ws) {
   fs::create_directories(ws);
-  std::vector<std::string> args = {bin, "--server", url, "--token", token, "--workspace",
-                                   ws.string(), "--log-level", "error"};
+  std::vector<std::string> args = {bin,           "--server",  url,           "--token", token,
+                                   "--workspace", ws.string(), "--log-level", "error"};
   std::vector<char*> argv;
   for (auto& a : args) argv.push_back(a.data());
   argv.push_back(nullptr);
@@ -1621,8 +1502,9 @@ std::vector<double> time_execs(Client& c, const std::string& id, int n) {
 }
 
 void section_runners(const std::string& bin, int n, std::uint64_t mb, int count) {
-  std::printf("\n[runners] daemon -> agentbox-runner on loopback (xbot's protocol + version 3: "
-              "process streams, binary chunks over 4 MiB)\n");
+  std::printf(
+      "\n[runners] daemon -> agentbox-runner on loopback (xbot's protocol + version 3: "
+      "process streams, binary chunks over 4 MiB)\n");
   const std::string runner_bin = (fs::path(bin).parent_path() / "agentbox-runner").string();
   if (!fs::exists(runner_bin)) die("no " + runner_bin);
   std::vector<std::string> extra;
@@ -1712,7 +1594,8 @@ void section_runners(const std::string& bin, int n, std::uint64_t mb, int count)
                             });
   double down_ms = ms_since(t0);
   if (!g || g->status != 200 || got != size) die("remote download failed");
-  double tcp = median({raw_tcp_ms(size, {}, {}), raw_tcp_ms(size, {}, {}), raw_tcp_ms(size, {}, {})});
+  double tcp =
+      median({raw_tcp_ms(size, {}, {}), raw_tcp_ms(size, {}, {}), raw_tcp_ms(size, {}, {})});
   auto mbps = [&](double ms) { return static_cast<double>(mb) / (ms / 1000.0); };
   std::printf("  %llu MiB file through a remote session, MB/s\n",
               static_cast<unsigned long long>(mb));
@@ -1728,9 +1611,10 @@ void section_runners(const std::string& bin, int n, std::uint64_t mb, int count)
 // The E2B dialect through the stock `e2b` SDK (tests/node/e2b_bench.mjs, which also times the
 // native /v1 exec from the same Node process so both sides pay the same client runtime).
 void section_e2b(const Daemon& d, int runs, int creates) {
-  std::printf("\n[e2b] stock e2b SDK vs native /v1 exec (same Node client), %d runs, "
-              "%d creates, p50 (p99)\n",
-              runs, creates);
+  std::printf(
+      "\n[e2b] stock e2b SDK vs native /v1 exec (same Node client), %d runs, "
+      "%d creates, p50 (p99)\n",
+      runs, creates);
   std::string cmd = std::string("cd ") + AGENTBOX_NODE_DIR + " && node e2b_bench.mjs " + d.url() +
                     " " + std::to_string(runs) + " " + std::to_string(creates);
   std::string out;
@@ -1768,9 +1652,10 @@ int main(int argc, char** argv) {
   std::string ab_daemon;
   app.add_option("--daemon", daemon, "agentboxd binary");
   app.add_option("--backend", backend, "backend to measure");
-  app.add_option("--section", sections,
-                 "exec files sessions idle rate lifecycle attach keys procs ab network e2b templates "
-                 "runners")
+  app.add_option(
+         "--section", sections,
+         "exec files sessions idle rate lifecycle attach keys procs ab network e2b templates "
+         "runners")
       ->delimiter(',');
   int net_starts = 20;
   app.add_option("--net-starts", net_starts, "box starts per network mode (network section)");
@@ -1831,6 +1716,8 @@ int main(int argc, char** argv) {
       section_runners(daemon, iterations, runner_file_mb, runner_count);
     else if (s == "e2b")
       section_e2b(d, e2b_runs, e2b_creates);
+    else if (s == "cluster")
+      bench::section_cluster(daemon, backend, iterations, file_mb, sessions);
     else if (s == "templates")
       section_templates(d, sessions > 50 ? 50 : sessions, 3);
     else

@@ -24,6 +24,7 @@ namespace {
 using namespace boost::asio::experimental::awaitable_operators;
 
 constexpr std::size_t kRelayChunk = 256 * 1024;
+constexpr std::size_t kReadRoom = 64 * 1024;  // Beast's largest read
 
 std::int64_t unix_now() {
   return std::chrono::duration_cast<std::chrono::seconds>(
@@ -81,6 +82,9 @@ asio::awaitable<beast::error_code> relay_request(Call* call, beast::tcp_stream* 
   auto [hec, hn] = co_await http::async_write_header(*up, sr, kTuple);
   if (hec) co_return hec;
   std::vector<char> buf(kRelayChunk);
+  // Beast reads as much as the buffer's free capacity (at most 64 KiB a read): without room, a
+  // large upload would pass in 512-byte reads.
+  if (!p.is_done()) call->buffer->reserve(kReadRoom);
   while (!p.is_done()) {
     msg.body().data = buf.data();
     msg.body().size = buf.size();
@@ -218,6 +222,7 @@ asio::awaitable<bool> relay_reply(Call* call, beast::tcp_stream* up, std::string
   http::response_parser<http::buffer_body> rp;
   rp.body_limit(boost::none);
   beast::flat_buffer ubuf;
+  ubuf.reserve(kReadRoom);  // else a large download passes in 512-byte reads
   up->expires_after(ctx->opts.io_timeout);
   auto [hec, hn] = co_await http::async_read_header(*up, ubuf, rp, kTuple);
   if (hec) {
