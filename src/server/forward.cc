@@ -9,6 +9,7 @@
 #include <boost/asio/experimental/awaitable_operators.hpp>
 #include <boost/asio/ip/tcp.hpp>
 #include <boost/beast/websocket/rfc6455.hpp>
+#include <charconv>
 #include <chrono>
 
 #include "client/client.h"
@@ -195,13 +196,25 @@ asio::awaitable<std::optional<bool>> connect_owner(Call* call, std::string id, c
                                                   ", whose address '" + owner.advertise +
                                                   "' is not http://host:port"));
   }
-  tcp::resolver resolver(up->get_executor());
-  auto [rec, results] = co_await resolver.async_resolve(host, port, kTuple);
-  beast::error_code cec = rec;
-  if (!cec) {
-    up->expires_after(std::chrono::seconds(5));
-    auto [ec2, ep] = co_await up->async_connect(results, kTuple);
-    cec = ec2;
+  beast::error_code cec;
+  up->expires_after(std::chrono::seconds(5));
+  boost::system::error_code literal;
+  const auto addr = asio::ip::make_address(host, literal);
+  unsigned short port_num = 0;
+  const auto [pend, perr] = std::from_chars(port.data(), port.data() + port.size(), port_num);
+  if (!literal && perr == std::errc() && pend == port.data() + port.size()) {
+    // An address (what advertise URLs usually are): no trip through the resolver's thread.
+    const tcp::endpoint ep(addr, port_num);
+    auto [ec1] = co_await up->async_connect(ep, kTuple);
+    cec = ec1;
+  } else {
+    tcp::resolver resolver(up->get_executor());
+    auto [rec, results] = co_await resolver.async_resolve(host, port, kTuple);
+    cec = rec;
+    if (!cec) {
+      auto [ec2, ep] = co_await up->async_connect(results, kTuple);
+      cec = ec2;
+    }
   }
   if (cec) {
     co_return co_await send_error(
