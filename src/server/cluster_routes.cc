@@ -5,6 +5,7 @@
 #include <string>
 
 #include "common/log.h"
+#include "remote/runner_hub.h"
 #include "server/internal/blocking.h"
 #include "server/internal/cluster_v1.h"
 #include "server/internal/forward.h"
@@ -53,6 +54,25 @@ asio::awaitable<std::optional<Reply>> place_create(Context* ctx, Request* req, s
   if (owner->self) co_return std::nullopt;
   co_return co_await forward_small(ctx, owner->advertise, "POST", "/v1/sessions", std::move(body),
                                    req->caller);
+}
+
+asio::awaitable<std::string> runner_node(Context* ctx, Request* req, std::string user) {
+  cluster::Cluster* cl = ctx->opts.cluster.get();
+  if (user.empty() || cl == nullptr || !ctx->opts.runners) co_return std::string();
+  if (auto conn = ctx->opts.runners->find(user); conn && conn->open()) co_return cl->node();
+  for (const cluster::NodeState& n : cl->peers_up()) {
+    Reply r = co_await forward_small(ctx, n.advertise, "GET", "/v1/runners", "", req->caller);
+    auto j = json::parse(r.body, nullptr, false);
+    if (r.status != 200 || !j.is_object() || !j.contains("runners") || !j["runners"].is_array()) {
+      continue;
+    }
+    for (const auto& x : j["runners"]) {
+      if (x.is_object() && x.value("user", "") == user && x.value("connected", false)) {
+        co_return n.name;
+      }
+    }
+  }
+  co_return std::string();
 }
 
 asio::awaitable<void> add_peer_sessions(Context* ctx, Request* req, json* arr) {

@@ -45,6 +45,9 @@ asio::awaitable<Reply> create_session(Context* ctx, Request* rq) {
   auto decoded = decode_create_session(*body, default_scope);
   if (!decoded) co_return error_reply(decoded.error());
   if (ctx->opts.cluster && !req.forwarded) {
+    if (node.empty() && decoded->spec.backend == "remote") {
+      node = co_await runner_node(ctx, rq, decoded->spec.runner);
+    }
     if (auto fwd = co_await place_create(ctx, rq, decoded->id, node, body->dump())) {
       co_return std::move(*fwd);
     }

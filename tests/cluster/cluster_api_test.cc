@@ -335,6 +335,41 @@ TEST_F(ClusterApi, AMoveTheTargetRefusesLeavesTheSessionWhereItWas) {
   EXPECT_EQ(api(node(1)).post("/v1/sessions/q2/move", {{"node", "n3"}}).status, 404);
 }
 
+TEST_F(ClusterApi, ARemoteSessionIsPlacedOnTheNodeItsRunnerIsConnectedTo) {
+  TempDir ws("agentbox-cluster-runner-ws");
+  auto connected_to = [&](int i) {
+    const ApiReply r = api(node(i)).get("/v1/runners");
+    for (const auto& x : r.body["runners"]) {
+      if (x["user"] == "alice") return x["connected"] == true;
+    }
+    return false;
+  };
+  auto runner = std::make_unique<RunnerProcess>("127.0.0.1:" + std::to_string(node(3).port),
+                                                "alice", kRunnerToken, ws.path());
+  ASSERT_TRUE(eventually([&] { return connected_to(3); }, 30));
+  // Made through n1, which has no runner: it lands where alice's runner is.
+  auto made = api(node(1)).post("/v1/sessions", {{"id", "rs"}, {"runner", "alice"}});
+  ASSERT_EQ(made.status, 201) << made;
+  EXPECT_EQ(made.body["node"], "n3");
+  EXPECT_EQ(made.body["backend"], "remote");
+  for (int via : {1, 2, 3}) {
+    auto r = api(node(via)).sh("rs", "echo hi" + std::to_string(via) + " > f.txt; pwd");
+    ASSERT_EQ(r.status, 200) << via << ": " << r;
+    const std::string dir = r.body["stdout"].get<std::string>();
+    ASSERT_FALSE(dir.empty()) << r;
+    EXPECT_EQ(dir.rfind(ws.path(), 0), 0u) << dir;  // the runner's workspace, on this host
+    EXPECT_EQ(read_host_file(dir.substr(0, dir.size() - 1) + "/f.txt"),
+              "hi" + std::to_string(via) + "\n");
+  }
+  // With the runner gone no node has it: the create is refused as on one daemon, and nothing
+  // stays in the catalog.
+  runner.reset();
+  ASSERT_TRUE(eventually([&] { return !connected_to(3); }, 10));
+  auto off = api(node(1)).post("/v1/sessions", {{"id", "rs2"}, {"runner", "alice"}});
+  EXPECT_EQ(off.status, 503) << off;
+  EXPECT_EQ(api(node(2)).get("/v1/sessions/rs2").status, 404);
+}
+
 TEST(ClusterSingle, ADaemonWithoutAClusterIsAClusterOfOne) {
   Daemon d({"--node-name", "solo"});
   Api a(d);

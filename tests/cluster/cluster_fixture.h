@@ -18,6 +18,7 @@ namespace agentbox::testing {
 inline constexpr char kToken[] = "team-token-0123456789";
 inline constexpr char kAdminToken[] = "ops-token-0123456789";
 inline constexpr char kSmallToken[] = "small-token-0123456789";  // max_sessions 1 (per node)
+inline constexpr char kRunnerToken[] = "alice-runner-token-0123456789";  // runner user alice
 inline constexpr int kLeaseSec = 2;
 // LangBot's control token on every node (integration/langbot_client.h sends it).
 inline constexpr const char* lb_control_token() {
@@ -78,6 +79,10 @@ class ClusterFixture : public ::testing::Test {
              "  - {name: small, tokens: [" +
              std::string(kSmallToken) +
              "], max_sessions: 1}\n"
+             "runners:\n"
+             "  - {user: alice, token: " +
+             std::string(kRunnerToken) +
+             ", tenant: team}\n"
              "langbot: {control_token: " +
              std::string(lb_control_token()) +
              ", tenant: team}\n"
