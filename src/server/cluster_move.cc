@@ -15,8 +15,12 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <boost/asio/steady_timer.hpp>
 #include <chrono>
+#include <filesystem>
+#include <fstream>
 #include <limits>
+#include <sstream>
 
 #include "client/client.h"
 #include "cluster/forward_auth.h"
@@ -206,6 +210,91 @@ Status remove_archive(const std::string& path) {
   return {};
 }
 
+// The move's journal, data_dir/moving/<id> (JSON): written and fsynced before the catalog
+// switch, with the archive's path once there is one, and removed when the move is over either
+// way. A node killed in between finishes or undoes the move when it starts again
+// (recover_moves), so the session is never left on no node.
+struct Journal {
+  std::string to;
+  std::string old_value;    // the catalog entry before the move
+  std::string moved_value;  // the entry naming `to`
+  std::string spec;         // session::encode_spec
+  std::string tenant;
+  std::string archive;  // "" until the session is archived
+};
+
+std::string journal_dir(Context* ctx) {
+  return ctx->sessions->config().data_dir + "/moving";
+}
+
+Status write_journal(const std::string& dir, const std::string& id, const Journal& j) {
+  if (::mkdir(dir.c_str(), 0700) != 0 && errno != EEXIST) {
+    return fail_errno(errno, "mkdir(" + dir + ")");
+  }
+  const std::string text = json{{"to", j.to},     {"old", j.old_value}, {"moved", j.moved_value},
+                                {"spec", j.spec}, {"tenant", j.tenant}, {"archive", j.archive}}
+                               .dump();
+  const std::string path = dir + "/" + id, tmp = path + ".tmp";
+  {
+    UniqueFd f(::open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC | O_NOFOLLOW, 0600));
+    if (!f) return fail_errno(errno, "open(" + tmp + ")");
+    if (::write(f.get(), text.data(), text.size()) != static_cast<ssize_t>(text.size()) ||
+        ::fsync(f.get()) != 0) {
+      return fail_errno(errno, "write(" + tmp + ")");
+    }
+  }
+  if (::rename(tmp.c_str(), path.c_str()) != 0) return fail_errno(errno, "rename(" + tmp + ")");
+  UniqueFd d(::open(dir.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC));
+  if (d) ::fsync(d.get());
+  return {};
+}
+
+void remove_journal(const std::string& dir, const std::string& id) {
+  ::unlink((dir + "/" + id).c_str());
+}
+
+Result<Journal> read_journal(const std::string& path) {
+  std::ifstream f(path, std::ios::binary);
+  std::stringstream ss;
+  ss << f.rdbuf();
+  auto j = json::parse(ss.str(), nullptr, false);
+  if (!f || !j.is_object()) return fail(Code::kInternal, path + ": not a move journal");
+  Journal out;
+  out.to = j.value("to", "");
+  out.old_value = j.value("old", "");
+  out.moved_value = j.value("moved", "");
+  out.spec = j.value("spec", "");
+  out.tenant = j.value("tenant", "");
+  out.archive = j.value("archive", "");
+  return out;
+}
+
+// Session `id` back on this node from `path` (with its spec), as its tenant's: the session, or
+// an error. The archive goes when the restore took it.
+asio::awaitable<Result<session::SessionInfo>> restore_here(Context* ctx, std::uint64_t req_id,
+                                                           std::string id, std::string path,
+                                                           std::string spec, std::string tenant) {
+  // Its spec beside the archive (read by the restore, as on a target).
+  auto job_spec = run_blocking(ctx->pool, [path, spec]() -> Status {
+    UniqueFd s(::open((path + ".spec.json").c_str(),
+                      O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC | O_NOFOLLOW, 0600));
+    if (!s || ::write(s.get(), spec.data(), spec.size()) != static_cast<ssize_t>(spec.size())) {
+      return fail_errno(errno, "write(" + path + ".spec.json)");
+    }
+    return {};
+  });
+  if (auto st = co_await std::move(job_spec); !st) {
+    spdlog::warn("req={} move of {}: {}", req_id, id, st.error().message);
+  }
+  const service::Origin as_owner(session::Caller(tenant, false, 0), req_id, service::Surface::kV1);
+  auto back = co_await ctx->svc->sessions.restore(as_owner, id, path);
+  if (back) {
+    auto job_rm = run_blocking(ctx->pool, [path] { return remove_archive(path); });
+    co_await std::move(job_rm);
+  }
+  co_return back;
+}
+
 }  // namespace
 
 asio::awaitable<Reply> move_session(Context* ctx, Request* req) {
@@ -266,12 +355,18 @@ asio::awaitable<Reply> move_session(Context* ctx, Request* req) {
   }
   entry["node"] = to;
   const std::string moved_value = entry.dump();
+  const std::string jdir = journal_dir(ctx);
+  Journal journal{to, *old, moved_value, spec, tenant, ""};
+  auto job_j =
+      run_blocking(ctx->pool, [jdir, id, journal] { return write_journal(jdir, id, journal); });
+  if (auto st = co_await std::move(job_j); !st) co_return error_reply(st.error());
   auto job_swap = run_blocking(ctx->pool, [endpoints, key, o = *old, moved_value] {
     return swap_entry(endpoints, key, o, moved_value);
   });
   auto swapped = co_await std::move(job_swap);
   if (!swapped) co_return error_reply(swapped.error());
   if (!*swapped) {
+    remove_journal(jdir, id);
     co_return error_reply(Error::make(
         Code::kExists, "the catalog entry of session " + id + " changed meanwhile: try again"));
   }
@@ -279,14 +374,22 @@ asio::awaitable<Reply> move_session(Context* ctx, Request* req) {
   auto archived = co_await sessions.destroy(origin, id, /*archive=*/true);
   if (!archived) {
     co_await swap_back(ctx, endpoints, key, moved_value, *old, id);
+    remove_journal(jdir, id);
     co_return error_reply(archived.error());
   }
   const std::string path = *archived;
+  journal.archive = path;
+  auto job_j2 =
+      run_blocking(ctx->pool, [jdir, id, journal] { return write_journal(jdir, id, journal); });
+  if (auto st = co_await std::move(job_j2); !st) {
+    spdlog::warn("req={} move of {}: {}", req->id, id, st.error().message);
+  }
   // 3. To the target, restored there.
   auto sent = co_await send_archive(ctx, target->advertise, id, path, spec, tenant);
   if (sent && sent->status == 201) {
     auto job = run_blocking(ctx->pool, [path] { return remove_archive(path); });
     co_await std::move(job);
+    remove_journal(jdir, id);
     const service::Fields fields = {{"from", self}, {"to", to}};
     ctx->svc->bus().emit("session.move", origin, id, fields);
     spdlog::info("req={} session {} moved to node {}", req->id, id, to);
@@ -294,36 +397,129 @@ asio::awaitable<Reply> move_session(Context* ctx, Request* req) {
   }
   Error failed = sent ? remote_error(to, *sent) : sent.error();
   co_await swap_back(ctx, endpoints, key, moved_value, *old, id);
-  // Back here as it was: its spec beside the archive (read by the restore, as on a target). The
-  // session's own tenant owns it again (an admin may move another's session).
-  auto job_spec = run_blocking(ctx->pool, [path, spec]() -> Status {
-    UniqueFd s(::open((path + ".spec.json").c_str(),
-                      O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC | O_NOFOLLOW, 0600));
-    if (!s || ::write(s.get(), spec.data(), spec.size()) != static_cast<ssize_t>(spec.size())) {
-      return fail_errno(errno, "write(" + path + ".spec.json)");
-    }
-    return {};
-  });
-  if (auto st = co_await std::move(job_spec); !st) {
-    spdlog::warn("req={} move of {}: {}", req->id, id, st.error().message);
-  }
-  const service::Origin as_owner(session::Caller(tenant, false, 0), req->id, service::Surface::kV1);
-  auto back = co_await sessions.restore(as_owner, id, path);
+  // Back here as it was. The session's own tenant owns it again (an admin may move another's).
+  auto back = co_await restore_here(ctx, req->id, id, path, spec, tenant);
   if (!back) {
     spdlog::error(
         "req={} move of {} failed ({}), and restoring it here failed too: {} (the "
         "archive {} is kept)",
         req->id, id, failed.message, back.error().message, path);
+    remove_journal(jdir, id);
     co_return error_reply(
         Error::make(Code::kInternal, "move of session " + id + " failed (" + failed.message +
                                          ") and its restore here failed too (" +
                                          back.error().message + "); its archive is " + path));
   }
-  auto job_rm = run_blocking(ctx->pool, [path] { return remove_archive(path); });
-  co_await std::move(job_rm);
+  remove_journal(jdir, id);
   failed.message =
       "session " + id + " was not moved (it stays on node " + self + "): " + failed.message;
   co_return error_reply(failed);
+}
+
+namespace {
+
+// The archive a destroy made of session `id` in `dir` (the newest), or "".
+std::string newest_archive(const std::string& dir, const std::string& id) {
+  std::string best;
+  std::error_code ec;
+  for (const auto& e : std::filesystem::directory_iterator(dir, ec)) {
+    const std::string name = e.path().filename().string();
+    if (name.rfind(id + "-", 0) != 0 || !name.ends_with(".tar.zst")) continue;
+    if (name.find("-moved-") != std::string::npos) continue;  // a received one
+    if (name > best) best = name;  // <id>-<UTC time>: the newest sorts last
+  }
+  return best.empty() ? best : dir + "/" + best;
+}
+
+// One interrupted move (journal data_dir/moving/<id>): whether it is settled.
+asio::awaitable<bool> recover_one(Context* ctx, std::string dir, std::string id) {
+  auto j = read_journal(dir + "/" + id);
+  if (!j) {
+    spdlog::error("{} (left as it is)", j.error().message);
+    co_return true;
+  }
+  cluster::Cluster* cl = ctx->opts.cluster.get();
+  std::optional<cluster::NodeState> target;
+  for (const auto& n : cl->nodes()) {
+    if (n.name == j->to) target = n;
+  }
+  if (!target || !target->up) co_return false;  // asked again once it is up
+  Reply there =
+      co_await forward_small(ctx, target->advertise, "GET", "/v1/sessions/" + id, "",
+                             session::Caller(j->tenant, false, 0), std::chrono::seconds(10));
+  if (there.status == 200) {  // the move was done: what it left here goes
+    if (!j->archive.empty()) (void)remove_archive(j->archive);
+    remove_journal(dir, id);
+    spdlog::info("the interrupted move of session {} to node {} had finished", id, j->to);
+    co_return true;
+  }
+  if (there.status != 404) co_return false;
+  // Not there: the move is undone. The catalog entry first, then the session.
+  const std::vector<std::string> endpoints = cl->options().etcd;
+  const std::string key = cl->options().prefix + "sessions/" + id;
+  auto job = run_blocking(ctx->pool, [endpoints, key, jj = *j]() -> Result<bool> {
+    const std::string cur = AB_TRY(read_entry(endpoints, key));
+    if (cur == jj.old_value) return true;
+    if (cur != jj.moved_value) return false;
+    return swap_entry(endpoints, key, jj.moved_value, jj.old_value);
+  });
+  auto swapped = co_await std::move(job);
+  if (!swapped) co_return false;  // etcd away: later
+  if (!*swapped) {
+    spdlog::error(
+        "the interrupted move of session {}: its catalog entry names neither this node nor {} "
+        "(left as it is; its archive, if any, stays in the archives)",
+        id, j->to);
+    remove_journal(dir, id);
+    co_return true;
+  }
+  session::SessionManager* sm = ctx->sessions;
+  if (!sm->get(id, session::Caller::daemon())) {
+    std::string archive = j->archive;
+    if (archive.empty()) archive = newest_archive(sm->archives_dir(), id);
+    if (archive.empty()) {
+      spdlog::error("the interrupted move of session {}: no session and no archive of it here", id);
+    } else {
+      auto back = co_await restore_here(ctx, 0, id, archive, j->spec, j->tenant);
+      if (!back) {
+        spdlog::error("the interrupted move of session {}: restoring it from {} failed: {}", id,
+                      archive, back.error().message);
+      }
+    }
+  }
+  remove_journal(dir, id);
+  spdlog::info("the interrupted move of session {} to node {} was undone: it is here", id, j->to);
+  co_return true;
+}
+
+}  // namespace
+
+asio::awaitable<void> recover_moves(Context* ctx) {
+  if (!ctx->opts.cluster) co_return;
+  const std::string dir = journal_dir(ctx);
+  while (!ctx->stopping) {
+    auto job = run_blocking(ctx->pool, [dir]() -> Result<std::vector<std::string>> {
+      std::vector<std::string> ids;
+      std::error_code ec;
+      for (const auto& e : std::filesystem::directory_iterator(dir, ec)) {
+        const std::string name = e.path().filename().string();
+        if (name.ends_with(".tmp")) {
+          ::unlink(e.path().c_str());  // a journal never written whole: no move began
+        } else {
+          ids.push_back(name);
+        }
+      }
+      return ids;
+    });
+    const auto ids = co_await std::move(job);
+    bool pending = false;
+    for (const std::string& id : ids ? *ids : std::vector<std::string>{}) {
+      if (!co_await recover_one(ctx, dir, id)) pending = true;
+    }
+    if (!pending) co_return;
+    asio::steady_timer t(co_await asio::this_coro::executor, std::chrono::seconds(2));
+    co_await t.async_wait(kTuple);
+  }
 }
 
 asio::awaitable<bool> receive_session(Call* call) {

@@ -24,11 +24,12 @@
 #include <boost/beast/websocket/rfc6455.hpp>
 #include <list>
 
+#include "cluster/forward_auth.h"
 #include "common/log.h"
 #include "common/validate.h"
 #include "server/http_error.h"
-#include "cluster/forward_auth.h"
 #include "server/internal/blocking.h"
+#include "server/internal/cluster_v1.h"
 #include "server/internal/forward.h"
 #include "server/internal/surfaces.h"
 #include "server/internal/transport.h"
@@ -278,9 +279,8 @@ asio::awaitable<bool> serve_one(Impl* impl, Conn* conn, beast::flat_buffer* buff
   if (auto fw = h.find(cluster::kForwardHeader); fw != h.end()) {
     auto fc = detail::forwarded_caller(ctx, fw->value(), h.method_string(), target);
     if (!fc) {
-      const service::Fields fields = {{"method", ex.req.method},
-                                      {"path", ex.req.path},
-                                      {"reason", fc.error().message}};
+      const service::Fields fields = {
+          {"method", ex.req.method}, {"path", ex.req.path}, {"reason", fc.error().message}};
       ctx->svc->bus().emit(
           "cluster.forward_refused",
           service::Origin(session::Caller("", false, 0), ex.req.id, service::Surface::kV1), "",
@@ -315,15 +315,16 @@ asio::awaitable<bool> serve_one(Impl* impl, Conn* conn, beast::flat_buffer* buff
   // WebSocket upgrades, and the MCP endpoint (the MCP specification requires the check against
   // DNS rebinding).
   const bool origin_checked =
-      upgrade || (m.route && (m.route->id == RouteId::kMcpPost || m.route->id == RouteId::kMcpDelete));
+      upgrade ||
+      (m.route && (m.route->id == RouteId::kMcpPost || m.route->id == RouteId::kMcpDelete));
   if (origin_checked && h.find(http::field::origin) != h.end() &&
       !origin_allowed(ctx->opts.allowed_origins, h[http::field::origin]) &&
       !(ctx->opts.ui && own_origin(h[http::field::origin], h[http::field::host]))) {
     co_return co_await send_error(
-        &call, Error::make(Code::kAccess, std::string(upgrade ? "WebSocket upgrade" : "request") +
-                                              " from origin " +
-                                              validate::quote(h[http::field::origin]) +
-                                              " refused: not the daemon's own origin nor in its allowed_origins"));
+        &call, Error::make(Code::kAccess,
+                           std::string(upgrade ? "WebSocket upgrade" : "request") +
+                               " from origin " + validate::quote(h[http::field::origin]) +
+                               " refused: not the daemon's own origin nor in its allowed_origins"));
   }
   if (!m.route) {
     if (m.allowed.empty()) {
@@ -450,8 +451,7 @@ asio::awaitable<void> drain(std::shared_ptr<Impl> impl, std::function<void()> do
 
 }  // namespace
 
-HttpServer::HttpServer(asio::io_context& ioc, asio::thread_pool& pool,
-                       service::Services& services,
+HttpServer::HttpServer(asio::io_context& ioc, asio::thread_pool& pool, service::Services& services,
                        std::shared_ptr<sandbox::Backend> default_backend, ServerOptions opts)
     : impl_(std::make_shared<Impl>(ioc, pool, services, std::move(default_backend),
                                    std::move(opts))) {
@@ -463,11 +463,11 @@ HttpServer::HttpServer(asio::io_context& ioc, asio::thread_pool& pool,
       [w = std::weak_ptr<Impl>(impl_)](const session::SessionEvent& ev) {
         if (auto impl = w.lock()) impl->ctx.metrics.record_event(ev.kind, ev.cause);
       });
-  impl_->ops_sub = services.bus().subscribe([w = std::weak_ptr<Impl>(impl_)](
-                                                const service::OpEvent& ev) {
-    if (ev.exec == nullptr) return;
-    if (auto impl = w.lock()) impl->ctx.metrics.record_exec_result(*ev.exec);
-  });
+  impl_->ops_sub =
+      services.bus().subscribe([w = std::weak_ptr<Impl>(impl_)](const service::OpEvent& ev) {
+        if (ev.exec == nullptr) return;
+        if (auto impl = w.lock()) impl->ctx.metrics.record_exec_result(*ev.exec);
+      });
 }
 
 HttpServer::~HttpServer() {
@@ -512,6 +512,10 @@ Result<tcp::endpoint> HttpServer::listen() {
 void HttpServer::start() {
   asio::co_spawn(impl_->acceptor.get_executor(), accept_loop(impl_),
                  [](std::exception_ptr e) { log_exception("accept loop", 0, e); });
+  if (impl_->ctx.opts.cluster) {
+    asio::co_spawn(impl_->acceptor.get_executor(), detail::recover_moves(&impl_->ctx),
+                   [](std::exception_ptr e) { log_exception("move recovery", 0, e); });
+  }
 }
 
 void HttpServer::shutdown(std::function<void()> done) {

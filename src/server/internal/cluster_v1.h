@@ -37,6 +37,10 @@ asio::awaitable<void> add_peer_sessions(Context* ctx, Request* req, json* arr);
 struct Call;
 // POST /v1/sessions/{id}/move {"node"} on the session's owner (cluster_move.cc).
 asio::awaitable<Reply> move_session(Context* ctx, Request* req);
+// At start in cluster mode: every move a kill interrupted (journals in data_dir/moving) is
+// finished (the target has the session) or undone (it has not: the catalog entry and the
+// session come back here); a target that cannot be asked yet is asked again every 2 s.
+asio::awaitable<void> recover_moves(Context* ctx);
 // POST /v1/cluster/sessions/{id}/receive: a moved session's archive, restored here.
 asio::awaitable<bool> receive_session(Call* call);
 
