@@ -330,6 +330,10 @@ Result<Image> ImageStore::pull(const std::string& ref, const ProgressFn& progres
   } cleanup{tmp, added, ok};
 
   const std::string oci = tmp + "/oci";
+  // Only what is new is fetched: every layer blob the store has unpacked already (by the
+  // records of its images: blob digest -> diff id, verified when it was pulled) is put in the
+  // layout first as a sparse stand-in of its size, which skopeo reuses instead of fetching.
+  const std::map<std::string, std::string> known = AB_TRY(stand_in_blobs(oci));
   AB_TRY(detail::skopeo_copy(cfg_, host, ref, oci, tmp));
 
   std::string platform;
@@ -377,10 +381,16 @@ Result<Image> ImageStore::pull(const std::string& ref, const ProgressFn& progres
       return fail(Code::kImage, "image " + digest + ": diff id '" + l.diff_id + "' of layer " +
                                     l.digest + " is not a sha256 digest");
     }
-    auto blob = AB_TRY(open_blob(oci, l.digest));
     const std::string final_dir = cfg_.dir + "/layers/" + hex_of(l.diff_id);
     struct stat st;
-    if (::stat(final_dir.c_str(), &st) != 0) {
+    const bool have = ::stat(final_dir.c_str(), &st) == 0;
+    if (auto k = known.find(l.digest); k != known.end() && k->second != l.diff_id) {
+      // Not fetched (a stand-in): the blob is the one the store unpacked, whose diff id it knows.
+      return fail(Code::kImage, "layer " + l.digest + " does not match its diff id " + l.diff_id +
+                                    " (got " + k->second + ")");
+    }
+    if (!have) {
+      auto blob = AB_TRY(open_blob(oci, l.digest));
       auto diff = AB_TRY(layer_diff_id(blob.get(), l.digest));
       if (diff != l.diff_id) {
         return fail(Code::kImage, "layer " + l.digest + " does not match its diff id " + l.diff_id +
@@ -429,6 +439,35 @@ Result<Image> ImageStore::pull(const std::string& ref, const ProgressFn& progres
   spdlog::info("images: pulled {} as {} ({} layers, {} new)", ref, img.digest, img.layers.size(),
                added.size());
   return img;
+}
+
+Result<std::map<std::string, std::string>> ImageStore::stand_in_blobs(
+    const std::string& oci) const {
+  std::map<std::string, std::string> known;  // blob digest -> diff id
+  std::map<std::string, std::uint64_t> sizes;
+  for (const Image& img : list()) {
+    for (const LayerInfo& l : img.layers) {
+      if (!is_digest(l.digest) || !is_digest(l.diff_id) || known.contains(l.digest)) continue;
+      struct stat st;
+      if (::stat((cfg_.dir + "/layers/" + hex_of(l.diff_id)).c_str(), &st) != 0) continue;
+      known[l.digest] = l.diff_id;
+      sizes[l.digest] = l.size;
+    }
+  }
+  if (known.empty()) return known;
+  const std::string blobs = oci + "/blobs/sha256";
+  std::error_code ec;
+  fs::create_directories(blobs, ec);
+  if (ec) return fail(Code::kInternal, "mkdir " + blobs + ": " + ec.message());
+  for (const auto& [digest, size] : sizes) {
+    const std::string path = blobs + "/" + hex_of(digest);
+    UniqueFd fd(::open(path.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0600));
+    if (!fd) return fail_errno(errno, "open(" + path + ")");
+    if (::ftruncate(fd.get(), static_cast<off_t>(size)) != 0) {
+      return fail_errno(errno, "ftruncate(" + path + ")");
+    }
+  }
+  return known;
 }
 
 Status ImageStore::remove(const std::string& digest) {
