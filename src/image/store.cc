@@ -10,6 +10,7 @@
 #include <ctime>
 #include <filesystem>
 #include <fstream>
+#include <future>
 #include <nlohmann/json.hpp>
 #include <sstream>
 
@@ -391,11 +392,14 @@ Result<Image> ImageStore::pull(const std::string& ref, const ProgressFn& progres
     }
     if (!have) {
       auto blob = AB_TRY(open_blob(oci, l.digest));
-      auto diff = AB_TRY(layer_diff_id(blob.get(), l.digest));
-      if (diff != l.diff_id) {
-        return fail(Code::kImage, "layer " + l.digest + " does not match its diff id " + l.diff_id +
-                                      " (got " + diff + ")");
-      }
+      // The diff id is hashed on a thread of its own while the layer is unpacked into tmp (two
+      // decompressions at once, not one after the other); nothing of it is kept unless it
+      // matches (a failed pull removes tmp).
+      auto for_diff = AB_TRY(open_blob(oci, l.digest));
+      std::future<Result<std::string>> diff_job =
+          std::async(std::launch::async, [fd = for_diff.get(), d = l.digest] {
+            return layer_diff_id(fd, d);
+          });
       std::string into = tmp + "/layer-" + std::to_string(i);
       if (::mkdir(into.c_str(), 0755) != 0) return fail_errno(errno, "mkdir(" + into + ")");
       if (::chown(into.c_str(), kLayerIdBase, kLayerIdBase) != 0) {
@@ -403,7 +407,13 @@ Result<Image> ImageStore::pull(const std::string& ref, const ProgressFn& progres
       }
       UniqueFd into_fd(::open(into.c_str(), O_PATH | O_DIRECTORY | O_CLOEXEC));
       if (!into_fd) return fail_errno(errno, "open(" + into + ")");
-      AB_TRY(unpack_layer(blob.get(), into_fd.get(), l.digest));
+      auto unpacked = unpack_layer(blob.get(), into_fd.get(), l.digest);
+      auto diff = AB_TRY(diff_job.get());
+      if (diff != l.diff_id) {
+        return fail(Code::kImage, "layer " + l.digest + " does not match its diff id " + l.diff_id +
+                                      " (got " + diff + ")");
+      }
+      AB_TRY(unpacked);
       if (::rename(into.c_str(), final_dir.c_str()) != 0) {
         return fail_errno(errno, "rename(" + final_dir + ")");
       }
