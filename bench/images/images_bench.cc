@@ -107,7 +107,7 @@ agentbox::client::Response must(agentbox::Result<agentbox::client::Response> r, 
 }
 
 struct Images {
-  std::string a, b;        // references: the ~mb MiB image, and it plus one small layer
+  std::string a, b;  // references: the ~mb MiB image, and it plus one small layer
   double a_mib = 0, b_new_mib = 0, b_mib = 0;
 };
 
@@ -121,7 +121,8 @@ Images build_images(LocalRegistry& reg, const TempDir& dir, std::uint64_t mb) {
   write_oci_layout(dir / "a", a, "1");
   reg.push(dir / "a", "1", "bench/a:1");
   TestImage b = a;
-  b.layers.push_back({LayerEntry::dir("opt"), LayerEntry::file("opt/new", random_bytes(4 << 20, 3))});
+  b.layers.push_back(
+      {LayerEntry::dir("opt"), LayerEntry::file("opt/new", random_bytes(4 << 20, 3))});
   write_oci_layout(dir / "b", b, "1");
   reg.push(dir / "b", "1", "bench/b:1");
   Images out;

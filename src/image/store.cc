@@ -396,10 +396,8 @@ Result<Image> ImageStore::pull(const std::string& ref, const ProgressFn& progres
       // decompressions at once, not one after the other); nothing of it is kept unless it
       // matches (a failed pull removes tmp).
       auto for_diff = AB_TRY(open_blob(oci, l.digest));
-      std::future<Result<std::string>> diff_job =
-          std::async(std::launch::async, [fd = for_diff.get(), d = l.digest] {
-            return layer_diff_id(fd, d);
-          });
+      std::future<Result<std::string>> diff_job = std::async(
+          std::launch::async, [fd = for_diff.get(), d = l.digest] { return layer_diff_id(fd, d); });
       std::string into = tmp + "/layer-" + std::to_string(i);
       if (::mkdir(into.c_str(), 0755) != 0) return fail_errno(errno, "mkdir(" + into + ")");
       if (::chown(into.c_str(), kLayerIdBase, kLayerIdBase) != 0) {

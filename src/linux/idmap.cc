@@ -65,8 +65,8 @@ Status write_map(pid_t pid, const char* file, unsigned long disk, unsigned long 
   int len = 0;
   for (const Extent& e : extents) {
     if (e.count == 0) continue;
-    len += std::snprintf(lines + len, sizeof lines - static_cast<std::size_t>(len),
-                         "%lu %lu %lu\n", e.disk, e.seen, e.count);
+    len += std::snprintf(lines + len, sizeof lines - static_cast<std::size_t>(len), "%lu %lu %lu\n",
+                         e.disk, e.seen, e.count);
   }
   UniqueFd fd(::open(path, O_WRONLY | O_CLOEXEC));
   if (!fd) return fail_errno(errno, std::string("open(") + path + ")");

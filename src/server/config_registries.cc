@@ -93,8 +93,7 @@ Status load_default_image(const void* yaml_node, const std::string& file, Daemon
     if (!di.IsScalar()) return fail(Code::kInvalid, where + " must be an image reference");
     c->default_image = di.as<std::string>();
     if (!image::registry_host(c->default_image)) {
-      return fail(Code::kInvalid,
-                  where + ": '" + c->default_image + "' is not an image reference");
+      return fail(Code::kInvalid, where + ": '" + c->default_image + "' is not an image reference");
     }
     return {};
   }

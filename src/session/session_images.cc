@@ -79,8 +79,8 @@ Status template_image(TemplateManager* templates, SessionSpec* spec) {
   if (!spec->image_ref.empty() && spec->image_ref != r->image_ref &&
       spec->image_ref != r->image_digest) {
     return fail(Code::kInvalid, "field 'image': template " + spec->template_name +
-                                    " is built on image " + r->image_ref + " (" +
-                                    r->image_digest + "), the root of its sessions");
+                                    " is built on image " + r->image_ref + " (" + r->image_digest +
+                                    "), the root of its sessions");
   }
   spec->image_ref = r->image_ref;
   spec->image_digest = r->image_digest;
@@ -131,9 +131,9 @@ Status image_box_config(image::ImageStore* images, const std::string& data_dir,
   return image_root_config(*images, *img, dir, upper, work, !spec.read_only_rootfs, cfg);
 }
 
-Status image_root_config(image::ImageStore& images, const image::Image& img,
-                         const std::string& dir, const std::string& upper,
-                         const std::string& work, bool writable, sandbox::BoxConfig* cfg) {
+Status image_root_config(image::ImageStore& images, const image::Image& img, const std::string& dir,
+                         const std::string& upper, const std::string& work, bool writable,
+                         sandbox::BoxConfig* cfg) {
   // The box's root dir and everything of it: root's in the box (disk_base + 0), so the daemon
   // (host root, seen through the idmap as the box's root) keeps its DAC override there.
   const uid_t box_root = image::kLayerIdBase;

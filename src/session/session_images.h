@@ -52,9 +52,9 @@ Status image_box_config(image::ImageStore* images, const std::string& data_dir,
 // by the layers' id base) as `upper` and `work` in `dir`, and puts the image's Env under what
 // cfg->env holds. What image_box_config does for a session; a template build (writable, its
 // user acting for the image's root through cfg->root_owner) calls it too.
-Status image_root_config(image::ImageStore& images, const image::Image& img,
-                         const std::string& dir, const std::string& upper,
-                         const std::string& work, bool writable, sandbox::BoxConfig* cfg);
+Status image_root_config(image::ImageStore& images, const image::Image& img, const std::string& dir,
+                         const std::string& upper, const std::string& work, bool writable,
+                         sandbox::BoxConfig* cfg);
 
 // Removes <data_dir>/rootfs/<id> (the session is gone).
 void remove_image_root(const std::string& data_dir, const std::string& id);

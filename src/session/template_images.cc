@@ -53,9 +53,8 @@ Status TemplateManager::check_image(const workspace::Template& t) const {
   return {};
 }
 
-Status TemplateManager::image_build_root(const workspace::Template& t,
-                                         const std::string& build_dir, uid_t owner,
-                                         sandbox::BoxConfig* cfg, SnapshotInfo* si) {
+Status TemplateManager::image_build_root(const workspace::Template& t, const std::string& build_dir,
+                                         uid_t owner, sandbox::BoxConfig* cfg, SnapshotInfo* si) {
   if (t.image.empty()) return {};
   AB_TRY(check_image(t));
   auto img = config_.images->get(t.image);
@@ -96,8 +95,8 @@ Result<std::string> TemplateManager::keep_build_root(const std::string& build_di
   for (const std::string& rel : made) {
     const std::string p = upper + "/" + rel;
     if (::lstat(p.c_str(), &st) != 0) continue;
-    const bool identity = std::find(std::begin(kBoxFiles), std::end(kBoxFiles), rel) !=
-                          std::end(kBoxFiles);
+    const bool identity =
+        std::find(std::begin(kBoxFiles), std::end(kBoxFiles), rel) != std::end(kBoxFiles);
     if (S_ISDIR(st.st_mode)) {
       (void)::rmdir(p.c_str());  // ENOTEMPTY: the build put something there
     } else if (identity || (S_ISREG(st.st_mode) && st.st_size == 0)) {
@@ -125,8 +124,8 @@ void TemplateManager::gc_root_layers(const std::set<std::string>& keep) {
     const std::string name = e.path().filename().string();
     if (keep.count(name)) continue;
     // A running build's (named by its id), not recorded yet. Called with mu_ held.
-    if (auto b = builds_.find(name); b != builds_.end() && b->second->info.state ==
-                                                               BuildState::kRunning) {
+    if (auto b = builds_.find(name);
+        b != builds_.end() && b->second->info.state == BuildState::kRunning) {
       continue;
     }
     spdlog::info("templates: removing unused root layer {}", name);

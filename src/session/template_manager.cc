@@ -520,7 +520,7 @@ void TemplateManager::run_build(std::shared_ptr<Build> b, workspace::Template tm
   const std::string ws = dir + "/ws";
   std::shared_ptr<sandbox::Sandbox> box;
   std::string step_detail;  // why a step that exited non-zero ended
-  SnapshotInfo on_image;              // `image:`: its image and root layer, and what the box
+  SnapshotInfo on_image;    // `image:`: its image and root layer, and what the box
   std::vector<std::string> box_made;  // made in the root's upper dir as it started
 
   auto run = [&]() -> Result<std::pair<SnapshotInfo, int>> {

@@ -241,8 +241,9 @@ Result<ParsedTemplate> parse_doc(const YAML::Node& root, std::string_view yaml) 
     return fail(Code::kInvalid, "template: the YAML document must be a mapping (name: ..., ...)");
   }
   Walker w;
-  w.unknown_keys(root, "", {"name", "version", "description", "files", "python", "nodejs",
-                            "setup", "env", "system", "security", "limits", "health", "image"});
+  w.unknown_keys(root, "",
+                 {"name", "version", "description", "files", "python", "nodejs", "setup", "env",
+                  "system", "security", "limits", "health", "image"});
   ParsedTemplate out;
   Template& t = out.tmpl;
   t.source = std::string(yaml);

@@ -578,7 +578,8 @@ class ImagesTemplate : public ImageSessions {
            "files:\n  hello.txt: hi\n"
            "setup:\n"
            "  - mkdir -p /usr/local/bin\n"
-           "  - 'echo \"#!/bin/sh\" > /usr/local/bin/x && echo \"echo x-ran\" >> /usr/local/bin/x'\n"
+           "  - 'echo \"#!/bin/sh\" > /usr/local/bin/x && echo \"echo x-ran\" >> "
+           "/usr/local/bin/x'\n"
            "  - chmod 755 /usr/local/bin/x\n"
            "  - echo " +
            etc_v + " > /etc/v\n";
@@ -621,9 +622,9 @@ TEST_F(ImagesTemplate, ABuildOnAnImageKeepsWhatItsSetupWritesOutsideTheWorkspace
             std::string::npos);
   EXPECT_EQ(run(api, "t1", "cat /workspace/hello.txt"), "hi");
   // The box's own /etc/passwd (its session user), not the build's.
-  EXPECT_NE(run(api, "t1", "cat /etc/passwd").find(":" + std::to_string(made.body.value("uid", 0)) +
-                                                    ":"),
-            std::string::npos);
+  EXPECT_NE(
+      run(api, "t1", "cat /etc/passwd").find(":" + std::to_string(made.body.value("uid", 0)) + ":"),
+      std::string::npos);
   int code = 0;
   run(api, "t1", "echo z > /etc/v", &code);
   EXPECT_NE(code, 0) << "a read-only root";
@@ -709,8 +710,8 @@ TEST_F(ImagesTemplate, SessionsKeepTheImageAndSnapshotVersionTheyStartedOn) {
 TEST_F(ImagesTemplate, AMalformedImageIs400AndAnUnpullableOneFailsTheBuild) {
   auto d = daemon();
   Api api(*d);
-  auto bad = api.call("POST", "/v1/templates", "name: bad\nimage: \"Not A Ref!\"\n",
-                      "application/yaml");
+  auto bad =
+      api.call("POST", "/v1/templates", "name: bad\nimage: \"Not A Ref!\"\n", "application/yaml");
   EXPECT_EQ(bad.status, 400) << bad;
   EXPECT_NE(bad.message().find("'image'"), std::string::npos) << bad;
   const std::string missing = ref("test/missing:1");

@@ -7,8 +7,9 @@
 #include <gtest/gtest.h>
 #include <sys/mount.h>
 #include <sys/stat.h>
-#include <cstring>
 #include <unistd.h>
+
+#include <cstring>
 
 #include "support/support.h"
 
@@ -30,7 +31,8 @@ std::pair<uid_t, gid_t> seen_owner(const std::string& dir, int userns, const cha
   EXPECT_EQ(::mount_setattr(tree.get(), "", AT_EMPTY_PATH, &attr, sizeof attr), 0)
       << std::strerror(errno);
   struct stat st {};
-  EXPECT_EQ(::fstatat(tree.get(), name, &st, AT_SYMLINK_NOFOLLOW), 0) << name << ": " << std::strerror(errno);
+  EXPECT_EQ(::fstatat(tree.get(), name, &st, AT_SYMLINK_NOFOLLOW), 0)
+      << name << ": " << std::strerror(errno);
   return {st.st_uid, st.st_gid};
 }
 

@@ -14,7 +14,7 @@ namespace agentbox::session {
 struct TemplateManager::Build {
   BuildInfo info;
   std::vector<std::string> log;
-  std::string partial[2];  // unfinished stdout / stderr line
+  std::string partial[2];                 // unfinished stdout / stderr line
   std::shared_ptr<sandbox::Sandbox> box;  // while it runs; under mu_
 };
 
