@@ -42,8 +42,9 @@ FUZZ_SECONDS ?= 60
 fuzz: bootstrap
 	@FUZZ_SECONDS=$(FUZZ_SECONDS) scripts/fuzz
 
+# SECTION=images: only that group (scripts/bench --section).
 bench: build
-	@scripts/bench $(BUILD_DIR)
+	@scripts/bench $(BUILD_DIR) $(if $(SECTION),--section $(SECTION))
 
 format:
 	@clang-format -i $$(git ls-files '*.h' '*.cc')

@@ -291,6 +291,7 @@ int main(int argc, char** argv) {
   auto runner_hub = std::make_shared<remote::RunnerHub>(ioc.get_executor(), std::move(runner_users));
   mc.backends["remote"] = std::make_shared<remote::RemoteBackend>(runner_hub);
   mc.default_runner = cfg.default_runner;
+  mc.default_image = cfg.default_image;  // seed 003's docker mode (SANDBOX_DOCKER_IMAGE)
   for (const auto& d : cfg.shared_dirs) {
     mc.shared_dirs.push_back(sandbox::BindMount{d.host_path, d.prefix, /*read_only=*/true});
   }
@@ -325,21 +326,6 @@ int main(int argc, char** argv) {
     }
   };
   {
-    // Templates, builds and snapshots (builds run on the default backend).
-    session::TemplateManager::Config tc;
-    tc.data_dir = data_dir;
-    tc.backend = default_backend;
-    tc.default_limits = cfg.default_limits;
-    tc.shared_dirs = mc.shared_dirs;
-    tc.readonly_dirs = server::effective_readonly_dirs(cfg);
-    auto templates = session::TemplateManager::open(std::move(tc));
-    if (!templates) {
-      spdlog::error("templates: {}", templates.error().message);
-      return 1;
-    }
-    mc.templates = std::move(*templates);
-  }
-  {
     // Images (API.md "Images"): pulled into data_dir/images, sessions' roots on the ns backend.
     image::StoreConfig ic;
     ic.dir = data_dir + "/images";
@@ -351,6 +337,22 @@ int main(int argc, char** argv) {
       return 1;
     }
     mc.images = std::move(*images);
+  }
+  {
+    // Templates, builds and snapshots (builds run on the default backend).
+    session::TemplateManager::Config tc;
+    tc.data_dir = data_dir;
+    tc.backend = default_backend;
+    tc.default_limits = cfg.default_limits;
+    tc.shared_dirs = mc.shared_dirs;
+    tc.readonly_dirs = server::effective_readonly_dirs(cfg);
+    tc.images = mc.images;  // templates on an image (`image:`)
+    auto templates = session::TemplateManager::open(std::move(tc));
+    if (!templates) {
+      spdlog::error("templates: {}", templates.error().message);
+      return 1;
+    }
+    mc.templates = std::move(*templates);
   }
   // Seed 004's auto_repair: a resumed session is repaired before its first command.
   if (cfg.auto_repair) mc.on_resume = service::auto_repair_on_resume(mc.templates);

@@ -10,6 +10,7 @@
 #include <ctime>
 #include <filesystem>
 #include <fstream>
+#include <future>
 #include <nlohmann/json.hpp>
 #include <sstream>
 
@@ -330,6 +331,10 @@ Result<Image> ImageStore::pull(const std::string& ref, const ProgressFn& progres
   } cleanup{tmp, added, ok};
 
   const std::string oci = tmp + "/oci";
+  // Only what is new is fetched: every layer blob the store has unpacked already (by the
+  // records of its images: blob digest -> diff id, verified when it was pulled) is put in the
+  // layout first as a sparse stand-in of its size, which skopeo reuses instead of fetching.
+  const std::map<std::string, std::string> known = AB_TRY(stand_in_blobs(oci));
   AB_TRY(detail::skopeo_copy(cfg_, host, ref, oci, tmp));
 
   std::string platform;
@@ -377,15 +382,22 @@ Result<Image> ImageStore::pull(const std::string& ref, const ProgressFn& progres
       return fail(Code::kImage, "image " + digest + ": diff id '" + l.diff_id + "' of layer " +
                                     l.digest + " is not a sha256 digest");
     }
-    auto blob = AB_TRY(open_blob(oci, l.digest));
     const std::string final_dir = cfg_.dir + "/layers/" + hex_of(l.diff_id);
     struct stat st;
-    if (::stat(final_dir.c_str(), &st) != 0) {
-      auto diff = AB_TRY(layer_diff_id(blob.get(), l.digest));
-      if (diff != l.diff_id) {
-        return fail(Code::kImage, "layer " + l.digest + " does not match its diff id " + l.diff_id +
-                                      " (got " + diff + ")");
-      }
+    const bool have = ::stat(final_dir.c_str(), &st) == 0;
+    if (auto k = known.find(l.digest); k != known.end() && k->second != l.diff_id) {
+      // Not fetched (a stand-in): the blob is the one the store unpacked, whose diff id it knows.
+      return fail(Code::kImage, "layer " + l.digest + " does not match its diff id " + l.diff_id +
+                                    " (got " + k->second + ")");
+    }
+    if (!have) {
+      auto blob = AB_TRY(open_blob(oci, l.digest));
+      // The diff id is hashed on a thread of its own while the layer is unpacked into tmp (two
+      // decompressions at once, not one after the other); nothing of it is kept unless it
+      // matches (a failed pull removes tmp).
+      auto for_diff = AB_TRY(open_blob(oci, l.digest));
+      std::future<Result<std::string>> diff_job = std::async(
+          std::launch::async, [fd = for_diff.get(), d = l.digest] { return layer_diff_id(fd, d); });
       std::string into = tmp + "/layer-" + std::to_string(i);
       if (::mkdir(into.c_str(), 0755) != 0) return fail_errno(errno, "mkdir(" + into + ")");
       if (::chown(into.c_str(), kLayerIdBase, kLayerIdBase) != 0) {
@@ -393,7 +405,13 @@ Result<Image> ImageStore::pull(const std::string& ref, const ProgressFn& progres
       }
       UniqueFd into_fd(::open(into.c_str(), O_PATH | O_DIRECTORY | O_CLOEXEC));
       if (!into_fd) return fail_errno(errno, "open(" + into + ")");
-      AB_TRY(unpack_layer(blob.get(), into_fd.get(), l.digest));
+      auto unpacked = unpack_layer(blob.get(), into_fd.get(), l.digest);
+      auto diff = AB_TRY(diff_job.get());
+      if (diff != l.diff_id) {
+        return fail(Code::kImage, "layer " + l.digest + " does not match its diff id " + l.diff_id +
+                                      " (got " + diff + ")");
+      }
+      AB_TRY(unpacked);
       if (::rename(into.c_str(), final_dir.c_str()) != 0) {
         return fail_errno(errno, "rename(" + final_dir + ")");
       }
@@ -429,6 +447,35 @@ Result<Image> ImageStore::pull(const std::string& ref, const ProgressFn& progres
   spdlog::info("images: pulled {} as {} ({} layers, {} new)", ref, img.digest, img.layers.size(),
                added.size());
   return img;
+}
+
+Result<std::map<std::string, std::string>> ImageStore::stand_in_blobs(
+    const std::string& oci) const {
+  std::map<std::string, std::string> known;  // blob digest -> diff id
+  std::map<std::string, std::uint64_t> sizes;
+  for (const Image& img : list()) {
+    for (const LayerInfo& l : img.layers) {
+      if (!is_digest(l.digest) || !is_digest(l.diff_id) || known.contains(l.digest)) continue;
+      struct stat st;
+      if (::stat((cfg_.dir + "/layers/" + hex_of(l.diff_id)).c_str(), &st) != 0) continue;
+      known[l.digest] = l.diff_id;
+      sizes[l.digest] = l.size;
+    }
+  }
+  if (known.empty()) return known;
+  const std::string blobs = oci + "/blobs/sha256";
+  std::error_code ec;
+  fs::create_directories(blobs, ec);
+  if (ec) return fail(Code::kInternal, "mkdir " + blobs + ": " + ec.message());
+  for (const auto& [digest, size] : sizes) {
+    const std::string path = blobs + "/" + hex_of(digest);
+    UniqueFd fd(::open(path.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0600));
+    if (!fd) return fail_errno(errno, "open(" + path + ")");
+    if (::ftruncate(fd.get(), static_cast<off_t>(size)) != 0) {
+      return fail_errno(errno, "ftruncate(" + path + ")");
+    }
+  }
+  return known;
 }
 
 Status ImageStore::remove(const std::string& digest) {

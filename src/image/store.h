@@ -17,7 +17,9 @@
 // platform from a multi-arch index), with the credentials, CA and plain-HTTP setting of the
 // config's `registries:` entry for the reference's host. Every blob is then verified here
 // (sha256 of manifest, config and each layer; each layer's decompressed stream against the
-// config's diff_ids) before anything is kept. A failed pull leaves nothing: its temp dir and the
+// config's diff_ids) before anything is kept; a layer the store has unpacked already (known by its
+// blob digest from its images' records) is not fetched again (a sparse stand-in of the blob in
+// the layout is what skopeo finds and reuses). A failed pull leaves nothing: its temp dir and the
 // layers it added are removed.
 //
 // Thread-safe: pulls, removals and GC take one mutex (a pull holds it throughout); reads take
@@ -136,6 +138,9 @@ class ImageStore {
   Result<Image> read_record(const std::string& digest) const;
   Status write_record(const Image& img);
   std::size_t gc_layers_locked();
+  // Puts a sparse stand-in (of its size) for every layer blob the store has unpacked into the
+  // OCI layout dir `oci`, for skopeo to reuse instead of fetching; returns blob digest -> diff id.
+  Result<std::map<std::string, std::string>> stand_in_blobs(const std::string& oci) const;
 
   StoreConfig cfg_;
   std::mutex pull_mu_;  // pulls, removals, GC

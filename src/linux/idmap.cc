@@ -12,6 +12,7 @@
 #include <cerrno>
 #include <cstdint>
 #include <cstdio>
+#include <vector>
 
 #include "linux/internal/clone_args.h"
 #include "linux/sys.h"
@@ -42,15 +43,34 @@ class Helper {
   UniqueFd pidfd_;
 };
 
+// Writes the map's lines "<disk> <seen> <count>" (one write: the kernel takes a map once).
+// With `owner`, seen ids 0 and owner are swapped (make_idmap_userns with an owner).
 Status write_map(pid_t pid, const char* file, unsigned long disk, unsigned long seen,
-                 unsigned long count = 1) {
+                 unsigned long count = 1, unsigned long owner = 0) {
   char path[64];
   std::snprintf(path, sizeof path, "/proc/%d/%s", static_cast<int>(pid), file);
-  char line[96];
-  int len = std::snprintf(line, sizeof line, "%lu %lu %lu\n", disk, seen, count);
+  struct Extent {
+    unsigned long disk, seen, count;
+  };
+  std::vector<Extent> extents;
+  if (owner == 0) {
+    extents = {{disk, seen, count}};
+  } else {
+    extents = {{disk, seen + owner, 1},
+               {disk + 1, seen + 1, owner - 1},
+               {disk + owner, seen, 1},
+               {disk + owner + 1, seen + owner + 1, count - owner - 1}};
+  }
+  char lines[256];
+  int len = 0;
+  for (const Extent& e : extents) {
+    if (e.count == 0) continue;
+    len += std::snprintf(lines + len, sizeof lines - static_cast<std::size_t>(len), "%lu %lu %lu\n",
+                         e.disk, e.seen, e.count);
+  }
   UniqueFd fd(::open(path, O_WRONLY | O_CLOEXEC));
   if (!fd) return fail_errno(errno, std::string("open(") + path + ")");
-  ssize_t n = ::write(fd.get(), line, static_cast<std::size_t>(len));
+  ssize_t n = ::write(fd.get(), lines, static_cast<std::size_t>(len));
   if (n != len) return fail_errno(n < 0 ? errno : EIO, std::string("write(") + path + ")");
   return {};
 }
@@ -62,6 +82,14 @@ Result<UniqueFd> make_idmap_userns(const IdMap& map) {
 }
 
 Result<UniqueFd> make_idmap_userns(const IdMap& map, std::uint32_t count) {
+  return make_idmap_userns(map, count, 0);
+}
+
+Result<UniqueFd> make_idmap_userns(const IdMap& map, std::uint32_t count, std::uint32_t owner) {
+  if (owner != 0 && owner >= count) {
+    return fail(Code::kInvalid, "idmap: owner id " + std::to_string(owner) +
+                                    " outside the mapped range of " + std::to_string(count));
+  }
   Pipe wait = AB_TRY(sys::pipe(/*above_stdio=*/true));
   const int wait_r = wait.read.get();
   const int wait_w = wait.write.get();
@@ -98,8 +126,8 @@ Result<UniqueFd> make_idmap_userns(const IdMap& map, std::uint32_t count) {
   if (pid < 0) return fail_errno(errno, "clone3(CLONE_NEWUSER) for a mount idmap");
   Helper helper(static_cast<pid_t>(pid), pidfd);
 
-  AB_TRY(write_map(helper.pid(), "uid_map", map.disk_uid, map.seen_uid, count));
-  AB_TRY(write_map(helper.pid(), "gid_map", map.disk_gid, map.seen_gid, count));
+  AB_TRY(write_map(helper.pid(), "uid_map", map.disk_uid, map.seen_uid, count, owner));
+  AB_TRY(write_map(helper.pid(), "gid_map", map.disk_gid, map.seen_gid, count, owner));
   const std::string ns = "/proc/" + std::to_string(helper.pid()) + "/ns/user";
   UniqueFd fd(::open(ns.c_str(), O_RDONLY | O_CLOEXEC));
   if (!fd) return fail_errno(errno, "open(" + ns + ")");

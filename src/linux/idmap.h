@@ -38,6 +38,12 @@ struct IdMap {
 // The same for `count` consecutive ids from each: disk_uid + i -> seen_uid + i (image layers,
 // linux/image_root.h).
 [[nodiscard]] Result<UniqueFd> make_idmap_userns(const IdMap& map, std::uint32_t count);
+// The same with seen ids 0 and `owner` (0 < owner < count) swapped, for uids and gids alike:
+// disk_uid + 0 -> seen_uid + owner and disk_uid + owner -> seen_uid + 0. A template build on an
+// image (linux/image_root.h ImageRootSpec::owner): the build user acts for the image's root in
+// file permissions, and what it writes is stored as the image root's on-disk id.
+[[nodiscard]] Result<UniqueFd> make_idmap_userns(const IdMap& map, std::uint32_t count,
+                                                 std::uint32_t owner);
 
 // The type of the filesystem `fd` is on ("ext4", "tmpfs", "nfs", ... or "0x<magic>"), for
 // messages about what a filesystem cannot do.

@@ -40,7 +40,8 @@ Status set_fd(int fs, const char* key, int fd, const std::string& dir) {
 
 Result<UniqueFd> make_image_root(const ImageRootSpec& spec) {
   if (spec.layers.empty()) return fail(Code::kInvalid, "image root: no layers");
-  auto userns = AB_TRY(make_idmap_userns(IdMap{spec.disk_base, spec.disk_base, 0, 0}, spec.count));
+  auto userns = AB_TRY(
+      make_idmap_userns(IdMap{spec.disk_base, spec.disk_base, 0, 0}, spec.count, spec.owner));
   UniqueFd fs(::fsopen("overlay", FSOPEN_CLOEXEC));
   if (!fs) return fail_errno(errno, "image root: fsopen(overlay)");
   // lowerdir+ goes top first: the image's last layer is the first lower. Each clone's fd stays

@@ -35,6 +35,10 @@ struct ImageRootSpec {
   std::string work;                 // a dir in parent (a name), owned by disk_base
   std::uint32_t disk_base = 0;      // on-disk id of id 0 in the box
   std::uint32_t count = 0;          // ids mapped
+  // Non-zero: box ids 0 and `owner` swapped in the mapping (linux/idmap.h): a template build on
+  // an image runs as this user, who then acts for the image's root in file permissions (writes
+  // /usr/local, /etc), and what it writes is stored as the image root's, never as host ids.
+  std::uint32_t owner = 0;
 };
 
 // The detached overlay mount (an fd for move_mount). Errors name the step and the layer.

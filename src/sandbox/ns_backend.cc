@@ -186,7 +186,8 @@ Result<std::unique_ptr<Sandbox>> NsBackend::create(BoxConfig config) {
   UniqueFd image_root;
   if (!config.root_layers.empty()) {
     auto made = lx::make_image_root({config.root_layers, config.root_dir, config.root_upper,
-                                     config.root_work, config.root_id_base, config.root_id_count});
+                                     config.root_work, config.root_id_base, config.root_id_count,
+                                     config.root_owner});
     if (!made) return std::unexpected(with_context(made.error(), "box " + config.key));
     image_root = std::move(*made);
     fs_spec.image_root = true;

@@ -327,6 +327,9 @@ struct BoxConfig {
   std::uint32_t root_id_base = 0;
   std::uint32_t root_id_count = 0;
   bool root_writable = false;  // read_only_rootfs false: "/" stays writable
+  // Non-zero (a template build on an image): this box uid acts for the image's root on the root
+  // layers (linux/image_root.h ImageRootSpec::owner).
+  std::uint32_t root_owner = 0;
 };
 
 // What a session asks of its box, as Backend::check_spec sees it: at create and at every later

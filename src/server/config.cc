@@ -288,6 +288,9 @@ Status load_yaml(const std::string& file, DaemonConfig* c,
     if (const YAML::Node& al = root["image_aliases"]; al) {
       if (auto st = detail::load_image_aliases(&al, file, c); !st) return st;
     }
+    if (const YAML::Node& di = root["default_image"]; di) {
+      if (auto st = detail::load_default_image(&di, file, c); !st) return st;
+    }
     if (const YAML::Node& ro = root["readonly_dirs"]; ro) {
       if (auto st = load_readonly_dirs(ro, file, c); !st) return st;
     }
@@ -667,6 +670,10 @@ ParseOutcome parse_daemon_args(int argc, const char* const* argv, std::ostream& 
     }
   }
   if (auto st = load_seed_env(app, &c.seed); !st) {
+    err << "agentboxd: " << st.error().message << "\n";
+    return ParseOutcome{std::nullopt, 2};
+  }
+  if (auto st = detail::load_default_image(nullptr, "", &c); !st) {
     err << "agentboxd: " << st.error().message << "\n";
     return ParseOutcome{std::nullopt, 2};
   }

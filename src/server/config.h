@@ -190,6 +190,10 @@ struct DaemonConfig {
   // YAML `image_aliases: {name: ref}`: E2B's templateID names an image by one of these when no
   // template has that name (config_registries.cc).
   std::map<std::string, std::string> image_aliases;
+  // YAML `default_image: REF`, or seed 003's docker mode as xbot's server is configured for it
+  // (env SANDBOX_MODE=docker with SANDBOX_DOCKER_IMAGE=REF): the image of every new session on a
+  // backend that makes image roots that names no image and no template (config_registries.cc).
+  std::string default_image;
 };
 
 // Parses the YAML `registries:` mapping into c->registries (config_registries.cc).
@@ -197,6 +201,8 @@ namespace detail {
 Status load_registries(const void* yaml_node, const std::string& file, DaemonConfig* c);
 // Parses the YAML `image_aliases:` mapping into c->image_aliases (config_registries.cc).
 Status load_image_aliases(const void* yaml_node, const std::string& file, DaemonConfig* c);
+// `default_image:` (a scalar node) and, when the YAML has none, seed 003's docker-mode env.
+Status load_default_image(const void* yaml_node, const std::string& file, DaemonConfig* c);
 }
 
 // Seed 001's read-only mount of the host's shared files (gcsfuse in the seed's pod).

@@ -1,10 +1,12 @@
 // The config's `registries:` (API.md "Images"): per registry host, how the image store
 // authenticates (basic auth from a password file, or a bearer token from a token file), which CA
 // verifies its TLS, and whether it is plain HTTP (`insecure`, for loopback registries); and
-// `image_aliases:`, short names for image references (E2B's templateID).
+// `image_aliases:`, short names for image references (E2B's templateID); `default_image:`, or
+// seed 003's docker mode (xbot's SANDBOX_MODE=docker, SANDBOX_DOCKER_IMAGE=REF).
 
 #include <yaml-cpp/yaml.h>
 
+#include <cstdlib>
 #include <filesystem>
 
 #include "server/config.h"
@@ -81,6 +83,35 @@ Status load_image_aliases(const void* yaml_node, const std::string& file, Daemon
     }
     c->image_aliases[name] = ref;
   }
+  return {};
+}
+
+Status load_default_image(const void* yaml_node, const std::string& file, DaemonConfig* c) {
+  if (yaml_node != nullptr) {
+    const YAML::Node& di = *static_cast<const YAML::Node*>(yaml_node);
+    const std::string where = "config " + file + ": default_image";
+    if (!di.IsScalar()) return fail(Code::kInvalid, where + " must be an image reference");
+    c->default_image = di.as<std::string>();
+    if (!image::registry_host(c->default_image)) {
+      return fail(Code::kInvalid, where + ": '" + c->default_image + "' is not an image reference");
+    }
+    return {};
+  }
+  // Seed 003: xbot's server in docker mode runs every user's sandbox in a container of
+  // SANDBOX_DOCKER_IMAGE; here each session gets that image as its root. The YAML wins.
+  const char* mode = std::getenv("SANDBOX_MODE");
+  if (!c->default_image.empty() || mode == nullptr || std::string(mode) != "docker") return {};
+  const char* ref = std::getenv("SANDBOX_DOCKER_IMAGE");
+  if (ref == nullptr || *ref == '\0') {
+    return fail(Code::kInvalid,
+                "SANDBOX_MODE=docker (seed 003's docker mode) needs SANDBOX_DOCKER_IMAGE, the "
+                "image of the sessions (no default image is assumed)");
+  }
+  if (!image::registry_host(ref)) {
+    return fail(Code::kInvalid,
+                "SANDBOX_DOCKER_IMAGE '" + std::string(ref) + "' is not an image reference");
+  }
+  c->default_image = ref;
   return {};
 }
 

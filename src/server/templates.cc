@@ -21,9 +21,17 @@ using session::TemplateManager;
 TemplateManager* manager(Context* ctx) { return ctx->sessions->config().templates.get(); }
 
 json encode_snapshot(const session::SnapshotInfo& s, std::uint64_t current) {
-  return {{"id", s.id},         {"version", s.version}, {"created_at", rfc3339(s.created_at)},
-          {"bytes", s.bytes},   {"files", s.files},     {"current", s.version == current},
-          {"build_id", s.build_id}};
+  return {
+      {"id", s.id},
+      {"version", s.version},
+      {"created_at", rfc3339(s.created_at)},
+      {"bytes", s.bytes},
+      {"files", s.files},
+      {"current", s.version == current},
+      {"build_id", s.build_id},
+      // API.md "Images": the image it was built on (its sessions' root), or null.
+      {"image", s.image_digest.empty() ? json(nullptr)
+                                       : json{{"ref", s.image_ref}, {"digest", s.image_digest}}}};
 }
 
 json encode_template(const TemplateInfo& t) {
@@ -42,6 +50,7 @@ json encode_template(const TemplateInfo& t) {
   json j = {{"name", m.name},
             {"version", m.version},
             {"description", m.description},
+            {"image", m.image.empty() ? json(nullptr) : json(m.image)},
             {"files", std::move(files)},
             {"setup", m.setup},
             {"env", m.env},

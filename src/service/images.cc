@@ -4,6 +4,7 @@
 
 #include "common/log.h"
 #include "service/blocking.h"
+#include "session/template_manager.h"
 
 namespace agentbox::service {
 
@@ -102,6 +103,11 @@ asio::awaitable<Status> Images::remove(Origin origin, std::string digest) {
     for (const auto& s : sm->list(session::Caller::daemon())) {
       if (s.spec.image_digest == digest) {
         return fail(Code::kExists, "image " + digest + " is used by session " + s.id);
+      }
+    }
+    if (const auto& templates = sm->config().templates) {
+      if (std::string t = templates->image_user(digest); !t.empty()) {
+        return fail(Code::kExists, "image " + digest + " is used by template " + t);
       }
     }
     return store->remove(digest);

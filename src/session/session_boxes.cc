@@ -200,6 +200,12 @@ Result<SessionManager::BoxStart> SessionManager::start_box(const Entry& e) {
   cfg.mounts = AB_TRY(spec_binds(e.spec));
   for (const sandbox::BindMount& m : shared_binds(config_)) cfg.mounts.push_back(m);
   for (sandbox::BindMount& m : global_binds(e.spec)) cfg.mounts.push_back(std::move(m));
+  if (!e.spec.image_digest.empty() && !e.spec.snapshot.empty() && config_.templates) {
+    // A template built on the image: its build's root layer, on top of the image's.
+    std::string layer =
+        config_.templates->root_layer(e.spec.template_name, e.spec.template_version);
+    if (!layer.empty()) cfg.root_layers.push_back(std::move(layer));
+  }
   AB_TRY(image_box_config(config_.images.get(), config_.data_dir, e.id, e.spec, &cfg));
 
   BoxStart out;

@@ -487,6 +487,10 @@ Result<std::pair<SessionInfo, bool>> SessionManager::create_or_get(const std::st
   if (auto st = validate_spec(asked); !st) return std::unexpected(st.error());
   // An image is found or pulled before the manager's lock (a pull takes long).
   SessionSpec spec = asked;
+  if (auto st = template_image(config_.templates.get(), &spec); !st) {
+    return std::unexpected(st.error());
+  }
+  default_image(config_, &spec);
   if (auto st = check_image_backend(config_, spec); !st) return std::unexpected(st.error());
   if (auto st = resolve_image(config_.images.get(), &spec); !st) return std::unexpected(st.error());
   std::unique_lock lk(mu_);
@@ -523,6 +527,11 @@ Result<std::pair<SessionInfo, bool>> SessionManager::create_or_get(const std::st
     if (!r) return std::unexpected(r.error());
     resolved.snapshot = r->snapshot;
     resolved.template_version = r->version;
+    if (r->image_digest != spec.image_digest && asked.image_ref.empty()) {
+      // The current version changed since template_image (a rollback, a build): its image.
+      resolved.image_ref = r->image_ref;
+      resolved.image_digest = r->image_digest;
+    }
   }
   auto e = create_locked(id, resolved, caller);
   if (!e) return std::unexpected(e.error());

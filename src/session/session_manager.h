@@ -164,6 +164,9 @@ struct ManagerConfig {
   std::shared_ptr<TemplateManager> templates;
   // The image store (API.md "Images"); null: a create naming `image` is ENOTSUP.
   std::shared_ptr<image::ImageStore> images;
+  // The image of a new session that names no image and no template, on a backend that makes
+  // image roots (config `default_image`, seed 003's docker mode); "" = the host's root.
+  std::string default_image;
   // Called when a suspended session's box has started again (a resume, by any use), before the
   // box is handed to anyone, so the first command of that resume sees what it did (seed 004's
   // auto_repair: service/resume_repair.h). On the resuming thread, without the manager's lock;

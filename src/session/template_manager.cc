@@ -23,6 +23,7 @@
 #include "sandbox/installers.h"
 #include "session/build_disk.h"
 #include "session/build_records.h"
+#include "session/internal/template_build.h"
 #include "workspace/tree.h"
 
 namespace agentbox::session {
@@ -87,6 +88,9 @@ json encode(const TemplateInfo& t) {
                      {"bytes", s.bytes}, {"files", s.files}, {"build_id", s.build_id},
                      {"health", std::move(health)}});
     snaps.back()["env"] = s.env;
+    snaps.back()["image_ref"] = s.image_ref;  // `image:` (session/template_images.cc)
+    snaps.back()["image_digest"] = s.image_digest;
+    snaps.back()["root_layer"] = s.root_layer;
   }
   return {{"yaml", t.tmpl.source},
           {"created_ms", to_ms(t.created_at)},
@@ -125,6 +129,9 @@ Result<TemplateInfo> decode(const std::string& text) {
       }
       si.env =
           s.contains("env") ? s.at("env").get<std::map<std::string, std::string>>() : t.tmpl.env;
+      si.image_ref = s.value("image_ref", "");
+      si.image_digest = s.value("image_digest", "");
+      si.root_layer = s.value("root_layer", "");
       t.snapshots.push_back(std::move(si));
     }
   } catch (const std::exception& e) {
@@ -143,13 +150,6 @@ std::string_view build_state_name(BuildState s) {
   }
   return "";
 }
-
-struct TemplateManager::Build {
-  BuildInfo info;
-  std::vector<std::string> log;
-  std::string partial[2];  // unfinished stdout / stderr line
-  std::shared_ptr<sandbox::Sandbox> box;  // while it runs; under mu_
-};
 
 // The loop every build's box calls run on: one for the manager's life, as the network loop is
 // for sessions' execs. An exec's strand wraps the loop it was started on, and the box's control
@@ -253,6 +253,7 @@ Result<std::pair<TemplateInfo, bool>> TemplateManager::put(std::string_view yaml
   if (config_.backend->isolated()) {
     AB_TRY(workspace::check_host_paths(parsed->tmpl, config_.readonly_dirs));
   }
+  AB_TRY(check_image(parsed->tmpl));
   std::lock_guard lk(mu_);
   auto it = templates_.find(parsed->tmpl.name);
   bool is_new = it == templates_.end();
@@ -336,9 +337,11 @@ void TemplateManager::gc(const std::set<std::string>& used) {
   std::set<std::string> keep = used;
   {
     std::lock_guard lk(mu_);
+    std::set<std::string> layers;
     for (const auto& [n, t] : templates_) {
-      for (const SnapshotInfo& s : t.snapshots) keep.insert(s.id);
+      for (const SnapshotInfo& s : t.snapshots) keep.insert(s.id), layers.insert(s.root_layer);
     }
+    gc_root_layers(layers);
   }
   std::error_code ec;
   const std::string dir = config_.data_dir + "/snapshots";
@@ -373,6 +376,7 @@ Result<BuildInfo> TemplateManager::start_build(const std::string& name) {
   if (config_.backend->isolated()) {
     AB_TRY(workspace::check_host_paths(tmpl, config_.readonly_dirs));
   }
+  AB_TRY(check_image(tmpl));
   for (const auto& [id, b] : builds_) {
     if (b->info.template_name == name && b->info.state == BuildState::kRunning) {
       return fail(Code::kExists, "template " + name + ": build " + id + " is running");
@@ -516,6 +520,8 @@ void TemplateManager::run_build(std::shared_ptr<Build> b, workspace::Template tm
   const std::string ws = dir + "/ws";
   std::shared_ptr<sandbox::Sandbox> box;
   std::string step_detail;  // why a step that exited non-zero ended
+  SnapshotInfo on_image;    // `image:`: its image and root layer, and what the box
+  std::vector<std::string> box_made;  // made in the root's upper dir as it started
 
   auto run = [&]() -> Result<std::pair<SnapshotInfo, int>> {
     step("workspace");
@@ -545,6 +551,8 @@ void TemplateManager::run_build(std::shared_ptr<Build> b, workspace::Template tm
     if (tl.tmp_mb) cfg.limits.tmp_mb = *tl.tmp_mb;
     cfg.limits.disk_mb.reset();
     cfg.env = tmpl.env;
+    if (!tmpl.image.empty()) step("image " + tmpl.image);
+    AB_TRY(image_build_root(tmpl, dir, owner, &cfg, &on_image));
     cfg.uid = owner;
     cfg.gid = owner;
     // As in sessions: a --shared-dirs prefix at /shared/<prefix>, a readonly_dirs entry as is.
@@ -566,6 +574,7 @@ void TemplateManager::run_build(std::shared_ptr<Build> b, workspace::Template tm
     auto made = config_.backend->create(std::move(cfg));
     if (!made) return std::unexpected(made.error());
     box = std::shared_ptr<sandbox::Sandbox>(std::move(*made));
+    box_made = build_root_entries(dir);
     {
       std::lock_guard lk(mu_);
       b->box = box;
@@ -680,6 +689,7 @@ void TemplateManager::run_build(std::shared_ptr<Build> b, workspace::Template tm
     box.reset();
 
     step("freeze");
+    on_image.root_layer = AB_TRY(keep_build_root(dir, box_made, b->info.id));
     std::string frozen = ws;
     if (tmpl.limits.disk_mb) {
       // Off the capped disk, onto the data dir's file system where snapshots live.
@@ -697,7 +707,7 @@ void TemplateManager::run_build(std::shared_ptr<Build> b, workspace::Template tm
       if (errno != EEXIST && errno != ENOTEMPTY) return fail_errno(errno, "rename(" + frozen + ")");
       log("same content as snapshot " + stats->hash + ": reused");
     }
-    SnapshotInfo si;
+    SnapshotInfo si = on_image;
     si.id = stats->hash;
     si.bytes = stats->bytes;
     si.files = stats->files;
@@ -806,7 +816,7 @@ Result<ResolvedTemplate> TemplateManager::resolve(const std::string& ref) {
     return fail(Code::kExists, "template " + r->name + " has no built snapshot (build it first)");
   }
   for (const SnapshotInfo& s : it->second.snapshots) {
-    if (s.version == want) return ResolvedTemplate{s.id, s.version};
+    if (s.version == want) return ResolvedTemplate{s.id, s.version, s.image_ref, s.image_digest};
   }
   return fail(Code::kNotFound,
               "template " + r->name + " has no snapshot version " + std::to_string(want));

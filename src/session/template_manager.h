@@ -10,6 +10,10 @@
 //                           the last 32 per template
 //   layers/<session>/{upper,work}  a templated session's own copy-on-write layer
 //   layers/<session>.img    with limits.disk_mb: the capped disk mounted at layers/<session>
+//   root_layers/<build_id>  a build on an image (`image:`): what it changed outside /workspace,
+//                           an overlayfs upper dir kept as a read-only layer its sessions stack
+//                           on the image's (session/template_images.cc); gone with the last
+//                           snapshot version naming it
 // A build runs the template's files and setup in a box of the sessions' backend, as the build
 // user, under the template's network policy, and becomes a snapshot only when every step
 // succeeded: a failed (or killed) build never changes which version is current.
@@ -38,6 +42,10 @@
 #include "sandbox/sandbox.h"
 #include "workspace/templates.h"
 
+namespace agentbox::image {
+class ImageStore;
+}
+
 namespace agentbox::session {
 
 struct SnapshotInfo {
@@ -53,6 +61,9 @@ struct SnapshotInfo {
   // The env of the YAML it was built from: in the environment of every session on it (under
   // the session's own env).
   std::map<std::string, std::string> env;
+  // Built on an image (the YAML's `image:`): the reference and the digest it resolved to, and
+  // the build's root layer (a name in data_dir/root_layers; "" when it changed nothing there).
+  std::string image_ref, image_digest, root_layer;
 };
 
 struct TemplateInfo {
@@ -82,6 +93,7 @@ struct BuildInfo {
 struct ResolvedTemplate {
   std::string snapshot;
   std::uint64_t version = 0;
+  std::string image_ref, image_digest;  // the snapshot's image (SnapshotInfo); "" = host root
 };
 
 class TemplateManager {
@@ -96,6 +108,9 @@ class TemplateManager {
     // (find_links, ...) must lie under one (or a system dir) or its push and build are refused.
     std::vector<std::string> readonly_dirs;
     std::chrono::seconds step_timeout{1800};      // per setup line
+    // Templates on an image (`image:`): pulled here on a build's first use. Null: such a
+    // template is refused (ENOTSUP naming `image`).
+    std::shared_ptr<image::ImageStore> images;
   };
   static Result<std::shared_ptr<TemplateManager>> open(Config config);
   ~TemplateManager();
@@ -133,6 +148,12 @@ class TemplateManager {
   // `version`: that snapshot's, or the template's current one for a snapshot recorded before
   // snapshots kept their own. Empty when the template is gone.
   std::map<std::string, std::string> session_env(const std::string& ref, std::uint64_t version);
+  // The host dir of the root layer of template `ref`'s snapshot `version` (stacked on the
+  // image's layers in its sessions' roots); "" when it has none.
+  std::string root_layer(const std::string& ref, std::uint64_t version);
+  // The first template (by name) whose `image:` names image `digest` or one of whose snapshots
+  // was built on it; "" when none (DELETE /v1/images/{digest} is 409 while one does).
+  std::string image_user(const std::string& digest);
   // Mounts session `id`'s overlay (lower = the snapshot, upper/work = layers/<id>) at
   // `workspace_path` unless one is mounted there already; the session user owns its view.
   // disk_mb (limits.disk_mb): layers/<id> is then a capped disk (linux/quota_disk.h, image
@@ -157,6 +178,19 @@ class TemplateManager {
   struct Build;
   struct Loop;
   Status save_locked(const TemplateInfo& t);
+  // session/template_images.cc: `image:` checks at upload and build (ENOTSUP without images or
+  // a backend that makes image roots, EINVAL for a malformed reference); the build box's root
+  // on the image (pulled on first use) with the build user acting for its root; the upper dir
+  // kept as the snapshot's root layer without the box's own files; unused root layers removed.
+  Status check_image(const workspace::Template& t) const;
+  Status image_build_root(const workspace::Template& t, const std::string& build_dir, uid_t owner,
+                          sandbox::BoxConfig* cfg, SnapshotInfo* si);
+  static std::vector<std::string> build_root_entries(const std::string& build_dir);
+  Result<std::string> keep_build_root(const std::string& build_dir,
+                                      const std::vector<std::string>& box_made,
+                                      const std::string& build_id);
+  void gc_root_layers(const std::set<std::string>& keep);  // mu_ held
+  std::string root_layers_dir() const { return config_.data_dir + "/root_layers"; }
   Status load();
   void run_build(std::shared_ptr<Build> b, workspace::Template tmpl);
   std::string records_dir() const { return config_.data_dir + "/build_records"; }

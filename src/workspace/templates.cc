@@ -241,13 +241,9 @@ Result<ParsedTemplate> parse_doc(const YAML::Node& root, std::string_view yaml) 
     return fail(Code::kInvalid, "template: the YAML document must be a mapping (name: ..., ...)");
   }
   Walker w;
-  w.unknown_keys(root, "", {"name", "version", "description", "files", "python", "nodejs",
-                            "setup", "env", "system", "security", "limits", "health"});
-  if (root["image"]) {
-    // API.md "Images": an image as a template's base is not built yet; never ignored.
-    return fail(Code::kNotSupported,
-                "template: field 'image' (an image as the template's base) is not supported yet");
-  }
+  w.unknown_keys(root, "",
+                 {"name", "version", "description", "files", "python", "nodejs", "setup", "env",
+                  "system", "security", "limits", "health", "image"});
   ParsedTemplate out;
   Template& t = out.tmpl;
   t.source = std::string(yaml);
@@ -258,6 +254,13 @@ Result<ParsedTemplate> parse_doc(const YAML::Node& root, std::string_view yaml) 
   }
   if (root["version"]) t.version = AB_TRY(scalar(root["version"], "version"));
   if (root["description"]) t.description = AB_TRY(scalar(root["description"], "description"));
+  if (root["image"]) {
+    t.image = AB_TRY(scalar(root["image"], "image"));
+    if (t.image.empty() || t.image.size() > 1024) {
+      return std::unexpected(
+          Walker::bad(root["image"], "image", "must be an image reference or digest"));
+    }
+  }
   if (const YAML::Node& f = root["files"]) {
     t.files = AB_TRY(string_map(f, "files"));
     std::set<std::string> seen;

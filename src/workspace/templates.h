@@ -49,6 +49,10 @@ struct Template {
   std::string name;     // [A-Za-z0-9._-]{1,64}, no '@'
   std::string version;  // the author's label (seed 004: "1.0"); snapshots have their own numbers
   std::string description;
+  // `image:` (API.md "Images"): the reference or digest of the image the build runs on and the
+  // template's sessions get as their root; "" = the host's root. Checked (and pulled) by the
+  // template manager, not here.
+  std::string image;
   // Workspace-relative path -> content, in YAML order. Paths are normalised, relative, without
   // "." or ".." components (a path that would leave the workspace is refused at upload).
   std::vector<std::pair<std::string, std::string>> files;

@@ -154,6 +154,44 @@ TEST_F(ImagesApi, ALayerSharedByTwoImagesIsStoredOnceAndGoesWithTheLastOfThem) {
   EXPECT_EQ(entries_in(layers), 0u);
 }
 
+TEST_F(ImagesApi, ASecondImageFetchesOnlyTheLayersTheStoreDoesNotHave) {
+  TestImage base;
+  base.layers.push_back(busybox_rootfs("agentbox-reuse-base"));
+  const std::string dir = *layouts_ / "reuse-base";
+  write_oci_layout(dir, base, "1");
+  registry_->push(dir, "1", "test/reuse-base:1");
+  TestImage more = base;
+  more.layers.push_back({LayerEntry::file("etc/more", "more\n")});
+  write_oci_layout(*layouts_ / "reuse-more", more, "1");
+  registry_->push(*layouts_ / "reuse-more", "1", "test/reuse-more:1");
+
+  auto d = daemon();
+  Api api(*d);
+  auto one = api.post("/v1/images", {{"ref", ref("test/reuse-base:1")}});
+  ASSERT_EQ(one.status, 201) << one;
+  // The registry's copy of the shared base blob goes bad: a pull that fetched it would fail.
+  const std::string base_blob = one.body["layers"][0].value("digest", "");
+  const std::string stored = registry_->blob_path(base_blob);
+  std::string bytes = slurp(stored);
+  ASSERT_FALSE(bytes.empty()) << stored;
+  bytes[bytes.size() / 2] ^= 0x55;
+  ASSERT_TRUE(spit(stored, bytes));
+  auto two = api.post("/v1/images", {{"ref", ref("test/reuse-more:1")}});
+  ASSERT_EQ(two.status, 201) << two;
+  EXPECT_EQ(two.body["layers"][0].value("digest", ""), base_blob);
+  auto s = api.post("/v1/sessions", {{"id", "more"}, {"image", ref("test/reuse-more:1")}});
+  ASSERT_EQ(s.status, 201) << s;
+  EXPECT_EQ(api.sh("more", "cat /etc/more /etc/os-release").body.value("stdout", ""),
+            "more\nID=agentbox-reuse-base\nNAME=\"agentbox-reuse-base\"\n");
+  ASSERT_EQ(api.del("/v1/sessions/more").status, 200);
+  EXPECT_EQ(entries_in(d->data_dir() + "/images/tmp"), 0u);
+  // A store without the base fetches it, and finds it bad.
+  auto fresh = daemon();
+  Api api2(*fresh);
+  auto bad = api2.post("/v1/images", {{"ref", ref("test/reuse-more:1")}});
+  EXPECT_EQ(bad.status, 422) << bad;
+}
+
 TEST_F(ImagesApi, PullStreamsProgressAsNdjson) {
   auto d = daemon();
   Api api(*d);
@@ -465,6 +503,47 @@ TEST_F(ImageSessions, ImageOnTheHostBackendAndWritableRootWithoutImageAre501) {
   EXPECT_EQ(api.get("/v1/templates/onimage").status, 404);
 }
 
+// Seed 003: xbot's server in docker mode (SANDBOX_MODE=docker, SANDBOX_DOCKER_IMAGE=REF) runs
+// every user's sandbox in a container of that image; agentboxd so configured gives every session
+// that names no image that image as its root.
+TEST_F(ImageSessions, Seed003DockerModeImageIsTheRootOfSessionsThatNameNone) {
+  const std::string r = ref("test/session:1");
+  struct Env {
+    Env(const char* mode, const char* image) {
+      ::setenv("SANDBOX_MODE", mode, 1);
+      if (image) ::setenv("SANDBOX_DOCKER_IMAGE", image, 1);
+    }
+    ~Env() {
+      ::unsetenv("SANDBOX_MODE");
+      ::unsetenv("SANDBOX_DOCKER_IMAGE");
+    }
+  };
+  {
+    std::unique_ptr<Daemon> d;
+    {
+      Env env("docker", r.c_str());
+      d = daemon();
+    }
+    Api api(*d);
+    auto made = api.post("/v1/sessions", {{"id", "xbot-user"}});
+    ASSERT_EQ(made.status, 201) << made;
+    EXPECT_EQ(made.body["image"].value("ref", ""), r) << made;
+    EXPECT_NE(run(api, "xbot-user", "cat /etc/os-release").find("agentbox-session-image"),
+              std::string::npos);
+    EXPECT_EQ(run(api, "xbot-user", "cat /etc/only-in-image"), "image file\n");
+    // A session naming its own image keeps it.
+    auto own = api.post("/v1/sessions", {{"id", "own"}, {"image", ref("test/busybox:1")}});
+    ASSERT_EQ(own.status, 201) << own;
+    EXPECT_EQ(own.body["image"].value("ref", ""), ref("test/busybox:1"));
+    for (const char* id : {"xbot-user", "own"}) api.del(std::string("/v1/sessions/") + id);
+  }
+  // Docker mode without an image: refused at startup, naming the variable.
+  Env env("docker", nullptr);
+  std::string out;
+  EXPECT_EQ(Daemon::run_to_exit({"--listen", "127.0.0.1:0", "--data-dir", dir_ / "data"}, &out), 2);
+  EXPECT_NE(out.find("SANDBOX_DOCKER_IMAGE"), std::string::npos) << out;
+}
+
 TEST_F(ImageSessions, AnImageThatCannotBePulledFailsTheCreate) {
   auto d = daemon();
   Api api(*d);
@@ -472,6 +551,177 @@ TEST_F(ImageSessions, AnImageThatCannotBePulledFailsTheCreate) {
   EXPECT_EQ(r.status, 502) << r;
   EXPECT_NE(r.message().find("'image'"), std::string::npos) << r;
   EXPECT_EQ(api.get("/v1/sessions/x").status, 404);
+}
+
+// Templates on an image (API.md "Images": `image:` as a template's base).
+class ImagesTemplate : public ImageSessions {
+ protected:
+  static void SetUpTestSuite() {
+    ImageSessions::SetUpTestSuite();
+    push_base("test/tbase:1", "agentbox-template-base");
+  }
+  // Pushes a busybox image whose /etc/os-release names `os_id` as `repo_tag`.
+  static void push_base(const std::string& repo_tag, const std::string& os_id) {
+    TestImage img;
+    img.layers.push_back(busybox_rootfs(os_id));
+    img.env = {"PATH=/usr/local/bin:/bin:/usr/bin"};
+    const std::string dir = *layouts_ / os_id;
+    write_oci_layout(dir, img, "1");
+    registry_->push(dir, "1", repo_tag);
+  }
+  // A template on image `ref` whose setup writes `etc_v` to /etc/v and a script to
+  // /usr/local/bin/x, outside the workspace.
+  static std::string yaml(const std::string& name, const std::string& ref,
+                          const std::string& etc_v = "y") {
+    return "name: " + name + "\nimage: \"" + ref +
+           "\"\n"
+           "files:\n  hello.txt: hi\n"
+           "setup:\n"
+           "  - mkdir -p /usr/local/bin\n"
+           "  - 'echo \"#!/bin/sh\" > /usr/local/bin/x && echo \"echo x-ran\" >> "
+           "/usr/local/bin/x'\n"
+           "  - chmod 755 /usr/local/bin/x\n"
+           "  - echo " +
+           etc_v + " > /etc/v\n";
+  }
+  ApiReply build(Api& api, const std::string& name) {
+    return api.call("POST", "/v1/templates/" + name + "/build?wait=true", "{}");
+  }
+};
+
+TEST_F(ImagesTemplate, ABuildOnAnImageKeepsWhatItsSetupWritesOutsideTheWorkspace) {
+  ASSERT_FALSE(fs::exists("/etc/v"));
+  ASSERT_FALSE(fs::exists("/usr/local/bin/x"));
+  auto d = daemon();
+  Api api(*d);
+  const std::string r = ref("test/tbase:1");
+  auto put = api.call("POST", "/v1/templates", yaml("onimg", r), "application/yaml");
+  ASSERT_EQ(put.status, 201) << put;
+  EXPECT_EQ(put.body.value("image", ""), r);
+  auto b = build(api, "onimg");
+  ASSERT_EQ(b.status, 201) << b;
+  ASSERT_EQ(b.body.value("state", ""), "succeeded") << b;
+  auto snaps = api.get("/v1/templates/onimg/snapshots");
+  ASSERT_EQ(snaps.body["snapshots"].size(), 1u) << snaps;
+  const json& image = snaps.body["snapshots"][0]["image"];
+  ASSERT_TRUE(image.is_object()) << snaps;
+  EXPECT_EQ(image.value("ref", ""), r);
+  const std::string digest = image.value("digest", "");
+  EXPECT_EQ(api.get("/v1/images/" + url_path(r)).body.value("digest", "?"), digest);
+
+  // A session on it has the image's root with the build's changes, read-only, root's.
+  auto made = api.post("/v1/sessions", {{"id", "t1"}, {"template", "onimg"}});
+  ASSERT_EQ(made.status, 201) << made;
+  EXPECT_EQ(made.body["image"].value("digest", ""), digest) << made;
+  EXPECT_EQ(made.body["image"].value("ref", ""), r) << made;
+  EXPECT_EQ(run(api, "t1", "cat /etc/v"), "y\n");
+  EXPECT_EQ(run(api, "t1", "/usr/local/bin/x"), "x-ran\n");
+  EXPECT_EQ(run(api, "t1", "x"), "x-ran\n") << "the image's PATH";
+  EXPECT_EQ(run(api, "t1", "stat -c %u:%g /etc/v /usr/local/bin/x"), "0:0\n0:0\n");
+  EXPECT_NE(run(api, "t1", "cat /etc/os-release").find("agentbox-template-base"),
+            std::string::npos);
+  EXPECT_EQ(run(api, "t1", "cat /workspace/hello.txt"), "hi");
+  // The box's own /etc/passwd (its session user), not the build's.
+  EXPECT_NE(
+      run(api, "t1", "cat /etc/passwd").find(":" + std::to_string(made.body.value("uid", 0)) + ":"),
+      std::string::npos);
+  int code = 0;
+  run(api, "t1", "echo z > /etc/v", &code);
+  EXPECT_NE(code, 0) << "a read-only root";
+  // The host's root is untouched.
+  EXPECT_FALSE(fs::exists("/etc/v"));
+  EXPECT_FALSE(fs::exists("/usr/local/bin/x"));
+  // On disk the layer holds the build's files only, as the image root's ids, never host root's.
+  std::vector<std::string> layers;
+  for (const auto& e : fs::directory_iterator(d->data_dir() + "/root_layers")) {
+    layers.push_back(e.path());
+  }
+  ASSERT_EQ(layers.size(), 1u);
+  struct stat st;
+  ASSERT_EQ(::lstat((layers[0] + "/usr/local/bin/x").c_str(), &st), 0);
+  EXPECT_EQ(st.st_uid, kLayerIdBase);
+  ASSERT_EQ(::lstat((layers[0] + "/etc/v").c_str(), &st), 0);
+  EXPECT_EQ(st.st_uid, kLayerIdBase);
+  for (const char* box_made : {"etc/passwd", "etc/hosts", "etc/os-release", "workspace", "proc"}) {
+    EXPECT_FALSE(fs::exists(layers[0] + "/" + box_made)) << box_made;
+  }
+
+  // The session names another image: refused, naming the field.
+  auto other = api.post("/v1/sessions",
+                        {{"id", "t2"}, {"template", "onimg"}, {"image", ref("test/session:1")}});
+  EXPECT_EQ(other.status, 400) << other;
+  EXPECT_NE(other.message().find("'image'"), std::string::npos) << other;
+
+  // The image is in use by the session, then by the template alone.
+  EXPECT_EQ(api.del("/v1/images/" + digest).status, 409);
+  ASSERT_EQ(api.del("/v1/sessions/t1").status, 200);
+  auto busy = api.del("/v1/images/" + digest);
+  EXPECT_EQ(busy.status, 409) << busy;
+  EXPECT_EQ(busy.code(), "EEXIST");
+  EXPECT_NE(busy.message().find("onimg"), std::string::npos) << busy;
+  ASSERT_EQ(api.del("/v1/templates/onimg").status, 200);
+  EXPECT_EQ(entries_in(d->data_dir() + "/root_layers"), 0u) << "gone with its snapshot";
+  EXPECT_EQ(api.del("/v1/images/" + digest).status, 200);
+}
+
+TEST_F(ImagesTemplate, SessionsKeepTheImageAndSnapshotVersionTheyStartedOn) {
+  push_base("test/moving:1", "agentbox-moving-one");
+  auto d = daemon();
+  Api api(*d);
+  const std::string r = ref("test/moving:1");
+  ASSERT_EQ(api.call("POST", "/v1/templates", yaml("mv", r, "one"), "application/yaml").status,
+            201);
+  ASSERT_EQ(build(api, "mv").body.value("state", ""), "succeeded");
+  auto s1 = api.post("/v1/sessions", {{"id", "s1"}, {"template", "mv"}});
+  ASSERT_EQ(s1.status, 201) << s1;
+  const std::string d1 = s1.body["image"].value("digest", "");
+
+  // The tag moves to another image, pulled again; the template changes and is rebuilt.
+  push_base("test/moving:1", "agentbox-moving-two");
+  auto pulled = api.post("/v1/images", {{"ref", r}});
+  ASSERT_EQ(pulled.status, 201) << pulled;
+  const std::string d2 = pulled.body.value("digest", "");
+  ASSERT_NE(d1, d2);
+  ASSERT_EQ(api.call("POST", "/v1/templates", yaml("mv", r, "two"), "application/yaml").status,
+            200);
+  ASSERT_EQ(build(api, "mv").body.value("state", ""), "succeeded");
+  auto s2 = api.post("/v1/sessions", {{"id", "s2"}, {"template", "mv"}});
+  ASSERT_EQ(s2.status, 201) << s2;
+  EXPECT_EQ(s2.body["image"].value("digest", ""), d2);
+  EXPECT_EQ(run(api, "s2", "cat /etc/v"), "two\n");
+  EXPECT_NE(run(api, "s2", "cat /etc/os-release").find("agentbox-moving-two"), std::string::npos);
+
+  // s1 keeps version 1 on the first image, also across a suspend and resume.
+  ASSERT_EQ(api.post("/v1/sessions/s1/suspend", json::object()).status, 200);
+  ASSERT_EQ(api.post("/v1/sessions/s1/resume", json::object()).status, 200);
+  auto got = api.get("/v1/sessions/s1");
+  EXPECT_EQ(got.body["image"].value("digest", ""), d1) << got;
+  EXPECT_EQ(run(api, "s1", "cat /etc/v"), "one\n");
+  EXPECT_NE(run(api, "s1", "cat /etc/os-release").find("agentbox-moving-one"), std::string::npos);
+  // ... and both images stay in use.
+  EXPECT_EQ(api.del("/v1/images/" + d1).status, 409);
+  EXPECT_EQ(api.del("/v1/images/" + d2).status, 409);
+  // A session may name the template's image as it was (its digest).
+  auto same = api.post("/v1/sessions", {{"id", "s3"}, {"template", "mv"}, {"image", d2}});
+  EXPECT_EQ(same.status, 201) << same;
+  for (const char* id : {"s1", "s2", "s3"}) api.del(std::string("/v1/sessions/") + id);
+}
+
+TEST_F(ImagesTemplate, AMalformedImageIs400AndAnUnpullableOneFailsTheBuild) {
+  auto d = daemon();
+  Api api(*d);
+  auto bad =
+      api.call("POST", "/v1/templates", "name: bad\nimage: \"Not A Ref!\"\n", "application/yaml");
+  EXPECT_EQ(bad.status, 400) << bad;
+  EXPECT_NE(bad.message().find("'image'"), std::string::npos) << bad;
+  const std::string missing = ref("test/missing:1");
+  ASSERT_EQ(api.call("POST", "/v1/templates", yaml("gone", missing), "application/yaml").status,
+            201);
+  auto b = build(api, "gone");
+  EXPECT_EQ(b.status, 422) << b;
+  EXPECT_EQ(b.body.value("state", ""), "failed") << b;
+  EXPECT_NE(b.message().find(missing), std::string::npos) << b;
+  EXPECT_EQ(api.post("/v1/sessions", {{"id", "g"}, {"template", "gone"}}).status, 409);
 }
 
 }  // namespace

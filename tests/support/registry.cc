@@ -94,7 +94,12 @@ la_ssize_t append_cb(struct archive*, void* ctx, const void* buf, size_t n) {
 std::string write_tar(const std::vector<LayerEntry>& entries, bool gzip) {
   std::string out;
   struct archive* a = archive_write_new();
-  if (gzip) archive_write_add_filter_gzip(a);
+  if (gzip) {
+    archive_write_add_filter_gzip(a);
+    // No time in the gzip header: the same entries make the same blob (and digest) every time,
+    // as a registry's shared base layers are.
+    archive_write_set_filter_option(a, "gzip", "timestamp", nullptr);
+  }
   archive_write_set_format_pax_restricted(a);
   archive_write_set_bytes_in_last_block(a, 1);
   archive_write_open(a, &out, nullptr, append_cb, nullptr);
