@@ -234,6 +234,11 @@ Result<PreparedBind> prepare_tree(const BoxBind& b, uid_t uid, gid_t gid) {
 
   mount_attr attr{};
   attr.attr_set = MOUNT_ATTR_NOSUID | MOUNT_ATTR_NODEV | (b.read_only ? MOUNT_ATTR_RDONLY : 0);
+  // SECURITY: the clone is made here, in the daemon's mount namespace: of a shared host mount
+  // it is a peer, and would stay one in the box (a mount made on the host beneath it would
+  // appear in the box, one attached in the box beneath it on the host). Private, recursively,
+  // as prepare_box_workspace and the box's own namespace (box.cc) are.
+  attr.propagation = MS_PRIVATE;
   if (::mount_setattr(out.tree.get(), "", AT_EMPTY_PATH | AT_RECURSIVE, &attr, sizeof attr) != 0) {
     return fail_errno(errno, describe(b) + ": mount_setattr(" + b.host_path + ")");
   }

@@ -159,12 +159,12 @@ struct DaemonConfig {
   // 0 = no /cache (the caches then live in the workspace).
   std::uint64_t cache_mb = 512;
   // Issue 22: ns boxes kept started ahead and bound to a session at its create or resume
-  // (sandbox/internal/ns_pool.h). YAML `pool`, flag --pool; 0 = off. Default 0 until the
-  // security and ns integration suites have run with a pool on; 4 is the suggested value (a
-  // burst of four creates gets warm boxes while the pool refills one box at a time at nice
-  // +10; four idle boxes cost about 4 MiB). Started only when the ns backend is the default or
-  // an allowed backend.
-  std::size_t pool = 0;
+  // (sandbox/internal/ns_pool.h). YAML `pool`, flag --pool; 0 = off. Default 2: a burst of two
+  // creates gets warm boxes on a small (2-core) host while the pool refills one box at a time
+  // at nice +10; the escape and ns integration suites run with it. Bigger hosts with bursts of
+  // creates: 4 or more (README "Configuration" gives the memory an idle pooled box holds).
+  // Started only when the ns backend is the default or an allowed backend.
+  std::size_t pool = 2;
   // YAML `default_limits: {memory_mb, cpu_percent, max_pids, disk_mb, max_open_files,
   // cpu_time_sec, tmp_mb}`: what a session's unset limits become (validated like a request's
   // `limits`; disk_mb and cpu_time_sec 0 = none); the keys not given keep sandbox's built-in

@@ -142,6 +142,12 @@ Daemon::Daemon(std::vector<std::string> extra_args) {
     argv.insert(argv.end(), {"--runner-token", runner_user + "=" + runner_token,
                              "--default-runner", runner_user});
   }
+  // AGENTBOX_TEST_POOL=N: the ns backend's warm pool (--pool N) unless the test sets --pool
+  // itself; unset, the daemon's default (on: the API suites and the escape suite run pooled,
+  // tests/security/CMakeLists.txt registers a set again as "fresh/" with 0).
+  if (const char* pool = std::getenv("AGENTBOX_TEST_POOL"); pool != nullptr && *pool != '\0') {
+    add_default("--pool", pool);
+  }
   add_default("--log-level", "debug");
   argv.push_back("--ready-file");
   argv.push_back(ready_file_);

@@ -9,6 +9,9 @@
 //
 // The daemon dies with the test process (PR_SET_PDEATHSIG), so a crashed test leaks nothing.
 //
+// AGENTBOX_TEST_POOL=N gives the daemon `--pool N` (its warm pool of ns boxes) unless the test
+// passes --pool itself; unset, the daemon's default applies.
+//
 // AGENTBOX_TEST_BACKEND=remote (a daemon given no --backend): the daemon runs with a runner
 // user and --default-runner, and the fixture starts a real agentbox-runner for it (workspace
 // temp_dir()/runner-ws) and waits until it registered, so the sessions a test creates without

@@ -59,6 +59,7 @@ TEST(DefaultConfig, ShippedFileParsesToThePackagesPaths) {
   EXPECT_EQ(c.log_level, "info");
   EXPECT_TRUE(c.tokens.empty());
   EXPECT_FALSE(c.cluster.enabled());
+  EXPECT_EQ(c.pool, 2u);  // the warm pool is on by default
   auto st = validate_config(c);
   EXPECT_TRUE(st.has_value()) << st.error().message;
 }
@@ -88,6 +89,7 @@ TEST(DefaultConfig, EveryCommentedSettingParsesAndTakesEffect) {
   EXPECT_EQ(c.allowed_mount_roots, std::vector<std::string>{"/srv/agentbox-shared"});
   EXPECT_EQ(c.allowed_origins, std::vector<std::string>{"https://agents.example.org"});
   EXPECT_EQ(c.audit_max_mb, 64u);
+  EXPECT_EQ(c.pool, 4u);
   EXPECT_TRUE(c.ui);
   EXPECT_EQ(c.cluster.etcd.size(), 3u);
   EXPECT_EQ(c.cluster.node, "node-1");
@@ -112,6 +114,7 @@ TEST(DefaultConfig, EveryCommentedSettingParsesAndTakesEffect) {
                                       "allowed_mount_roots",
                                       "allowed_origins",
                                       "audit_max_mb",
+                                      "pool",
                                       "ui",
                                       "cluster"};
   YAML::Node root = YAML::Load(text);

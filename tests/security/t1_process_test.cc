@@ -7,8 +7,11 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <chrono>
 #include <filesystem>
+#include <sstream>
 #include <thread>
+#include <vector>
 
 #include "security/box_fixture.h"
 
@@ -95,7 +98,8 @@ TEST(ProcessTest, SetsidDoubleForkIgnoringSigtermDiesAtTimeout) {
 
 TEST(ProcessTest, SessionEndKillsEverythingOfTheSession) {
   Box a(shared_daemon(), "t1-end");
-  ASSERT_EQ(a.sh("setsid sh -c 'trap \"\" TERM; sleep 600' >/dev/null 2>&1 &").value("exit_code", -1), 0);
+  ASSERT_EQ(
+      a.sh("setsid sh -c 'trap \"\" TERM; sleep 600' >/dev/null 2>&1 &").value("exit_code", -1), 0);
   usleep(100000);
   ASSERT_FALSE(host_pids_of_uid(a.uid()).empty());
   auto d = a.client().request("DELETE", "/v1/sessions/t1-end");
@@ -126,6 +130,104 @@ TEST(ProcessTest, SigkillOfTheDaemonKillsItsBoxes) {
   {
     Daemon again({"--backend", "ns", "--data-dir", data.path()});
     EXPECT_FALSE(std::filesystem::exists(root + box_cg)) << root + box_cg << " outlived a restart";
+  }
+  EXPECT_FALSE(std::filesystem::exists(daemon_cg)) << daemon_cg << " outlived a clean stop";
+}
+
+// The pids of every cgroup.procs at or below `dir` (a box cgroup and its leaves).
+std::vector<pid_t> procs_under(const std::filesystem::path& dir) {
+  std::vector<pid_t> out;
+  std::error_code ec;
+  for (std::filesystem::recursive_directory_iterator it(dir, ec), end; !ec && it != end;
+       it.increment(ec)) {
+    if (it->path().filename() != "cgroup.procs") continue;
+    std::istringstream in(slurp(it->path().string()));
+    for (pid_t p; in >> p;) out.push_back(p);
+  }
+  return out;
+}
+
+// The pool's boxes of the daemon whose cgroup is `daemon_cg` (their cgroups are "pool-<n>"),
+// but for `except` (a session's box, which may have come from the pool): each one's pids.
+std::vector<std::vector<pid_t>> pooled_boxes(const std::string& daemon_cg,
+                                             const std::string& except = "") {
+  std::vector<std::vector<pid_t>> out;
+  std::error_code ec;
+  for (const auto& e : std::filesystem::directory_iterator(daemon_cg, ec)) {
+    if (!e.is_directory() || !e.path().filename().string().starts_with("pool-")) continue;
+    if (e.path().string() == except) continue;
+    out.push_back(procs_under(e.path()));
+  }
+  return out;
+}
+
+// Waits up to 20 s for `n` pooled boxes with a running init each; their pids.
+std::vector<pid_t> wait_pooled(const std::string& daemon_cg, std::size_t n,
+                               const std::string& except = "") {
+  auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(20);
+  for (;;) {
+    auto boxes = pooled_boxes(daemon_cg, except);
+    std::vector<pid_t> pids;
+    std::size_t running = 0;
+    for (const auto& b : boxes) {
+      running += b.empty() ? 0 : 1;
+      pids.insert(pids.end(), b.begin(), b.end());
+    }
+    if (running >= n || std::chrono::steady_clock::now() >= deadline) return pids;
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  }
+}
+
+TEST(ProcessTest, PooledBoxesDieWithTheirDaemonAndItsNextStartReapsThem) {
+  testing::TempDir data("agentbox-t1-pool");
+  const std::vector<std::string> args = {"--backend", "ns", "--data-dir", data.path()};
+  auto with = [&](std::vector<std::string> more) {
+    std::vector<std::string> all = args;
+    all.insert(all.end(), more.begin(), more.end());
+    return all;
+  };
+  std::string root = "/sys/fs/cgroup/pids";
+  std::string box_cg, daemon_cg;
+  {
+    Daemon d(with({"--pool", "2"}));
+    Box a(d, "t1-pool-owner");
+    pid_t sleeper = start_sleeper(a);
+    ASSERT_GT(sleeper, 0);
+    box_cg = cgroup_of(sleeper, "pids");
+    if (box_cg.empty()) {
+      root = "/sys/fs/cgroup";
+      box_cg = cgroup_of(sleeper, "");
+    }
+    ASSERT_THAT(box_cg, StartsWith("/agentbox-"));
+    daemon_cg = root + box_cg.substr(0, box_cg.find('/', 1));
+    // The session's box is not counted (it may be a pooled one, bound): two more wait.
+    const std::string session_cg =
+        root + box_cg.substr(0, box_cg.find('/', box_cg.find('/', 1) + 1));
+    std::vector<pid_t> pooled = wait_pooled(daemon_cg, 2, session_cg);
+    ASSERT_GE(pooled.size(), 2u) << "the pool did not fill";
+    d.stop(SIGKILL);
+    for (pid_t p : pooled) {
+      EXPECT_TRUE(testing::wait_dead(p, std::chrono::seconds(5))) << "pooled box pid " << p;
+    }
+    EXPECT_TRUE(wait_no_pids_of_uid(a.uid(), 5));
+  }
+  {
+    // The next start (without a pool of its own) removes the dead daemon's pooled boxes'
+    // cgroups with the session's.
+    Daemon again(with({"--pool", "0"}));
+    EXPECT_TRUE(pooled_boxes(daemon_cg).empty()) << "a dead daemon's pooled box outlived a restart";
+    EXPECT_FALSE(std::filesystem::exists(root + box_cg)) << root + box_cg;
+  }
+  EXPECT_FALSE(std::filesystem::exists(daemon_cg)) << daemon_cg << " outlived a clean stop";
+  {
+    // A clean stop takes the pool's boxes with it.
+    Daemon d(with({"--pool", "2"}));
+    std::vector<pid_t> pooled = wait_pooled(daemon_cg, 2);
+    ASSERT_GE(pooled.size(), 2u) << "the pool did not fill";
+    d.stop(SIGTERM);
+    for (pid_t p : pooled) {
+      EXPECT_TRUE(testing::wait_dead(p, std::chrono::seconds(5))) << "pooled box pid " << p;
+    }
   }
   EXPECT_FALSE(std::filesystem::exists(daemon_cg)) << daemon_cg << " outlived a clean stop";
 }
