@@ -1,5 +1,8 @@
 // POST /v1/sessions/{id}/move {"node"} (API.md "Cluster"): the owner of a session hands it to
 // another live node, all or nothing, so that an operator can drain a node:
+//   0. a journal (data_dir/moving/<id>) is written, and the target told the session is coming
+//      (?expect: it marks data_dir/incoming/<id> and makes no session of that id meanwhile, so
+//      an exec that creates cannot make it anew, empty, there);
 //   1. the catalog entry goes from this node to the target (one compare-and-swap transaction on
 //      the entry as it is, through etcd's JSON gateway), so no node can place the id anew and
 //      requests go to the target from now on (the session is "suspended on the way");
@@ -223,6 +226,27 @@ struct Journal {
   std::string archive;  // "" until the session is archived
 };
 
+std::string incoming_dir(session::SessionManager* sm) {
+  return sm->config().data_dir + "/incoming";  // service/placement.cc reads it too
+}
+
+// Tells node `advertise` that session `id` is coming (`what` "expect": it makes no session of
+// that id until the session arrives) or is not ("cancel").
+asio::awaitable<Status> tell_target(Context* ctx, std::string advertise, std::string id,
+                                    std::string tenant, std::string what) {
+  Reply r = co_await forward_small(ctx, advertise, "POST",
+                                   "/v1/cluster/sessions/" + id + "/receive?" + what + "=1", "",
+                                   session::Caller(tenant, false, 0), std::chrono::seconds(10));
+  if (r.status == 200) co_return Status{};
+  auto j = json::parse(r.body, nullptr, false);
+  std::string msg = "HTTP " + std::to_string(r.status);
+  if (j.is_object() && j.contains("error") && j["error"].is_object()) {
+    msg = j["error"].value("message", msg);
+  }
+  co_return fail(Code::kUnavailable, "the target node did not take the notice (" + what +
+                                         ") of session " + id + ": " + msg);
+}
+
 std::string journal_dir(Context* ctx) {
   return ctx->sessions->config().data_dir + "/moving";
 }
@@ -360,13 +384,20 @@ asio::awaitable<Reply> move_session(Context* ctx, Request* req) {
   auto job_j =
       run_blocking(ctx->pool, [jdir, id, journal] { return write_journal(jdir, id, journal); });
   if (auto st = co_await std::move(job_j); !st) co_return error_reply(st.error());
+  // The target makes no session of this id (an exec that creates, say) until it arrives.
+  if (auto st = co_await tell_target(ctx, target->advertise, id, tenant, std::string("expect"));
+      !st) {
+    remove_journal(jdir, id);
+    co_return error_reply(st.error());
+  }
   auto job_swap = run_blocking(ctx->pool, [endpoints, key, o = *old, moved_value] {
     return swap_entry(endpoints, key, o, moved_value);
   });
   auto swapped = co_await std::move(job_swap);
-  if (!swapped) co_return error_reply(swapped.error());
-  if (!*swapped) {
+  if (!swapped || !*swapped) {
+    (void)co_await tell_target(ctx, target->advertise, id, tenant, std::string("cancel"));
     remove_journal(jdir, id);
+    if (!swapped) co_return error_reply(swapped.error());
     co_return error_reply(Error::make(
         Code::kExists, "the catalog entry of session " + id + " changed meanwhile: try again"));
   }
@@ -374,6 +405,7 @@ asio::awaitable<Reply> move_session(Context* ctx, Request* req) {
   auto archived = co_await sessions.destroy(origin, id, /*archive=*/true);
   if (!archived) {
     co_await swap_back(ctx, endpoints, key, moved_value, *old, id);
+    (void)co_await tell_target(ctx, target->advertise, id, tenant, std::string("cancel"));
     remove_journal(jdir, id);
     co_return error_reply(archived.error());
   }
@@ -397,6 +429,7 @@ asio::awaitable<Reply> move_session(Context* ctx, Request* req) {
   }
   Error failed = sent ? remote_error(to, *sent) : sent.error();
   co_await swap_back(ctx, endpoints, key, moved_value, *old, id);
+  (void)co_await tell_target(ctx, target->advertise, id, tenant, std::string("cancel"));
   // Back here as it was. The session's own tenant owns it again (an admin may move another's).
   auto back = co_await restore_here(ctx, req->id, id, path, spec, tenant);
   if (!back) {
@@ -473,6 +506,11 @@ asio::awaitable<bool> recover_one(Context* ctx, std::string dir, std::string id)
     remove_journal(dir, id);
     co_return true;
   }
+  // The target may make sessions of this id again (the catalog names this node).
+  if (auto st = co_await tell_target(ctx, target->advertise, id, j->tenant, std::string("cancel"));
+      !st) {
+    co_return false;
+  }
   session::SessionManager* sm = ctx->sessions;
   if (!sm->get(id, session::Caller::daemon())) {
     std::string archive = j->archive;
@@ -538,11 +576,37 @@ asio::awaitable<bool> receive_session(Call* call) {
     co_return co_await send_error(call, std::move(e));
   };
   if (auto st = session::validate_id(id); !st) co_return co_await bad(st.error());
+  session::SessionManager* sm = ctx->sessions;
+  const std::string marker = incoming_dir(sm) + "/" + id;
+  // ?expect=1: the session is coming (before the catalog names this node); ?cancel=1: it is not.
+  const bool expect = req.query.contains("expect"), cancel = req.query.contains("cancel");
+  if (expect || cancel) {
+    const std::string idir = incoming_dir(sm);
+    auto job = run_blocking(ctx->pool, [idir, marker, expect]() -> Status {
+      if (!expect) {
+        if (::unlink(marker.c_str()) != 0 && errno != ENOENT) {
+          return fail_errno(errno, "unlink(" + marker + ")");
+        }
+        return {};
+      }
+      if (::mkdir(idir.c_str(), 0700) != 0 && errno != EEXIST) {
+        return fail_errno(errno, "mkdir(" + idir + ")");
+      }
+      UniqueFd f(::open(marker.c_str(), O_WRONLY | O_CREAT | O_CLOEXEC | O_NOFOLLOW, 0600));
+      if (!f || ::fsync(f.get()) != 0) return fail_errno(errno, "open(" + marker + ")");
+      UniqueFd d(::open(idir.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC));
+      if (d) ::fsync(d.get());
+      return {};
+    });
+    if (auto st = co_await std::move(job); !st) co_return co_await bad(st.error());
+    call->ex.keep_alive = false;
+    json done = {{"id", id}, {"expected", expect}};  // (no braced temporary in a co_await)
+    co_return co_await send_reply(call, json_reply(200, std::move(done)));
+  }
   auto spec_text = base64_decode(header_value(call, kSpecHeader), kSpecHeader);
   if (!spec_text) co_return co_await bad(spec_text.error());
   auto spec = session::decode_spec(*spec_text);
   if (!spec) co_return co_await bad(spec.error());
-  session::SessionManager* sm = ctx->sessions;
   const std::string dir = sm->archives_dir();
   const std::string path = dir + "/" + id + "-moved-" + random_hex(8) + ".tar.zst";
   auto job_open = run_blocking(ctx->pool, [dir, path]() -> Result<int> {
@@ -604,7 +668,10 @@ asio::awaitable<bool> receive_session(Call* call) {
     co_return co_await bad(wrote.error());
   }
   auto s = co_await ctx->svc->sessions.restore(origin_of(req, service::Surface::kV1), id, path);
-  auto job = run_blocking(ctx->pool, [path] { return remove_archive(path); });
+  auto job = run_blocking(ctx->pool, [path, marker, ok = s.has_value()]() -> Status {
+    if (ok) ::unlink(marker.c_str());  // here now: made like any other session from now on
+    return remove_archive(path);
+  });
   co_await std::move(job);
   if (!s) co_return co_await send_error(call, s.error());
   spdlog::info("req={} session {} received from another node", req.id, id);

@@ -1,5 +1,7 @@
 #include "service/placement.h"
 
+#include <unistd.h>
+
 #include <ctime>
 
 #include "common/log.h"
@@ -36,6 +38,12 @@ Status claim_here(cluster::Cluster* cl, session::SessionManager* sm, const std::
                   const session::Caller& caller) {
   if (cl == nullptr) return {};
   if (sm->get(id, session::Caller::daemon())) return {};  // made here before
+  // A session on its way here from another node (server/cluster_move.cc marks it before the
+  // catalog names this node): not made anew, empty, while its files are still coming.
+  if (::access((sm->config().data_dir + "/incoming/" + id).c_str(), F_OK) == 0) {
+    return fail(Code::kUnavailable,
+                "session " + id + " is being moved to this node: try again in a moment");
+  }
   auto owner = cl->claim(id, caller.tenant);
   if (!owner) return std::unexpected(owner.error());
   if (!owner->self) return std::unexpected(elsewhere_error(id, *owner));

@@ -102,8 +102,8 @@ TEST(OpsApi, TokensGuardEveryRouteButHealthz) {
 TEST(OpsApi, UnknownRouteIs404AndWrongMethodIs405) {
   Daemon d;
   Api api(d);
-  for (const std::string path : {"/", "/v2/sessions", "/v1/sessions/x/nope", "/v1/sessions/",
-                                 "/exec/extra"}) {
+  for (const std::string path :
+       {"/", "/v2/sessions", "/v1/sessions/x/nope", "/v1/sessions/", "/exec/extra"}) {
     auto r = api.get(path);
     EXPECT_EQ(r.status, 404) << path << ": " << r;
     EXPECT_EQ(r.code(), "ENOENT") << path;
@@ -191,7 +191,8 @@ TEST(OpsApi, KeepAliveServesManyRequestsOnOneConnection) {
     EXPECT_NE(reply.find("\"live\":true"), std::string::npos) << reply;
   }
   // Pipelined requests are answered in order.
-  ASSERT_TRUE(raw.send("GET /healthz HTTP/1.1\r\nHost: x\r\n\r\nGET /nope HTTP/1.1\r\nHost: x\r\n\r\n"));
+  ASSERT_TRUE(
+      raw.send("GET /healthz HTTP/1.1\r\nHost: x\r\n\r\nGET /nope HTTP/1.1\r\nHost: x\r\n\r\n"));
   EXPECT_EQ(http_status_of(raw.read_response()), 200);
   EXPECT_EQ(http_status_of(raw.read_response()), 404);
 }
@@ -221,8 +222,8 @@ TEST(OpsApi, NonLoopbackListenNeedsAToken) {
 }
 
 TEST(OpsApi, ConfigFileIsReadAndFlagsOverrideIt) {
-  char tmpl[] = "/tmp/agentbox-cfg-XXXXXX";
-  std::string dir = mkdtemp(tmpl);
+  TempDir tmp("agentbox-cfg");  // removed however the test ends
+  const std::string dir = tmp.path();
   std::string file = dir + "/agentboxd.yaml";
   std::ofstream(file) << "listen: 127.0.0.1:0\n"
                          "backend: host\n"
@@ -248,7 +249,6 @@ TEST(OpsApi, ConfigFileIsReadAndFlagsOverrideIt) {
   std::ofstream(file) << "listen: [unclosed\n";
   std::string out;
   EXPECT_EQ(Daemon::run_to_exit({"--config", file}, &out), 2) << out;
-  std::filesystem::remove_all(dir);
 }
 
 TEST(OpsApi, SigtermKillsRunningCommandsAndExitsZero) {
@@ -259,10 +259,9 @@ TEST(OpsApi, SigtermKillsRunningCommandsAndExitsZero) {
     Api a(d);
     // Either a reply (the killed command's result) or a closed connection is fine; what
     // matters is that the command dies and the daemon exits cleanly.
-    (void)a.client().request("POST", "/v1/sessions/busy/exec",
-                             json{{"command", "echo $$ > busy.pid; sleep 60"},
-                                  {"timeout_sec", 600}}
-                                 .dump());
+    (void)a.client().request(
+        "POST", "/v1/sessions/busy/exec",
+        json{{"command", "echo $$ > busy.pid; sleep 60"}, {"timeout_sec", 600}}.dump());
   });
   pid_t pid = 0;
   ASSERT_TRUE(eventually([&] {
@@ -285,7 +284,6 @@ TEST(OpsApi, ReadyFileAndStartupMessage) {
   EXPECT_NE(d.log().find("curl"), std::string::npos) << d.log();
   EXPECT_NE(d.log().find(d.host_port()), std::string::npos) << d.log();
   EXPECT_EQ(d.stop(SIGINT), 0);
-
 }
 
 // Issue 3, "Backend choice": ns is the default; when it cannot run, the daemon refuses to start
@@ -297,7 +295,8 @@ TEST(OpsApi, NoSilentFallbackWhenTheNsBackendCannotRun) {
   std::string dir = mkdtemp(tmpl);
   std::filesystem::copy_file(Daemon::binary(), dir + "/agentboxd");
   auto run = [&](const std::string& args) {
-    std::string cmd = "cd " + dir + " && timeout --preserve-status -s TERM 3 ./agentboxd --listen 127.0.0.1:0 " +
+    std::string cmd = "cd " + dir +
+                      " && timeout --preserve-status -s TERM 3 ./agentboxd --listen 127.0.0.1:0 " +
                       "--data-dir " + dir + "/data " + args + " 2>&1; echo \"rc=$?\"";
     std::string out;
     FILE* p = ::popen(cmd.c_str(), "r");
@@ -310,8 +309,8 @@ TEST(OpsApi, NoSilentFallbackWhenTheNsBackendCannotRun) {
     std::string out = run(args);
     EXPECT_NE(out.find("rc=1\n"), std::string::npos) << args << ": " << out;
     EXPECT_NE(out.find("cannot run on this host"), std::string::npos) << out;
-    EXPECT_NE(out.find("agentbox-init"), std::string::npos) << "does not name what is missing: "
-                                                            << out;
+    EXPECT_NE(out.find("agentbox-init"), std::string::npos)
+        << "does not name what is missing: " << out;
     EXPECT_NE(out.find("--backend host"), std::string::npos) << "no way out offered: " << out;
     EXPECT_EQ(out.find("listening on"), std::string::npos) << out;
   }

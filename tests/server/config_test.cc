@@ -9,6 +9,8 @@
 #include <set>
 #include <sstream>
 
+#include "support/support.h"
+
 namespace agentbox::server {
 namespace {
 
@@ -277,8 +279,9 @@ TEST(ConfigDefaultLimits, BuiltInUnlessTheFileSetsThem) {
   EXPECT_EQ(plain.config->default_limits.max_open_files, sandbox::kDefaultOpenFiles);
   EXPECT_FALSE(plain.config->default_limits.disk_mb.has_value());
 
-  std::string path = temp_yaml("default_limits:\n  memory_mb: 300\n  max_pids: 64\n"
-                               "  disk_mb: 128\n");
+  std::string path = temp_yaml(
+      "default_limits:\n  memory_mb: 300\n  max_pids: 64\n"
+      "  disk_mb: 128\n");
   auto r = parse({"--config", path});
   unlink(path.c_str());
   ASSERT_TRUE(r.config);
@@ -339,7 +342,6 @@ TEST(ConfigDefaultLimits, BadValuesNameTheKey) {
     EXPECT_NE(err.find(c.needle), std::string::npos) << c.yaml << " -> " << err;
   }
 }
-
 
 // Seed 001's toolbox-server command line.
 TEST(ConfigSeedFlags, TheSeedCommandLine) {
@@ -437,26 +439,20 @@ TEST(ConfigSeedFlags, EnvFallbacks) {
 }
 
 TEST(ConfigSeedFlags, ReadonlyDirs) {
-  char tmpl[] = "/tmp/agentbox-cfg-XXXXXX";
-  std::string dir = mkdtemp(tmpl);
+  agentbox::testing::TempDir tmp("agentbox-cfg");  // removed however the test ends
+  const std::string dir = tmp.path();
   std::string file = dir + "/c.yaml";
-  {
-    std::ofstream(file) << "readonly_dirs: [" << dir << "]\n";
-  }
+  { std::ofstream(file) << "readonly_dirs: [" << dir << "]\n"; }
   auto r = parse({"--config", file});
   ASSERT_TRUE(r.config);
   EXPECT_EQ(effective_readonly_dirs(*r.config), std::vector<std::string>{dir});
-  {
-    std::ofstream(file) << "readonly_dirs: []\n";
-  }
+  { std::ofstream(file) << "readonly_dirs: []\n"; }
   auto none = parse({"--config", file});
   ASSERT_TRUE(none.config);
   EXPECT_TRUE(effective_readonly_dirs(*none.config).empty());
-  for (const std::string& bad : std::vector<std::string>{"[relative]", "[/nonexistent-agentbox-dir]", "[" + dir + "/]",
-                                "/opt"}) {
-    {
-      std::ofstream(file) << "readonly_dirs: " << bad << "\n";
-    }
+  for (const std::string& bad : std::vector<std::string>{
+           "[relative]", "[/nonexistent-agentbox-dir]", "[" + dir + "/]", "/opt"}) {
+    { std::ofstream(file) << "readonly_dirs: " << bad << "\n"; }
     std::string err;
     auto b = parse({"--config", file}, &err);
     EXPECT_FALSE(b.config) << bad;
@@ -466,8 +462,8 @@ TEST(ConfigSeedFlags, ReadonlyDirs) {
   auto def = parse({});
   ASSERT_TRUE(def.config);
   std::error_code ec;
-  EXPECT_EQ(effective_readonly_dirs(*def.config),
-            std::filesystem::is_directory("/opt", ec) ? std::vector<std::string>{"/opt"}
+  EXPECT_EQ(effective_readonly_dirs(*def.config), std::filesystem::is_directory("/opt", ec)
+                                                      ? std::vector<std::string>{"/opt"}
                                                       : std::vector<std::string>{});
   std::filesystem::remove_all(dir, ec);
 }
@@ -513,8 +509,8 @@ TEST(ConfigSeedFlags, SharedReadonlyValueFormsAndTheConfigShell) {
   EXPECT_TRUE(spaced.config->seed.multi_agent) << "the path is the flag's, not a positional";
   EXPECT_EQ(spaced.config->seed.shared_readonly_value, "/mnt/shared-readonly");
 
-  char tmpl[] = "/tmp/agentbox-cfg-XXXXXX";
-  std::string dir = mkdtemp(tmpl);
+  agentbox::testing::TempDir tmp("agentbox-cfg");  // removed however the test ends
+  const std::string dir = tmp.path();
   std::ofstream(dir + "/c.yaml") << "shell: /bin/sh\n";
   auto cfg = parse({"--config", dir + "/c.yaml"});
   ASSERT_TRUE(cfg.config);
@@ -580,9 +576,10 @@ namespace {
 // it, and the checks (token length, a tenant that exists, an instance id of LangBot's form).
 TEST(ConfigLangbot, YamlFlagsAndValidation) {
   const std::string token(32, 'k');
-  std::string path = temp_yaml("tenants:\n  - {name: lb, tokens: [t1]}\n"
-                               "langbot:\n  control_token: " + token +
-                               "\n  tenant: lb\n  trusted_instance: inst-1\n");
+  std::string path = temp_yaml(
+      "tenants:\n  - {name: lb, tokens: [t1]}\n"
+      "langbot:\n  control_token: " +
+      token + "\n  tenant: lb\n  trusted_instance: inst-1\n");
   auto r = parse({"--config", path});
   ASSERT_TRUE(r.config);
   EXPECT_EQ(r.config->langbot.control_token, token);
@@ -630,8 +627,7 @@ TEST(ConfigRunners, DefaultRunnerMustBeARunnerUser) {
   ASSERT_TRUE(bad.config);
   auto st = validate_config(*bad.config);
   ASSERT_FALSE(st.has_value());
-  EXPECT_NE(st.error().message.find("default_runner 'bob' is not a runner user"),
-            std::string::npos)
+  EXPECT_NE(st.error().message.find("default_runner 'bob' is not a runner user"), std::string::npos)
       << st.error().message;
   EXPECT_EQ(st.error().message.find("s3cret"), std::string::npos) << st.error().message;
   EXPECT_TRUE(validate_config(*parse({}).config).has_value());  // none: nothing to check
