@@ -128,7 +128,8 @@ TEST(ProcessTest, SigkillOfTheDaemonKillsItsBoxes) {
   // What the SIGKILLed daemon could not clean up, its next start on the data dir removes, and
   // that daemon's SIGTERM takes its own cgroup with it.
   {
-    Daemon again({"--backend", "ns", "--data-dir", data.path()});
+    // No pool on the restart: its first pooled box would take the name pool-1 again.
+    Daemon again({"--backend", "ns", "--data-dir", data.path(), "--pool", "0"});
     EXPECT_FALSE(std::filesystem::exists(root + box_cg)) << root + box_cg << " outlived a restart";
   }
   EXPECT_FALSE(std::filesystem::exists(daemon_cg)) << daemon_cg << " outlived a clean stop";
