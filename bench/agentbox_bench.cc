@@ -1465,19 +1465,8 @@ long hwm_kib(pid_t pid) {
 pid_t start_runner(const std::string& bin, const std::string& url, const std::string& token,
                    const fs::path& ws) {
   fs::create_directories(ws);
-  std::vector<std::string> args = {bin,           "--server",  url,           "--token", token,
-                                   "--workspace", ws.string(), "--log-level", "error"};
-  std::vector<char*> argv;
-  for (auto& a : args) argv.push_back(a.data());
-  argv.push_back(nullptr);
-  posix_spawn_file_actions_t fa;
-  posix_spawn_file_actions_init(&fa);
-  posix_spawn_file_actions_addopen(&fa, 1, "/dev/null", O_WRONLY, 0);
-  pid_t pid = -1;
-  int rc = posix_spawn(&pid, argv[0], &fa, nullptr, argv.data(), environ);
-  posix_spawn_file_actions_destroy(&fa);
-  if (rc != 0) die("cannot start " + bin);
-  return pid;
+  return bench::spawn_stdout_quiet(
+      {bin, "--server", url, "--token", token, "--workspace", ws.string(), "--log-level", "error"});
 }
 
 int connected_runners(Client& c) {

@@ -64,6 +64,22 @@ inline int spawn_wait(const std::vector<std::string>& args, bool quiet = true) {
   return WIFEXITED(st) ? WEXITSTATUS(st) : 128 + WTERMSIG(st);
 }
 
+// Starts args[0] (the path of a program) with stdout to /dev/null, stderr kept: its pid. Dies when
+// it cannot.
+inline pid_t spawn_stdout_quiet(std::vector<std::string> args) {
+  std::vector<char*> argv;
+  for (auto& a : args) argv.push_back(a.data());
+  argv.push_back(nullptr);
+  posix_spawn_file_actions_t fa;
+  posix_spawn_file_actions_init(&fa);
+  posix_spawn_file_actions_addopen(&fa, 1, "/dev/null", O_WRONLY, 0);
+  pid_t pid = -1;
+  int rc = posix_spawn(&pid, argv[0], &fa, nullptr, argv.data(), environ);
+  posix_spawn_file_actions_destroy(&fa);
+  if (rc != 0) die("cannot start " + args[0]);
+  return pid;
+}
+
 // The daemon under test: started on port 0 with a fresh data dir, stopped with SIGTERM.
 class Daemon {
  public:
@@ -91,16 +107,8 @@ class Daemon {
         "--backend", backend,    "--ready-file", ready,        "--log-level",
         "warn"};
     args.insert(args.end(), extra.begin(), extra.end());
-    std::vector<char*> argv;
-    for (auto& a : args) argv.push_back(a.data());
-    argv.push_back(nullptr);
     // Its usage hint (stdout) would interleave with the figures; warnings (stderr) stay.
-    posix_spawn_file_actions_t fa;
-    posix_spawn_file_actions_init(&fa);
-    posix_spawn_file_actions_addopen(&fa, 1, "/dev/null", O_WRONLY, 0);
-    int rc = posix_spawn(&pid_, argv[0], &fa, nullptr, argv.data(), environ);
-    posix_spawn_file_actions_destroy(&fa);
-    if (rc != 0) die("cannot start " + bin);
+    pid_ = spawn_stdout_quiet(std::move(args));
     g_daemons.push_back(pid_);
     for (int i = 0; i < 60000; ++i) {
       std::ifstream f(ready);
