@@ -35,6 +35,7 @@
 #include "server/internal/surfaces.h"
 #include "server/internal/transport.h"
 #include "server/json_codec.h"
+#include "service/placement.h"
 #include "service/services.h"
 #include "session/store.h"
 
@@ -486,7 +487,12 @@ asio::awaitable<bool> recover_one(Context* ctx, std::string dir, std::string id)
     spdlog::info("the interrupted move of session {} to node {} had finished", id, j->to);
     co_return true;
   }
-  if (there.status != 404) co_return false;
+  // Not there: 404, or 503 while the target still holds the move's mark (the session is not
+  // there either way).
+  const bool absent =
+      there.status == 404 ||
+      (there.status == 503 && there.body.find(service::kMovingHere) != std::string::npos);
+  if (!absent) co_return false;
   // Not there: the move is undone. The catalog entry first, then the session.
   const std::vector<std::string> endpoints = cl->options().etcd;
   const std::string key = cl->options().prefix + "sessions/" + id;

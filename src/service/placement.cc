@@ -21,7 +21,22 @@ std::string rfc3339(std::int64_t unix_sec) {
   return buf;
 }
 
+// server/cluster_move.cc marks a session coming here before the catalog names this node.
+bool moving_here(session::SessionManager* sm, const std::string& id) {
+  return ::access((sm->config().data_dir + "/incoming/" + id).c_str(), F_OK) == 0;
+}
+
+Error moving_error(const std::string& id) {
+  return Error::make(Code::kUnavailable,
+                     "session " + id + " " + kMovingHere + ": try again in a moment");
+}
+
 }  // namespace
+
+Error unless_moving_here(session::SessionManager* sm, const std::string& id, Error e) {
+  if (e.code == Code::kNotFound && moving_here(sm, id)) return moving_error(id);
+  return e;
+}
 
 Error elsewhere_error(const std::string& id, const cluster::Owner& owner) {
   if (!owner.up) {
@@ -38,12 +53,9 @@ Status claim_here(cluster::Cluster* cl, session::SessionManager* sm, const std::
                   const session::Caller& caller) {
   if (cl == nullptr) return {};
   if (sm->get(id, session::Caller::daemon())) return {};  // made here before
-  // A session on its way here from another node (server/cluster_move.cc marks it before the
-  // catalog names this node): not made anew, empty, while its files are still coming.
-  if (::access((sm->config().data_dir + "/incoming/" + id).c_str(), F_OK) == 0) {
-    return fail(Code::kUnavailable,
-                "session " + id + " is being moved to this node: try again in a moment");
-  }
+  // A session on its way here from another node: not made anew, empty, while its files are
+  // still coming.
+  if (moving_here(sm, id)) return std::unexpected(moving_error(id));
   auto owner = cl->claim(id, caller.tenant);
   if (!owner) return std::unexpected(owner.error());
   if (!owner->self) return std::unexpected(elsewhere_error(id, *owner));

@@ -34,7 +34,11 @@ asio::awaitable<Result<std::pair<SessionInfo, bool>>> Sessions::create(Origin or
 asio::awaitable<Result<SessionInfo>> Sessions::get(Origin origin, std::string id) {
   if (auto st = session::validate_id(id); !st) co_return std::unexpected(st.error());
   SessionManager* sm = d_.sessions;
-  auto job = on_pool(d_.pool, [sm, id, caller = origin.caller] { return sm->get(id, caller); });
+  auto job = on_pool(d_.pool, [sm, id, caller = origin.caller]() -> Result<SessionInfo> {
+    auto r = sm->get(id, caller);
+    if (!r) return std::unexpected(unless_moving_here(sm, id, r.error()));
+    return r;
+  });
   co_return co_await std::move(job);
 }
 
@@ -222,7 +226,9 @@ asio::awaitable<Result<Lease>> Sessions::lease(Origin origin, std::string id,
                     return std::unexpected(st.error());
                   return forget_on_failure(cl, sm, id, sm->acquire(id, create_if_missing, caller));
                 }
-                return sm->acquire(id, create_if_missing, caller);
+                auto r = sm->acquire(id, create_if_missing, caller);
+                if (!r) return std::unexpected(unless_moving_here(sm, id, r.error()));
+                return r;
               });
   auto box = co_await std::move(job);
   if (!box) co_return std::unexpected(box.error());
