@@ -192,18 +192,36 @@ asio::awaitable<void> swap_back(Context* ctx, std::vector<std::string> endpoints
   }
 }
 
-// The error a node answered with ({"error": {"code", "message"}}), or one naming its status.
-Error remote_error(const std::string& node, const Sent& s) {
-  auto j = json::parse(s.body, nullptr, false);
-  std::string msg = "HTTP " + std::to_string(s.status);
+// The message of the error a node answered with ({"error": {"code", "message"}}), or one
+// naming its status.
+std::string answered_message(int status, const std::string& body) {
+  auto j = json::parse(body, nullptr, false);
+  std::string msg = "HTTP " + std::to_string(status);
   if (j.is_object() && j.contains("error") && j["error"].is_object()) {
     msg = j["error"].value("message", msg);
   }
+  return msg;
+}
+
+// The error a node answered a move's archive with.
+Error remote_error(const std::string& node, const Sent& s) {
+  const std::string msg = answered_message(s.status, s.body);
   Error e = Error::make(Code::kUnavailable, "node " + node + " did not take the session: " + msg);
   if (s.status == 409) e.code = Code::kExists;
   if (s.status == 429) e.code = Code::kQuota;
   if (s.status == 501) e.code = Code::kNotSupported;
   return e;
+}
+
+// A session's spec beside its archive (<archive>.spec.json): the restore makes the session as
+// it was (session_manager.cc reads it), its workspace the archive's merged view.
+Status write_spec_sidecar(const std::string& path, const std::string& spec) {
+  UniqueFd s(::open((path + ".spec.json").c_str(),
+                    O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC | O_NOFOLLOW, 0600));
+  if (!s || ::write(s.get(), spec.data(), spec.size()) != static_cast<ssize_t>(spec.size())) {
+    return fail_errno(errno, "write(" + path + ".spec.json)");
+  }
+  return {};
 }
 
 Status remove_archive(const std::string& path) {
@@ -239,13 +257,9 @@ asio::awaitable<Status> tell_target(Context* ctx, std::string advertise, std::st
                                    "/v1/cluster/sessions/" + id + "/receive?" + what + "=1", "",
                                    session::Caller(tenant, false, 0), std::chrono::seconds(10));
   if (r.status == 200) co_return Status{};
-  auto j = json::parse(r.body, nullptr, false);
-  std::string msg = "HTTP " + std::to_string(r.status);
-  if (j.is_object() && j.contains("error") && j["error"].is_object()) {
-    msg = j["error"].value("message", msg);
-  }
   co_return fail(Code::kUnavailable, "the target node did not take the notice (" + what +
-                                         ") of session " + id + ": " + msg);
+                                         ") of session " + id + ": " +
+                                         answered_message(r.status, r.body));
 }
 
 std::string journal_dir(Context* ctx) {
@@ -300,14 +314,7 @@ asio::awaitable<Result<session::SessionInfo>> restore_here(Context* ctx, std::ui
                                                            std::string id, std::string path,
                                                            std::string spec, std::string tenant) {
   // Its spec beside the archive (read by the restore, as on a target).
-  auto job_spec = run_blocking(ctx->pool, [path, spec]() -> Status {
-    UniqueFd s(::open((path + ".spec.json").c_str(),
-                      O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC | O_NOFOLLOW, 0600));
-    if (!s || ::write(s.get(), spec.data(), spec.size()) != static_cast<ssize_t>(spec.size())) {
-      return fail_errno(errno, "write(" + path + ".spec.json)");
-    }
-    return {};
-  });
+  auto job_spec = run_blocking(ctx->pool, [path, spec] { return write_spec_sidecar(path, spec); });
   if (auto st = co_await std::move(job_spec); !st) {
     spdlog::warn("req={} move of {}: {}", req_id, id, st.error().message);
   }
@@ -654,17 +661,11 @@ asio::awaitable<bool> receive_session(Call* call) {
   }
   call->ex.body_pending = !r.done();
   if (wrote) {
-    // The spec comes with it: the restore makes the session as it was (session_manager.cc
-    // reads <archive>.spec.json), its workspace the archive's merged view.
+    // The spec comes with it (write_spec_sidecar).
     const std::string text = session::encode_spec(*spec);
     auto job = run_blocking(ctx->pool, [fd, path, text]() -> Status {
       if (::fsync(fd->get()) != 0) return fail_errno(errno, "fsync(" + path + ")");
-      UniqueFd s(::open((path + ".spec.json").c_str(),
-                        O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC | O_NOFOLLOW, 0600));
-      if (!s || ::write(s.get(), text.data(), text.size()) != static_cast<ssize_t>(text.size())) {
-        return fail_errno(errno, "write(" + path + ".spec.json)");
-      }
-      return {};
+      return write_spec_sidecar(path, text);
     });
     wrote = co_await std::move(job);
   }
