@@ -308,6 +308,9 @@ try {
   await page.waitForFunction(() => /\[build (succeeded|failed)/.test(document.querySelector("pre.log")?.textContent || ""), { timeout: 60000 });
   const buildLog = await text("pre.log");
   check(/\[build succeeded/.test(buildLog), "the build did not succeed: " + buildLog);
+  // The end of the build reloads the list (its row is drawn anew): click the row that shows the
+  // built version, not the one the reload is about to replace.
+  await page.waitForFunction(() => /^\d+$/.test(document.querySelector('tr[data-name="uihello"] td:nth-child(2)')?.textContent || ""));
   await page.click('tr[data-name="uihello"] button.link');
   await page.waitForSelector(".card h2");
   await shot("templates");
