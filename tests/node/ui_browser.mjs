@@ -54,6 +54,10 @@ try {
   const shot = (name) => page.screenshot({ path: path.join(shots, name + ".png") });
   const ok = (s) => console.log("ok " + s);
   const text = (sel) => page.$eval(sel, (e) => e.textContent);
+  // Click a row's button in a live list. The list redraws its rows (events, reloads), so a handle
+  // taken a moment before the click may be gone: find and click it in one step in the page.
+  const press = (sel) =>
+    page.waitForFunction((s) => { const e = document.querySelector(s); e?.click(); return !!e; }, {}, sel);
 
   step = "the login page loads";
   await page.goto(base + "/ui/", { waitUntil: "domcontentloaded" });
@@ -266,7 +270,7 @@ try {
   ok(step);
 
   step = "destroy asks first";
-  await page.click('.vrow[data-id="ui-other"] button[data-action="destroy"]');
+  await press('.vrow[data-id="ui-other"] button[data-action="destroy"]');
   await page.waitForSelector("dialog.modal[open]");
   await page.click("dialog.modal button.danger");
   await page.waitForFunction(() => !document.querySelector('.vrow[data-id="ui-other"]'));
@@ -304,14 +308,14 @@ try {
     (e.value = "name: uihello\nversion: 1\nfiles:\n  hello.txt: \"hi\\n\"\nsetup:\n  - echo setup-ran-in-the-box\n"));
   await page.evaluate(() => [...document.querySelectorAll("button")].find((b) => b.textContent === "Push").click());
   await page.waitForSelector('tr[data-name="uihello"]');
-  await page.click('tr[data-name="uihello"] button.primary');
+  await press('tr[data-name="uihello"] button.primary');
   await page.waitForFunction(() => /\[build (succeeded|failed)/.test(document.querySelector("pre.log")?.textContent || ""), { timeout: 60000 });
   const buildLog = await text("pre.log");
   check(/\[build succeeded/.test(buildLog), "the build did not succeed: " + buildLog);
   // The end of the build reloads the list (its row is drawn anew): click the row that shows the
   // built version, not the one the reload is about to replace.
   await page.waitForFunction(() => /^\d+$/.test(document.querySelector('tr[data-name="uihello"] td:nth-child(2)')?.textContent || ""));
-  await page.click('tr[data-name="uihello"] button.link');
+  await press('tr[data-name="uihello"] button.link');
   await page.waitForSelector(".card h2");
   await shot("templates");
   ok(step);
