@@ -427,6 +427,29 @@ void Cluster::forget(const std::string& id) {
     spdlog::warn("cluster: catalog entry of session {} not removed: {}", id, r.error().message);
 }
 
+namespace {
+
+Error move_catalog_error(const Error& e) {
+  return Error::make(
+      Code::kUnavailable,
+      "the session catalog (etcd) cannot be reached: a move needs it (" + e.message + ")");
+}
+
+}  // namespace
+
+Result<std::string> Cluster::entry(const std::string& id) {
+  auto r = etcd_.range(key("sessions", id));
+  if (!r) return std::unexpected(move_catalog_error(r.error()));
+  return r->kvs.empty() ? std::string() : r->kvs.front().value;
+}
+
+Result<bool> Cluster::swap_entry(const std::string& id, const std::string& from,
+                                 const std::string& to) {
+  auto r = etcd_.put_if_value(key("sessions", id), from, to);
+  if (!r) return std::unexpected(move_catalog_error(r.error()));
+  return *r;
+}
+
 Status Cluster::set_cordon(const std::string& name, bool cordoned) {
   {
     std::lock_guard lock(mu_);

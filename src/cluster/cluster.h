@@ -121,6 +121,12 @@ class Cluster {
   }
   // Session `id` is gone from this node: its catalog entry goes (if it still names this node).
   void forget(const std::string& id);
+  // A move's hand-over (server/cluster_move.cc). The catalog entry of `id` as etcd holds it now
+  // (the cache is not asked): its stored value, "" when there is none.
+  Result<std::string> entry(const std::string& id);
+  // Puts `to` as the entry of `id` only while it still holds `from` (one compare-and-swap):
+  // whether it did.
+  Result<bool> swap_entry(const std::string& id, const std::string& from, const std::string& to);
   // Cordons or uncordons node `name` (ENOENT for a node never seen).
   Status set_cordon(const std::string& name, bool cordoned);
 

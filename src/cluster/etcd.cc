@@ -263,6 +263,20 @@ Result<bool> EtcdClient::erase_if_value(const std::string& key, const std::strin
   return j.value("succeeded", false);
 }
 
+Result<bool> EtcdClient::put_if_value(const std::string& key, const std::string& expected,
+                                      const std::string& value) {
+  json req = {
+      {"compare", json::array({{{"key", b64(key)},
+                                {"target", "VALUE"},
+                                {"result", "EQUAL"},
+                                {"value", b64(expected)}}})},
+      {"success", json::array({{{"request_put", {{"key", b64(key)}, {"value", b64(value)}}}}})},
+  };
+  auto body = AB_TRY(call("/v3/kv/txn", req.dump()));
+  auto j = AB_TRY(parse_reply(body, "txn"));
+  return j.value("succeeded", false);
+}
+
 Result<std::int64_t> EtcdClient::lease_grant(std::int64_t ttl_sec) {
   json req = {{"TTL", std::to_string(ttl_sec)}};
   auto body = AB_TRY(call("/v3/lease/grant", req.dump()));

@@ -86,6 +86,9 @@ class EtcdClient {
                                         std::int64_t lease = 0);
   // Deletes `key` only while it still holds `value` (compare value): whether it did.
   Result<bool> erase_if_value(const std::string& key, const std::string& value);
+  // Puts `value` only while `key` still holds `expected` (compare value): whether it did.
+  Result<bool> put_if_value(const std::string& key, const std::string& expected,
+                            const std::string& value);
 
   // A lease of `ttl_sec`: its id.
   Result<std::int64_t> lease_grant(std::int64_t ttl_sec);

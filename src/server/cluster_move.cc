@@ -20,13 +20,10 @@
 
 #include <boost/asio/steady_timer.hpp>
 #include <chrono>
-#include <filesystem>
-#include <fstream>
 #include <limits>
-#include <sstream>
 
-#include "client/client.h"
 #include "cluster/forward_auth.h"
+#include "cluster/move_state.h"
 #include "common/log.h"
 #include "server/base64.h"
 #include "server/internal/blocking.h"
@@ -134,57 +131,11 @@ asio::awaitable<Result<Sent>> send_archive(Context* ctx, std::string advertise, 
   co_return Sent{static_cast<int>(res.result_int()), std::move(res.body())};
 }
 
-// etcd's JSON gateway, for the catalog entry of one session (cluster/cluster.h:
-// <prefix>sessions/<id> = {"node","tenant"}). Blocking (the pool).
-Result<std::string> etcd_post(const std::vector<std::string>& endpoints, const std::string& path,
-                              const std::string& body) {
-  Error last = Error::make(Code::kUnavailable, "no etcd endpoint");
-  for (const std::string& ep : endpoints) {
-    client::ClientOptions o;
-    o.server = ep;
-    o.timeout = std::chrono::seconds(5);
-    client::Client c(std::move(o));
-    auto r = c.request("POST", path, body, "application/json", {});
-    if (r && r->status == 200) return std::move(r->body);
-    last = r ? Error::make(Code::kUnavailable, "HTTP " + std::to_string(r->status) + " " + r->body)
-             : r.error();
-  }
-  return fail(
-      Code::kUnavailable,
-      "the session catalog (etcd) cannot be reached: a move needs it (" + last.message + ")");
-}
-
-// The entry's stored value, or "" when there is none.
-Result<std::string> read_entry(const std::vector<std::string>& endpoints, const std::string& key) {
-  auto body =
-      AB_TRY(etcd_post(endpoints, "/v3/kv/range", json{{"key", base64_encode(key)}}.dump()));
-  auto j = json::parse(body, nullptr, false);
-  if (!j.is_object()) return fail(Code::kUnavailable, "etcd range: a reply that is not JSON");
-  if (!j.contains("kvs") || !j["kvs"].is_array() || j["kvs"].empty()) return std::string();
-  return base64_decode(j["kvs"][0].value("value", ""), "etcd value");
-}
-
-// Puts `value` while the entry still holds `old`: whether it did.
-Result<bool> swap_entry(const std::vector<std::string>& endpoints, const std::string& key,
-                        const std::string& old, const std::string& value) {
-  json req = {{"compare", json::array({{{"key", base64_encode(key)},
-                                        {"target", "VALUE"},
-                                        {"result", "EQUAL"},
-                                        {"value", base64_encode(old)}}})},
-              {"success",
-               json::array({{{"request_put",
-                              {{"key", base64_encode(key)}, {"value", base64_encode(value)}}}}})}};
-  auto body = AB_TRY(etcd_post(endpoints, "/v3/kv/txn", req.dump()));
-  auto j = json::parse(body, nullptr, false);
-  if (!j.is_object()) return fail(Code::kUnavailable, "etcd txn: a reply that is not JSON");
-  return j.value("succeeded", false);
-}
-
 // The catalog entry of session `id` back to this node (a move that failed after the switch).
-asio::awaitable<void> swap_back(Context* ctx, std::vector<std::string> endpoints, std::string key,
-                                std::string moved, std::string old, std::string id) {
-  auto job = run_blocking(
-      ctx->pool, [endpoints, key, moved, old] { return swap_entry(endpoints, key, moved, old); });
+asio::awaitable<void> swap_back(Context* ctx, std::string id, std::string moved, std::string old) {
+  cluster::Cluster* cl = ctx->opts.cluster.get();
+  auto job =
+      run_blocking(ctx->pool, [cl, id, moved, old] { return cl->swap_entry(id, moved, old); });
   auto back = co_await std::move(job);
   if (!back || !*back) {
     spdlog::error("move of {}: the catalog entry was not switched back: {}", id,
@@ -213,42 +164,6 @@ Error remote_error(const std::string& node, const Sent& s) {
   return e;
 }
 
-// A session's spec beside its archive (<archive>.spec.json): the restore makes the session as
-// it was (session_manager.cc reads it), its workspace the archive's merged view.
-Status write_spec_sidecar(const std::string& path, const std::string& spec) {
-  UniqueFd s(::open((path + ".spec.json").c_str(),
-                    O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC | O_NOFOLLOW, 0600));
-  if (!s || ::write(s.get(), spec.data(), spec.size()) != static_cast<ssize_t>(spec.size())) {
-    return fail_errno(errno, "write(" + path + ".spec.json)");
-  }
-  return {};
-}
-
-Status remove_archive(const std::string& path) {
-  ::unlink((path + ".mounts.json").c_str());
-  ::unlink((path + ".spec.json").c_str());
-  if (::unlink(path.c_str()) != 0 && errno != ENOENT)
-    return fail_errno(errno, "unlink(" + path + ")");
-  return {};
-}
-
-// The move's journal, data_dir/moving/<id> (JSON): written and fsynced before the catalog
-// switch, with the archive's path once there is one, and removed when the move is over either
-// way. A node killed in between finishes or undoes the move when it starts again
-// (recover_moves), so the session is never left on no node.
-struct Journal {
-  std::string to;
-  std::string old_value;    // the catalog entry before the move
-  std::string moved_value;  // the entry naming `to`
-  std::string spec;         // session::encode_spec
-  std::string tenant;
-  std::string archive;  // "" until the session is archived
-};
-
-std::string incoming_dir(session::SessionManager* sm) {
-  return sm->config().data_dir + "/incoming";  // service/placement.cc reads it too
-}
-
 // Tells node `advertise` that session `id` is coming (`what` "expect": it makes no session of
 // that id until the session arrives) or is not ("cancel").
 asio::awaitable<Status> tell_target(Context* ctx, std::string advertise, std::string id,
@@ -262,66 +177,21 @@ asio::awaitable<Status> tell_target(Context* ctx, std::string advertise, std::st
                                          answered_message(r.status, r.body));
 }
 
-std::string journal_dir(Context* ctx) {
-  return ctx->sessions->config().data_dir + "/moving";
-}
-
-Status write_journal(const std::string& dir, const std::string& id, const Journal& j) {
-  if (::mkdir(dir.c_str(), 0700) != 0 && errno != EEXIST) {
-    return fail_errno(errno, "mkdir(" + dir + ")");
-  }
-  const std::string text = json{{"to", j.to},     {"old", j.old_value}, {"moved", j.moved_value},
-                                {"spec", j.spec}, {"tenant", j.tenant}, {"archive", j.archive}}
-                               .dump();
-  const std::string path = dir + "/" + id, tmp = path + ".tmp";
-  {
-    UniqueFd f(::open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC | O_NOFOLLOW, 0600));
-    if (!f) return fail_errno(errno, "open(" + tmp + ")");
-    if (::write(f.get(), text.data(), text.size()) != static_cast<ssize_t>(text.size()) ||
-        ::fsync(f.get()) != 0) {
-      return fail_errno(errno, "write(" + tmp + ")");
-    }
-  }
-  if (::rename(tmp.c_str(), path.c_str()) != 0) return fail_errno(errno, "rename(" + tmp + ")");
-  UniqueFd d(::open(dir.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC));
-  if (d) ::fsync(d.get());
-  return {};
-}
-
-void remove_journal(const std::string& dir, const std::string& id) {
-  ::unlink((dir + "/" + id).c_str());
-}
-
-Result<Journal> read_journal(const std::string& path) {
-  std::ifstream f(path, std::ios::binary);
-  std::stringstream ss;
-  ss << f.rdbuf();
-  auto j = json::parse(ss.str(), nullptr, false);
-  if (!f || !j.is_object()) return fail(Code::kInternal, path + ": not a move journal");
-  Journal out;
-  out.to = j.value("to", "");
-  out.old_value = j.value("old", "");
-  out.moved_value = j.value("moved", "");
-  out.spec = j.value("spec", "");
-  out.tenant = j.value("tenant", "");
-  out.archive = j.value("archive", "");
-  return out;
-}
-
 // Session `id` back on this node from `path` (with its spec), as its tenant's: the session, or
 // an error. The archive goes when the restore took it.
 asio::awaitable<Result<session::SessionInfo>> restore_here(Context* ctx, std::uint64_t req_id,
                                                            std::string id, std::string path,
                                                            std::string spec, std::string tenant) {
   // Its spec beside the archive (read by the restore, as on a target).
-  auto job_spec = run_blocking(ctx->pool, [path, spec] { return write_spec_sidecar(path, spec); });
+  auto job_spec =
+      run_blocking(ctx->pool, [path, spec] { return cluster::write_spec_sidecar(path, spec); });
   if (auto st = co_await std::move(job_spec); !st) {
     spdlog::warn("req={} move of {}: {}", req_id, id, st.error().message);
   }
   const service::Origin as_owner(session::Caller(tenant, false, 0), req_id, service::Surface::kV1);
   auto back = co_await ctx->svc->sessions.restore(as_owner, id, path);
   if (back) {
-    auto job_rm = run_blocking(ctx->pool, [path] { return remove_archive(path); });
+    auto job_rm = run_blocking(ctx->pool, [path] { return cluster::remove_archive(path); });
     co_await std::move(job_rm);
   }
   co_return back;
@@ -372,11 +242,9 @@ asio::awaitable<Reply> move_session(Context* ctx, Request* req) {
   }
   const std::string spec = session::encode_spec(info->spec);
   const std::string tenant = info->tenant;
-  const std::vector<std::string> endpoints = cl->options().etcd;
-  const std::string key = cl->options().prefix + "sessions/" + id;
   const std::string self = cl->node();
   // 1. The catalog: this node's entry becomes the target's.
-  auto job_read = run_blocking(ctx->pool, [endpoints, key] { return read_entry(endpoints, key); });
+  auto job_read = run_blocking(ctx->pool, [cl, id] { return cl->entry(id); });
   auto old = co_await std::move(job_read);
   if (!old) co_return error_reply(old.error());
   auto entry = json::parse(*old, nullptr, false);
@@ -387,24 +255,23 @@ asio::awaitable<Reply> move_session(Context* ctx, Request* req) {
   }
   entry["node"] = to;
   const std::string moved_value = entry.dump();
-  const std::string jdir = journal_dir(ctx);
-  Journal journal{to, *old, moved_value, spec, tenant, ""};
-  auto job_j =
-      run_blocking(ctx->pool, [jdir, id, journal] { return write_journal(jdir, id, journal); });
+  const std::string jdir = ctx->sessions->config().data_dir;
+  cluster::MoveJournal journal{to, *old, moved_value, spec, tenant, ""};
+  auto job_j = run_blocking(
+      ctx->pool, [jdir, id, journal] { return cluster::write_move_journal(jdir, id, journal); });
   if (auto st = co_await std::move(job_j); !st) co_return error_reply(st.error());
   // The target makes no session of this id (an exec that creates, say) until it arrives.
   if (auto st = co_await tell_target(ctx, target->advertise, id, tenant, std::string("expect"));
       !st) {
-    remove_journal(jdir, id);
+    cluster::remove_move_journal(jdir, id);
     co_return error_reply(st.error());
   }
-  auto job_swap = run_blocking(ctx->pool, [endpoints, key, o = *old, moved_value] {
-    return swap_entry(endpoints, key, o, moved_value);
-  });
+  auto job_swap = run_blocking(
+      ctx->pool, [cl, id, o = *old, moved_value] { return cl->swap_entry(id, o, moved_value); });
   auto swapped = co_await std::move(job_swap);
   if (!swapped || !*swapped) {
     (void)co_await tell_target(ctx, target->advertise, id, tenant, std::string("cancel"));
-    remove_journal(jdir, id);
+    cluster::remove_move_journal(jdir, id);
     if (!swapped) co_return error_reply(swapped.error());
     co_return error_reply(Error::make(
         Code::kExists, "the catalog entry of session " + id + " changed meanwhile: try again"));
@@ -412,31 +279,31 @@ asio::awaitable<Reply> move_session(Context* ctx, Request* req) {
   // 2. Archived and gone here (the entry, now the target's, stays).
   auto archived = co_await sessions.destroy(origin, id, /*archive=*/true);
   if (!archived) {
-    co_await swap_back(ctx, endpoints, key, moved_value, *old, id);
+    co_await swap_back(ctx, id, moved_value, *old);
     (void)co_await tell_target(ctx, target->advertise, id, tenant, std::string("cancel"));
-    remove_journal(jdir, id);
+    cluster::remove_move_journal(jdir, id);
     co_return error_reply(archived.error());
   }
   const std::string path = *archived;
   journal.archive = path;
-  auto job_j2 =
-      run_blocking(ctx->pool, [jdir, id, journal] { return write_journal(jdir, id, journal); });
+  auto job_j2 = run_blocking(
+      ctx->pool, [jdir, id, journal] { return cluster::write_move_journal(jdir, id, journal); });
   if (auto st = co_await std::move(job_j2); !st) {
     spdlog::warn("req={} move of {}: {}", req->id, id, st.error().message);
   }
   // 3. To the target, restored there.
   auto sent = co_await send_archive(ctx, target->advertise, id, path, spec, tenant);
   if (sent && sent->status == 201) {
-    auto job = run_blocking(ctx->pool, [path] { return remove_archive(path); });
+    auto job = run_blocking(ctx->pool, [path] { return cluster::remove_archive(path); });
     co_await std::move(job);
-    remove_journal(jdir, id);
+    cluster::remove_move_journal(jdir, id);
     const service::Fields fields = {{"from", self}, {"to", to}};
     ctx->svc->bus().emit("session.move", origin, id, fields);
     spdlog::info("req={} session {} moved to node {}", req->id, id, to);
     co_return json_reply(200, json::parse(sent->body, nullptr, false));
   }
   Error failed = sent ? remote_error(to, *sent) : sent.error();
-  co_await swap_back(ctx, endpoints, key, moved_value, *old, id);
+  co_await swap_back(ctx, id, moved_value, *old);
   (void)co_await tell_target(ctx, target->advertise, id, tenant, std::string("cancel"));
   // Back here as it was. The session's own tenant owns it again (an admin may move another's).
   auto back = co_await restore_here(ctx, req->id, id, path, spec, tenant);
@@ -445,13 +312,13 @@ asio::awaitable<Reply> move_session(Context* ctx, Request* req) {
         "req={} move of {} failed ({}), and restoring it here failed too: {} (the "
         "archive {} is kept)",
         req->id, id, failed.message, back.error().message, path);
-    remove_journal(jdir, id);
+    cluster::remove_move_journal(jdir, id);
     co_return error_reply(
         Error::make(Code::kInternal, "move of session " + id + " failed (" + failed.message +
                                          ") and its restore here failed too (" +
                                          back.error().message + "); its archive is " + path));
   }
-  remove_journal(jdir, id);
+  cluster::remove_move_journal(jdir, id);
   failed.message =
       "session " + id + " was not moved (it stays on node " + self + "): " + failed.message;
   co_return error_reply(failed);
@@ -459,22 +326,9 @@ asio::awaitable<Reply> move_session(Context* ctx, Request* req) {
 
 namespace {
 
-// The archive a destroy made of session `id` in `dir` (the newest), or "".
-std::string newest_archive(const std::string& dir, const std::string& id) {
-  std::string best;
-  std::error_code ec;
-  for (const auto& e : std::filesystem::directory_iterator(dir, ec)) {
-    const std::string name = e.path().filename().string();
-    if (name.rfind(id + "-", 0) != 0 || !name.ends_with(".tar.zst")) continue;
-    if (name.find("-moved-") != std::string::npos) continue;  // a received one
-    if (name > best) best = name;  // <id>-<UTC time>: the newest sorts last
-  }
-  return best.empty() ? best : dir + "/" + best;
-}
-
 // One interrupted move (journal data_dir/moving/<id>): whether it is settled.
 asio::awaitable<bool> recover_one(Context* ctx, std::string dir, std::string id) {
-  auto j = read_journal(dir + "/" + id);
+  auto j = cluster::read_move_journal(dir, id);
   if (!j) {
     spdlog::error("{} (left as it is)", j.error().message);
     co_return true;
@@ -489,8 +343,8 @@ asio::awaitable<bool> recover_one(Context* ctx, std::string dir, std::string id)
       co_await forward_small(ctx, target->advertise, "GET", "/v1/sessions/" + id, "",
                              session::Caller(j->tenant, false, 0), std::chrono::seconds(10));
   if (there.status == 200) {  // the move was done: what it left here goes
-    if (!j->archive.empty()) (void)remove_archive(j->archive);
-    remove_journal(dir, id);
+    if (!j->archive.empty()) (void)cluster::remove_archive(j->archive);
+    cluster::remove_move_journal(dir, id);
     spdlog::info("the interrupted move of session {} to node {} had finished", id, j->to);
     co_return true;
   }
@@ -501,13 +355,11 @@ asio::awaitable<bool> recover_one(Context* ctx, std::string dir, std::string id)
       (there.status == 503 && there.body.find(service::kMovingHere) != std::string::npos);
   if (!absent) co_return false;
   // Not there: the move is undone. The catalog entry first, then the session.
-  const std::vector<std::string> endpoints = cl->options().etcd;
-  const std::string key = cl->options().prefix + "sessions/" + id;
-  auto job = run_blocking(ctx->pool, [endpoints, key, jj = *j]() -> Result<bool> {
-    const std::string cur = AB_TRY(read_entry(endpoints, key));
+  auto job = run_blocking(ctx->pool, [cl, id, jj = *j]() -> Result<bool> {
+    const std::string cur = AB_TRY(cl->entry(id));
     if (cur == jj.old_value) return true;
     if (cur != jj.moved_value) return false;
-    return swap_entry(endpoints, key, jj.moved_value, jj.old_value);
+    return cl->swap_entry(id, jj.moved_value, jj.old_value);
   });
   auto swapped = co_await std::move(job);
   if (!swapped) co_return false;  // etcd away: later
@@ -516,7 +368,7 @@ asio::awaitable<bool> recover_one(Context* ctx, std::string dir, std::string id)
         "the interrupted move of session {}: its catalog entry names neither this node nor {} "
         "(left as it is; its archive, if any, stays in the archives)",
         id, j->to);
-    remove_journal(dir, id);
+    cluster::remove_move_journal(dir, id);
     co_return true;
   }
   // The target may make sessions of this id again (the catalog names this node).
@@ -527,7 +379,7 @@ asio::awaitable<bool> recover_one(Context* ctx, std::string dir, std::string id)
   session::SessionManager* sm = ctx->sessions;
   if (!sm->get(id, session::Caller::daemon())) {
     std::string archive = j->archive;
-    if (archive.empty()) archive = newest_archive(sm->archives_dir(), id);
+    if (archive.empty()) archive = cluster::newest_archive(sm->archives_dir(), id);
     if (archive.empty()) {
       spdlog::error("the interrupted move of session {}: no session and no archive of it here", id);
     } else {
@@ -538,7 +390,7 @@ asio::awaitable<bool> recover_one(Context* ctx, std::string dir, std::string id)
       }
     }
   }
-  remove_journal(dir, id);
+  cluster::remove_move_journal(dir, id);
   spdlog::info("the interrupted move of session {} to node {} was undone: it is here", id, j->to);
   co_return true;
 }
@@ -547,20 +399,10 @@ asio::awaitable<bool> recover_one(Context* ctx, std::string dir, std::string id)
 
 asio::awaitable<void> recover_moves(Context* ctx) {
   if (!ctx->opts.cluster) co_return;
-  const std::string dir = journal_dir(ctx);
+  const std::string dir = ctx->sessions->config().data_dir;
   while (!ctx->stopping) {
     auto job = run_blocking(ctx->pool, [dir]() -> Result<std::vector<std::string>> {
-      std::vector<std::string> ids;
-      std::error_code ec;
-      for (const auto& e : std::filesystem::directory_iterator(dir, ec)) {
-        const std::string name = e.path().filename().string();
-        if (name.ends_with(".tmp")) {
-          ::unlink(e.path().c_str());  // a journal never written whole: no move began
-        } else {
-          ids.push_back(name);
-        }
-      }
-      return ids;
+      return cluster::move_journals(dir);
     });
     const auto ids = co_await std::move(job);
     bool pending = false;
@@ -590,26 +432,12 @@ asio::awaitable<bool> receive_session(Call* call) {
   };
   if (auto st = session::validate_id(id); !st) co_return co_await bad(st.error());
   session::SessionManager* sm = ctx->sessions;
-  const std::string marker = incoming_dir(sm) + "/" + id;
+  const std::string data_dir = sm->config().data_dir;
   // ?expect=1: the session is coming (before the catalog names this node); ?cancel=1: it is not.
   const bool expect = req.query.contains("expect"), cancel = req.query.contains("cancel");
   if (expect || cancel) {
-    const std::string idir = incoming_dir(sm);
-    auto job = run_blocking(ctx->pool, [idir, marker, expect]() -> Status {
-      if (!expect) {
-        if (::unlink(marker.c_str()) != 0 && errno != ENOENT) {
-          return fail_errno(errno, "unlink(" + marker + ")");
-        }
-        return {};
-      }
-      if (::mkdir(idir.c_str(), 0700) != 0 && errno != EEXIST) {
-        return fail_errno(errno, "mkdir(" + idir + ")");
-      }
-      UniqueFd f(::open(marker.c_str(), O_WRONLY | O_CREAT | O_CLOEXEC | O_NOFOLLOW, 0600));
-      if (!f || ::fsync(f.get()) != 0) return fail_errno(errno, "open(" + marker + ")");
-      UniqueFd d(::open(idir.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC));
-      if (d) ::fsync(d.get());
-      return {};
+    auto job = run_blocking(ctx->pool, [data_dir, id, expect]() -> Status {
+      return expect ? cluster::mark_incoming(data_dir, id) : cluster::unmark_incoming(data_dir, id);
     });
     if (auto st = co_await std::move(job); !st) co_return co_await bad(st.error());
     call->ex.keep_alive = false;
@@ -641,7 +469,7 @@ asio::awaitable<bool> receive_session(Call* call) {
     BodyChunk c = co_await read_body_chunk(&r, buf->data(), buf->size());
     ctx->metrics.add_bytes_in(c.wire_bytes);
     if (c.ec) {
-      (void)remove_archive(path);
+      (void)cluster::remove_archive(path);
       if (is_disconnect(c.ec)) co_return false;
       co_return co_await bad(body_error(c.ec, Error::make(Code::kTooBig, "archive too big")));
     }
@@ -665,19 +493,20 @@ asio::awaitable<bool> receive_session(Call* call) {
     const std::string text = session::encode_spec(*spec);
     auto job = run_blocking(ctx->pool, [fd, path, text]() -> Status {
       if (::fsync(fd->get()) != 0) return fail_errno(errno, "fsync(" + path + ")");
-      return write_spec_sidecar(path, text);
+      return cluster::write_spec_sidecar(path, text);
     });
     wrote = co_await std::move(job);
   }
   fd.reset();
   if (!wrote) {
-    (void)remove_archive(path);
+    (void)cluster::remove_archive(path);
     co_return co_await bad(wrote.error());
   }
   auto s = co_await ctx->svc->sessions.restore(origin_of(req, service::Surface::kV1), id, path);
-  auto job = run_blocking(ctx->pool, [path, marker, ok = s.has_value()]() -> Status {
-    if (ok) ::unlink(marker.c_str());  // here now: made like any other session from now on
-    return remove_archive(path);
+  auto job = run_blocking(ctx->pool, [path, data_dir, id, ok = s.has_value()]() -> Status {
+    // Here now: made like any other session from now on.
+    if (ok) (void)cluster::unmark_incoming(data_dir, id);
+    return cluster::remove_archive(path);
   });
   co_await std::move(job);
   if (!s) co_return co_await send_error(call, s.error());

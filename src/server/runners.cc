@@ -17,12 +17,10 @@
 #include <boost/asio/post.hpp>
 #include <boost/asio/steady_timer.hpp>
 #include <boost/beast/websocket/rfc6455.hpp>
-#include <filesystem>
-#include <fstream>
-#include <sstream>
 
 #include "common/log.h"
 #include "remote/runner_hub.h"
+#include "remote/skill_sync.h"
 #include "server/internal/surfaces.h"
 #include "server/internal/transport.h"
 #include "server/websocket.h"
@@ -36,7 +34,6 @@ using remote::RunnerIdentity;
 namespace proto = runner::proto;
 namespace {
 
-namespace fs = std::filesystem;
 namespace websocket = beast::websocket;
 
 // A runner's connection events go to the operation bus as any operation's (the audit log
@@ -50,71 +47,6 @@ void runner_event(Context* ctx, std::string_view op, std::string tenant,
 using namespace std::chrono_literals;
 
 constexpr std::chrono::seconds kRegisterWait{10};
-constexpr std::uintmax_t kMaxSyncedFile = 16u << 20;
-
-// Copies the tree `src` to the runner's `dst` (mkdir_all + write_file per file). Symlinks and
-// special files are skipped; so are files over kMaxSyncedFile. Returns how many files went over.
-Result<std::size_t> sync_tree(RunnerConn* conn, const fs::path& src, const std::string& dst) {
-  std::size_t files = 0;
-  const std::uint32_t dir_perm = proto::go_perm_from_mode(0755);
-  auto st = conn->call("mkdir_all", proto::to_json(proto::MkdirAllRequest{dst, dir_perm}), 30s);
-  if (!st) return std::unexpected(st.error());
-  std::error_code ec;
-  for (auto it = fs::recursive_directory_iterator(src, ec); !ec && it != fs::end(it);
-       it.increment(ec)) {
-    const fs::directory_entry& e = *it;
-    std::string rel = fs::relative(e.path(), src, ec).string();
-    if (ec) break;
-    std::string target = dst + "/" + rel;
-    if (e.is_symlink(ec)) continue;
-    if (e.is_directory(ec)) {
-      auto r =
-          conn->call("mkdir_all", proto::to_json(proto::MkdirAllRequest{target, dir_perm}), 30s);
-      if (!r) return std::unexpected(r.error());
-    } else if (e.is_regular_file(ec) && e.file_size(ec) <= kMaxSyncedFile) {
-      std::ifstream in(e.path(), std::ios::binary);
-      std::stringstream ss;
-      ss << in.rdbuf();
-      proto::WriteFileRequest w{target, ss.str(), proto::go_perm_from_mode(0644)};
-      auto r = conn->call("write_file", proto::to_json(w), 60s);
-      if (!r) return std::unexpected(r.error());
-      ++files;
-    }
-  }
-  return files;
-}
-
-// Seed 000: the daemon's global skills and agents on every (re)registration. Blocking (pool).
-void sync_to_runner(const std::shared_ptr<RunnerConn>& conn, const std::string& skills_dir,
-                    const std::string& agents_dir) {
-  const std::string ws = conn->identity().workspace;
-  std::error_code ec;
-  std::size_t files = 0;
-  if (!skills_dir.empty() && fs::is_directory(skills_dir, ec)) {
-    for (const auto& d : fs::directory_iterator(skills_dir, ec)) {
-      if (!d.is_directory() || d.is_symlink() || !fs::is_regular_file(d.path() / "SKILL.md")) {
-        continue;
-      }
-      auto n = sync_tree(conn.get(), d.path(), ws + "/.skills/" + d.path().filename().string());
-      if (!n) {
-        spdlog::warn("runner {}: syncing skill {}: {}", conn->identity().user,
-                     d.path().filename().string(), n.error().message);
-        return;
-      }
-      files += *n;
-    }
-  }
-  if (!agents_dir.empty() && fs::is_directory(agents_dir, ec)) {
-    auto n = sync_tree(conn.get(), agents_dir, ws + "/.agents");
-    if (!n) {
-      spdlog::warn("runner {}: syncing agents: {}", conn->identity().user, n.error().message);
-      return;
-    }
-    files += *n;
-  }
-  if (files > 0)
-    spdlog::info("runner {}: synced {} skill/agent files", conn->identity().user, files);
-}
 
 WsOptions runner_ws_options(const ServerOptions& o) {
   WsOptions w;
@@ -232,7 +164,7 @@ asio::awaitable<bool> runner_ws(Call* call) {
       const auto& mc = ctx->sessions->config();
       if (!mc.global_skills_dir.empty() || !mc.agents_dir.empty()) {
         asio::post(*ctx->pool, [rc, skills = mc.global_skills_dir, agents = mc.agents_dir] {
-          sync_to_runner(rc, skills, agents);
+          remote::sync_to_runner(rc, skills, agents);
         });
       }
     });

@@ -1,6 +1,8 @@
 // The templates surface (API.md "Templates, snapshots, health, packages"): template CRUD (YAML
-// bodies), builds with their logs, snapshots and rollback. The work is the template manager's
-// (session/template_manager.h); it is reached through the session manager's config.
+// bodies), builds with their logs, snapshots and rollback: decode, service::Templates, encode.
+// Every route is 501 when the daemon runs without templates (a fixture without a data dir).
+
+#include "service/templates.h"
 
 #include <cstdint>
 
@@ -9,16 +11,13 @@
 #include "server/internal/blocking.h"
 #include "server/internal/surfaces.h"
 #include "server/internal/transport.h"
-#include "session/template_manager.h"
+#include "service/services.h"
 
 namespace agentbox::server::detail {
 namespace {
 
 using session::BuildInfo;
 using session::TemplateInfo;
-using session::TemplateManager;
-
-TemplateManager* manager(Context* ctx) { return ctx->sessions->config().templates.get(); }
 
 json encode_snapshot(const session::SnapshotInfo& s, std::uint64_t current) {
   return {
@@ -85,18 +84,19 @@ json encode_build(const BuildInfo& b) {
   return j;
 }
 
-Result<std::string> name_param(const Request& req) {
+service::Templates& templates(Context* ctx) {
+  return ctx->svc->templates;
+}
+service::Origin origin(const Request& req) {
+  return origin_of(req, service::Surface::kV1);
+}
+std::string name_param(const Request& req) {
   auto it = req.params.find("name");
-  if (it == req.params.end()) return fail(Code::kInvalid, "missing template name");
-  AB_TRY(workspace::validate_template_name(it->second));
-  return it->second;
+  return it == req.params.end() ? std::string() : it->second;
 }
 
 asio::awaitable<Reply> create_template(Context* ctx, Request* req) {
-  TemplateManager* tm = manager(ctx);
-  std::string yaml = std::move(req->body);
-  auto job = run_blocking(ctx->pool, [tm, yaml] { return tm->put(yaml); });
-  auto r = co_await std::move(job);
+  auto r = co_await templates(ctx).put(origin(*req), std::move(req->body));
   if (!r) co_return error_reply(r.error());
   spdlog::info("req={} template {} {}", req->id, r->first.tmpl.name,
                r->second ? "created" : "replaced");
@@ -104,12 +104,7 @@ asio::awaitable<Reply> create_template(Context* ctx, Request* req) {
 }
 
 asio::awaitable<Reply> list_templates(Context* ctx, Request* req) {
-  (void)req;
-  TemplateManager* tm = manager(ctx);
-  auto job = run_blocking(ctx->pool, [tm]() -> Result<std::vector<TemplateInfo>> {
-    return tm->list();
-  });
-  auto r = co_await std::move(job);
+  auto r = co_await templates(ctx).list(origin(*req));
   if (!r) co_return error_reply(r.error());
   json arr = json::array();
   for (const auto& t : *r) arr.push_back(encode_template(t));
@@ -117,51 +112,30 @@ asio::awaitable<Reply> list_templates(Context* ctx, Request* req) {
 }
 
 asio::awaitable<Reply> get_template(Context* ctx, Request* req) {
-  auto name = name_param(*req);
-  if (!name) co_return error_reply(name.error());
-  TemplateManager* tm = manager(ctx);
-  auto job = run_blocking(ctx->pool, [tm, n = *name] { return tm->get(n); });
-  auto r = co_await std::move(job);
+  auto r = co_await templates(ctx).get(origin(*req), name_param(*req));
   if (!r) co_return error_reply(r.error());
   co_return json_reply(200, encode_template(*r));
 }
 
 asio::awaitable<Reply> delete_template(Context* ctx, Request* req) {
-  auto name = name_param(*req);
-  if (!name) co_return error_reply(name.error());
-  TemplateManager* tm = manager(ctx);
-  auto job = run_blocking(ctx->pool, [tm, n = *name] { return tm->remove(n); });
-  auto r = co_await std::move(job);
+  std::string name = name_param(*req);
+  auto r = co_await templates(ctx).remove(origin(*req), name);
   if (!r) co_return error_reply(r.error());
-  co_return json_reply(200, {{"name", *name}, {"deleted", true}});
+  co_return json_reply(200, {{"name", name}, {"deleted", true}});
 }
 
 asio::awaitable<Reply> build_template(Context* ctx, Request* req) {
-  auto name = name_param(*req);
-  if (!name) co_return error_reply(name.error());
   auto wait = bool_query(*req, "wait");
   if (!wait) co_return error_reply(wait.error());
-  TemplateManager* tm = manager(ctx);
-  auto job = run_blocking(ctx->pool, [tm, n = *name] { return tm->start_build(n); });
-  auto r = co_await std::move(job);
+  std::string name = name_param(*req);
+  auto r = co_await templates(ctx).start_build(origin(*req), name);
   if (!r) co_return error_reply(r.error());
-  spdlog::info("req={} template {} build {} started", req->id, *name, r->id);
+  spdlog::info("req={} template {} build {} started", req->id, name, r->id);
   if (!*wait) {
-    co_return json_reply(202, {{"build_id", r->id},
-                               {"state", std::string(session::build_state_name(r->state))}});
+    co_return json_reply(
+        202, {{"build_id", r->id}, {"state", std::string(session::build_state_name(r->state))}});
   }
-  // Polled in short waits, so a long build holds no pool thread for its whole length.
-  std::string id = r->id;
-  for (;;) {
-    auto job2 = run_blocking(ctx->pool, [tm, n = *name, id] {
-      return tm->build_log(n, id, SIZE_MAX, std::chrono::milliseconds(500));
-    });
-    auto chunk = co_await std::move(job2);
-    if (!chunk) co_return error_reply(chunk.error());
-    if (chunk->ended) break;
-  }
-  auto job3 = run_blocking(ctx->pool, [tm, n = *name, id] { return tm->build(n, id); });
-  auto done = co_await std::move(job3);
+  auto done = co_await templates(ctx).wait_build(origin(*req), name, r->id);
   if (!done) co_return error_reply(done.error());
   int status = done->state == session::BuildState::kSucceeded ? 201 : 422;
   json body = encode_build(*done);
@@ -172,22 +146,13 @@ asio::awaitable<Reply> build_template(Context* ctx, Request* req) {
 }
 
 asio::awaitable<Reply> get_build(Context* ctx, Request* req) {
-  auto name = name_param(*req);
-  if (!name) co_return error_reply(name.error());
-  TemplateManager* tm = manager(ctx);
-  auto job = run_blocking(ctx->pool,
-                          [tm, n = *name, id = req->params["build_id"]] { return tm->build(n, id); });
-  auto r = co_await std::move(job);
+  auto r = co_await templates(ctx).build(origin(*req), name_param(*req), req->params["build_id"]);
   if (!r) co_return error_reply(r.error());
   co_return json_reply(200, encode_build(*r));
 }
 
 asio::awaitable<Reply> list_snapshots(Context* ctx, Request* req) {
-  auto name = name_param(*req);
-  if (!name) co_return error_reply(name.error());
-  TemplateManager* tm = manager(ctx);
-  auto job = run_blocking(ctx->pool, [tm, n = *name] { return tm->get(n); });
-  auto r = co_await std::move(job);
+  auto r = co_await templates(ctx).get(origin(*req), name_param(*req));
   if (!r) co_return error_reply(r.error());
   json arr = json::array();
   for (const auto& s : r->snapshots) arr.push_back(encode_snapshot(s, r->current));
@@ -195,8 +160,6 @@ asio::awaitable<Reply> list_snapshots(Context* ctx, Request* req) {
 }
 
 asio::awaitable<Reply> rollback_template(Context* ctx, Request* req) {
-  auto name = name_param(*req);
-  if (!name) co_return error_reply(name.error());
   auto body = body_object(req);
   if (!body) co_return error_reply(body.error());
   if (auto st = check_known_fields(*body, {"version"}); !st) co_return error_reply(st.error());
@@ -205,10 +168,8 @@ asio::awaitable<Reply> rollback_template(Context* ctx, Request* req) {
     co_return error_reply(
         Error::make(Code::kInvalid, "field 'version' is required: a snapshot version number"));
   }
-  std::uint64_t version = it->get<std::uint64_t>();
-  TemplateManager* tm = manager(ctx);
-  auto job = run_blocking(ctx->pool, [tm, n = *name, version] { return tm->rollback(n, version); });
-  auto r = co_await std::move(job);
+  auto r =
+      co_await templates(ctx).rollback(origin(*req), name_param(*req), it->get<std::uint64_t>());
   if (!r) co_return error_reply(r.error());
   co_return json_reply(200, encode_template(*r));
 }
@@ -219,14 +180,13 @@ asio::awaitable<bool> build_log(Call* call) {
   Context* ctx = call->ctx;
   Conn* conn = call->conn;
   Exchange* ex = &call->ex;
-  auto name = name_param(ex->req);
-  if (!name) co_return co_await send_error(call, name.error());
   auto follow = bool_query(ex->req, "follow");
   if (!follow) co_return co_await send_error(call, follow.error());
-  TemplateManager* tm = manager(ctx);
-  std::string id = ex->req.params["build_id"];
-  auto first = run_blocking(ctx->pool, [tm, n = *name, id] { return tm->build(n, id); });
-  auto exists = co_await std::move(first);
+  service::Templates& svc = templates(ctx);
+  const service::Origin from_who = origin(ex->req);
+  const std::string name = name_param(ex->req);
+  const std::string id = ex->req.params["build_id"];
+  auto exists = co_await svc.build(from_who, name, id);
   if (!exists) co_return co_await send_error(call, exists.error());
 
   auto started = co_await start_ndjson(call);
@@ -237,10 +197,7 @@ asio::awaitable<bool> build_log(Call* call) {
   std::size_t from = 0;
   for (;;) {
     auto wait = *follow ? std::chrono::milliseconds(500) : std::chrono::milliseconds(0);
-    auto job = run_blocking(ctx->pool, [tm, n = *name, id, from, wait] {
-      return tm->build_log(n, id, from, wait);
-    });
-    auto chunk = co_await std::move(job);
+    auto chunk = co_await svc.build_log(from_who, name, id, from, wait);
     if (!chunk) co_return false;
     std::string out;
     for (const std::string& l : chunk->lines) {
@@ -251,8 +208,7 @@ asio::awaitable<bool> build_log(Call* call) {
     from += chunk->lines.size();
     bool end = chunk->ended || !*follow;
     if (end && chunk->ended) {
-      auto job2 = run_blocking(ctx->pool, [tm, n = *name, id] { return tm->build(n, id); });
-      auto b = co_await std::move(job2);
+      auto b = co_await svc.build(from_who, name, id);
       if (b) {
         json last = encode_build(*b);
         last["type"] = "end";
@@ -269,46 +225,27 @@ asio::awaitable<bool> build_log(Call* call) {
   co_return keep;
 }
 
-// Every route answers 501 when the daemon runs without templates (a test fixture, --no-persist
-// builds without a data dir): nothing is half there.
-template <asio::awaitable<Reply> (*F)(Context*, Request*)>
-asio::awaitable<bool> guarded(Call* call) {
-  if (!manager(call->ctx)) {
-    co_return co_await send_error(
-        call, Error::make(Code::kNotSupported, "templates are not enabled on this daemon"));
-  }
-  co_return co_await simple<F>(call);
-}
-
-asio::awaitable<bool> guarded_log(Call* call) {
-  if (!manager(call->ctx)) {
-    co_return co_await send_error(
-        call, Error::make(Code::kNotSupported, "templates are not enabled on this daemon"));
-  }
-  co_return co_await build_log(call);
-}
-
 }  // namespace
 
 std::vector<RouteSpec> template_routes() {
   constexpr BodyKind J = BodyKind::kJson;  // bounded; YAML for POST /v1/templates
   constexpr BodyKind N = BodyKind::kNone;
   return {
-      {RouteId::kTemplateCreate, "POST", "/v1/templates", J, true, guarded<create_template>},
-      {RouteId::kTemplateList, "GET", "/v1/templates", N, true, guarded<list_templates>},
-      {RouteId::kTemplateGet, "GET", "/v1/templates/{name}", N, true, guarded<get_template>},
+      {RouteId::kTemplateCreate, "POST", "/v1/templates", J, true, simple<create_template>},
+      {RouteId::kTemplateList, "GET", "/v1/templates", N, true, simple<list_templates>},
+      {RouteId::kTemplateGet, "GET", "/v1/templates/{name}", N, true, simple<get_template>},
       {RouteId::kTemplateDelete, "DELETE", "/v1/templates/{name}", N, true,
-       guarded<delete_template>},
+       simple<delete_template>},
       {RouteId::kTemplateBuild, "POST", "/v1/templates/{name}/build", N, true,
-       guarded<build_template>},
+       simple<build_template>},
       {RouteId::kTemplateBuildGet, "GET", "/v1/templates/{name}/builds/{build_id}", N, true,
-       guarded<get_build>},
+       simple<get_build>},
       {RouteId::kTemplateBuildLog, "GET", "/v1/templates/{name}/builds/{build_id}/log", N, true,
-       guarded_log},
+       build_log},
       {RouteId::kTemplateSnapshots, "GET", "/v1/templates/{name}/snapshots", N, true,
-       guarded<list_snapshots>},
+       simple<list_snapshots>},
       {RouteId::kTemplateRollback, "POST", "/v1/templates/{name}/rollback", J, true,
-       guarded<rollback_template>},
+       simple<rollback_template>},
   };
 }
 

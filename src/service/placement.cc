@@ -1,9 +1,9 @@
 #include "service/placement.h"
 
-#include <unistd.h>
-
 #include <ctime>
+#include <optional>
 
+#include "cluster/move_state.h"
 #include "common/log.h"
 #include "service/blocking.h"
 #include "service/sessions.h"
@@ -23,7 +23,7 @@ std::string rfc3339(std::int64_t unix_sec) {
 
 // server/cluster_move.cc marks a session coming here before the catalog names this node.
 bool moving_here(session::SessionManager* sm, const std::string& id) {
-  return ::access((sm->config().data_dir + "/incoming/" + id).c_str(), F_OK) == 0;
+  return cluster::is_incoming(sm->config().data_dir, id);
 }
 
 Error moving_error(const std::string& id) {
@@ -31,11 +31,32 @@ Error moving_error(const std::string& id) {
                      "session " + id + " " + kMovingHere + ": try again in a moment");
 }
 
+// A move out of this node that was cut short (the node stopped mid-move) and is being settled
+// since it started again (server/cluster_move.cc recover_moves): the session comes back here
+// or is known to be on the target; until then it is not made anew, empty, here.
+bool settling_move(session::SessionManager* sm, const std::string& id) {
+  return cluster::has_move_journal(sm->config().data_dir, id);
+}
+
+Error settling_error(const std::string& id) {
+  return Error::make(Code::kUnavailable,
+                     "session " + id +
+                         " is in a move this node is settling (it stopped mid-move): try "
+                         "again in a moment");
+}
+
+// The error of a session that is not here (yet) because of a move, or none.
+std::optional<Error> move_error(session::SessionManager* sm, const std::string& id) {
+  if (moving_here(sm, id)) return moving_error(id);
+  if (settling_move(sm, id)) return settling_error(id);
+  return std::nullopt;
+}
+
 }  // namespace
 
 Error unless_moving_here(session::SessionManager* sm, const std::string& id, Error e) {
-  if (e.code == Code::kNotFound && moving_here(sm, id)) return moving_error(id);
-  return e;
+  if (e.code != Code::kNotFound) return e;
+  return move_error(sm, id).value_or(std::move(e));
 }
 
 Error elsewhere_error(const std::string& id, const cluster::Owner& owner) {
@@ -53,9 +74,9 @@ Status claim_here(cluster::Cluster* cl, session::SessionManager* sm, const std::
                   const session::Caller& caller) {
   if (cl == nullptr) return {};
   if (sm->get(id, session::Caller::daemon())) return {};  // made here before
-  // A session on its way here from another node: not made anew, empty, while its files are
-  // still coming.
-  if (moving_here(sm, id)) return std::unexpected(moving_error(id));
+  // A session on its way here from another node, or back here from a move cut short: not made
+  // anew, empty, while its files are still coming.
+  if (auto e = move_error(sm, id)) return std::unexpected(std::move(*e));
   auto owner = cl->claim(id, caller.tenant);
   if (!owner) return std::unexpected(owner.error());
   if (!owner->self) return std::unexpected(elsewhere_error(id, *owner));

@@ -23,10 +23,11 @@ Error elsewhere_error(const std::string& id, const cluster::Owner& owner);
 Status claim_here(cluster::Cluster* cl, session::SessionManager* sm, const std::string& id,
                   const session::Caller& caller);
 
-// `e` (the error of a request for session `id`) as 503 "being moved to this node" when it is
-// ENOENT and the session is on its way here from another node (a move marks
-// data_dir/incoming/<id> before the catalog names this node); else `e` as it is. Blocking (a
-// stat): call on the pool.
+// `e` (the error of a request for session `id`) as 503 when it is ENOENT because of a move:
+// "being moved to this node" when the session is on its way here from another node (a move
+// marks data_dir/incoming/<id> before the catalog names this node), "in a move this node is
+// settling" when this node stopped mid-move and has not settled it yet (its journal
+// data_dir/moving/<id>); else `e` as it is. Blocking (a stat): call on the pool.
 inline constexpr char kMovingHere[] = "is being moved to this node";  // in its message
 Error unless_moving_here(session::SessionManager* sm, const std::string& id, Error e);
 

@@ -11,7 +11,8 @@ Services::Services(asio::io_context& ioc, asio::thread_pool& pool, session::Sess
       files(deps_),
       processes(deps_),
       health(deps_, opts_.templates),
-      images(deps_, opts_.images) {}
+      images(deps_, opts_.images),
+      templates(deps_, opts_.templates) {}
 
 void Services::start() {
   lifecycle_sub_ = deps_.sessions->subscribe(

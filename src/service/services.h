@@ -18,6 +18,7 @@
 #include "service/op_events.h"
 #include "service/processes.h"
 #include "service/sessions.h"
+#include "service/templates.h"
 #include "session/session_manager.h"
 #include "session/template_manager.h"
 
@@ -54,7 +55,6 @@ class Services {
   OpBus& bus() { return bus_; }
   const Deps& deps() const { return deps_; }
   session::SessionManager& manager() { return *deps_.sessions; }
-  const std::shared_ptr<session::TemplateManager>& templates() const { return opts_.templates; }
 
   Sessions sessions;
   Exec exec;
@@ -62,6 +62,7 @@ class Services {
   Processes processes;
   Health health;
   Images images;
+  Templates templates;
 };
 
 }  // namespace agentbox::service

@@ -148,5 +148,49 @@ TEST(AuditApi, ArchiveAndRestoreAreLoggedWithTheTenant) {
   EXPECT_EQ(of(lines, "session.restore")[0]["archive"], archive);
 }
 
+// Templates change what every later session starts from: who pushed, built, rolled back or
+// deleted one is in the log, as a session's changes are (service::Templates emits them).
+TEST(AuditApi, TemplateChangesAreLoggedWithTheirTenant) {
+  Daemon daemon({"--backend", "ns", "--token", kToken});
+  Api api(daemon, kToken);
+  const std::string yaml = "name: aud-t\nfiles:\n  a.txt: one\n";
+  ASSERT_EQ(api.call("POST", "/v1/templates", "name: [broken\n", "application/yaml").status, 400);
+  ASSERT_EQ(api.call("POST", "/v1/templates", yaml, "application/yaml").status, 201);
+  ASSERT_EQ(api.call("POST", "/v1/templates", yaml, "application/yaml").status, 200);
+  auto b1 = api.call("POST", "/v1/templates/aud-t/build?wait=true", "{}");
+  ASSERT_EQ(b1.status, 201) << b1;
+  auto b2 = api.call("POST", "/v1/templates/aud-t/build?wait=true", "{}");
+  ASSERT_EQ(b2.status, 201) << b2;
+  ASSERT_EQ(api.post("/v1/templates/aud-t/rollback", {{"version", 1}}).status, 200);
+  ASSERT_EQ(api.del("/v1/templates/nope").status, 404);  // failed: not logged
+  ASSERT_EQ(api.del("/v1/templates/aud-t").status, 200);
+
+  std::string raw;
+  auto lines = audit_lines(daemon.data_dir() + "/audit.log", &raw);
+  std::vector<std::string> events;
+  for (const auto& l : lines) {
+    const std::string ev = l.value("event", "");
+    if (ev.rfind("template.", 0) != 0) continue;
+    events.push_back(ev);
+    EXPECT_EQ(l.value("tenant", ""), "default") << l;
+    EXPECT_EQ(l.value("template", ""), "aud-t") << l;
+    EXPECT_TRUE(is_rfc3339_utc(l.value("time", ""))) << l;
+  }
+  EXPECT_EQ(events, (std::vector<std::string>{"template.push", "template.push", "template.build",
+                                              "template.build", "template.rollback",
+                                              "template.delete"}))
+      << raw;
+  auto pushes = of(lines, "template.push");
+  ASSERT_EQ(pushes.size(), 2u);
+  EXPECT_EQ(pushes[0]["created"], true);
+  EXPECT_EQ(pushes[1]["created"], false);
+  auto builds = of(lines, "template.build");
+  ASSERT_EQ(builds.size(), 2u);
+  EXPECT_EQ(builds[0]["build_id"], b1.body["build_id"]);
+  EXPECT_EQ(builds[1]["build_id"], b2.body["build_id"]);
+  EXPECT_EQ(of(lines, "template.rollback")[0]["snapshot_version"], 1);
+  EXPECT_EQ(raw.find(kToken), std::string::npos);
+}
+
 }  // namespace
 }  // namespace agentbox::testing

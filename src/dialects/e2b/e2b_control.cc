@@ -228,7 +228,7 @@ asio::awaitable<Status> set_timeout(Context* ctx, service::Origin o, std::string
 // that, an image by the config's `image_aliases:` (API.md "Images"; pulled on first use).
 Status resolve_template_id(Context* ctx, Create* c) {
   if (c->template_id == kDefaultTemplate) return {};
-  if (const auto& tm = ctx->svc->templates(); tm && tm->get(c->template_id)) {
+  if (const auto& tm = ctx->svc->templates.store(); tm && tm->get(c->template_id)) {
     c->spec.template_name = c->template_id;
     return {};
   }
