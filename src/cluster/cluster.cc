@@ -5,6 +5,7 @@
 #include <functional>
 #include <nlohmann/json.hpp>
 
+#include "common/clock.h"
 #include "common/log.h"
 
 namespace agentbox::cluster {
@@ -12,12 +13,6 @@ namespace {
 
 using json = nlohmann::json;
 using namespace std::chrono_literals;
-
-std::int64_t unix_now() {
-  return std::chrono::duration_cast<std::chrono::seconds>(
-             std::chrono::system_clock::now().time_since_epoch())
-      .count();
-}
 
 std::uint64_t u64(const json& j, const char* f) {
   auto it = j.find(f);

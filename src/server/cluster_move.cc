@@ -22,10 +22,12 @@
 #include <chrono>
 #include <limits>
 
+#include "client/internal/endpoint.h"
 #include "cluster/forward_auth.h"
 #include "cluster/move_state.h"
+#include "common/clock.h"
 #include "common/log.h"
-#include "server/base64.h"
+#include "common/text_codec.h"
 #include "server/internal/blocking.h"
 #include "server/internal/cluster_v1.h"
 #include "server/internal/forward.h"
@@ -42,12 +44,6 @@ namespace {
 constexpr char kSpecHeader[] = "X-Agentbox-Session-Spec";
 constexpr std::size_t kChunk = 256 * 1024;
 
-std::int64_t unix_now() {
-  return std::chrono::duration_cast<std::chrono::seconds>(
-             std::chrono::system_clock::now().time_since_epoch())
-      .count();
-}
-
 struct Sent {
   int status = 0;
   std::string body;
@@ -56,10 +52,9 @@ struct Sent {
 // Streams the archive at `path` to node `advertise` as session `id`'s: the node's reply.
 asio::awaitable<Result<Sent>> send_archive(Context* ctx, std::string advertise, std::string id,
                                            std::string path, std::string spec, std::string tenant) {
-  std::string host, port;
-  if (!split_url(advertise, &host, &port)) {
-    co_return fail(Code::kUnavailable, "node address '" + advertise + "' is not http://host:port");
-  }
+  auto ep = client::detail::parse_server(advertise);
+  if (!ep) co_return fail(Code::kUnavailable, "node address: " + ep.error().message);
+  const std::string host = ep->host, port = ep->port;
   auto job_open = run_blocking(ctx->pool, [path]() -> Result<std::pair<int, std::uint64_t>> {
     int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC | O_NOFOLLOW);
     if (fd < 0) return fail_errno(errno, "open(" + path + ")");
@@ -89,7 +84,7 @@ asio::awaitable<Result<Sent>> send_archive(Context* ctx, std::string advertise, 
   if (cec) co_return fail(Code::kUnavailable, "cannot reach " + advertise + ": " + cec.message());
   const std::string target = "/v1/cluster/sessions/" + id + "/receive";
   http::request<http::empty_body> head{http::verb::post, target, 11};
-  head.set(http::field::host, host + ":" + port);
+  head.set(http::field::host, ep->host_header);
   head.set(http::field::content_type, "application/zstd");
   head.content_length(size);
   head.set(kSpecHeader, base64_encode(spec));

@@ -13,7 +13,9 @@
 #include <chrono>
 
 #include "client/client.h"
+#include "client/internal/endpoint.h"
 #include "cluster/forward_auth.h"
+#include "common/clock.h"
 #include "common/log.h"
 #include "server/internal/blocking.h"
 #include "server/internal/transport.h"
@@ -36,12 +38,6 @@ constexpr std::size_t kSizedChunk = 1024 * 1024;  // a download's relay step
 template <class Parser>
 bool small_sized_body(const Parser& p) {
   return !p.is_done() && !p.chunked() && p.content_length() && *p.content_length() <= kWholeBody;
-}
-
-std::int64_t unix_now() {
-  return std::chrono::duration_cast<std::chrono::seconds>(
-             std::chrono::system_clock::now().time_since_epoch())
-      .count();
 }
 
 // The {id} of a /v1/sessions/{id}... route, or "".
@@ -222,13 +218,14 @@ asio::awaitable<bool> tunnel(Call* call, beast::tcp_stream* up, beast::flat_buff
 // Connects to the owner of session `id`: the stream, or the error reply (sent) and false.
 asio::awaitable<std::optional<bool>> connect_owner(Call* call, std::string id, cluster::Owner owner,
                                                    beast::tcp_stream* up, std::string* host_port) {
-  std::string host, port;
-  if (!split_url(owner.advertise, &host, &port)) {
+  auto ep = client::detail::parse_server(owner.advertise);
+  if (!ep) {
     co_return co_await send_error(
-        call, Error::make(Code::kUnavailable, "session " + id + " is on node " + owner.node +
-                                                  ", whose address '" + owner.advertise +
-                                                  "' is not http://host:port"));
+        call, Error::make(Code::kUnavailable, "session " + id + " is on node " + owner.node + ": " +
+                                                  ep.error().message));
   }
+  const std::string& host = ep->host;
+  const std::string& port = ep->port;
   beast::error_code cec;
   up->expires_after(std::chrono::seconds(5));
   boost::system::error_code literal;
@@ -257,7 +254,7 @@ asio::awaitable<std::optional<bool>> connect_owner(Call* call, std::string id, c
   }
   beast::error_code nd;
   up->socket().set_option(tcp::no_delay(true), nd);
-  *host_port = host + ":" + port;
+  *host_port = ep->host_header;
   co_return std::nullopt;
 }
 
@@ -387,21 +384,6 @@ asio::awaitable<bool> relay_reply(Call* call, beast::tcp_stream* up, std::string
 }
 
 }  // namespace
-
-// "http://host:port" -> host, port.
-bool split_url(const std::string& url, std::string* host, std::string* port) {
-  constexpr std::string_view kHttp = "http://";
-  if (url.rfind(kHttp, 0) != 0) return false;
-  std::string rest = url.substr(kHttp.size());
-  auto colon = rest.rfind(':');
-  if (colon == std::string::npos) return false;
-  *host = rest.substr(0, colon);
-  *port = rest.substr(colon + 1);
-  if (host->size() > 2 && host->front() == '[' && host->back() == ']') {
-    *host = host->substr(1, host->size() - 2);
-  }
-  return !host->empty() && !port->empty();
-}
 
 Result<session::Caller> forwarded_caller(Context* ctx, std::string_view header,
                                          std::string_view method, std::string_view target) {

@@ -12,15 +12,15 @@
 #include <filesystem>
 #include <future>
 #include <nlohmann/json.hpp>
-#include <random>
 
 #include "common/log.h"
-#include "linux/state_file.h"
+#include "common/text_codec.h"
 #include "linux/overlay.h"
 #include "linux/quota_disk.h"
+#include "linux/state_file.h"
 #include "net/policy.h"
-#include "sandbox/rooted_fs.h"
 #include "sandbox/installers.h"
+#include "sandbox/rooted_fs.h"
 #include "session/build_disk.h"
 #include "session/build_records.h"
 #include "session/internal/template_build.h"
@@ -42,18 +42,8 @@ constexpr std::size_t kMaxBuildsKept = 32;
 std::int64_t to_ms(Clock::time_point t) {
   return std::chrono::duration_cast<std::chrono::milliseconds>(t.time_since_epoch()).count();
 }
-Clock::time_point from_ms(std::int64_t ms) { return Clock::time_point(std::chrono::milliseconds(ms)); }
-
-std::string random_hex(std::size_t bytes) {
-  static thread_local std::mt19937_64 rng{std::random_device{}()};
-  static const char kHex[] = "0123456789abcdef";
-  std::string out;
-  for (std::size_t i = 0; i < bytes; ++i) {
-    auto b = static_cast<unsigned>(rng() & 0xff);
-    out.push_back(kHex[b >> 4]);
-    out.push_back(kHex[b & 15]);
-  }
-  return out;
+Clock::time_point from_ms(std::int64_t ms) {
+  return Clock::time_point(std::chrono::milliseconds(ms));
 }
 
 Status mkdir_mode(const std::string& path, mode_t mode) {
@@ -84,8 +74,12 @@ json encode(const TemplateInfo& t) {
     for (const auto& h : s.health) {
       health.push_back({{"name", h.name}, {"command", h.command}, {"repair", h.repair}});
     }
-    snaps.push_back({{"id", s.id}, {"version", s.version}, {"created_ms", to_ms(s.created_at)},
-                     {"bytes", s.bytes}, {"files", s.files}, {"build_id", s.build_id},
+    snaps.push_back({{"id", s.id},
+                     {"version", s.version},
+                     {"created_ms", to_ms(s.created_at)},
+                     {"bytes", s.bytes},
+                     {"files", s.files},
+                     {"build_id", s.build_id},
                      {"health", std::move(health)}});
     snaps.back()["env"] = s.env;
     snaps.back()["image_ref"] = s.image_ref;  // `image:` (session/template_images.cc)
@@ -244,7 +238,7 @@ Status TemplateManager::load() {
 
 Status TemplateManager::save_locked(const TemplateInfo& t) {
   return linux::write_state_file(config_.data_dir + "/templates/" + t.tmpl.name + ".json",
-                           encode(t).dump(-1, ' ', false, json::error_handler_t::replace));
+                                 encode(t).dump(-1, ' ', false, json::error_handler_t::replace));
 }
 
 Result<std::pair<TemplateInfo, bool>> TemplateManager::put(std::string_view yaml) {
@@ -307,7 +301,8 @@ Status TemplateManager::remove(const std::string& name) {
       }
     }
     std::string path = config_.data_dir + "/templates/" + name + ".json";
-    if (::unlink(path.c_str()) != 0 && errno != ENOENT) return fail_errno(errno, "unlink(" + path + ")");
+    if (::unlink(path.c_str()) != 0 && errno != ENOENT)
+      return fail_errno(errno, "unlink(" + path + ")");
     templates_.erase(it);
   }
   gc(used);
@@ -419,18 +414,17 @@ Result<BuildInfo> TemplateManager::wait_build(const std::string& name,
 }
 
 Result<TemplateManager::LogChunk> TemplateManager::build_log(const std::string& name,
-                                                            const std::string& build_id,
-                                                            std::size_t from,
-                                                            std::chrono::milliseconds wait) {
+                                                             const std::string& build_id,
+                                                             std::size_t from,
+                                                             std::chrono::milliseconds wait) {
   std::unique_lock lk(mu_);
   auto it = builds_.find(build_id);
   if (it == builds_.end() || it->second->info.template_name != name) {
     return fail(Code::kNotFound, "template " + name + " has no build " + build_id);
   }
   std::shared_ptr<Build> b = it->second;
-  cv_.wait_for(lk, wait, [&] {
-    return b->log.size() > from || b->info.state != BuildState::kRunning;
-  });
+  cv_.wait_for(lk, wait,
+               [&] { return b->log.size() > from || b->info.state != BuildState::kRunning; });
   LogChunk out;
   for (std::size_t i = from; i < b->log.size(); ++i) out.lines.push_back(b->log[i]);
   out.ended = b->info.state != BuildState::kRunning;
@@ -464,21 +458,23 @@ Result<T> run_sync(asio::io_context& io, asio::awaitable<Result<T>> aw) {
 }
 
 // The first line a command printed, or an error.
-Result<std::string> first_line(asio::io_context& io, sandbox::Sandbox& box, const std::string& cmd) {
+Result<std::string> first_line(asio::io_context& io, sandbox::Sandbox& box,
+                               const std::string& cmd) {
   sandbox::ExecSpec es;
   es.argv = {"/bin/sh", "-c", cmd};
   es.cwd = box.workspace();
   es.timeout = std::chrono::seconds(60);
   auto r = run_sync(io, box.exec(std::move(es), nullptr));
   if (!r) return std::unexpected(r.error());
-  if (r->exit_code != 0) return fail(Code::kInvalid, "`" + cmd + "` exited " + std::to_string(r->exit_code));
+  if (r->exit_code != 0)
+    return fail(Code::kInvalid, "`" + cmd + "` exited " + std::to_string(r->exit_code));
   return r->stdout_data.substr(0, r->stdout_data.find('\n'));
 }
 
 // "3.12" asks for 3.12.x: `have` equals `want` or continues it after a dot.
 bool version_matches(const std::string& have, const std::string& want) {
-  return have == want || (have.rfind(want, 0) == 0 && have.size() > want.size() &&
-                          have[want.size()] == '.');
+  return have == want ||
+         (have.rfind(want, 0) == 0 && have.size() > want.size() && have[want.size()] == '.');
 }
 
 }  // namespace
@@ -519,8 +515,8 @@ void TemplateManager::run_build(std::shared_ptr<Build> b, workspace::Template tm
   const std::string dir = builds + "/" + b->info.id;
   const std::string ws = dir + "/ws";
   std::shared_ptr<sandbox::Sandbox> box;
-  std::string step_detail;  // why a step that exited non-zero ended
-  SnapshotInfo on_image;    // `image:`: its image and root layer, and what the box
+  std::string step_detail;            // why a step that exited non-zero ended
+  SnapshotInfo on_image;              // `image:`: its image and root layer, and what the box
   std::vector<std::string> box_made;  // made in the root's upper dir as it started
 
   auto run = [&]() -> Result<std::pair<SnapshotInfo, int>> {
@@ -546,7 +542,8 @@ void TemplateManager::run_build(std::shared_ptr<Build> b, workspace::Template tm
     if (tl.memory_mb) cfg.limits.memory_mb = *tl.memory_mb;
     if (tl.cpu_percent) cfg.limits.cpu_percent = static_cast<std::uint32_t>(*tl.cpu_percent);
     if (tl.max_pids) cfg.limits.max_pids = static_cast<std::uint32_t>(*tl.max_pids);
-    if (tl.max_open_files) cfg.limits.max_open_files = static_cast<std::uint32_t>(*tl.max_open_files);
+    if (tl.max_open_files)
+      cfg.limits.max_open_files = static_cast<std::uint32_t>(*tl.max_open_files);
     if (tl.cpu_time_sec) cfg.limits.cpu_time_sec = static_cast<std::uint32_t>(*tl.cpu_time_sec);
     if (tl.tmp_mb) cfg.limits.tmp_mb = *tl.tmp_mb;
     cfg.limits.disk_mb.reset();
@@ -604,7 +601,8 @@ void TemplateManager::run_build(std::shared_ptr<Build> b, workspace::Template tm
     };
     if (tmpl.python.present && !tmpl.python.version.empty()) {
       step("python.version " + tmpl.python.version);
-      auto have = first_line(loop_->io, *box, "python3 -c 'import sys; print(\"%d.%d.%d\" % sys.version_info[:3])'");
+      auto have = first_line(loop_->io, *box,
+                             "python3 -c 'import sys; print(\"%d.%d.%d\" % sys.version_info[:3])'");
       if (!have) return fail(Code::kInvalid, "python.version: " + have.error().message);
       if (!version_matches(*have, tmpl.python.version)) {
         return fail(Code::kInvalid, "python.version: " + tmpl.python.version +
@@ -619,8 +617,8 @@ void TemplateManager::run_build(std::shared_ptr<Build> b, workspace::Template tm
       req.python.index_url = tmpl.python.index_url;
       req.python.find_links = tmpl.python.find_links;
       // Under network "none" no index can be reached: only the find_links are looked in.
-      req.python.no_index = tmpl.network == "none" && req.python.index_url.empty() &&
-                            !req.python.find_links.empty();
+      req.python.no_index =
+          tmpl.network == "none" && req.python.index_url.empty() && !req.python.find_links.empty();
       req.timeout = config_.step_timeout;
       if (auto st = sandbox::validate_install(req); !st) {
         return fail(Code::kInvalid, "python.dependencies: " + st.error().message);
@@ -638,8 +636,8 @@ void TemplateManager::run_build(std::shared_ptr<Build> b, workspace::Template tm
       if (!have) return fail(Code::kInvalid, "nodejs.version: " + have.error().message);
       std::string v = have->size() > 1 && (*have)[0] == 'v' ? have->substr(1) : *have;
       if (!version_matches(v, tmpl.nodejs.version)) {
-        return fail(Code::kInvalid, "nodejs.version: " + tmpl.nodejs.version +
-                                        " asked for, the box has Node " + v);
+        return fail(Code::kInvalid,
+                    "nodejs.version: " + tmpl.nodejs.version + " asked for, the box has Node " + v);
       }
     }
     if (tmpl.nodejs.present && !tmpl.nodejs.dependencies.empty()) {
@@ -648,7 +646,9 @@ void TemplateManager::run_build(std::shared_ptr<Build> b, workspace::Template tm
       req.manager = sandbox::PackageManager::kNpm;
       for (const auto& [name, spec] : tmpl.nodejs.dependencies) {
         // A local tarball or directory is installed as the path itself.
-        req.packages.push_back(spec.empty() ? name : spec.front() == '/' ? spec : name + "@" + spec);
+        req.packages.push_back(spec.empty()          ? name
+                               : spec.front() == '/' ? spec
+                                                     : name + "@" + spec);
       }
       req.timeout = config_.step_timeout;
       if (auto st = sandbox::validate_install(req); !st) {
@@ -675,10 +675,11 @@ void TemplateManager::run_build(std::shared_ptr<Build> b, workspace::Template tm
       flush();
       if (!r) return fail(r.error().code, name + ": " + r.error().message);
       if (r->exit_code != 0) {
-        std::string why = r->timed_out ? " (timed out)" :
-                          r->killed_by != sandbox::KilledBy::kNone
-                              ? " (killed: " + std::string(sandbox::killed_by_name(r->killed_by)) + ")"
-                              : std::string();
+        std::string why =
+            r->timed_out ? " (timed out)"
+            : r->killed_by != sandbox::KilledBy::kNone
+                ? " (killed: " + std::string(sandbox::killed_by_name(r->killed_by)) + ")"
+                : std::string();
         step_detail = why;
         return std::pair{SnapshotInfo{}, r->exit_code == 0 ? 1 : r->exit_code};
       }
@@ -770,8 +771,8 @@ void TemplateManager::run_build(std::shared_ptr<Build> b, workspace::Template tm
       b->info.state = BuildState::kSucceeded;
       b->info.snapshot = si.id;
       b->info.version = si.version;
-      b->log.push_back("==> snapshot " + si.id + " version " + std::to_string(si.version) +
-                       " (" + std::to_string(si.files) + " files, " + std::to_string(si.bytes) +
+      b->log.push_back("==> snapshot " + si.id + " version " + std::to_string(si.version) + " (" +
+                       std::to_string(si.files) + " files, " + std::to_string(si.bytes) +
                        " bytes)");
     } else {
       b->info.state = BuildState::kFailed;
@@ -873,8 +874,7 @@ Status TemplateManager::mount_session(const std::string& id, const std::string& 
   return linux::mount_overlay(spec);
 }
 
-Status TemplateManager::unmount_session(const std::string& workspace_path,
-                                        const std::string& id) {
+Status TemplateManager::unmount_session(const std::string& workspace_path, const std::string& id) {
   AB_TRY(linux::unmount_overlay(workspace_path));
   if (id.empty()) return {};
   return linux::unmount_quota_disk(config_.data_dir + "/layers/" + id);

@@ -25,7 +25,7 @@
 #include <mutex>
 
 #include "common/log.h"
-#include "server/base64.h"
+#include "common/text_codec.h"
 #include "server/http_error.h"
 #include "server/internal/blocking.h"
 #include "server/internal/forward.h"

@@ -21,7 +21,7 @@
 #include <algorithm>
 
 #include "common/log.h"
-#include "server/base64.h"
+#include "common/text_codec.h"
 #include "server/internal/blocking.h"
 #include "server/internal/forward.h"
 #include "dialects/e2b/e2b.h"

@@ -31,7 +31,7 @@
 #include "common/log.h"
 #include "sandbox/dir_watch.h"
 #include "sandbox/path.h"
-#include "server/base64.h"
+#include "common/text_codec.h"
 #include "dialects/e2b/gzip.h"
 #include "server/internal/blocking.h"
 #include "dialects/e2b/e2b.h"

@@ -24,7 +24,7 @@
 
 #include "common/log.h"
 #include "common/log_errors.h"
-#include "server/base64.h"
+#include "common/text_codec.h"
 #include "server/internal/blocking.h"
 #include "dialects/e2b/e2b.h"
 #include "server/internal/processes.h"

@@ -26,7 +26,7 @@
 #include <vector>
 
 #include "common/log.h"
-#include "server/base64.h"
+#include "common/text_codec.h"
 #include "server/internal/blocking.h"
 #include "server/internal/exec.h"
 #include "server/internal/processes.h"

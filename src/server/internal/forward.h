@@ -37,9 +37,6 @@ asio::awaitable<std::optional<cluster::Owner>> remote_owner(Call* call, std::str
 asio::awaitable<std::optional<bool>> forward_session(Call* call, std::string id, std::string target,
                                                      bool buffered);
 
-// A node's advertise URL "http://host:port" -> host, port (an [IPv6] literal unbracketed).
-bool split_url(const std::string& url, std::string* host, std::string* port);
-
 // X-Agentbox-Forwarded of a request: the caller it carries (the tenant as this node's config
 // has it; a nameless caller when the first node had none), or EUNAUTHORIZED (a missing, forged or
 // stale signature; a node not in a cluster).

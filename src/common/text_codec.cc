@@ -1,19 +1,15 @@
-#include "server/base64.h"
+#include "common/text_codec.h"
 
 #include <sys/random.h>
 
-#include "common/base64.h"
-
-namespace agentbox::server {
-
-std::string base64_encode(std::string_view in) { return agentbox::base64_encode(in); }
+namespace agentbox {
 
 Result<std::string> base64_decode(std::string_view in, std::string_view what) {
   std::string s;
   for (char c : in) {
     if (c != '\n' && c != '\r' && c != ' ') s += c;
   }
-  auto out = agentbox::base64_decode(s);
+  auto out = base64_decode(s);
   if (!out) return fail(Code::kInvalid, std::string(what) + " is not valid base64");
   return std::move(*out);
 }
@@ -40,4 +36,4 @@ std::string random_hex(std::size_t bytes) {
   return hex_encode(b);
 }
 
-}  // namespace agentbox::server
+}  // namespace agentbox
