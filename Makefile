@@ -5,7 +5,7 @@ CMAKE_FLAGS ?=
 LISTEN ?= 127.0.0.1:9090
 DATA_DIR ?= $(CURDIR)/.agentbox
 
-.PHONY: all bootstrap configure build run test test-security test-asan bench package fuzz clean format
+.PHONY: all bootstrap configure build run test test-security test-asan test-sanitized bench package fuzz clean format
 
 all: build
 
@@ -31,6 +31,11 @@ test-security: build
 # The same tests under AddressSanitizer + UndefinedBehaviorSanitizer.
 test-asan:
 	@$(MAKE) test BUILD_DIR=build-asan CMAKE_FLAGS="-DAGENTBOX_SANITIZE=ON -DCMAKE_BUILD_TYPE=Debug"
+
+# CI's sanitizer run (scripts/test-sanitized): the subset of the tests that covers every surface,
+# under ASan + LSan + UBSan, building only what it runs (in build-asan).
+test-sanitized: bootstrap
+	@scripts/test-sanitized build-asan
 
 # agentbox_<version>_<arch>.deb in $(BUILD_DIR)/package (cmake/Packaging.cmake, deploy/debian).
 package: build
