@@ -147,4 +147,19 @@ std::string newest_archive(const std::string& dir, const std::string& id) {
   return best.empty() ? best : dir + "/" + best;
 }
 
+std::string archive_of_move(const std::string& data_dir, const std::string& archives,
+                            const std::string& id) {
+  const std::string newest = newest_archive(archives, id);
+  struct stat a {
+  }, j{};
+  if (newest.empty() || ::stat(newest.c_str(), &a) != 0 ||
+      ::stat((moving(data_dir) + "/" + id).c_str(), &j) != 0) {
+    return {};
+  }
+  const auto ns = [](const struct timespec& t) {
+    return static_cast<std::int64_t>(t.tv_sec) * 1'000'000'000 + t.tv_nsec;
+  };
+  return ns(a.st_mtim) >= ns(j.st_mtim) ? newest : std::string();
+}
+
 }  // namespace agentbox::cluster

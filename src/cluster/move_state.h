@@ -47,5 +47,10 @@ Status remove_archive(const std::string& archive);
 // The newest archive a destroy made of session `id` in `dir` (not one received from another
 // node), or "".
 std::string newest_archive(const std::string& dir, const std::string& id);
+// The archive an interrupted move out of this node made of session `id` in `archives` (the
+// newest, if written after the move's journal), or "": a node killed between the archive and
+// the destroy still has the session, and the archive is the move's leftover.
+std::string archive_of_move(const std::string& data_dir, const std::string& archives,
+                            const std::string& id);
 
 }  // namespace agentbox::cluster

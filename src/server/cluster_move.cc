@@ -384,6 +384,8 @@ asio::awaitable<bool> recover_one(Context* ctx, std::string dir, std::string id)
                       archive, back.error().message);
       }
     }
+  } else if (auto made = cluster::archive_of_move(dir, sm->archives_dir(), id); !made.empty()) {
+    (void)cluster::remove_archive(made);  // killed between its archive and its destroy
   }
   cluster::remove_move_journal(dir, id);
   spdlog::info("the interrupted move of session {} to node {} was undone: it is here", id, j->to);

@@ -6,11 +6,8 @@
 
 #include "server/internal/forward.h"
 
-#include <fcntl.h>
-
 #include <boost/asio/experimental/awaitable_operators.hpp>
 #include <boost/asio/ip/tcp.hpp>
-#include <boost/asio/steady_timer.hpp>
 #include <boost/beast/websocket/rfc6455.hpp>
 #include <charconv>
 #include <chrono>
@@ -20,7 +17,7 @@
 #include "cluster/forward_auth.h"
 #include "common/clock.h"
 #include "common/log.h"
-#include "common/unique_fd.h"
+#include "net/splice.h"
 #include "server/internal/blocking.h"
 #include "server/internal/transport.h"
 #include "service/placement.h"
@@ -36,7 +33,6 @@ constexpr std::size_t kReadRoom = 64 * 1024;  // Beast's largest read
 // on with its head in one write: each side wakes once for it, not once for the head and once
 // per piece of the body (each wake-up is a scheduling delay on a busy node).
 constexpr std::uint64_t kWholeBody = 64 * 1024;
-constexpr std::size_t kSizedChunk = 1024 * 1024;  // a download's relay step
 
 // Whether the body behind a parsed head has a length of 1..kWholeBody bytes.
 template <class Parser>
@@ -262,78 +258,9 @@ asio::awaitable<std::optional<bool>> connect_owner(Call* call, std::string id, c
   co_return std::nullopt;
 }
 
-// Waits until `s` is ready for `w`, at most `limit`: false on an error or at the limit.
-asio::awaitable<bool> ready(tcp::socket& s, tcp::socket::wait_type w,
-                            std::chrono::steady_clock::duration limit) {
-  asio::steady_timer timer(s.get_executor(), limit);
-  auto r = co_await (s.async_wait(w, kTuple) || timer.async_wait(kTuple));
-  if (r.index() == 1) co_return false;
-  auto [ec] = std::get<0>(r);
-  co_return !ec;
-}
-
-enum class Spliced { kDone, kFailed, kUnsupported };
-
-// `left` bytes from `from` to `to` in the kernel: splice(2) into a pipe and out of it, no copy
-// through this process. kUnsupported when the kernel will not splice these (nothing was moved);
-// kFailed when a side ends, fails or stays silent past the I/O timeout.
-asio::awaitable<Spliced> splice_body(Context* ctx, tcp::socket& from, tcp::socket& to,
-                                     std::uint64_t left) {
-  int p[2];
-  if (::pipe2(p, O_CLOEXEC | O_NONBLOCK) != 0) co_return Spliced::kUnsupported;
-  UniqueFd rd(p[0]), wr(p[1]);
-  (void)::fcntl(wr.get(), F_SETPIPE_SZ, static_cast<int>(kSizedChunk));
-  beast::error_code ec;
-  from.non_blocking(true, ec);
-  to.non_blocking(true, ec);
-  Spliced out = Spliced::kDone;
-  bool moved = false;
-  while (left > 0 && out == Spliced::kDone) {
-    const auto want = static_cast<std::size_t>(std::min<std::uint64_t>(left, kSizedChunk));
-    ssize_t n = ::splice(from.native_handle(), nullptr, wr.get(), nullptr, want,
-                         SPLICE_F_MOVE | SPLICE_F_NONBLOCK);
-    if (n < 0 && errno == EAGAIN) {
-      if (!co_await ready(from, tcp::socket::wait_read, ctx->opts.io_timeout)) {
-        out = Spliced::kFailed;
-      }
-      continue;
-    }
-    if (n < 0 && errno == EINVAL && !moved) {
-      out = Spliced::kUnsupported;
-      break;
-    }
-    if (n <= 0) {  // an error, or the owner's end before the length it announced
-      out = Spliced::kFailed;
-      break;
-    }
-    moved = true;
-    left -= static_cast<std::uint64_t>(n);
-    while (n > 0) {
-      ssize_t m = ::splice(rd.get(), nullptr, to.native_handle(), nullptr,
-                           static_cast<std::size_t>(n), SPLICE_F_MOVE | SPLICE_F_NONBLOCK);
-      if (m < 0 && errno == EAGAIN) {
-        if (!co_await ready(to, tcp::socket::wait_write, ctx->opts.io_timeout)) {
-          out = Spliced::kFailed;
-          break;
-        }
-        continue;
-      }
-      if (m <= 0) {  // the client left: closing `from` tells the owner
-        out = Spliced::kFailed;
-        break;
-      }
-      ctx->metrics.add_bytes_out(static_cast<std::size_t>(m));
-      n -= m;
-    }
-  }
-  to.non_blocking(false, ec);  // the client's connection goes on with Beast
-  co_return out;
-}
-
 // A reply body of a known length (a download): the head goes to the client, then the body,
-// spliced socket to socket (splice_body), or where the kernel will not, in reads of up to 1 MiB
-// straight from the socket (the parser would read 64 KiB at a time and copy each byte once
-// more); `up` is not used again.
+// spliced socket to socket (net/splice.h): no copy through the daemon, where the parser would
+// read 64 KiB at a time and copy each byte twice. `up` is not used again.
 asio::awaitable<bool> relay_sized_body(Call* call, beast::tcp_stream* up, beast::flat_buffer* ubuf,
                                        http::response_parser<http::buffer_body>* rp, bool keep) {
   Context* ctx = call->ctx;
@@ -355,22 +282,13 @@ asio::awaitable<bool> relay_sized_body(Call* call, beast::tcp_stream* up, beast:
     ubuf->consume(n);
     left -= n;
   }
-  switch (co_await splice_body(ctx, up->socket(), conn->stream.socket(), left)) {
-    case Spliced::kDone: co_return keep;
-    case Spliced::kFailed: co_return false;  // a side went away or stalled: a cut reply
-    case Spliced::kUnsupported: break;       // copied below
-  }
-  std::unique_ptr<char[]> buf(new char[kSizedChunk]);
-  while (left > 0) {
-    const std::size_t want = static_cast<std::size_t>(std::min<std::uint64_t>(left, kSizedChunk));
-    up->expires_after(ctx->opts.io_timeout);
-    auto [rec, rn] = co_await up->async_read_some(asio::buffer(buf.get(), want), kTuple);
-    if (rec) co_return false;  // the owner went away mid-reply: the client sees a cut reply
-    left -= rn;
-    conn->stream.expires_after(ctx->opts.io_timeout);
-    auto [wec, wn] = co_await asio::async_write(conn->stream, asio::buffer(buf.get(), rn), kTuple);
-    ctx->metrics.add_bytes_out(wn);
-    if (wec) co_return false;  // the client left: closing `up` tells the owner
+  const std::function<void(std::size_t)> count = [ctx](std::size_t n) {
+    ctx->metrics.add_bytes_out(n);
+  };
+  // A side that went away or stalled: a cut reply (closing `up` tells the owner).
+  if (!co_await net::splice_relay(up->socket(), conn->stream.socket(), left, ctx->opts.io_timeout,
+                                  count)) {
+    co_return false;
   }
   co_return keep;
 }

@@ -29,6 +29,18 @@ bool nothing_of(const std::string& dir, const std::string& id) {
   return true;
 }
 
+// What of session `id` a node's move dirs hold, for a failure's message.
+std::string left_of(const std::string& data_dir, const std::string& id) {
+  std::string out;
+  std::error_code ec;
+  for (const char* d : {"/moving", "/archives", "/incoming"}) {
+    for (const auto& e : fs::directory_iterator(data_dir + d, ec)) {
+      if (e.path().filename().string().rfind(id, 0) == 0) out += " " + e.path().string();
+    }
+  }
+  return out;
+}
+
 TEST_F(ClusterMoveCrash, AKillOfTheOwnerDuringAMoveLeavesTheSessionWholeOnOneNode) {
   const std::vector<int> delays_ms = {0, 40, 120, 250, 500, 900};
   int moved = 0, stayed = 0;
@@ -79,7 +91,9 @@ TEST_F(ClusterMoveCrash, AKillOfTheOwnerDuringAMoveLeavesTheSessionWholeOnOneNod
                  nothing_of(node(2).data->path() + "/incoming", id);
         },
         10))
-        << "kill after " << delays_ms[k] << " ms: a journal, a mark or an archive stays";
+        << "kill after " << delays_ms[k]
+        << " ms: a journal, a mark or an archive stays:" << left_of(node(1).data->path(), id)
+        << left_of(node(2).data->path(), id);
   }
   std::printf("of %zu kills: %d moves had finished, %d were undone\n", delays_ms.size(), moved,
               stayed);
