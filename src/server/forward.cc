@@ -63,6 +63,22 @@ void strip_for_owner(Message& msg) {
   msg.erase(cluster::kForwardHeader);
 }
 
+// The client's request head as the owner gets it: stripped (strip_for_owner), for the owner's
+// host, signed; one request per upstream connection, but for an upgrade, which keeps its
+// Connection: Upgrade (the owner answers 101 and the connection becomes a tunnel).
+template <class Message>
+void address_to_owner(Message& msg, const std::string& host_header, const std::string& signature,
+                      bool upgrade) {
+  strip_for_owner(msg);
+  msg.set(http::field::host, host_header);
+  msg.set(cluster::kForwardHeader, signature);
+  if (!upgrade) {
+    msg.erase(http::field::connection);
+    msg.keep_alive(false);
+  }
+  msg.version(11);
+}
+
 // Sends the rewritten request head and its body (if any) to the owner. An upgrade keeps its
 // Connection: Upgrade (the owner answers 101 and the connection becomes a tunnel).
 asio::awaitable<beast::error_code> relay_request(Call* call, beast::tcp_stream* up,
@@ -86,12 +102,7 @@ asio::awaitable<beast::error_code> relay_request(Call* call, beast::tcp_stream* 
     }
     call->ex.body_pending = false;
     auto& msg = whole.get();
-    strip_for_owner(msg);
-    msg.set(http::field::host, host_header);
-    msg.set(cluster::kForwardHeader, signature);
-    msg.erase(http::field::connection);
-    msg.keep_alive(false);  // one request per upstream connection
-    msg.version(11);
+    address_to_owner(msg, host_header, signature, /*upgrade=*/false);
     up->expires_after(ctx->opts.io_timeout);
     auto [wec, wn] = co_await http::async_write(*up, msg, kTuple);
     co_return wec;
@@ -99,14 +110,7 @@ asio::awaitable<beast::error_code> relay_request(Call* call, beast::tcp_stream* 
   http::request_parser<http::buffer_body> p{std::move(*call->hp)};
   p.body_limit(boost::none);  // the owner enforces its own caps
   auto& msg = p.get();
-  strip_for_owner(msg);
-  msg.set(http::field::host, host_header);
-  msg.set(cluster::kForwardHeader, signature);
-  if (!upgrade) {
-    msg.erase(http::field::connection);
-    msg.keep_alive(false);  // one request per upstream connection
-  }
-  msg.version(11);
+  address_to_owner(msg, host_header, signature, upgrade);
   http::request_serializer<http::buffer_body> sr{msg};
   up->expires_after(ctx->opts.io_timeout);
   auto [hec, hn] = co_await http::async_write_header(*up, sr, kTuple);
