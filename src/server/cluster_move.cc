@@ -433,6 +433,13 @@ asio::awaitable<bool> receive_session(Call* call) {
   // ?expect=1: the session is coming (before the catalog names this node); ?cancel=1: it is not.
   const bool expect = req.query.contains("expect"), cancel = req.query.contains("cancel");
   if (expect || cancel) {
+    // A cancel follows the catalog's switch back: the mark stays until this node's cache has
+    // seen it (5 s at most), or a request here would make the id anew, empty, meanwhile.
+    cluster::Cluster* cl = ctx->opts.cluster.get();
+    for (int i = 0; cancel && cl && i < 50 && cl->owner(id).value_or(cluster::Owner{}).self; ++i) {
+      asio::steady_timer t(co_await asio::this_coro::executor, std::chrono::milliseconds(100));
+      co_await t.async_wait(kTuple);
+    }
     auto job = run_blocking(ctx->pool, [data_dir, id, expect]() -> Status {
       return expect ? cluster::mark_incoming(data_dir, id) : cluster::unmark_incoming(data_dir, id);
     });
