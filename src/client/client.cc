@@ -4,12 +4,15 @@
 #include <netinet/tcp.h>
 #include <poll.h>
 #include <sys/sendfile.h>
+#include <unistd.h>
 
 #include <boost/asio/connect.hpp>
 #include <boost/asio/io_context.hpp>
 #include <boost/asio/ip/tcp.hpp>
+#include <boost/asio/ssl.hpp>
 #include <boost/beast/core.hpp>
 #include <boost/beast/http.hpp>
+#include <boost/beast/ssl.hpp>
 #include <cctype>
 #include <nlohmann/json.hpp>
 #include <optional>
@@ -27,8 +30,35 @@ using detail::parse_server;
 namespace asio = boost::asio;
 namespace beast = boost::beast;
 namespace http = beast::http;
+namespace ssl = asio::ssl;
 using tcp = asio::ip::tcp;
 using error_code = boost::system::error_code;
+
+// The TLS context of an https:// server (TlsOptions): the error names the file that would not
+// load.
+Result<std::unique_ptr<ssl::context>> make_tls_context(const TlsOptions& t) {
+  auto ctx = std::make_unique<ssl::context>(ssl::context::tls_client);
+  ctx->set_options(ssl::context::default_workarounds | ssl::context::no_sslv2 |
+                   ssl::context::no_sslv3 | ssl::context::no_tlsv1 | ssl::context::no_tlsv1_1);
+  ctx->set_verify_mode(ssl::verify_peer);
+  error_code ec;
+  if (t.ca_file.empty()) {
+    ctx->set_default_verify_paths(ec);
+  } else {
+    ctx->load_verify_file(t.ca_file, ec);
+  }
+  if (ec) return fail(Code::kInvalid, "TLS CA file '" + t.ca_file + "': " + ec.message());
+  if (t.cert_file.empty() != t.key_file.empty()) {
+    return fail(Code::kInvalid, "TLS: a client certificate needs both its cert and key files");
+  }
+  if (!t.cert_file.empty()) {
+    ctx->use_certificate_chain_file(t.cert_file, ec);
+    if (ec) return fail(Code::kInvalid, "TLS cert file '" + t.cert_file + "': " + ec.message());
+    ctx->use_private_key_file(t.key_file, ssl::context::pem, ec);
+    if (ec) return fail(Code::kInvalid, "TLS key file '" + t.key_file + "': " + ec.message());
+  }
+  return ctx;
+}
 
 // Upload and download step: at most this much per read(2)/sendfile(2) and per event-loop turn
 // (was 256 KiB: four times the syscalls and turns for the same bytes).
@@ -112,21 +142,41 @@ struct Client::Impl {
     } else {
       url_error = ep.error();
     }
+    if (endpoint.tls) {
+      if (auto ctx = make_tls_context(opts.tls)) {
+        tls_ctx = std::move(*ctx);
+      } else {
+        url_error = ctx.error();
+      }
+    }
   }
 
   ClientOptions opts;
   Endpoint endpoint;
   std::optional<Error> url_error;
   asio::io_context ioc;
+  // One of the two while connected: plain, or TLS over TCP (https://).
   std::optional<beast::tcp_stream> stream;
+  std::unique_ptr<ssl::context> tls_ctx;
+  std::optional<beast::ssl_stream<beast::tcp_stream>> tls;
   beast::flat_buffer buffer;
+
+  bool connected() const { return stream.has_value() || tls.has_value(); }
+  beast::tcp_stream& tcp() { return tls ? beast::get_lowest_layer(*tls) : *stream; }
+
+  // run() of an operation on the connection's stream, whichever it is: `op(stream, handler)`.
+  template <class Op>
+  error_code io(Op&& op) {
+    if (tls) return run([&](auto handler) { op(*tls, handler); });
+    return run([&](auto handler) { op(*stream, handler); });
+  }
 
   // Runs one async operation to completion; the timeout (reset per operation) bounds how long
   // the peer may stay silent, not the whole exchange.
   template <class Start>
   error_code run(Start&& start) {
     error_code result = asio::error::would_block;
-    stream->expires_after(opts.timeout);
+    tcp().expires_after(opts.timeout);
     start([&result](error_code ec, std::size_t) { result = ec; });
     ioc.restart();
     ioc.run();
@@ -144,11 +194,12 @@ struct Client::Impl {
   }
 
   void close() {
-    if (stream) {
+    if (connected()) {
       error_code ignored;
-      stream->socket().shutdown(tcp::socket::shutdown_both, ignored);
-      stream->close();
+      tcp().socket().shutdown(tcp::socket::shutdown_both, ignored);
+      tcp().close();
     }
+    tls.reset();
     stream.reset();
     buffer.clear();
   }
@@ -156,14 +207,14 @@ struct Client::Impl {
   // Whether the server has sent something (or closed) that we have not read yet.
   bool readable_now() {
     if (buffer.size() > 0) return true;
-    pollfd p{stream->socket().native_handle(), POLLIN | POLLRDHUP, 0};
+    pollfd p{tcp().socket().native_handle(), POLLIN | POLLRDHUP, 0};
     return ::poll(&p, 1, 0) != 0;
   }
 
   // An idle keep-alive connection has nothing to read; if it is readable, the server closed it
   // (or broke protocol), so do not send on it.
   bool idle_connection_usable() {
-    if (!stream || !stream->socket().is_open()) return false;
+    if (!connected() || !tcp().socket().is_open()) return false;
     return !readable_now();
   }
 
@@ -178,12 +229,27 @@ struct Client::Impl {
     if (ec) {
       return fail(Code::kUnavailable, "resolve " + endpoint.host + ": " + ec.message());
     }
-    stream.emplace(ioc);
+    if (endpoint.tls) {
+      tls.emplace(ioc, *tls_ctx);
+    } else {
+      stream.emplace(ioc);
+    }
     ec = run([&](auto handler) {
-      stream->async_connect(results, [handler](error_code e, auto) { handler(e, 0); });
+      tcp().async_connect(results, [handler](error_code e, auto) { handler(e, 0); });
     });
     if (ec) return std::unexpected(io_error("connect", ec));
-    stream->socket().set_option(tcp::no_delay(true), ec);  // small request/reply round trips
+    tcp().socket().set_option(tcp::no_delay(true), ec);  // small request/reply round trips
+    if (tls) {
+      // The name the certificate must carry (a DNS name or an IP address), and SNI for a name.
+      tls->set_verify_callback(ssl::host_name_verification(endpoint.host));
+      error_code literal;
+      asio::ip::make_address(endpoint.host, literal);
+      if (literal) SSL_set_tlsext_host_name(tls->native_handle(), endpoint.host.c_str());
+      ec = run([&](auto handler) {
+        tls->async_handshake(ssl::stream_base::client, [handler](error_code e) { handler(e, 0); });
+      });
+      if (ec) return std::unexpected(io_error("TLS handshake with", ec));
+    }
     return false;
   }
 
@@ -209,9 +275,9 @@ struct Client::Impl {
                               http::response_parser<http::buffer_body>& parser, bool reused,
                               bool& retryable) {
     retryable = false;
-    error_code ec = run([&](auto handler) { http::async_write(*stream, req, handler); });
+    error_code ec = io([&](auto& s, auto handler) { http::async_write(s, req, handler); });
     if (!ec) {
-      ec = run([&](auto handler) { http::async_read_header(*stream, buffer, parser, handler); });
+      ec = io([&](auto& s, auto handler) { http::async_read_header(s, buffer, parser, handler); });
     }
     if (ec) {
       retryable = reused && is_stale_connection_error(ec) && !parser.is_header_done();
@@ -234,7 +300,7 @@ struct Client::Impl {
       // read_some, not read: hand out what has arrived (a live exec's output) instead of
       // waiting for the chunk buffer to fill.
       error_code ec =
-          run([&](auto handler) { http::async_read_some(*stream, buffer, parser, handler); });
+          io([&](auto& s, auto handler) { http::async_read_some(s, buffer, parser, handler); });
       if (ec == http::error::need_buffer) ec = {};
       if (ec) return std::unexpected(io_error("reading reply from", ec));
       std::size_t n = kChunkBytes - parser.get().body().size;
@@ -271,12 +337,11 @@ struct Client::Impl {
     while (left > 0) {
       auto want = static_cast<std::size_t>(std::min<std::uint64_t>(kChunkBytes, left));
       std::size_t n = 0;
-      error_code ec = run([&](auto handler) {
-        stream->async_read_some(asio::buffer(buf, want),
-                                [&n, handler](error_code e, std::size_t k) {
-                                  n = k;
-                                  handler(e, k);
-                                });
+      error_code ec = io([&](auto& s, auto handler) {
+        s.async_read_some(asio::buffer(buf, want), [&n, handler](error_code e, std::size_t k) {
+          n = k;
+          handler(e, k);
+        });
       });
       if (ec == asio::error::eof && n == 0) ec = http::error::partial_message;
       if (ec) return std::unexpected(io_error("reading reply from", ec));
@@ -353,7 +418,7 @@ struct Client::Impl {
   // byte twice through our memory. Waits (poll) while the socket is full. Returns the count
   // sent, 0 when the file ended; a socket error as `ec`.
   std::size_t sendfile_some(int src_fd, std::size_t want, error_code& ec) {
-    const int sock = stream->socket().native_handle();
+    const int sock = tcp().socket().native_handle();
     const auto deadline = std::chrono::steady_clock::now() + opts.timeout;
     for (;;) {
       ssize_t n = call_without_sigpipe([&] { return ::sendfile(sock, src_fd, nullptr, want); });
@@ -398,7 +463,7 @@ struct Client::Impl {
     req.body().more = true;
     http::request_serializer<http::buffer_body> sr(req);
 
-    error_code ec = run([&](auto handler) { http::async_write_header(*stream, sr, handler); });
+    error_code ec = io([&](auto& s, auto handler) { http::async_write_header(s, sr, handler); });
     std::unique_ptr<char[]> buf(new char[kChunkBytes]);
     std::uint64_t sent = 0;
     bool answered_early = false;
@@ -436,7 +501,7 @@ struct Client::Impl {
       req.body().data = buf.get();
       req.body().size = *n;
       req.body().more = true;
-      ec = run([&](auto handler) { http::async_write(*stream, sr, handler); });
+      ec = io([&](auto& s, auto handler) { http::async_write(s, sr, handler); });
       if (ec == http::error::need_buffer) ec = {};
       if (!ec) {
         sent += *n;
@@ -447,7 +512,7 @@ struct Client::Impl {
       req.body().data = nullptr;
       req.body().size = 0;
       req.body().more = false;
-      ec = run([&](auto handler) { http::async_write(*stream, sr, handler); });
+      ec = io([&](auto& s, auto handler) { http::async_write(s, sr, handler); });
       if (ec == http::error::need_buffer) ec = {};
     }
     // Even when sending failed, the server may have answered before it stopped reading (an
@@ -455,7 +520,8 @@ struct Client::Impl {
     http::response_parser<http::string_body> parser;
     parser.header_limit(kMaxHeaderBytes);
     parser.body_limit(kMaxBufferedBody);
-    error_code rec = run([&](auto handler) { http::async_read(*stream, buffer, parser, handler); });
+    error_code rec =
+        io([&](auto& s, auto handler) { http::async_read(s, buffer, parser, handler); });
     if (rec) {
       return std::unexpected(io_error(ec ? "upload to" : "reading reply from", ec ? ec : rec));
     }
@@ -504,6 +570,16 @@ Result<Response> Client::upload(std::string_view method, std::string_view target
 Result<Response> Client::upload_file(std::string_view method, std::string_view target, int fd,
                                      std::uint64_t size,
                                      const std::function<void(std::uint64_t)>& progress) {
+  if (impl_->endpoint.tls) {  // sendfile cannot pass through TLS: read and write
+    auto from_fd = [fd](char* buf, std::size_t n) -> Result<std::size_t> {
+      for (;;) {
+        ssize_t got = ::read(fd, buf, n);
+        if (got >= 0) return static_cast<std::size_t>(got);
+        if (errno != EINTR) return fail_errno(errno, "read(upload source)");
+      }
+    };
+    return impl_->upload(method, target, size, from_fd, -1, progress);
+  }
   return impl_->upload(method, target, size, {}, fd, progress);
 }
 

@@ -26,10 +26,21 @@ namespace agentbox::client {
 inline constexpr std::size_t kMaxExecBodyBytes = 24u << 20;
 inline constexpr std::size_t kMaxExecStdinBytes = 16u << 20;
 
+// TLS of an https:// server: the server's certificate is verified against `ca_file` (PEM; the
+// system's CAs when empty) and its name (or IP address) against the URL's host; `cert_file` and
+// `key_file` (PEM) are this client's own certificate, for servers that ask for one (etcd with
+// --client-cert-auth).
+struct TlsOptions {
+  std::string ca_file;
+  std::string cert_file;
+  std::string key_file;
+};
+
 struct ClientOptions {
-  std::string server = "http://127.0.0.1:9090";  // http://host:port
+  std::string server = "http://127.0.0.1:9090";  // http://host:port or https://host:port
   std::string token;                             // sent as Authorization: Bearer when set
   std::chrono::milliseconds timeout{std::chrono::minutes(10)};
+  TlsOptions tls;  // for https:// only
 };
 
 struct Response {
@@ -61,9 +72,8 @@ class Client {
                            std::string_view content_type = "application/json");
   // The same with extra request headers (name, value), e.g. a dialect's session header.
   using Headers = std::vector<std::pair<std::string, std::string>>;
-  Result<Response> request(std::string_view method, std::string_view target,
-                           std::string_view body, std::string_view content_type,
-                           const Headers& headers);
+  Result<Response> request(std::string_view method, std::string_view target, std::string_view body,
+                           std::string_view content_type, const Headers& headers);
 
   // A request whose reply body is handed to on_chunk as it arrives (NDJSON exec stream, file
   // download). on_chunk returns false to abort (the connection is then closed). Returns the

@@ -55,7 +55,10 @@ struct InputShared {
 
 struct WebSocket::Impl {
   explicit Impl(ClientOptions o) : opts(std::move(o)) {
-    if (auto ep = detail::parse_server(opts.server)) {
+    if (auto ep = detail::parse_server(opts.server); ep && ep->tls) {
+      url_error = Error::make(Code::kNotSupported, "server URL " + opts.server +
+                                                       ": WebSocket over TLS (wss) is not built");
+    } else if (ep) {
       endpoint = std::move(*ep);
     } else {
       url_error = ep.error();

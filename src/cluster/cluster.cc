@@ -30,7 +30,8 @@ Cluster::Cluster(ClusterOptions opts, LoadFn load, LocalFn local)
     : opts_(std::move(opts)),
       load_(std::move(load)),
       local_(std::move(local)),
-      etcd_(EtcdOptions{opts_.etcd, 2000ms}) {
+      etcd_(EtcdOptions{opts_.etcd, 2000ms, opts_.etcd_ca_file, opts_.etcd_cert_file,
+                        opts_.etcd_key_file}) {
   if (opts_.prefix.empty() || opts_.prefix.back() != '/') opts_.prefix += '/';
 }
 

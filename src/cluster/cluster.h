@@ -40,9 +40,11 @@ namespace agentbox::cluster {
 inline constexpr char kNodeVersion[] = "agentboxd/1";
 
 struct ClusterOptions {
-  std::vector<std::string> etcd;  // endpoints, "http://host:port"
-  std::string node;               // this node's name
-  std::string advertise;          // "http://host:port" other nodes reach this one at
+  std::vector<std::string> etcd;  // endpoints, "http://host:port" or https://
+  // TLS to an https:// etcd (EtcdOptions).
+  std::string etcd_ca_file, etcd_cert_file, etcd_key_file;
+  std::string node;       // this node's name
+  std::string advertise;  // "http://host:port" other nodes reach this one at
   int lease_sec = 10;
   std::string secret;  // the forward signature's key (forward_auth.h)
   std::string config_digest;

@@ -141,6 +141,7 @@ std::unique_ptr<client::Client> EtcdClient::take(std::size_t endpoint) {
   }
   client::ClientOptions o;
   o.server = opts_.endpoints[endpoint];
+  o.tls = {opts_.ca_file, opts_.cert_file, opts_.key_file};
   o.timeout = opts_.timeout;
   return std::make_unique<client::Client>(std::move(o));
 }
@@ -334,6 +335,7 @@ Status EtcdClient::watch(const std::string& key, const std::string& range_end,
     const std::size_t e = (first + k) % n;
     client::ClientOptions o;
     o.server = opts_.endpoints[e];
+    o.tls = {opts_.ca_file, opts_.cert_file, opts_.key_file};
     o.timeout = idle_timeout;
     client::Client c(std::move(o));
     ObjectSplitter split;

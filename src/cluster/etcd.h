@@ -53,9 +53,12 @@ struct WatchEvent {
 };
 
 struct EtcdOptions {
-  std::vector<std::string> endpoints;  // "http://127.0.0.1:2379"
+  std::vector<std::string> endpoints;  // "http://127.0.0.1:2379", or https:// (TLS)
   // Unary calls: how long an endpoint may stay silent before the next one is tried.
   std::chrono::milliseconds timeout{2000};
+  // TLS to https:// endpoints (client/client.h TlsOptions): the CA file (the system's CAs when
+  // empty); this client's certificate and key for an etcd with --client-cert-auth.
+  std::string ca_file, cert_file, key_file;
 };
 
 // The end of every key starting with `prefix` (etcd's range_end for a prefix).

@@ -31,14 +31,14 @@
 #include "common/log.h"
 #include "common/unique_fd.h"
 #include "linux/mounts.h"
+#include "remote/remote_backend.h"
+#include "remote/runner_hub.h"
 #include "sandbox/host_backend.h"
 #include "sandbox/ns_backend.h"
 #include "server/audit.h"
 #include "server/config.h"
 #include "server/http_server.h"
 #include "server/internal/cluster_v1.h"
-#include "remote/remote_backend.h"
-#include "remote/runner_hub.h"
 #include "service/resume_repair.h"
 #include "session/session_manager.h"
 #include "session/template_manager.h"
@@ -288,7 +288,8 @@ int main(int argc, char** argv) {
   // for the caller's tenant is the permission (RemoteBackend::create checks it).
   std::vector<remote::RunnerUser> runner_users;
   for (const auto& r : cfg.runners) runner_users.push_back({r.user, r.token, r.tenant});
-  auto runner_hub = std::make_shared<remote::RunnerHub>(ioc.get_executor(), std::move(runner_users));
+  auto runner_hub =
+      std::make_shared<remote::RunnerHub>(ioc.get_executor(), std::move(runner_users));
   mc.backends["remote"] = std::make_shared<remote::RemoteBackend>(runner_hub);
   mc.default_runner = cfg.default_runner;
   mc.default_image = cfg.default_image;  // seed 003's docker mode (SANDBOX_DOCKER_IMAGE)
@@ -318,8 +319,7 @@ int main(int argc, char** argv) {
   // Every 403 of an egress proxy is a `net.deny` line (the weak_ptr: denials that race the
   // shutdown are dropped, not written to a closed log).
   mc.on_net_deny = [log = std::weak_ptr<server::AuditLog>(audit_log)](
-                       const std::string& id, const std::string& tenant,
-                       const net::DenyEvent& d) {
+                       const std::string& id, const std::string& tenant, const net::DenyEvent& d) {
     if (auto l = log.lock()) {
       l->record("net.deny", tenant, id,
                 {{"method", d.method}, {"host", d.host}, {"port", d.port}, {"reason", d.reason}});
@@ -372,7 +372,7 @@ int main(int argc, char** argv) {
   std::string cluster_secret;
   std::string node_name = cfg.cluster.node.empty() ? host_name() : cfg.cluster.node;
   if (cfg.cluster.enabled()) {
-    auto secret = server::read_cluster_secret(cfg.cluster);
+    auto secret = cluster::read_cluster_secret(cfg.cluster);
     if (!secret) {
       std::cerr << "agentboxd: " << secret.error().message << "\n";
       return 2;
@@ -380,6 +380,9 @@ int main(int argc, char** argv) {
     cluster_secret = std::move(*secret);
     cluster::ClusterOptions co;
     co.etcd = cfg.cluster.etcd;
+    co.etcd_ca_file = cfg.cluster.etcd_ca_file;
+    co.etcd_cert_file = cfg.cluster.etcd_cert_file;
+    co.etcd_key_file = cfg.cluster.etcd_key_file;
     co.node = node_name;
     co.advertise = cfg.cluster.advertise;
     co.lease_sec = cfg.cluster.lease_sec;

@@ -53,6 +53,7 @@ struct Sent {
 asio::awaitable<Result<Sent>> send_archive(Context* ctx, std::string advertise, std::string id,
                                            std::string path, std::string spec, std::string tenant) {
   auto ep = client::detail::parse_server(advertise);
+  if (ep && ep->tls) ep = fail(Code::kInvalid, advertise + " is https://; nodes speak http://");
   if (!ep) co_return fail(Code::kUnavailable, "node address: " + ep.error().message);
   const std::string host = ep->host, port = ep->port;
   auto job_open = run_blocking(ctx->pool, [path]() -> Result<std::pair<int, std::uint64_t>> {

@@ -1,9 +1,5 @@
 #include "server/config.h"
 
-#include "common/validate.h"
-#include "server/internal/config_cluster.h"
-#include "server/json_codec.h"
-
 #include <arpa/inet.h>
 #include <unistd.h>
 #include <yaml-cpp/yaml.h>
@@ -12,9 +8,12 @@
 #include <algorithm>
 #include <cctype>
 #include <cstdlib>
-#include <cctype>
 #include <filesystem>
 #include <ostream>
+
+#include "cluster/config_yaml.h"
+#include "common/validate.h"
+#include "server/json_codec.h"
 
 namespace agentbox::server {
 namespace {
@@ -90,8 +89,8 @@ Status load_default_limits(const YAML::Node& dl, const std::string& file, Daemon
       limits[key] = v.IsScalar() ? nlohmann::json(v.as<std::string>()) : nlohmann::json::object();
     }
   }
-  auto decoded = decode_limits(nlohmann::json{{"default_limits", std::move(limits)}},
-                               "default_limits");
+  auto decoded =
+      decode_limits(nlohmann::json{{"default_limits", std::move(limits)}}, "default_limits");
   if (!decoded) {
     Error e = decoded.error();
     e.message = "config " + file + ": " + e.message;
@@ -197,7 +196,7 @@ Status load_yaml(const std::string& file, DaemonConfig* c,
       c->ws_ping_sec = root["ws_ping_sec"].as<std::uint32_t>();
     }
     if (const YAML::Node& cl = root["cluster"]; cl) {
-      if (auto st = detail::load_cluster_yaml(cl, file, &c->cluster, given); !st) return st;
+      if (auto st = cluster::load_cluster_yaml(cl, file, &c->cluster, given); !st) return st;
     }
     if (const YAML::Node& nw = root["network"]; nw) {
       if (auto st = load_network(nw, file, c); !st) return st;
@@ -259,8 +258,9 @@ Status load_yaml(const std::string& file, DaemonConfig* c,
     }
     if (const YAML::Node& rn = root["runners"]; rn) {
       if (!rn.IsSequence()) {
-        return fail(Code::kInvalid, "config " + file + ": runners must be a list of "
-                                                       "{user, token, tenant}");
+        return fail(Code::kInvalid, "config " + file +
+                                        ": runners must be a list of "
+                                        "{user, token, tenant}");
       }
       for (std::size_t i = 0; i < rn.size(); ++i) {
         const YAML::Node& r = rn[i];
@@ -341,7 +341,6 @@ Status load_yaml(const std::string& file, DaemonConfig* c,
   }
   return {};
 }
-
 
 // Seed 001's flags (SeedFlags). --shared-dirs is a regular flag (parse_daemon_args).
 void add_seed_flags(CLI::App& app, SeedFlags* s) {
@@ -433,8 +432,10 @@ Status apply_seed_flags(DaemonConfig* c, bool backend_given) {
   }
   if (s.multi_agent) {
     if (backend_given && c->backend != "ns") {
-      return fail(Code::kInvalid, "--multi-agent isolates every agent (backend ns); it cannot "
-                                  "go with --backend " + c->backend);
+      return fail(Code::kInvalid,
+                  "--multi-agent isolates every agent (backend ns); it cannot "
+                  "go with --backend " +
+                      c->backend);
     }
     c->backend = "ns";
   }
@@ -574,8 +575,8 @@ ParseOutcome parse_daemon_args(int argc, const char* const* argv, std::ostream& 
   auto* o_lb_token = app.add_option("--langbot-control-token", c.langbot.control_token,
                                     "LangBot Box runtime: the X-LangBot-Box-Control-Token "
                                     "(32+ characters)")
-                        ->envname("LANGBOT_BOX_CONTROL_TOKEN")
-                        ->multi_option_policy(take_last);
+                         ->envname("LANGBOT_BOX_CONTROL_TOKEN")
+                         ->multi_option_policy(take_last);
   auto* o_lb_tenant = app.add_option("--langbot-tenant", c.langbot.tenant,
                                      "LangBot Box runtime: the tenant its sessions belong to")
                           ->multi_option_policy(take_last);
@@ -587,7 +588,8 @@ ParseOutcome parse_daemon_args(int argc, const char* const* argv, std::ostream& 
           ->multi_option_policy(take_last);
   add_seed_flags(app, &c.seed);
   std::vector<CLI::Option*> cluster_opts;
-  std::vector<std::string> cluster_keys = detail::add_cluster_flags(app, &c.cluster, &cluster_opts);
+  std::vector<std::string> cluster_keys =
+      cluster::add_cluster_flags(app, &c.cluster, &cluster_opts);
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {
@@ -765,8 +767,9 @@ Status validate_config(const DaemonConfig& c) {
   }
   for (const RunnerConfig& r : c.runners) {
     bool ok = !r.user.empty() && r.user.size() <= 128 && r.user != "." && r.user != "..";
-    for (char ch : r.user) ok = ok && (std::isalnum(static_cast<unsigned char>(ch)) || ch == '.' ||
-                                       ch == '_' || ch == '-');
+    for (char ch : r.user)
+      ok = ok &&
+           (std::isalnum(static_cast<unsigned char>(ch)) || ch == '.' || ch == '_' || ch == '-');
     if (!ok) {
       return fail(Code::kInvalid, "runner user '" + r.user + "' must be [A-Za-z0-9._-]{1,128}");
     }
@@ -842,7 +845,7 @@ Status validate_config(const DaemonConfig& c) {
     if (auto st = check_origin(o); !st) return st;
   }
   if (auto st = check_langbot(c); !st) return st;
-  if (auto st = detail::check_cluster(c.cluster); !st) return st;
+  if (auto st = cluster::check_cluster(c.cluster); !st) return st;
   return {};
 }
 

@@ -1,10 +1,9 @@
 #pragma once
 // agentboxd's configuration: command-line flags (CLI11) over an optional YAML file (--config)
 // with the same keys (listen, data_dir, backend, tokens, shared_dirs, allowed_mount_roots,
-// max_file_mb, log_level, max_running_boxes, audit_max_mb, allowed_origins) plus `tenants`, `default_limits` and
-// `readonly_dirs` and `network` (YAML only), and seed 001's toolbox-server flags (SeedFlags;
-// flags only).
-// Flags override the file.
+// max_file_mb, log_level, max_running_boxes, audit_max_mb, allowed_origins) plus `tenants`,
+// `default_limits` and `readonly_dirs` and `network` (YAML only), and seed 001's toolbox-server
+// flags (SeedFlags; flags only). Flags override the file.
 
 #include <cstdint>
 #include <functional>
@@ -16,6 +15,7 @@
 #include <utility>
 #include <vector>
 
+#include "cluster/config.h"
 #include "common/error.h"
 #include "image/store.h"
 #include "net/policy.h"
@@ -87,18 +87,8 @@ struct SeedFlags {
   std::vector<std::string> warnings;  // for the startup log
 };
 
-// Cluster mode (API.md "Cluster"): YAML `cluster: {etcd: [URL...], node, advertise, lease_sec,
-// secret_file}`, flags --cluster-etcd (repeatable or comma-separated), --node-name,
-// --advertise-url, --cluster-lease-sec, --cluster-secret-file (config_cluster.cc). Without etcd
-// endpoints the daemon is a cluster of one and nothing changes.
-struct ClusterConfig {
-  std::vector<std::string> etcd;  // "http://host:port" (TLS to etcd is not built: https refused)
-  std::string node;               // [A-Za-z0-9._-]{1,64}; default: the host name
-  std::string advertise;          // "http://host:port" the other nodes reach this one at
-  int lease_sec = 10;             // a dead node's sessions are 503 within lease_sec + 2 s
-  std::string secret_file;        // the forward signature's key (16+ bytes); required
-  bool enabled() const { return !etcd.empty(); }
-};
+// The `cluster:` section (cluster/config.h).
+using ClusterConfig = cluster::ClusterConfig;
 
 struct DaemonConfig {
   std::string listen = "127.0.0.1:9090";
@@ -203,7 +193,7 @@ Status load_registries(const void* yaml_node, const std::string& file, DaemonCon
 Status load_image_aliases(const void* yaml_node, const std::string& file, DaemonConfig* c);
 // `default_image:` (a scalar node) and, when the YAML has none, seed 003's docker-mode env.
 Status load_default_image(const void* yaml_node, const std::string& file, DaemonConfig* c);
-}
+}  // namespace detail
 
 // Seed 001's read-only mount of the host's shared files (gcsfuse in the seed's pod).
 inline constexpr char kSeedSharedReadonly[] = "/mnt/shared-readonly";
@@ -248,9 +238,6 @@ Status check_origin(std::string_view origin);
 // scheme://host[:port].
 Status validate_config(const DaemonConfig& c);
 
-// The cluster's secret (secret_file's content without a trailing newline): EINVAL naming the
-// file when it cannot be read or holds fewer than 16 bytes.
-Result<std::string> read_cluster_secret(const ClusterConfig& c);
 // A digest of what must agree between nodes (tenants, their tokens' hashes and limits), shown by
 // GET /v1/cluster so a mismatch is visible.
 std::string config_digest(const DaemonConfig& c);

@@ -223,6 +223,9 @@ asio::awaitable<bool> tunnel(Call* call, beast::tcp_stream* up, beast::flat_buff
 asio::awaitable<std::optional<bool>> connect_owner(Call* call, std::string id, cluster::Owner owner,
                                                    beast::tcp_stream* up, std::string* host_port) {
   auto ep = client::detail::parse_server(owner.advertise);
+  if (ep && ep->tls) {  // config refuses it: the nodes' own traffic is http://, signed
+    ep = fail(Code::kInvalid, "address " + owner.advertise + " is https://; nodes speak http://");
+  }
   if (!ep) {
     co_return co_await send_error(
         call, Error::make(Code::kUnavailable, "session " + id + " is on node " + owner.node + ": " +

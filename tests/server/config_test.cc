@@ -91,6 +91,54 @@ TEST(Config, GlobalSkillsAndAgentsDirsMustBeExistingDirs) {
   EXPECT_NE(err.find("agents_dir"), std::string::npos) << err;
 }
 
+// TLS to etcd: https:// endpoints take a CA file and a client certificate with its key; the
+// files must be readable, the certificate and key go together, and none is taken with http://.
+TEST(Config, EtcdTlsFilesAreCheckedAndOnlyWithHttps) {
+  agentbox::testing::TempDir dir("agentbox-config-tls");
+  for (const char* f : {"ca.pem", "c.pem", "c.key", "secret"})
+    agentbox::testing::spit(dir / f, "x\n");
+  const std::vector<std::string> cluster = {"--cluster-etcd",        "https://127.0.0.1:2379",
+                                            "--advertise-url",       "http://127.0.0.1:9090",
+                                            "--cluster-secret-file", dir / "secret"};
+  auto with = [&](std::vector<std::string> extra) {
+    std::vector<std::string> args = cluster;
+    args.insert(args.end(), extra.begin(), extra.end());
+    return args;
+  };
+  auto good = parse(with({"--cluster-etcd-ca", dir / "ca.pem", "--cluster-etcd-cert", dir / "c.pem",
+                          "--cluster-etcd-key", dir / "c.key"}));
+  ASSERT_TRUE(good.config);
+  EXPECT_EQ(good.config->cluster.etcd_ca_file, dir / "ca.pem");
+  EXPECT_EQ(good.config->cluster.etcd_cert_file, dir / "c.pem");
+  EXPECT_EQ(good.config->cluster.etcd_key_file, dir / "c.key");
+  EXPECT_TRUE(validate_config(*good.config).has_value());
+  // The system's CAs when none is named.
+  auto system_ca = parse(cluster);
+  ASSERT_TRUE(system_ca.config);
+  EXPECT_TRUE(validate_config(*system_ca.config).has_value());
+
+  struct Case {
+    std::vector<std::string> args;
+    std::string says;
+  } bad[] = {
+      {with({"--cluster-etcd-ca", dir / "missing.pem"}), "cluster.etcd_ca_file"},
+      {with({"--cluster-etcd-cert", dir / "c.pem"}), "go together"},
+      {{"--cluster-etcd", "http://127.0.0.1:2379", "--advertise-url", "http://127.0.0.1:9090",
+        "--cluster-secret-file", dir / "secret", "--cluster-etcd-ca", dir / "ca.pem"},
+       "endpoints are http://"},
+      {{"--cluster-etcd", "https://127.0.0.1:2379", "--advertise-url", "https://127.0.0.1:9090",
+        "--cluster-secret-file", dir / "secret"},
+       "cluster.advertise"},
+  };
+  for (const auto& c : bad) {
+    auto r = parse(c.args);
+    ASSERT_TRUE(r.config);
+    auto st = validate_config(*r.config);
+    ASSERT_FALSE(st.has_value()) << c.says;
+    EXPECT_NE(st.error().message.find(c.says), std::string::npos) << st.error().message;
+  }
+}
+
 TEST(Config, YamlFileWithFlagsOverriding) {
   char path[] = "/tmp/agentbox-config-test-XXXXXX";
   int fd = mkstemp(path);

@@ -102,7 +102,17 @@ void kill_and_reap(pid_t* pid) {
 
 }  // namespace
 
-EtcdCluster::EtcdCluster(int members) {
+// Runs argv to its end (output to `log_file`): throws naming it unless it exits 0.
+void run_or_throw(const std::vector<std::string>& argv, const std::string& log_file) {
+  pid_t pid = spawn(argv, log_file);
+  int ws = 0;
+  ::waitpid(pid, &ws, 0);
+  if (!WIFEXITED(ws) || WEXITSTATUS(ws) != 0) {
+    throw std::runtime_error(argv[0] + " " + argv[1] + " failed:\n" + slurp(log_file));
+  }
+}
+
+EtcdCluster::EtcdCluster(int members, bool tls) : tls_(tls) {
   if (members != 1 && members != 3) throw std::runtime_error("EtcdCluster: 1 or 3 members");
   // 127.0.0.(40 + pid % 150): another test binary running at the same time most likely has
   // another address; the ports are free ones anyway.
@@ -119,6 +129,7 @@ EtcdCluster::EtcdCluster(int members) {
         (i ? "," : "") + m.name + "=http://" + m.host + ":" + std::to_string(m.peer_port);
     members_.push_back(std::move(m));
   }
+  if (tls_) make_certificates();
   std::vector<int> all;
   for (int i = 0; i < members; ++i) {
     start(i, /*fresh=*/true);
@@ -136,10 +147,43 @@ EtcdCluster::~EtcdCluster() {
   for (auto& m : members_) kill_and_reap(&m.pid);
 }
 
+// A CA, a server certificate for every member's address (serverAuth and clientAuth: the
+// members' gateway dials its own gRPC port with it), a client certificate (clientAuth), and a
+// second CA that signs nothing. P-256 keys, valid for two days.
+void EtcdCluster::make_certificates() {
+  const std::string log = dir_ / "openssl.log";
+  auto key_and_csr = [&](const std::string& name, const std::string& cn) {
+    run_or_throw({"openssl", "req", "-new", "-newkey", "ec", "-pkeyopt",
+                  "ec_paramgen_curve:prime256v1", "-nodes", "-keyout", dir_ / (name + ".key"),
+                  "-out", dir_ / (name + ".csr"), "-subj", "/CN=" + cn},
+                 log);
+  };
+  for (const std::string ca : {"ca", "other-ca"}) {
+    run_or_throw({"openssl", "req", "-x509", "-newkey", "ec", "-pkeyopt",
+                  "ec_paramgen_curve:prime256v1", "-nodes", "-keyout", dir_ / (ca + ".key"), "-out",
+                  dir_ / (ca + ".pem"), "-days", "2", "-subj", "/CN=agentbox test " + ca},
+                 log);
+  }
+  std::string sans = "subjectAltName=";
+  for (std::size_t i = 0; i < members_.size(); ++i) {
+    sans += (i ? ",IP:" : "IP:") + members_[i].host;
+  }
+  spit(dir_ / "server.ext", sans + "\nextendedKeyUsage=serverAuth,clientAuth\n");
+  spit(dir_ / "client.ext", "extendedKeyUsage=clientAuth\n");
+  key_and_csr("server", "etcd");
+  key_and_csr("client", "agentboxd");
+  for (const std::string name : {"server", "client"}) {
+    run_or_throw({"openssl", "x509", "-req", "-in", dir_ / (name + ".csr"), "-CA", dir_ / "ca.pem",
+                  "-CAkey", dir_ / "ca.key", "-CAcreateserial", "-out", dir_ / (name + ".pem"),
+                  "-days", "2", "-extfile", dir_ / (name + ".ext")},
+                 log);
+  }
+}
+
 void EtcdCluster::start(int i, bool fresh) {
   Member& m = members_[static_cast<std::size_t>(i)];
   if (m.pid > 0) return;
-  const std::string client = "http://" + m.host + ":" + std::to_string(m.client_port);
+  const std::string client = scheme() + m.host + ":" + std::to_string(m.client_port);
   const std::string peer = "http://" + m.host + ":" + std::to_string(m.peer_port);
   std::vector<std::string> argv = {"etcd", "--name", m.name, "--data-dir", m.data_dir,
                                    "--listen-client-urls", client, "--advertise-client-urls",
@@ -150,6 +194,14 @@ void EtcdCluster::start(int i, bool fresh) {
                                    // Fast elections on loopback (defaults: 100 / 1000 ms).
                                    "--heartbeat-interval", "50", "--election-timeout", "500",
                                    "--logger", "zap", "--log-level", "warn"};
+  if (tls_) {
+    for (const std::string& a :
+         {std::string("--cert-file"), dir_ / "server.pem", std::string("--key-file"),
+          dir_ / "server.key", std::string("--trusted-ca-file"), ca_file(),
+          std::string("--client-cert-auth")}) {
+      argv.push_back(a);
+    }
+  }
   m.pid = spawn(argv, m.log_file);
 }
 
@@ -174,6 +226,17 @@ void EtcdCluster::wait_healthy(const std::vector<int>& which) {
 
 bool EtcdCluster::healthy(int i, std::chrono::milliseconds limit) const {
   const Member& m = members_[static_cast<std::size_t>(i)];
+  if (tls_) {  // curl speaks the TLS (with the client certificate etcd asks for)
+    const std::string out = dir_ / ("health-" + m.name);
+    const std::string secs = std::to_string(std::max<long>(1, (limit.count() + 999) / 1000));
+    pid_t pid = spawn({"curl", "-s", "-m", secs, "--cacert", ca_file(), "--cert",
+                       client_cert_file(), "--key", client_key_file(), "-o", out,
+                       scheme() + m.host + ":" + std::to_string(m.client_port) + "/health"},
+                      dir_ / "curl.log");
+    int ws = 0;
+    ::waitpid(pid, &ws, 0);
+    return slurp(out).find("\"health\":\"true\"") != std::string::npos;
+  }
   std::string r = http_get(m.host, m.client_port, "/health", limit);
   return r.find("\"health\":\"true\"") != std::string::npos;
 }
@@ -181,7 +244,7 @@ bool EtcdCluster::healthy(int i, std::chrono::milliseconds limit) const {
 std::vector<std::string> EtcdCluster::endpoints() const {
   std::vector<std::string> out;
   for (const auto& m : members_) {
-    out.push_back("http://" + m.host + ":" + std::to_string(m.client_port));
+    out.push_back(scheme() + m.host + ":" + std::to_string(m.client_port));
   }
   return out;
 }

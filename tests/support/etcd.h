@@ -22,13 +22,21 @@ int free_tcp_port(const std::string& host);
 class EtcdCluster {
  public:
   // `members` 1 or 3. Throws std::runtime_error (with the members' log tails) when they do not
-  // come up within 20 s.
-  explicit EtcdCluster(int members = 1);
+  // come up within 20 s. `tls`: the members serve https:// only and want a client certificate
+  // (--client-cert-auth), all signed by a CA made for the test (openssl).
+  explicit EtcdCluster(int members = 1, bool tls = false);
   ~EtcdCluster();
   EtcdCluster(const EtcdCluster&) = delete;
   EtcdCluster& operator=(const EtcdCluster&) = delete;
 
-  // "http://127.0.0.x:PORT" of every member.
+  // With tls: the CA (PEM) of the members' certificates, a client certificate and its key that
+  // etcd takes, and a CA that signed none of them.
+  std::string ca_file() const { return dir_ / "ca.pem"; }
+  std::string client_cert_file() const { return dir_ / "client.pem"; }
+  std::string client_key_file() const { return dir_ / "client.key"; }
+  std::string other_ca_file() const { return dir_ / "other-ca.pem"; }
+
+  // "http(s)://127.0.0.x:PORT" of every member.
   std::vector<std::string> endpoints() const;
   // The same, comma-separated (the daemon's --cluster-etcd).
   std::string endpoints_csv() const;
@@ -57,9 +65,12 @@ class EtcdCluster {
     pid_t pid = -1;
   };
   void start(int i, bool fresh);
+  void make_certificates();
+  std::string scheme() const { return tls_ ? "https://" : "http://"; }
   void wait_healthy(const std::vector<int>& which);
 
   TempDir dir_{"agentbox-etcd"};
+  bool tls_ = false;
   std::vector<Member> members_;
   std::string initial_cluster_;
 };

@@ -3,14 +3,11 @@
 namespace agentbox::client::detail {
 
 Result<Endpoint> parse_server(std::string_view url) {
-  constexpr std::string_view kScheme = "http://";
-  if (url.substr(0, kScheme.size()) != kScheme) {
-    if (url.substr(0, 8) == "https://") {
-      return fail(Code::kInvalid, "server URL " + std::string(url) + ": https is not supported");
-    }
+  const bool tls = url.substr(0, 8) == "https://";
+  if (!tls && url.substr(0, 7) != "http://") {
     return fail(Code::kInvalid, "server URL " + std::string(url) + ": expected http://host:port");
   }
-  std::string_view rest = url.substr(kScheme.size());
+  std::string_view rest = url.substr(tls ? 8 : 7);
   while (!rest.empty() && rest.back() == '/') rest.remove_suffix(1);
   if (rest.empty() || rest.find('/') != std::string_view::npos ||
       rest.find('@') != std::string_view::npos) {
@@ -19,7 +16,7 @@ Result<Endpoint> parse_server(std::string_view url) {
   }
   Endpoint ep;
   ep.host_header = std::string(rest);
-  std::string_view host = rest, port = "80";
+  std::string_view host = rest, port = tls ? "443" : "80";
   if (rest.front() == '[') {  // [v6]:port
     auto close = rest.find(']');
     if (close == std::string_view::npos) {
@@ -43,6 +40,7 @@ Result<Endpoint> parse_server(std::string_view url) {
   }
   ep.host = std::string(host);
   ep.port = std::string(port);
+  ep.tls = tls;
   return ep;
 }
 

@@ -1,7 +1,6 @@
-// The `cluster:` configuration (config.h ClusterConfig): YAML, flags, checks, the secret and
-// the config digest.
+// The `cluster:` configuration (config.h ClusterConfig): YAML, flags, checks and the secret.
 
-#include "server/internal/config_cluster.h"
+#include "cluster/config_yaml.h"
 
 #include <unistd.h>
 
@@ -11,11 +10,9 @@
 #include <iterator>
 #include <sstream>
 
-#include "cluster/forward_auth.h"
 #include "common/validate.h"
 
-namespace agentbox::server {
-namespace detail {
+namespace agentbox::cluster {
 namespace {
 
 // "a,b" and repeated values alike.
@@ -39,23 +36,46 @@ bool valid_node_name(std::string_view n) {
   });
 }
 
-// "http://host:port" without a path.
-Status check_http_url(std::string_view url, const std::string& key) {
-  if (url.rfind("https://", 0) == 0) {
-    return fail(Code::kInvalid, key + " '" + std::string(url) +
-                                    "': https (TLS) is not built in this version; use http://");
+// "http://host:port" (or https:// with `https_too`) without a path.
+Status check_http_url(std::string_view url, const std::string& key, bool https_too = false) {
+  const std::string_view scheme = url.rfind("https://", 0) == 0 ? "https://" : "http://";
+  const std::string form = https_too ? "http(s)://host:port" : "http://host:port";
+  if (url.rfind(scheme, 0) != 0 || (scheme == "https://" && !https_too)) {
+    return fail(Code::kInvalid, key + " '" + std::string(url) + "' must be " + form);
   }
-  constexpr std::string_view kHttp = "http://";
-  if (url.rfind(kHttp, 0) != 0) {
-    return fail(Code::kInvalid, key + " '" + std::string(url) + "' must be http://host:port");
-  }
-  std::string_view rest = url.substr(kHttp.size());
+  std::string_view rest = url.substr(scheme.size());
   auto colon = rest.rfind(':');
   if (rest.empty() || rest.find('/') != std::string_view::npos || colon == std::string_view::npos ||
       colon + 1 == rest.size() ||
       !std::all_of(rest.begin() + static_cast<long>(colon) + 1, rest.end(),
                    [](char c) { return std::isdigit(static_cast<unsigned char>(c)); })) {
-    return fail(Code::kInvalid, key + " '" + std::string(url) + "' must be http://host:port");
+    return fail(Code::kInvalid, key + " '" + std::string(url) + "' must be " + form);
+  }
+  return {};
+}
+
+// The TLS files of an https:// etcd: readable, a cert with its key, none without https.
+Status check_etcd_tls(const ClusterConfig& c) {
+  const bool https = std::any_of(c.etcd.begin(), c.etcd.end(),
+                                 [](const std::string& e) { return e.rfind("https://", 0) == 0; });
+  const std::pair<const char*, const std::string*> files[] = {
+      {"cluster.etcd_ca_file", &c.etcd_ca_file},
+      {"cluster.etcd_cert_file", &c.etcd_cert_file},
+      {"cluster.etcd_key_file", &c.etcd_key_file}};
+  for (const auto& [key, path] : files) {
+    if (path->empty()) continue;
+    if (!https) {
+      return fail(Code::kInvalid,
+                  std::string(key) + " is for TLS to etcd: the cluster.etcd endpoints are http://");
+    }
+    if (::access(path->c_str(), R_OK) != 0) {
+      return fail_errno(errno, std::string(key) + " '" + *path + "'");
+    }
+  }
+  if (c.etcd_cert_file.empty() != c.etcd_key_file.empty()) {
+    return fail(Code::kInvalid,
+                "cluster.etcd_cert_file and cluster.etcd_key_file go together (a client "
+                "certificate and its key)");
   }
   return {};
 }
@@ -67,7 +87,8 @@ Status load_cluster_yaml(const YAML::Node& node, const std::string& file, Cluste
   if (!node.IsMap()) {
     return fail(Code::kInvalid, "config " + file +
                                     ": cluster must be a mapping {etcd, node, advertise, "
-                                    "lease_sec, secret_file}");
+                                    "lease_sec, secret_file, etcd_ca_file, etcd_cert_file, "
+                                    "etcd_key_file}");
   }
   for (const auto& kv : node) {
     const std::string key = kv.first.as<std::string>();
@@ -88,6 +109,12 @@ Status load_cluster_yaml(const YAML::Node& node, const std::string& file, Cluste
       c->lease_sec = kv.second.as<int>();
     } else if (key == "secret_file") {
       c->secret_file = kv.second.as<std::string>();
+    } else if (key == "etcd_ca_file") {
+      c->etcd_ca_file = kv.second.as<std::string>();
+    } else if (key == "etcd_cert_file") {
+      c->etcd_cert_file = kv.second.as<std::string>();
+    } else if (key == "etcd_key_file") {
+      c->etcd_key_file = kv.second.as<std::string>();
     } else {
       return fail(Code::kInvalid, "config " + file + ": cluster: unknown key '" + key + "'");
     }
@@ -116,8 +143,21 @@ std::vector<std::string> add_cluster_flags(CLI::App& app, ClusterConfig* c,
   options->push_back(app.add_option("--cluster-secret-file", c->secret_file,
                                     "Cluster mode: file holding the nodes' shared secret")
                          ->multi_option_policy(take_last));
-  return {"cluster.etcd", "cluster.node", "cluster.advertise", "cluster.lease_sec",
-          "cluster.secret_file"};
+  options->push_back(app.add_option("--cluster-etcd-ca", c->etcd_ca_file,
+                                    "Cluster mode, https:// etcd: the CA file (PEM) its "
+                                    "certificate is checked against (default: the system's)")
+                         ->multi_option_policy(take_last));
+  options->push_back(app.add_option("--cluster-etcd-cert", c->etcd_cert_file,
+                                    "Cluster mode, https:// etcd: this node's client "
+                                    "certificate (PEM), with --cluster-etcd-key")
+                         ->multi_option_policy(take_last));
+  options->push_back(app.add_option("--cluster-etcd-key", c->etcd_key_file,
+                                    "Cluster mode, https:// etcd: the client certificate's key "
+                                    "(PEM)")
+                         ->multi_option_policy(take_last));
+  return {"cluster.etcd",           "cluster.node",         "cluster.advertise",
+          "cluster.lease_sec",      "cluster.secret_file",  "cluster.etcd_ca_file",
+          "cluster.etcd_cert_file", "cluster.etcd_key_file"};
 }
 
 Status check_cluster(const ClusterConfig& c) {
@@ -129,8 +169,9 @@ Status check_cluster(const ClusterConfig& c) {
     return {};
   }
   for (const auto& e : c.etcd) {
-    if (auto st = check_http_url(e, "cluster.etcd"); !st) return st;
+    if (auto st = check_http_url(e, "cluster.etcd", /*https_too=*/true); !st) return st;
   }
+  if (auto st = check_etcd_tls(c); !st) return st;
   if (!c.node.empty() && !valid_node_name(c.node)) {
     return fail(Code::kInvalid,
                 "cluster.node " + validate::quote(c.node) + " must match [A-Za-z0-9._-]{1,64}");
@@ -151,8 +192,6 @@ Status check_cluster(const ClusterConfig& c) {
   return {};
 }
 
-}  // namespace detail
-
 Result<std::string> read_cluster_secret(const ClusterConfig& c) {
   std::ifstream in(c.secret_file, std::ios::binary);
   if (!in) return fail(Code::kInvalid, "cluster.secret_file '" + c.secret_file + "': cannot read");
@@ -165,22 +204,4 @@ Result<std::string> read_cluster_secret(const ClusterConfig& c) {
   return s;
 }
 
-std::string config_digest(const DaemonConfig& c) {
-  // Tenants sorted by name, each with its admin flag, session cap and its tokens' hashes (never
-  // the tokens themselves).
-  std::vector<TenantConfig> tenants = effective_tenants(c);
-  std::sort(tenants.begin(), tenants.end(),
-            [](const TenantConfig& a, const TenantConfig& b) { return a.name < b.name; });
-  std::string canon;
-  for (const auto& t : tenants) {
-    canon += t.name + "|" + (t.admin ? "1" : "0") + "|" + std::to_string(t.max_sessions) + "|";
-    std::vector<std::string> toks;
-    for (const auto& tok : t.tokens) toks.push_back(cluster::sha256_hex(tok));
-    std::sort(toks.begin(), toks.end());
-    for (const auto& h : toks) canon += h + ",";
-    canon += "\n";
-  }
-  return "sha256:" + cluster::sha256_hex(canon).substr(0, 16);
-}
-
-}  // namespace agentbox::server
+}  // namespace agentbox::cluster

@@ -1,5 +1,6 @@
 #pragma once
-// The `cluster:` part of the daemon's configuration (config_cluster.cc), used by config.cc.
+// The `cluster:` section of the daemon's YAML and its flags (cluster/config_yaml.cc), for
+// server/config.cc.
 
 #include <yaml-cpp/yaml.h>
 
@@ -9,9 +10,9 @@
 #include <string_view>
 #include <vector>
 
-#include "server/config.h"
+#include "cluster/config.h"
 
-namespace agentbox::server::detail {
+namespace agentbox::cluster {
 
 // Reads `cluster: {etcd, node, advertise, lease_sec, secret_file}`; keys `given` on the command
 // line ("cluster.etcd", ...) are left alone. EINVAL naming the key.
@@ -20,7 +21,5 @@ Status load_cluster_yaml(const YAML::Node& node, const std::string& file, Cluste
 // Adds the cluster flags; `options[i]` counts for the key returned at i.
 std::vector<std::string> add_cluster_flags(CLI::App& app, ClusterConfig* c,
                                            std::vector<CLI::Option*>* options);
-// Checks a cluster config (nothing to check without etcd endpoints). EINVAL naming the key.
-Status check_cluster(const ClusterConfig& c);
 
-}  // namespace agentbox::server::detail
+}  // namespace agentbox::cluster
