@@ -19,6 +19,10 @@ std::uint64_t u64(const json& j, const char* f) {
   return it != j.end() && it->is_number_unsigned() ? it->get<std::uint64_t>() : 0;
 }
 
+bool is_record_kind(const std::string& kind) {
+  return kind == "runners" || kind == "templates" || kind == "builds";
+}
+
 std::string str(const json& j, const char* f) {
   auto it = j.find(f);
   return it != j.end() && it->is_string() ? it->get<std::string>() : std::string();
@@ -99,6 +103,15 @@ Status Cluster::register_self() {
     if (!alive) {
       lease_ = 0;
       return std::unexpected(alive.error());
+    }
+    // This node's leased records (a runner connected here) went with a lapsed lease.
+    std::map<std::string, std::string> leased;
+    {
+      std::lock_guard lock(mu_);
+      leased = leased_;
+    }
+    for (const auto& [k, v] : leased) {
+      if (auto r = etcd_.put(k, v, lease_); !r) return std::unexpected(r.error());
     }
     if (auto st = reconcile_local(); !st) return st;
     spdlog::info("cluster: node {} registered at {} (lease {} s)", opts_.node, opts_.advertise,
@@ -181,6 +194,13 @@ void Cluster::apply(const KeyValue& kv, bool deleted) {
     } else {
       cordoned_.insert(name);
     }
+  } else if (is_record_kind(kind)) {
+    if (deleted) {
+      records_[kind].erase(name);
+    } else {
+      records_[kind][name] = kv.value;
+    }
+    ++records_gen_;
   } else if (kind == "sessions") {
     if (deleted) {
       catalog_.erase(name);
@@ -200,6 +220,8 @@ Status Cluster::resync() {
   alive_.clear();
   cordoned_.clear();
   catalog_.clear();
+  records_.clear();
+  ++records_gen_;
   for (const auto& kv : all->kvs) apply(kv, false);
   watch_rev_ = all->revision;
   if (!synced_) {
@@ -467,6 +489,63 @@ Status Cluster::set_cordon(const std::string& name, bool cordoned) {
     cordoned_.erase(name);
   }
   return {};
+}
+
+std::optional<std::string> Cluster::record(const std::string& kind,
+                                           const std::string& name) const {
+  std::lock_guard lock(mu_);
+  auto k = records_.find(kind);
+  if (k == records_.end()) return std::nullopt;
+  auto it = k->second.find(name);
+  if (it == k->second.end()) return std::nullopt;
+  return it->second;
+}
+
+std::map<std::string, std::string> Cluster::records(const std::string& kind) const {
+  std::lock_guard lock(mu_);
+  auto k = records_.find(kind);
+  return k == records_.end() ? std::map<std::string, std::string>() : k->second;
+}
+
+Result<std::string> Cluster::read_record(const std::string& kind, const std::string& name) {
+  auto r = etcd_.range(key(kind, name));
+  if (!r) return std::unexpected(catalog_error(r.error()));
+  return r->kvs.empty() ? std::string() : r->kvs.front().value;
+}
+
+Result<bool> Cluster::swap_record(const std::string& kind, const std::string& name,
+                                  const std::string& from, const std::string& to, bool leased) {
+  if (!is_record_kind(kind)) return fail(Code::kInvalid, "no catalog records of kind " + kind);
+  const std::string k = key(kind, name);
+  const std::int64_t lease = leased ? lease_.load() : 0;
+  if (leased && lease == 0) {
+    return std::unexpected(catalog_error(Error::make(Code::kUnavailable, "no lease yet")));
+  }
+  Result<bool> done = false;
+  if (to.empty()) {
+    done = from.empty() ? Result<bool>(true) : etcd_.erase_if_value(k, from);
+  } else if (from.empty()) {
+    auto c = etcd_.create_if_absent(k, to, lease);
+    done = c ? Result<bool>(c->succeeded) : Result<bool>(std::unexpected(c.error()));
+  } else {
+    done = etcd_.put_if_value(k, from, to, lease);
+  }
+  if (!done) return std::unexpected(catalog_error(done.error()));
+  if (*done) {
+    std::lock_guard lock(mu_);
+    if (to.empty()) {
+      records_[kind].erase(name);
+    } else {
+      records_[kind][name] = to;
+    }
+    if (leased && !to.empty()) {
+      leased_[k] = to;
+    } else {
+      leased_.erase(k);
+    }
+    ++records_gen_;
+  }
+  return *done;
 }
 
 }  // namespace agentbox::cluster

@@ -10,6 +10,11 @@
 //   cordon/N   present while N takes no new placements
 //   sessions/S the catalog: {"node","tenant"} of session S, written by a create-if-absent
 //              transaction (one owner, even when nodes race)
+//   runners/U  {"node"}: the node that holds user U's runner connection, bound to that node's
+//              lease (gone with the node); a remote session follows it (server/runner_follow.cc)
+//   templates/T  template T's definition, versions and current version (service/template_sync)
+//   builds/B   {"node","template"}: where template build B ran (its log is read there)
+// Records of the last three kinds are kept by record()/swap_record(), cached like the rest.
 // A watch over the prefix keeps a cache of all of it; every lookup (owner of a session, the
 // node list) reads the cache and never waits on etcd, so with etcd unreachable a node keeps
 // serving the sessions it owns. Placing a new id needs etcd (EUNAVAILABLE naming the catalog
@@ -132,6 +137,21 @@ class Cluster {
   // Cordons or uncordons node `name` (ENOENT for a node never seen).
   Status set_cordon(const std::string& name, bool cordoned);
 
+  // Records of kind "runners", "templates" or "builds" (cache): the stored value of `name`, or
+  // nullopt; all of a kind, by name.
+  std::optional<std::string> record(const std::string& kind, const std::string& name) const;
+  std::map<std::string, std::string> records(const std::string& kind) const;
+  // Bumped whenever a record of those kinds changes in the cache (watch or write here).
+  std::uint64_t records_generation() const { return records_gen_.load(); }
+  // The record as etcd holds it now ("" when absent; the cache is not asked). Blocks.
+  Result<std::string> read_record(const std::string& kind, const std::string& name);
+  // Stores `to` only while the record holds `from` ("" = absent), one transaction; `to` "" deletes
+  // it. With `leased` the record is bound to this node's lease (it goes when the node dies, and
+  // is put again when the node registers anew after a lapse). Whether it did. EUNAVAILABLE
+  // naming the catalog when etcd cannot be reached. Blocks.
+  Result<bool> swap_record(const std::string& kind, const std::string& name,
+                           const std::string& from, const std::string& to, bool leased = false);
+
  private:
   void heartbeat_loop();
   void watch_loop();
@@ -162,6 +182,9 @@ class Cluster {
     std::string raw;  // the stored value (erase_if_value)
   };
   std::map<std::string, Entry> catalog_;
+  std::map<std::string, std::map<std::string, std::string>> records_;  // kind -> name -> value
+  std::map<std::string, std::string> leased_;  // key -> value of this node's leased records
+  std::atomic<std::uint64_t> records_gen_{0};
   std::int64_t watch_rev_ = 0;
   bool synced_ = false;
   bool registered_ = false;
@@ -169,7 +192,7 @@ class Cluster {
 
   std::atomic<bool> stop_{false};
   std::atomic<bool> healthy_{false};
-  std::int64_t lease_ = 0;  // heartbeat thread only (and stop after it joined)
+  std::atomic<std::int64_t> lease_{0};  // written by the heartbeat thread only
   std::thread heartbeat_;
   std::thread watcher_;
 };

@@ -265,13 +265,15 @@ Result<bool> EtcdClient::erase_if_value(const std::string& key, const std::strin
 }
 
 Result<bool> EtcdClient::put_if_value(const std::string& key, const std::string& expected,
-                                      const std::string& value) {
+                                      const std::string& value, std::int64_t lease) {
+  json put = {{"key", b64(key)}, {"value", b64(value)}};
+  if (lease != 0) put["lease"] = std::to_string(lease);
   json req = {
       {"compare", json::array({{{"key", b64(key)},
                                 {"target", "VALUE"},
                                 {"result", "EQUAL"},
                                 {"value", b64(expected)}}})},
-      {"success", json::array({{{"request_put", {{"key", b64(key)}, {"value", b64(value)}}}}})},
+      {"success", json::array({{{"request_put", std::move(put)}}})},
   };
   auto body = AB_TRY(call("/v3/kv/txn", req.dump()));
   auto j = AB_TRY(parse_reply(body, "txn"));

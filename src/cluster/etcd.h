@@ -91,7 +91,7 @@ class EtcdClient {
   Result<bool> erase_if_value(const std::string& key, const std::string& value);
   // Puts `value` only while `key` still holds `expected` (compare value): whether it did.
   Result<bool> put_if_value(const std::string& key, const std::string& expected,
-                            const std::string& value);
+                            const std::string& value, std::int64_t lease = 0);
 
   // A lease of `ttl_sec`: its id.
   Result<std::int64_t> lease_grant(std::int64_t ttl_sec);
