@@ -491,8 +491,7 @@ Status Cluster::set_cordon(const std::string& name, bool cordoned) {
   return {};
 }
 
-std::optional<std::string> Cluster::record(const std::string& kind,
-                                           const std::string& name) const {
+std::optional<std::string> Cluster::record(const std::string& kind, const std::string& name) const {
   std::lock_guard lock(mu_);
   auto k = records_.find(kind);
   if (k == records_.end()) return std::nullopt;

@@ -220,16 +220,17 @@ asio::awaitable<bool> tunnel(Call* call, beast::tcp_stream* up, beast::flat_buff
 }
 
 // Connects to the owner of session `id`: the stream, or the error reply (sent) and false.
-asio::awaitable<std::optional<bool>> connect_owner(Call* call, std::string id, cluster::Owner owner,
-                                                   beast::tcp_stream* up, std::string* host_port) {
+asio::awaitable<std::optional<bool>> connect_owner(Call* call, std::string what,
+                                                   cluster::Owner owner, beast::tcp_stream* up,
+                                                   std::string* host_port) {
   auto ep = client::detail::parse_server(owner.advertise);
   if (ep && ep->tls) {  // config refuses it: the nodes' own traffic is http://, signed
     ep = fail(Code::kInvalid, "address " + owner.advertise + " is https://; nodes speak http://");
   }
   if (!ep) {
     co_return co_await send_error(
-        call, Error::make(Code::kUnavailable, "session " + id + " is on node " + owner.node + ": " +
-                                                  ep.error().message));
+        call, Error::make(Code::kUnavailable,
+                          what + " is on node " + owner.node + ": " + ep.error().message));
   }
   const std::string& host = ep->host;
   const std::string& port = ep->port;
@@ -255,7 +256,7 @@ asio::awaitable<std::optional<bool>> connect_owner(Call* call, std::string id, c
   }
   if (cec) {
     co_return co_await send_error(
-        call, Error::make(Code::kUnavailable, "session " + id + " is on node " + owner.node + " (" +
+        call, Error::make(Code::kUnavailable, what + " is on node " + owner.node + " (" +
                                                   owner.advertise +
                                                   "), which cannot be reached: " + cec.message()));
   }
@@ -301,7 +302,7 @@ asio::awaitable<bool> relay_sized_body(Call* call, beast::tcp_stream* up, beast:
 }
 
 // The owner's reply, relayed to the client piece by piece as it is read.
-asio::awaitable<bool> relay_reply(Call* call, beast::tcp_stream* up, std::string id,
+asio::awaitable<bool> relay_reply(Call* call, beast::tcp_stream* up, std::string what,
                                   cluster::Owner owner, beast::error_code wec, bool upgrade) {
   Context* ctx = call->ctx;
   http::response_parser<http::buffer_body> rp;
@@ -313,8 +314,8 @@ asio::awaitable<bool> relay_reply(Call* call, beast::tcp_stream* up, std::string
   if (hec) {
     std::string why = (wec ? wec : hec).message();
     co_return co_await send_error(
-        call, Error::make(Code::kUnavailable, "session " + id + " is on node " + owner.node +
-                                                  ", which did not answer: " + why));
+        call, Error::make(Code::kUnavailable,
+                          what + " is on node " + owner.node + ", which did not answer: " + why));
   }
   auto& res = rp.get();
   if (upgrade && res.result() == http::status::switching_protocols) {
@@ -336,7 +337,7 @@ asio::awaitable<bool> relay_reply(Call* call, beast::tcp_stream* up, std::string
     if (rec) {
       co_return co_await send_error(
           call,
-          Error::make(Code::kUnavailable, "session " + id + " is on node " + owner.node +
+          Error::make(Code::kUnavailable, what + " is on node " + owner.node +
                                               ", which did not answer whole: " + rec.message()));
     }
     conn->stream.expires_after(ctx->opts.io_timeout);
@@ -435,6 +436,12 @@ asio::awaitable<std::optional<bool>> forward_session(Call* call, std::string id,
                                                      bool buffered) {
   auto owner = co_await remote_owner(call, id);
   if (!owner) co_return std::nullopt;
+  if (!owner->up) co_return co_await send_error(call, service::elsewhere_error(id, *owner));
+  co_return co_await forward_to(call, *owner, "session " + id, std::move(target), buffered);
+}
+
+asio::awaitable<bool> forward_to(Call* call, cluster::Owner owner, std::string what,
+                                 std::string target, bool buffered) {
   if (target.empty()) {
     // The target as sent (the head is spent once the body is read): the path and the query.
     const Request& r = call->ex.req;
@@ -445,11 +452,15 @@ asio::awaitable<std::optional<bool>> forward_session(Call* call, std::string id,
       sep = '&';
     }
   }
-  if (!owner->up) co_return co_await send_error(call, service::elsewhere_error(id, *owner));
+  if (!owner.up) {
+    co_return co_await send_error(
+        call,
+        Error::make(Code::kUnavailable, what + " is on node " + owner.node + ", which is down"));
+  }
   Context* ctx = call->ctx;
   beast::tcp_stream up(call->conn->stream.get_executor());
   std::string host_port;
-  if (auto sent = co_await connect_owner(call, id, *owner, &up, &host_port)) co_return *sent;
+  if (auto sent = co_await connect_owner(call, what, owner, &up, &host_port)) co_return *sent;
   const Request& req = call->ex.req;
   const std::string signature =
       cluster::sign_forward(ctx->opts.cluster_secret, req.method, target, req.caller.tenant,
@@ -464,7 +475,7 @@ asio::awaitable<std::optional<bool>> forward_session(Call* call, std::string id,
     if (client_gone) co_return false;
   }
   // A write error may still leave a reply to read (the owner refused early and closed).
-  co_return co_await relay_reply(call, &up, id, *owner, wec, upgrade);
+  co_return co_await relay_reply(call, &up, what, owner, wec, upgrade);
 }
 
 asio::awaitable<std::optional<bool>> forward_if_remote(Call* call, const std::string& target) {

@@ -9,6 +9,7 @@
 #include "common/log.h"
 #include "server/http_error.h"
 #include "server/internal/blocking.h"
+#include "server/internal/forward.h"
 #include "server/internal/surfaces.h"
 #include "server/internal/transport.h"
 #include "service/services.h"
@@ -145,10 +146,28 @@ asio::awaitable<Reply> build_template(Context* ctx, Request* req) {
   co_return json_reply(status, body);
 }
 
-asio::awaitable<Reply> get_build(Context* ctx, Request* req) {
-  auto r = co_await templates(ctx).build(origin(*req), name_param(*req), req->params["build_id"]);
-  if (!r) co_return error_reply(r.error());
-  co_return json_reply(200, encode_build(*r));
+// Cluster mode: the node a build ran on when it is another one (its state and log are there).
+std::optional<cluster::Owner> build_owner(Context* ctx, Request& req) {
+  cluster::Cluster* cl = ctx->opts.cluster.get();
+  if (cl == nullptr || req.forwarded) return std::nullopt;
+  const std::string node = templates(ctx).build_node(req.params["build_id"]);
+  if (node.empty()) return std::nullopt;
+  for (const cluster::NodeState& n : cl->nodes()) {
+    if (n.name == node) return cluster::Owner{n.name, false, n.up, n.advertise, n.last_seen};
+  }
+  return std::nullopt;
+}
+
+asio::awaitable<bool> get_build(Call* call) {
+  Context* ctx = call->ctx;
+  Request& req = call->ex.req;
+  const std::string id = req.params["build_id"];
+  if (auto owner = build_owner(ctx, req)) {
+    co_return co_await forward_to(call, *owner, "build " + id, std::string(), false);
+  }
+  auto r = co_await templates(ctx).build(origin(req), name_param(req), id);
+  if (!r) co_return co_await send_error(call, r.error());
+  co_return co_await send_reply(call, json_reply(200, encode_build(*r)));
 }
 
 asio::awaitable<Reply> list_snapshots(Context* ctx, Request* req) {
@@ -186,6 +205,9 @@ asio::awaitable<bool> build_log(Call* call) {
   const service::Origin from_who = origin(ex->req);
   const std::string name = name_param(ex->req);
   const std::string id = ex->req.params["build_id"];
+  if (auto owner = build_owner(ctx, ex->req)) {
+    co_return co_await forward_to(call, *owner, "build " + id, std::string(), false);
+  }
   auto exists = co_await svc.build(from_who, name, id);
   if (!exists) co_return co_await send_error(call, exists.error());
 
@@ -239,7 +261,7 @@ std::vector<RouteSpec> template_routes() {
       {RouteId::kTemplateBuild, "POST", "/v1/templates/{name}/build", N, true,
        simple<build_template>},
       {RouteId::kTemplateBuildGet, "GET", "/v1/templates/{name}/builds/{build_id}", N, true,
-       simple<get_build>},
+       get_build},
       {RouteId::kTemplateBuildLog, "GET", "/v1/templates/{name}/builds/{build_id}/log", N, true,
        build_log},
       {RouteId::kTemplateSnapshots, "GET", "/v1/templates/{name}/snapshots", N, true,

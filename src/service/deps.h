@@ -13,6 +13,8 @@ namespace agentbox::service {
 
 namespace asio = boost::asio;
 
+class TemplateCatalog;  // service/template_sync.h
+
 struct Deps {
   // The network loop: process I/O and the daemon's own coroutines (revival, auto-repair) run
   // here, as a request's would.
@@ -24,6 +26,8 @@ struct Deps {
   // Cluster mode (cluster/cluster.h): new ids are placed through the catalog; null: a cluster
   // of one, and nothing here changes.
   cluster::Cluster* cluster = nullptr;
+  // Cluster mode with templates: where they live (null: each node's own store only).
+  TemplateCatalog* templates = nullptr;
 };
 
 }  // namespace agentbox::service

@@ -18,6 +18,7 @@
 #include "service/op_events.h"
 #include "service/processes.h"
 #include "service/sessions.h"
+#include "service/template_sync.h"
 #include "service/templates.h"
 #include "session/session_manager.h"
 #include "session/template_manager.h"
@@ -37,6 +38,8 @@ class Services {
  private:
   // First: the operation classes below are made from these.
   OpBus bus_;
+  // Cluster mode with templates (null otherwise).
+  std::unique_ptr<TemplateCatalog> template_catalog_;
   Deps deps_;
   ServiceOptions opts_;
   std::shared_ptr<void> lifecycle_sub_;  // SessionManager::subscribe handle

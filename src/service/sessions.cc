@@ -3,6 +3,7 @@
 #include "common/log.h"
 #include "service/blocking.h"
 #include "service/placement.h"
+#include "service/template_sync.h"
 
 namespace agentbox::service {
 
@@ -15,6 +16,14 @@ asio::awaitable<Result<std::pair<SessionInfo, bool>>> Sessions::create(Origin or
                                                                        session::SessionSpec spec) {
   if (auto st = session::validate_id(id); !st) co_return std::unexpected(st.error());
   SessionManager* sm = d_.sessions;
+  // Cluster mode: the template's version built here first (the create waits for it). When it
+  // cannot be, a catalog entry another node made for this node goes (as for any failed create).
+  if (auto st = co_await template_ready(d_, spec.template_name); !st) {
+    auto job = on_pool(d_.pool, [sm, cl = d_.cluster, id, st]() -> Status {
+      return forget_on_failure(cl, sm, id, st);
+    });
+    co_return std::unexpected((co_await std::move(job)).error());
+  }
   auto job = on_pool(d_.pool,
                      [sm, cl = d_.cluster, id, spec = std::move(spec),
                       caller = origin.caller]() -> Result<std::pair<SessionInfo, bool>> {
@@ -126,6 +135,7 @@ std::map<std::string, std::uint64_t> limits_fields(const sandbox::Limits& l) {
 asio::awaitable<Status> Sessions::ensure(Origin origin, std::string id, session::SessionSpec spec,
                                          std::string limits_field) {
   if (auto st = session::validate_id(id); !st) co_return st;
+  if (auto st = co_await template_ready(d_, spec.template_name); !st) co_return st;
   SessionManager* sm = d_.sessions;
   auto job =
       on_pool(d_.pool, [sm, cl = d_.cluster, id, spec, caller = origin.caller]() -> Result<bool> {

@@ -39,6 +39,10 @@ class Templates {
   asio::awaitable<Result<session::TemplateInfo>> rollback(Origin origin, std::string name,
                                                           std::uint64_t version);
 
+  // Cluster mode: the node build `build_id` ran on when it is another one (its log and state
+  // are read there), else "" (no cache miss goes to etcd: a build's record is written when it
+  // starts).
+  std::string build_node(const std::string& build_id) const;
   // Starts a build and returns at once (its state is kRunning).
   asio::awaitable<Result<session::BuildInfo>> start_build(Origin origin, std::string name);
   asio::awaitable<Result<session::BuildInfo>> build(Origin origin, std::string name,

@@ -361,13 +361,23 @@ void TemplateManager::set_in_use(std::function<std::set<std::string>()> fn) {
 
 // ---- builds -------------------------------------------------------------------------------
 
-Result<BuildInfo> TemplateManager::start_build(const std::string& name) {
+Result<BuildInfo> TemplateManager::start_build(const std::string& name, BuildAs as) {
   AB_TRY(workspace::validate_template_name(name));
+  std::optional<workspace::Template> given;
+  if (!as.yaml.empty()) {
+    auto parsed = workspace::parse_template(as.yaml);
+    if (!parsed) return std::unexpected(parsed.error());
+    if (parsed->tmpl.name != name) {
+      return fail(Code::kInvalid, "a build of template " + name + " from the YAML of template " +
+                                      parsed->tmpl.name);
+    }
+    given = std::move(parsed->tmpl);
+  }
   std::lock_guard lk(mu_);
   if (closing_) return fail(Code::kUnavailable, "daemon is shutting down");
   auto it = templates_.find(name);
   if (it == templates_.end()) return fail(Code::kNotFound, "no such template: " + name);
-  const workspace::Template& tmpl = it->second.tmpl;
+  const workspace::Template& tmpl = given ? *given : it->second.tmpl;
   if (config_.backend->isolated()) {
     AB_TRY(workspace::check_host_paths(tmpl, config_.readonly_dirs));
   }
@@ -382,6 +392,7 @@ Result<BuildInfo> TemplateManager::start_build(const std::string& name) {
   b->info.template_name = name;
   b->info.started_at = Clock::now();
   b->info.step = "start";
+  b->as_version = as.version;
   builds_[b->info.id] = b;
   if (auto st = save_build_record(records_dir(), b->info, {}); !st) {
     builds_.erase(b->info.id);
@@ -746,8 +757,12 @@ void TemplateManager::run_build(std::shared_ptr<Build> b, workspace::Template tm
       TemplateInfo t = it->second;
       std::uint64_t v = 0;
       for (const SnapshotInfo& s : t.snapshots) v = std::max(v, s.version);
-      si.version = v + 1;
+      si.version = b->as_version != 0 ? b->as_version : v + 1;
+      // A version the catalog gave (cluster mode) replaces one of that number made here before.
+      std::erase_if(t.snapshots, [&](const SnapshotInfo& s) { return s.version == si.version; });
       t.snapshots.push_back(si);
+      std::sort(t.snapshots.begin(), t.snapshots.end(),
+                [](const SnapshotInfo& a, const SnapshotInfo& c) { return a.version < c.version; });
       t.current = si.version;
       t.updated_at = Clock::now();
       if (auto st = save_locked(t); !st) {
@@ -787,6 +802,14 @@ void TemplateManager::run_build(std::shared_ptr<Build> b, workspace::Template tm
   }
   spdlog::info("template {} build {}: {}", b->info.template_name, b->info.id,
                failed.empty() ? "snapshot " + si.id : "failed: " + failed);
+  if (on_build_end_) {
+    BuildInfo ended;
+    {
+      std::lock_guard lk(mu_);
+      ended = b->info;
+    }
+    on_build_end_(ended, failed.empty() ? std::optional<SnapshotInfo>(si) : std::nullopt);
+  }
   if (!failed.empty() && result && result->second == 0 && !si.id.empty()) gc(in_use());
 }
 

@@ -96,6 +96,12 @@ struct ResolvedTemplate {
   std::string image_ref, image_digest;  // the snapshot's image (SnapshotInfo); "" = host root
 };
 
+// Cluster mode (service/template_sync.h): what a build makes when the catalog decides it.
+struct TemplateBuildAs {
+  std::uint64_t version = 0;  // the snapshot's version (0: the next one here)
+  std::string yaml;           // the YAML to build ("": the template's own); names the template
+};
+
 class TemplateManager {
  public:
   struct Config {
@@ -127,8 +133,13 @@ class TemplateManager {
   Status remove(const std::string& name);
   Result<TemplateInfo> rollback(const std::string& name, std::uint64_t version);
 
+  using BuildAs = TemplateBuildAs;
   // Starts a build (EEXIST while one runs for this template).
-  Result<BuildInfo> start_build(const std::string& name);
+  Result<BuildInfo> start_build(const std::string& name, BuildAs as = {});
+  // Called once per build when it ended and its record was kept (on the build's thread, no lock
+  // held): the build, and its snapshot when it succeeded. Set once, before builds start.
+  using BuildEnd = std::function<void(const BuildInfo&, const std::optional<SnapshotInfo>&)>;
+  void set_on_build_end(BuildEnd fn) { on_build_end_ = std::move(fn); }
   Result<BuildInfo> build(const std::string& name, const std::string& build_id);
   // Blocks until the build ended.
   Result<BuildInfo> wait_build(const std::string& name, const std::string& build_id);
@@ -210,6 +221,7 @@ class TemplateManager {
   bool closing_ = false;
   std::mutex in_use_mu_;
   std::function<std::set<std::string>()> in_use_;
+  BuildEnd on_build_end_;
 };
 
 }  // namespace agentbox::session

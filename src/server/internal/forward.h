@@ -37,6 +37,12 @@ asio::awaitable<std::optional<cluster::Owner>> remote_owner(Call* call, std::str
 asio::awaitable<std::optional<bool>> forward_session(Call* call, std::string id, std::string target,
                                                      bool buffered);
 
+// The whole exchange relayed to node `owner` as forward_session() does, for what the catalog
+// places on a node without being a session (a template build another node ran); `what` names it
+// in errors ("build B"). Whether the connection may serve another request.
+asio::awaitable<bool> forward_to(Call* call, cluster::Owner owner, std::string what,
+                                 std::string target, bool buffered);
+
 // X-Agentbox-Forwarded of a request: the caller it carries (the tenant as this node's config
 // has it; a nameless caller when the first node had none), or EUNAUTHORIZED (a missing, forged or
 // stale signature; a node not in a cluster).

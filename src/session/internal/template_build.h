@@ -16,6 +16,7 @@ struct TemplateManager::Build {
   std::vector<std::string> log;
   std::string partial[2];                 // unfinished stdout / stderr line
   std::shared_ptr<sandbox::Sandbox> box;  // while it runs; under mu_
+  std::uint64_t as_version = 0;           // BuildAs::version
 };
 
 }  // namespace agentbox::session
