@@ -104,14 +104,20 @@ Status Cluster::register_self() {
       lease_ = 0;
       return std::unexpected(alive.error());
     }
-    // This node's leased records (a runner connected here) went with a lapsed lease.
+    // This node's leased records (a runner connected here) went with a lapsed lease: put again,
+    // unless another node wrote one meanwhile (the runner reconnected there: its record stands).
     std::map<std::string, std::string> leased;
     {
       std::lock_guard lock(mu_);
       leased = leased_;
     }
     for (const auto& [k, v] : leased) {
-      if (auto r = etcd_.put(k, v, lease_); !r) return std::unexpected(r.error());
+      auto r = etcd_.create_if_absent(k, v, lease_);
+      if (!r) return std::unexpected(r.error());
+      if (!r->succeeded) {
+        std::lock_guard lock(mu_);
+        leased_.erase(k);
+      }
     }
     if (auto st = reconcile_local(); !st) return st;
     spdlog::info("cluster: node {} registered at {} (lease {} s)", opts_.node, opts_.advertise,

@@ -5,7 +5,6 @@
 #include <boost/asio/this_coro.hpp>
 #include <boost/asio/use_awaitable.hpp>
 #include <chrono>
-#include <nlohmann/json.hpp>
 
 #include "common/clock.h"
 #include "common/log.h"
@@ -15,7 +14,8 @@
 namespace agentbox::service {
 namespace {
 
-using json = nlohmann::json;
+using cluster::TemplateRecord;
+using cluster::TemplateVersion;
 using session::BuildInfo;
 using session::SnapshotInfo;
 using session::TemplateInfo;
@@ -23,56 +23,12 @@ using session::TemplateManager;
 
 constexpr char kKind[] = "templates";
 
-json parse_record(const std::string& raw) {
-  json j = raw.empty() ? json::object() : json::parse(raw, nullptr, false);
-  if (!j.is_object()) j = json::object();
-  if (!j.contains("versions") || !j["versions"].is_object()) j["versions"] = json::object();
-  return j;
-}
-
-// A version's key in "versions" ("3"), 0 when it is not one.
-std::uint64_t version_key(const std::string& k) {
-  std::uint64_t v = 0;
-  for (char c : k) {
-    if (c < '0' || c > '9' || v > UINT64_MAX / 10 - 1) return 0;
-    v = v * 10 + static_cast<std::uint64_t>(c - '0');
-  }
-  return v;
-}
-
-// The highest version number the record ever gave (a deleted template's included: a number is
-// never given twice under one name, so a node's snapshot of an older template of that name is
-// never taken for a newer one's).
-std::uint64_t last_version(const json& j) {
-  auto it = j.find("last_version");
-  std::uint64_t v = it != j.end() && it->is_number_unsigned() ? it->get<std::uint64_t>() : 0;
-  for (const auto& [k, x] : j["versions"].items()) v = std::max(v, version_key(k));
-  return v;
-}
-
-// A fresh record for a template pushed anew (after a delete): no versions, numbers go on.
-json fresh_record(const json& old) {
-  json j = parse_record("");
-  j["last_version"] = last_version(old);
-  return j;
-}
-
-bool tombstone(const json& j) {
-  return j.value("deleted", false);
-}
-
-std::uint64_t current_of(const json& j) {
-  auto it = j.find("current");
-  return it != j.end() && it->is_number_unsigned() ? it->get<std::uint64_t>() : 0;
-}
-
-// The record's version `v` when it is built, else nullptr.
-const json* built_version(const json& j, std::uint64_t v) {
-  auto it = j["versions"].find(std::to_string(v));
-  if (it == j["versions"].end() || !it->is_object() || it->value("state", "") != "built") {
-    return nullptr;
-  }
-  return &*it;
+// A fresh record for a template pushed anew after a delete: no versions, and numbers go on from
+// the old ones (a node's snapshot of the old template is never taken for the new one's).
+TemplateRecord fresh_record(const TemplateRecord& old) {
+  TemplateRecord r;
+  r.last_version = old.highest();
+  return r;
 }
 
 std::int64_t ms_of(std::chrono::system_clock::time_point t) {
@@ -101,18 +57,18 @@ TemplateCatalog::TemplateCatalog(cluster::Cluster* cl, std::shared_ptr<TemplateM
       [this](const BuildInfo& b, const std::optional<SnapshotInfo>& si) { on_build_end(b, si); });
 }
 
-Result<std::string> TemplateCatalog::update(const std::string& name,
-                                            const std::function<Status(json&)>& fn) {
+Result<TemplateRecord> TemplateCatalog::update(const std::string& name,
+                                               const std::function<Status(TemplateRecord&)>& fn) {
   for (int attempt = 0; attempt < 16; ++attempt) {
     auto raw = cl_->read_record(kKind, name);
     if (!raw) return std::unexpected(raw.error());
-    json j = parse_record(*raw);
-    AB_TRY(fn(j));
-    const std::string next = j.dump();
-    if (next == *raw) return next;
+    TemplateRecord r = cluster::parse_template_record(*raw);
+    AB_TRY(fn(r));
+    const std::string next = cluster::encode_template_record(r);
+    if (next == *raw) return r;
     auto swapped = cl_->swap_record(kKind, name, *raw, next);
     if (!swapped) return std::unexpected(swapped.error());
-    if (*swapped) return next;
+    if (*swapped) return r;
   }
   return fail(Code::kUnavailable,
               "the catalog record of template " + name + " kept changing: try again");
@@ -121,16 +77,14 @@ Result<std::string> TemplateCatalog::update(const std::string& name,
 void TemplateCatalog::enter_local() {
   for (const TemplateInfo& t : tm_->list()) {
     const std::string name = t.tmpl.name;
-    auto r = update(name, [&](json& j) -> Status {
-      if (j.contains("yaml") || tombstone(j)) return {};  // the catalog's stands
-      j["yaml"] = t.tmpl.source;
-      j["current"] = t.current;
+    auto r = update(name, [&](TemplateRecord& rec) -> Status {
+      if (rec.stored) return {};  // the catalog's stands (a tombstone too)
+      rec.yaml = t.tmpl.source;
+      rec.current = t.current;
       for (const SnapshotInfo& s : t.snapshots) {
-        j["versions"][std::to_string(s.version)] = {
-            {"state", "built"},       {"node", cl_->node()},
-            {"build_id", s.build_id}, {"yaml", t.tmpl.source},
-            {"snapshot", s.id},       {"bytes", s.bytes},
-            {"files", s.files},       {"created_ms", ms_of(s.created_at)}};
+        rec.versions[s.version] =
+            TemplateVersion{true, cl_->node(), s.build_id, t.tmpl.source,
+                            s.id, s.bytes,     s.files,    ms_of(s.created_at)};
       }
       return {};
     });
@@ -145,9 +99,10 @@ void TemplateCatalog::enter_local() {
 void TemplateCatalog::sync_one(const std::string& name) {
   std::optional<std::string> raw = cl_->record(kKind, name);
   if (!raw) return;
-  json j = parse_record(*raw);
+  const TemplateRecord rec = cluster::parse_template_record(*raw);
+  if (!rec.stored) return;
   auto local = tm_->get(name);
-  if (tombstone(j)) {
+  if (rec.deleted) {
     if (!local) return;
     if (auto st = tm_->remove(name); !st) {
       spdlog::debug("templates: {} deleted in the cluster, kept here for now: {}", name,
@@ -157,10 +112,9 @@ void TemplateCatalog::sync_one(const std::string& name) {
     }
     return;
   }
-  const std::string yaml = j.value("yaml", "");
-  if (yaml.empty()) return;
-  if (!local || local->tmpl.source != yaml) {
-    auto put = tm_->put(yaml);
+  if (rec.yaml.empty()) return;
+  if (!local || local->tmpl.source != rec.yaml) {
+    auto put = tm_->put(rec.yaml);
     if (!put) {
       spdlog::warn("templates: {} from the catalog cannot be kept here: {}", name,
                    put.error().message);
@@ -168,9 +122,8 @@ void TemplateCatalog::sync_one(const std::string& name) {
     }
     local = put->first;
   }
-  const std::uint64_t cur = current_of(j);
-  if (cur != 0 && local->current != cur && has_version(*local, cur)) {
-    (void)tm_->rollback(name, cur);
+  if (rec.current != 0 && local->current != rec.current && has_version(*local, rec.current)) {
+    (void)tm_->rollback(name, rec.current);
   }
 }
 
@@ -183,9 +136,9 @@ void TemplateCatalog::sync() {
 }
 
 Status TemplateCatalog::pushed(const std::string& name, const std::string& yaml) {
-  auto r = update(name, [&](json& j) -> Status {
-    if (tombstone(j)) j = fresh_record(j);
-    j["yaml"] = yaml;
+  auto r = update(name, [&](TemplateRecord& rec) -> Status {
+    if (rec.deleted) rec = fresh_record(rec);
+    rec.yaml = yaml;
     return {};
   });
   if (!r) return std::unexpected(r.error());
@@ -193,8 +146,9 @@ Status TemplateCatalog::pushed(const std::string& name, const std::string& yaml)
 }
 
 Status TemplateCatalog::removed(const std::string& name) {
-  auto r = update(name, [](json& j) -> Status {
-    j = json{{"deleted", true}, {"versions", json::object()}, {"last_version", last_version(j)}};
+  auto r = update(name, [](TemplateRecord& rec) -> Status {
+    rec = fresh_record(rec);
+    rec.deleted = true;
     return {};
   });
   if (!r) return std::unexpected(r.error());
@@ -208,13 +162,12 @@ Result<TemplateManager::BuildAs> TemplateCatalog::reserve(const std::string& nam
     for (const SnapshotInfo& s : t->snapshots) local_max = std::max(local_max, s.version);
     as.yaml = t->tmpl.source;
   }
-  auto r = update(name, [&](json& j) -> Status {
-    if (tombstone(j)) j = fresh_record(j);
-    if (!j.contains("yaml") || !j["yaml"].is_string()) j["yaml"] = as.yaml;
-    as.yaml = j["yaml"].get<std::string>();
-    as.version = std::max(local_max, last_version(j)) + 1;
-    j["versions"][std::to_string(as.version)] = {
-        {"state", "building"}, {"node", cl_->node()}, {"build_id", ""}, {"yaml", as.yaml}};
+  auto r = update(name, [&](TemplateRecord& rec) -> Status {
+    if (rec.deleted) rec = fresh_record(rec);
+    if (rec.yaml.empty()) rec.yaml = as.yaml;
+    as.yaml = rec.yaml;
+    as.version = std::max(local_max, rec.highest()) + 1;
+    rec.versions[as.version] = TemplateVersion{false, cl_->node(), "", as.yaml};
     return {};
   });
   if (!r) return std::unexpected(r.error());
@@ -223,54 +176,50 @@ Result<TemplateManager::BuildAs> TemplateCatalog::reserve(const std::string& nam
 
 void TemplateCatalog::started(const std::string& name, std::uint64_t version,
                               const std::string& build_id) {
-  const json where = {{"node", cl_->node()}, {"template", name}};
-  if (auto r = cl_->swap_record("builds", build_id, "", where.dump()); !r) {
+  const std::string where = cluster::encode_build_record(cl_->node(), name);
+  if (auto r = cl_->swap_record("builds", build_id, "", where); !r) {
     spdlog::warn("templates: build {} not recorded in the catalog: {}", build_id,
                  r.error().message);
   }
   if (version == 0) return;
-  auto r = update(name, [&](json& j) -> Status {
-    auto it = j["versions"].find(std::to_string(version));
-    if (it != j["versions"].end() && it->value("state", "") == "building") {
-      (*it)["build_id"] = build_id;
-    }
+  auto r = update(name, [&](TemplateRecord& rec) -> Status {
+    auto it = rec.versions.find(version);
+    if (it != rec.versions.end() && !it->second.built) it->second.build_id = build_id;
     return {};
   });
   if (!r) spdlog::warn("templates: {} build {}: {}", name, build_id, r.error().message);
 }
 
 void TemplateCatalog::unreserve(const std::string& name, std::uint64_t version) {
-  auto r = update(name, [&](json& j) -> Status {
-    auto it = j["versions"].find(std::to_string(version));
-    if (it != j["versions"].end() && it->value("state", "") == "building" &&
-        it->value("node", "") == cl_->node()) {
-      j["versions"].erase(it);
+  auto r = update(name, [&](TemplateRecord& rec) -> Status {
+    auto it = rec.versions.find(version);
+    if (it != rec.versions.end() && !it->second.built && it->second.node == cl_->node()) {
+      rec.versions.erase(it);
     }
     return {};
   });
-  if (!r)
+  if (!r) {
     spdlog::warn("templates: {} version {} stays reserved: {}", name, version, r.error().message);
+  }
 }
 
 void TemplateCatalog::on_build_end(const BuildInfo& b, const std::optional<SnapshotInfo>& si) {
   // Only a build that reserved its version (reserve/started) changes the record: one that made
   // a version the record has already (prepare) adds nothing the cluster does not know.
-  auto r = update(b.template_name, [&](json& j) -> Status {
-    for (auto it = j["versions"].begin(); it != j["versions"].end(); ++it) {
-      if (!it->is_object() || it->value("state", "") != "building" ||
-          it->value("build_id", "") != b.id) {
-        continue;
-      }
+  auto r = update(b.template_name, [&](TemplateRecord& rec) -> Status {
+    for (auto it = rec.versions.begin(); it != rec.versions.end(); ++it) {
+      TemplateVersion& v = it->second;
+      if (v.built || v.build_id != b.id) continue;
       if (!si) {
-        j["versions"].erase(it);
+        rec.versions.erase(it);
         return {};
       }
-      (*it)["state"] = "built";
-      (*it)["snapshot"] = si->id;
-      (*it)["bytes"] = si->bytes;
-      (*it)["files"] = si->files;
-      (*it)["created_ms"] = ms_of(si->created_at);
-      j["current"] = si->version;
+      v.built = true;
+      v.snapshot = si->id;
+      v.bytes = si->bytes;
+      v.files = si->files;
+      v.created_ms = ms_of(si->created_at);
+      rec.current = it->first;
       return {};
     }
     return {};
@@ -282,15 +231,15 @@ void TemplateCatalog::on_build_end(const BuildInfo& b, const std::optional<Snaps
 }
 
 Status TemplateCatalog::rollback(const std::string& name, std::uint64_t version) {
-  auto r = update(name, [&](json& j) -> Status {
-    if (tombstone(j) || !j.contains("yaml")) {
+  auto r = update(name, [&](TemplateRecord& rec) -> Status {
+    if (!rec.stored || rec.deleted || rec.yaml.empty()) {
       return fail(Code::kNotFound, "no such template: " + name);
     }
-    if (!built_version(j, version)) {
+    if (!rec.built(version)) {
       return fail(Code::kNotFound,
                   "template " + name + " has no snapshot version " + std::to_string(version));
     }
-    j["current"] = version;
+    rec.current = version;
     return {};
   });
   if (!r) return std::unexpected(r.error());
@@ -303,13 +252,12 @@ Status TemplateCatalog::rollback(const std::string& name, std::uint64_t version)
 std::optional<TemplateInfo> TemplateCatalog::view(TemplateInfo t) const {
   std::optional<std::string> raw = cl_->record(kKind, t.tmpl.name);
   if (!raw) return t;
-  json j = parse_record(*raw);
-  if (tombstone(j)) return std::nullopt;
+  const TemplateRecord rec = cluster::parse_template_record(*raw);
+  if (!rec.stored) return t;
+  if (rec.deleted) return std::nullopt;
   std::vector<SnapshotInfo> all;
-  for (const auto& [k, x] : j["versions"].items()) {
-    if (!x.is_object() || x.value("state", "") != "built") continue;
-    const std::uint64_t v = version_key(k);
-    if (v == 0) continue;
+  for (const auto& [v, x] : rec.versions) {
+    if (!x.built) continue;
     bool here = false;
     for (const SnapshotInfo& s : t.snapshots) {
       if (s.version == v) all.push_back(s), here = true;
@@ -317,27 +265,22 @@ std::optional<TemplateInfo> TemplateCatalog::view(TemplateInfo t) const {
     if (here) continue;
     SnapshotInfo s;
     s.version = v;
-    s.id = x.value("snapshot", "");
-    s.bytes = x.value("bytes", std::uint64_t{0});
-    s.files = x.value("files", std::uint64_t{0});
-    s.build_id = x.value("build_id", "");
-    s.created_at =
-        std::chrono::system_clock::time_point(std::chrono::milliseconds(x.value("created_ms", 0L)));
+    s.id = x.snapshot;
+    s.bytes = x.bytes;
+    s.files = x.files;
+    s.build_id = x.build_id;
+    s.created_at = std::chrono::system_clock::time_point(std::chrono::milliseconds(x.created_ms));
     all.push_back(std::move(s));
   }
-  std::sort(all.begin(), all.end(),
-            [](const SnapshotInfo& a, const SnapshotInfo& c) { return a.version < c.version; });
-  t.snapshots = std::move(all);
-  t.current = current_of(j);
+  t.snapshots = std::move(all);  // by version (the record's map is ordered)
+  t.current = rec.current;
   return t;
 }
 
 std::string TemplateCatalog::build_node(const std::string& build_id) const {
   std::optional<std::string> raw = cl_->record("builds", build_id);
   if (!raw) return "";
-  json j = json::parse(*raw, nullptr, false);
-  if (!j.is_object()) return "";
-  const std::string node = j.value("node", "");
+  const std::string node = cluster::parse_build_node(*raw);
   return node == cl_->node() ? "" : node;
 }
 
@@ -352,25 +295,23 @@ Result<std::optional<std::string>> TemplateCatalog::prepare(const std::string& r
     if (read && !read->empty()) raw = *read;
   }
   if (!raw) return std::optional<std::string>();
-  json j = parse_record(*raw);
-  if (tombstone(j)) return std::optional<std::string>();
+  const TemplateRecord rec = cluster::parse_template_record(*raw);
+  if (!rec.stored || rec.deleted) return std::optional<std::string>();
   sync_one(name);
-  const std::uint64_t want = parsed->version.value_or(current_of(j));
+  const std::uint64_t want = parsed->version.value_or(rec.current);
   if (want == 0) return std::optional<std::string>();
   auto local = tm_->get(name);
   if (!local) return std::optional<std::string>();
   if (has_version(*local, want)) {
     // The record's current is this node's current (a build here may have moved it).
-    const std::uint64_t cur = current_of(j);
-    if (cur != 0 && local->current != cur && has_version(*local, cur)) {
-      AB_TRY(tm_->rollback(name, cur));
+    if (rec.current != 0 && local->current != rec.current && has_version(*local, rec.current)) {
+      AB_TRY(tm_->rollback(name, rec.current));
     }
     return std::optional<std::string>();
   }
-  const json* v = built_version(j, want);
+  const TemplateVersion* v = rec.built(want);
   if (v == nullptr) return std::optional<std::string>();  // "no snapshot version"
-  TemplateManager::BuildAs as{want, v->value("yaml", "")};
-  auto b = tm_->start_build(name, as);
+  auto b = tm_->start_build(name, TemplateManager::BuildAs{want, v->yaml});
   if (!b) {
     if (b.error().code == Code::kExists) return std::optional<std::string>(std::string());
     return std::unexpected(b.error());

@@ -1,17 +1,12 @@
 #pragma once
 // Cluster mode: templates live in the catalog (API.md "Cluster"), so a push, a delete, a build's
-// new version or a rollback through one node holds on every node. The catalog's record
-// templates/T (cluster/cluster.h) is one JSON object, changed by compare-and-swap only:
-//   {"yaml": the definition, "deleted": true when deleted (a tombstone: a node that was down
-//    removes its copy when it next syncs), "current": version, "last_version": the highest
-//    number given under this name (kept across a delete: no number is given twice),
-//    "versions": {"<v>": {"state": "building"|"built", "node", "build_id", "yaml", "snapshot",
-//                         "bytes", "files", "created_ms"}}}
+// new version or a rollback through one node holds on every node. The record templates/T
+// (cluster/template_record.h) changes by compare-and-swap only.
 // Each node keeps its own copy of every definition (session/template_manager.h) and builds a
 // version's snapshot itself the first time a session here needs it, from the YAML recorded with
 // that version, under the same version number; a version number is reserved in the record when a
 // build starts, so two nodes never make two different version 3s. Where a build ran is the record
-// builds/B {"node","template"}: its log is read there through any node.
+// builds/B: its log is read there through any node.
 //
 // Every method blocks on etcd (call it on the pool) and is thread-safe; with etcd out of reach a
 // change is EUNAVAILABLE naming the catalog, and reads go on from the cache.
@@ -21,11 +16,11 @@
 #include <functional>
 #include <memory>
 #include <mutex>
-#include <nlohmann/json_fwd.hpp>
 #include <optional>
 #include <string>
 
 #include "cluster/cluster.h"
+#include "cluster/template_record.h"
 #include "common/error.h"
 #include "session/template_manager.h"
 
@@ -78,10 +73,10 @@ class TemplateCatalog {
 
  private:
   void on_build_end(const session::BuildInfo& b, const std::optional<session::SnapshotInfo>& si);
-  // Read-modify-compare-and-swap of record templates/`name` (`fn` edits the object; an error
-  // from it ends the update). The record as stored.
-  Result<std::string> update(const std::string& name,
-                             const std::function<Status(nlohmann::json&)>& fn);
+  // Read-modify-compare-and-swap of record templates/`name` (`fn` edits it; an error from it ends
+  // the update). The record as stored.
+  Result<cluster::TemplateRecord> update(const std::string& name,
+                                         const std::function<Status(cluster::TemplateRecord&)>& fn);
   void enter_local();
 
   cluster::Cluster* cl_;
