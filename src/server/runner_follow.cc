@@ -147,15 +147,15 @@ asio::awaitable<void> hand_over(Context* ctx, session::SessionInfo s, cluster::N
   const std::string spec = session::encode_spec(s.spec);
   Reply adopted = co_await forward_small(ctx, to.advertise, post, target, spec, as_tenant);
   if (adopted.status != 200 && adopted.status != 201) {
-    spdlog::warn("session {} stays on this node for now: node {} did not adopt it: {}", id,
-                 to.name, reply_message(adopted));
+    spdlog::warn("session {} stays on this node for now: node {} did not adopt it: {}", id, to.name,
+                 reply_message(adopted));
     co_return;
   }
   // 3. The catalog names the runner's node.
   entry["node"] = to.name;
   const std::string moved = entry.dump();
-  auto job_swap = run_blocking(ctx->pool,
-                               [cl, id, o = *old, moved] { return cl->swap_entry(id, o, moved); });
+  auto job_swap =
+      run_blocking(ctx->pool, [cl, id, o = *old, moved] { return cl->swap_entry(id, o, moved); });
   auto swapped = co_await std::move(job_swap);
   if (!swapped || !*swapped) {
     const std::string cancel = target + "?cancel=1", none;
@@ -164,8 +164,8 @@ asio::awaitable<void> hand_over(Context* ctx, session::SessionInfo s, cluster::N
         "session {} stays on this node for now: its catalog entry was not switched to node {} "
         "({}); the node's adopted copy {}",
         id, to.name, swapped ? "it changed meanwhile" : swapped.error().message,
-        undone.status == 200 ? "was dropped" : "stays until it finds it stale: " +
-                                                   reply_message(undone));
+        undone.status == 200 ? "was dropped"
+                             : "stays until it finds it stale: " + reply_message(undone));
     co_return;
   }
   // 4. This node's row goes (the entry is the other node's now: forget() leaves it).
@@ -246,7 +246,9 @@ asio::awaitable<void> follow_pass(Context* ctx) {
 
 }  // namespace
 
-std::string runner_record_node(const std::string& value) { return node_named(value); }
+std::string runner_record_node(const std::string& value) {
+  return node_named(value);
+}
 
 void make_runner_follow(Context* ctx) {
   if (!ctx->opts.cluster || !ctx->opts.runners) return;
@@ -255,8 +257,8 @@ void make_runner_follow(Context* ctx) {
 
 void runner_changed(Context* ctx, std::string user, bool registered) {
   if (!ctx->runner_follow) return;
-  asio::post(*ctx->pool, [cl = ctx->opts.cluster, hub = ctx->opts.runners,
-                          rf = ctx->runner_follow, user = std::move(user), registered] {
+  asio::post(*ctx->pool, [cl = ctx->opts.cluster, hub = ctx->opts.runners, rf = ctx->runner_follow,
+                          user = std::move(user), registered] {
     if (auto st = sync_record(*cl, *hub, *rf, user, registered); !st) {
       // The pass writes it again (sync_records) once etcd answers.
       spdlog::warn("cluster: the catalog record of runner {} was not written: {}", user,
@@ -300,8 +302,7 @@ asio::awaitable<Reply> adopt_session(Context* ctx, Request* req) {
         Code::kInvalid, "this node is not in a cluster with runners: it adopts no sessions"));
   }
   const std::string tenant = req->caller.tenant;
-  const service::Origin origin(session::Caller(tenant, false, 0), req->id,
-                               service::Surface::kV1);
+  const service::Origin origin(session::Caller(tenant, false, 0), req->id, service::Surface::kV1);
   auto job_read = run_blocking(ctx->pool, [cl, sid = *id] { return cl->entry(sid); });
   auto entry = co_await std::move(job_read);
   if (!entry) co_return error_reply(entry.error());
@@ -311,9 +312,10 @@ asio::awaitable<Reply> adopt_session(Context* ctx, Request* req) {
     // A cancel comes from a hand-over whose switch failed: a session the catalog gives to this
     // node is not a cancelled adoption, and stays.
     if (named == cl->node()) {
-      co_return error_reply(Error::make(Code::kExists, "the session catalog names this node for "
-                                                       "session " +
-                                                           *id + ": it is not dropped"));
+      co_return error_reply(Error::make(Code::kExists,
+                                        "the session catalog names this node for "
+                                        "session " +
+                                            *id + ": it is not dropped"));
     }
     auto had = co_await ctx->svc->sessions.get(origin, *id);
     bool dropped = false;
@@ -338,17 +340,27 @@ asio::awaitable<Reply> adopt_session(Context* ctx, Request* req) {
   }
   // SECURITY (T8): only a runner of the session's tenant serves it (as the remote backend says).
   if (!hub->knows(spec->runner) || hub->tenant_of(spec->runner) != tenant) {
-    co_return error_reply(Error::make(Code::kNotFound, "runner: no runner \"" + spec->runner +
-                                                           "\" on node " + cl->node()));
+    co_return error_reply(Error::make(
+        Code::kNotFound, "runner: no runner \"" + spec->runner + "\" on node " + cl->node()));
   }
   if (!connected_here(*hub, spec->runner)) {
-    co_return error_reply(Error::make(Code::kUnavailable, "runner " + spec->runner +
-                                                              " is not connected to node " +
-                                                              cl->node()));
+    co_return error_reply(Error::make(
+        Code::kUnavailable, "runner " + spec->runner + " is not connected to node " + cl->node()));
   }
   if (entry->empty()) {
     co_return error_reply(
         Error::make(Code::kNotFound, "the session catalog has no session " + *id));
+  }
+  // A row of it here from an earlier stay that was not dropped (this node stopped mid-way) is a
+  // placeholder like the one the owner drops: the owner's spec, which may have changed since
+  // (labels, TTL), replaces it. The same spec again is a retry of this adoption: kept.
+  if (named != cl->node()) {
+    auto had = co_await ctx->svc->sessions.get(origin, *id);
+    if (had && had->backend == "remote" && had->spec.runner == spec->runner &&
+        session::encode_spec(had->spec) != session::encode_spec(*spec)) {
+      auto gone = co_await ctx->svc->sessions.destroy(origin, *id, false);
+      if (!gone) co_return error_reply(gone.error());
+    }
   }
   auto made = co_await ctx->svc->sessions.adopt(origin, *id, std::move(*spec));
   if (!made) co_return error_reply(made.error());

@@ -31,8 +31,7 @@ asio::awaitable<Result<std::pair<SessionInfo, bool>>> Sessions::create(Origin or
   co_return r;
 }
 
-asio::awaitable<Result<std::pair<SessionInfo, bool>>> Sessions::adopt(Origin origin,
-                                                                      std::string id,
+asio::awaitable<Result<std::pair<SessionInfo, bool>>> Sessions::adopt(Origin origin, std::string id,
                                                                       session::SessionSpec spec) {
   if (auto st = session::validate_id(id); !st) co_return std::unexpected(st.error());
   SessionManager* sm = d_.sessions;

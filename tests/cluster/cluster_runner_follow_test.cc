@@ -76,8 +76,10 @@ TEST_F(ClusterRunnerFollow, ARemoteSessionFollowsItsRunnerToAnotherNode) {
   }
   for (int i : {1, 2, 3}) EXPECT_EQ(listed(i, "rs"), 1) << "n" << i;
   EXPECT_TRUE(eventually(
-      [&] { return slurp(node(3).data->path() + "/audit.log").find("session.follow") !=
-                   std::string::npos; },
+      [&] {
+        return slurp(node(3).data->path() + "/audit.log").find("session.follow") !=
+               std::string::npos;
+      },
       5));
 
   // And back: a node that held the session before adopts it again.
@@ -102,15 +104,13 @@ TEST_F(ClusterRunnerFollow, AnAdoptFromAClientIsRefused) {
   auto runner = runner_on(2, ws.path());
   const std::string spec = R"({"backend":"remote","runner":"alice"})";
   // A client with a token: the route is for nodes (403); with a forward header of its own: 401.
-  auto plain = api(node(2)).call("POST", "/v1/cluster/sessions/x/adopt", spec, "application/json",
-                                 {});
+  auto plain =
+      api(node(2)).call("POST", "/v1/cluster/sessions/x/adopt", spec, "application/json", {});
   EXPECT_EQ(plain.status, 403) << plain;
   const std::string now = std::to_string(::time(nullptr));
-  auto forged = api(node(2)).call("POST", "/v1/cluster/sessions/x/adopt", spec,
-                                  "application/json",
-                                  {{"X-Agentbox-Forwarded",
-                                    "caller=team;tenant=team;ts=" + now + ";sig=" +
-                                        std::string(64, 'a')}});
+  auto forged = api(node(2)).call("POST", "/v1/cluster/sessions/x/adopt", spec, "application/json",
+                                  {{"X-Agentbox-Forwarded", "caller=team;tenant=team;ts=" + now +
+                                                                ";sig=" + std::string(64, 'a')}});
   EXPECT_EQ(forged.status, 401) << forged;
   auto cancel = api(node(2)).call("POST", "/v1/cluster/sessions/x/adopt?cancel=1", "",
                                   "application/json", {});

@@ -13,7 +13,7 @@
 
 namespace agentbox::server::detail {
 
-// What the hand-over keeps between its passes (made by start_runner_follow).
+// What the hand-over keeps between its passes (made by make_runner_follow).
 class RunnerFollow;
 
 // The node a runners/<user> record names ("" when the value is not a record).
