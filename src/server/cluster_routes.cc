@@ -9,6 +9,7 @@
 #include "server/internal/blocking.h"
 #include "server/internal/cluster_v1.h"
 #include "server/internal/forward.h"
+#include "server/internal/runner_follow.h"
 #include "server/internal/surfaces.h"
 #include "server/internal/transport.h"
 #include "service/services.h"
@@ -60,6 +61,15 @@ asio::awaitable<std::string> runner_node(Context* ctx, Request* req, std::string
   cluster::Cluster* cl = ctx->opts.cluster.get();
   if (user.empty() || cl == nullptr || !ctx->opts.runners) co_return std::string();
   if (auto conn = ctx->opts.runners->find(user); conn && conn->open()) co_return cl->node();
+  // The catalog's record, written by the node that holds the connection (runner_follow.cc).
+  if (auto rec = cl->record("runners", user)) {
+    const std::string named = runner_record_node(*rec);
+    for (const cluster::NodeState& n : cl->peers_up()) {
+      if (n.name == named) co_return named;
+    }
+  }
+  // No record (yet): it is written a moment after the registration and reaches this node's
+  // cache by the watch, so a create right after a runner registered elsewhere asks the peers.
   for (const cluster::NodeState& n : cl->peers_up()) {
     Reply r = co_await forward_small(ctx, n.advertise, "GET", "/v1/runners", "", req->caller);
     auto j = json::parse(r.body, nullptr, false);
@@ -179,6 +189,8 @@ std::vector<RouteSpec> cluster_routes() {
       // The cluster's other routes share kCluster (the transport treats none of them specially).
       {R::kCluster, "POST", "/v1/sessions/{id}/move", B::kJson, true, simple<move_session>},
       {R::kCluster, "POST", "/v1/cluster/sessions/{id}/receive", B::kRaw, true, receive_session},
+      {R::kCluster, "POST", "/v1/cluster/sessions/{id}/adopt", B::kJson, true,
+       simple<adopt_session>},
   };
 }
 

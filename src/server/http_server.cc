@@ -31,6 +31,7 @@
 #include "server/internal/blocking.h"
 #include "server/internal/cluster_v1.h"
 #include "server/internal/forward.h"
+#include "server/internal/runner_follow.h"
 #include "server/internal/surfaces.h"
 #include "server/internal/transport.h"
 #include "service/services.h"
@@ -510,11 +511,14 @@ Result<tcp::endpoint> HttpServer::listen() {
 }
 
 void HttpServer::start() {
+  detail::make_runner_follow(&impl_->ctx);  // before a runner can register
   asio::co_spawn(impl_->acceptor.get_executor(), accept_loop(impl_),
                  [](std::exception_ptr e) { log_exception("accept loop", 0, e); });
   if (impl_->ctx.opts.cluster) {
     asio::co_spawn(impl_->acceptor.get_executor(), detail::recover_moves(&impl_->ctx),
                    [](std::exception_ptr e) { log_exception("move recovery", 0, e); });
+    asio::co_spawn(impl_->acceptor.get_executor(), detail::follow_runners(&impl_->ctx),
+                   [](std::exception_ptr e) { log_exception("runner follow", 0, e); });
   }
 }
 

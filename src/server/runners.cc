@@ -21,6 +21,7 @@
 #include "common/log.h"
 #include "remote/runner_hub.h"
 #include "remote/skill_sync.h"
+#include "server/internal/runner_follow.h"
 #include "server/internal/surfaces.h"
 #include "server/internal/transport.h"
 #include "server/websocket.h"
@@ -154,6 +155,7 @@ asio::awaitable<bool> runner_ws(Call* call) {
     asio::post(ws->get_executor(), [ctx, hub, rc, user, id, tenant = who->tenant] {
       if (!rc->open()) return;  // gone already (both run on this thread: no race)
       hub->attach(rc);
+      runner_changed(ctx, user, /*registered=*/true);  // the catalog's runners/<user>
       runner_event(ctx, "runner.register", tenant,
                    {{"user", user},
                     {"workspace", id.workspace},
@@ -175,6 +177,7 @@ asio::awaitable<bool> runner_ws(Call* call) {
   if (state->conn) {
     state->conn->on_closed("connection closed");
     hub->detach(state->conn.get());
+    runner_changed(ctx, url_user, /*registered=*/false);
     runner_event(ctx, "runner.disconnect", state->conn->tenant(), {{"user", url_user}});
     spdlog::info("runner {} disconnected", url_user);
   }

@@ -40,6 +40,33 @@ asio::awaitable<Result<std::pair<SessionInfo, bool>>> Sessions::create(Origin or
   co_return r;
 }
 
+asio::awaitable<Result<std::pair<SessionInfo, bool>>> Sessions::adopt(Origin origin, std::string id,
+                                                                      session::SessionSpec spec) {
+  if (auto st = session::validate_id(id); !st) co_return std::unexpected(st.error());
+  SessionManager* sm = d_.sessions;
+  auto job = on_pool(d_.pool,
+                     [sm, id, spec = std::move(spec),
+                      tenant = origin.caller.tenant]() -> Result<std::pair<SessionInfo, bool>> {
+                       if (auto had = sm->get(id, Caller::daemon())) {
+                         if (had->backend != "remote" || had->tenant != tenant ||
+                             had->spec.runner != spec.runner) {
+                           return fail(Code::kExists, "session id " + id +
+                                                          " is already in use on this node (not "
+                                                          "a remote session of runner " +
+                                                          spec.runner + ")");
+                         }
+                         return std::pair{std::move(*had), false};
+                       }
+                       return sm->create_or_get(id, spec, Caller(tenant, false, 0));
+                     });
+  auto r = co_await std::move(job);
+  if (r && r->second) {
+    spdlog::info("req={} session {} adopted (runner {})", origin.request_id, id,
+                 r->first.spec.runner);
+  }
+  co_return r;
+}
+
 asio::awaitable<Result<SessionInfo>> Sessions::get(Origin origin, std::string id) {
   if (auto st = session::validate_id(id); !st) co_return std::unexpected(st.error());
   SessionManager* sm = d_.sessions;

@@ -70,6 +70,15 @@ class Sessions {
   // placed on now (`node` when given, else the one with the most free capacity). Without a
   // cluster: this node (a `node` naming another one is ENOENT).
   asio::awaitable<Result<cluster::Owner>> place(Origin origin, std::string id, std::string node);
+  // Cluster mode, a remote session following its runner (server/runner_follow.cc): makes
+  // session `id` here from `spec` as the node that held it had it, for origin's tenant, without
+  // entering it into the catalog (which names that node until the hand-over switches it here)
+  // and without the tenant's max_sessions (the session exists already; refusing it would leave it
+  // on a node without its runner). An existing remote session of that id, tenant and runner is
+  // returned as it is (false: not made now); any other session of that id is EEXIST.
+  asio::awaitable<Result<std::pair<session::SessionInfo, bool>>> adopt(Origin origin,
+                                                                       std::string id,
+                                                                       session::SessionSpec spec);
 
   // The one lease rule: the live sandbox of session `id` (resumed when suspended), made with the
   // default spec first when `create_if_missing` (exec and process routes create; file routes do

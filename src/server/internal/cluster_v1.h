@@ -26,9 +26,10 @@ asio::awaitable<std::optional<Reply>> place_create(Context* ctx, Request* req, s
                                                    std::string node, std::string body);
 
 // Where a new remote session of runner `user` goes (its commands and files are the runner's):
-// the node holding that runner's connection, this one first, else the first up peer whose
-// GET /v1/runners shows it connected; "" when no node has it (the create then answers as a node
-// without the runner does).
+// the node holding that runner's connection: this one first, else the up node the catalog's
+// runners/<user> record names (runner_follow.h), else the first up peer whose GET /v1/runners
+// shows it connected; "" when no node has it (the create then answers as a node without the
+// runner does).
 asio::awaitable<std::string> runner_node(Context* ctx, Request* req, std::string user);
 
 // GET /v1/sessions in cluster mode: appends the sessions of every other up node to `arr`.

@@ -38,6 +38,7 @@ struct SharedFs {
 class McpSessions;   // mcp.cc: the MCP surface's Mcp-Session-Ids
 class LangbotState;  // langbot.cc: the bound instance, generation fences, relays
 class E2bProcesses;  // e2b_process.cc: what E2B's process.Process keeps beside the tables
+class RunnerFollow;  // runner_follow.cc: a remote session following its runner (cluster mode)
 
 struct Context {
   asio::io_context* ioc = nullptr;
@@ -52,6 +53,7 @@ struct Context {
   std::shared_ptr<McpSessions> mcp;             // made by the MCP surface on first use
   std::shared_ptr<LangbotState> langbot;        // made by the LangBot surface on first use
   std::shared_ptr<E2bProcesses> e2b_processes;  // made by the E2B surface on first use
+  std::shared_ptr<RunnerFollow> runner_follow;  // cluster mode with runners; made at start
   service::WsTickets tickets;  // POST /v1/ws-tickets (dashboard.cc), redeemed by the transport
 };
 
