@@ -77,6 +77,15 @@ Status claim_here(cluster::Cluster* cl, session::SessionManager* sm, const std::
   // A session on its way here from another node, or back here from a move cut short: not made
   // anew, empty, while its files are still coming.
   if (auto e = move_error(sm, id)) return std::unexpected(std::move(*e));
+  // Not in the cache: most often a create another node placed here a moment ago, before this
+  // node's watch saw the entry. Reading it settles that without a transaction through etcd's
+  // log; only an id the catalog has never seen is claimed by one.
+  if (!cl->owner(id)) {
+    if (auto o = cl->lookup(id)) {
+      if (!o->self) return std::unexpected(elsewhere_error(id, *o));
+      return {};
+    }
+  }
   auto owner = cl->claim(id, caller.tenant);
   if (!owner) return std::unexpected(owner.error());
   if (!owner->self) return std::unexpected(elsewhere_error(id, *owner));

@@ -11,7 +11,6 @@
 #include <cerrno>
 #include <filesystem>
 #include <future>
-#include <nlohmann/json.hpp>
 
 #include "common/log.h"
 #include "common/text_codec.h"
@@ -24,12 +23,12 @@
 #include "session/build_disk.h"
 #include "session/build_records.h"
 #include "session/internal/template_build.h"
+#include "session/internal/template_state.h"
 #include "workspace/tree.h"
 
 namespace agentbox::session {
 
 namespace asio = boost::asio;
-using json = nlohmann::json;
 using Clock = std::chrono::system_clock;
 
 namespace {
@@ -38,13 +37,6 @@ constexpr std::size_t kMaxLogLines = 20000;
 constexpr std::size_t kMaxLineBytes = 4096;
 // Finished builds kept (in memory and in data_dir/build_records) per template.
 constexpr std::size_t kMaxBuildsKept = 32;
-
-std::int64_t to_ms(Clock::time_point t) {
-  return std::chrono::duration_cast<std::chrono::milliseconds>(t.time_since_epoch()).count();
-}
-Clock::time_point from_ms(std::int64_t ms) {
-  return Clock::time_point(std::chrono::milliseconds(ms));
-}
 
 Status mkdir_mode(const std::string& path, mode_t mode) {
   if (::mkdir(path.c_str(), mode) != 0 && errno != EEXIST) {
@@ -65,73 +57,6 @@ Status remove_under(const std::string& dir, const std::string& name) {
   auto st = fs.remove_all(name);
   if (!st && st.error().code != Code::kNotFound) return st;
   return {};
-}
-
-json encode(const TemplateInfo& t) {
-  json snaps = json::array();
-  for (const SnapshotInfo& s : t.snapshots) {
-    json health = json::array();
-    for (const auto& h : s.health) {
-      health.push_back({{"name", h.name}, {"command", h.command}, {"repair", h.repair}});
-    }
-    snaps.push_back({{"id", s.id},
-                     {"version", s.version},
-                     {"created_ms", to_ms(s.created_at)},
-                     {"bytes", s.bytes},
-                     {"files", s.files},
-                     {"build_id", s.build_id},
-                     {"health", std::move(health)}});
-    snaps.back()["env"] = s.env;
-    snaps.back()["image_ref"] = s.image_ref;  // `image:` (session/template_images.cc)
-    snaps.back()["image_digest"] = s.image_digest;
-    snaps.back()["root_layer"] = s.root_layer;
-  }
-  return {{"yaml", t.tmpl.source},
-          {"created_ms", to_ms(t.created_at)},
-          {"updated_ms", to_ms(t.updated_at)},
-          {"current", t.current},
-          {"snapshots", std::move(snaps)}};
-}
-
-Result<TemplateInfo> decode(const std::string& text) {
-  json j = json::parse(text, nullptr, false);
-  if (j.is_discarded() || !j.is_object()) return fail(Code::kInternal, "not a JSON object");
-  TemplateInfo t;
-  try {
-    auto parsed = workspace::parse_template(j.at("yaml").get<std::string>());
-    if (!parsed) return std::unexpected(parsed.error());
-    t.tmpl = std::move(parsed->tmpl);
-    t.warnings = std::move(parsed->warnings);
-    t.created_at = from_ms(j.at("created_ms").get<std::int64_t>());
-    t.updated_at = from_ms(j.at("updated_ms").get<std::int64_t>());
-    t.current = j.at("current").get<std::uint64_t>();
-    for (const json& s : j.at("snapshots")) {
-      SnapshotInfo si;
-      si.id = s.at("id").get<std::string>();
-      si.version = s.at("version").get<std::uint64_t>();
-      si.created_at = from_ms(s.at("created_ms").get<std::int64_t>());
-      si.bytes = s.at("bytes").get<std::uint64_t>();
-      si.files = s.at("files").get<std::uint64_t>();
-      si.build_id = s.value("build_id", "");
-      if (s.contains("health")) {
-        for (const json& h : s.at("health")) {
-          si.health.push_back({h.at("name").get<std::string>(), h.at("command").get<std::string>(),
-                               h.at("repair").get<std::string>()});
-        }
-      } else {
-        si.health = t.tmpl.health;  // recorded before snapshots kept their own
-      }
-      si.env =
-          s.contains("env") ? s.at("env").get<std::map<std::string, std::string>>() : t.tmpl.env;
-      si.image_ref = s.value("image_ref", "");
-      si.image_digest = s.value("image_digest", "");
-      si.root_layer = s.value("root_layer", "");
-      t.snapshots.push_back(std::move(si));
-    }
-  } catch (const std::exception& e) {
-    return fail(Code::kInternal, std::string("malformed: ") + e.what());
-  }
-  return t;
 }
 
 }  // namespace
@@ -225,7 +150,7 @@ Status TemplateManager::load() {
       char buf[65536];
       for (ssize_t r; (r = ::read(fd.get(), buf, sizeof buf)) > 0;) text.append(buf, r);
     }
-    auto t = decode(text);
+    auto t = decode_template_state(text);
     if (!t) {
       spdlog::error("templates: {}: {}", e.path().string(), t.error().message);
       continue;
@@ -238,7 +163,7 @@ Status TemplateManager::load() {
 
 Status TemplateManager::save_locked(const TemplateInfo& t) {
   return linux::write_state_file(config_.data_dir + "/templates/" + t.tmpl.name + ".json",
-                                 encode(t).dump(-1, ' ', false, json::error_handler_t::replace));
+                                 encode_template_state(t));
 }
 
 Result<std::pair<TemplateInfo, bool>> TemplateManager::put(std::string_view yaml) {
