@@ -312,7 +312,7 @@ TEST(ClientTest, TimeoutAndConnectErrors) {
 }
 
 TEST(ClientTest, ServerUrlIsValidated) {
-  for (const char* bad : {"https://x:1", "127.0.0.1:9090", "http://", "http://h:port",
+  for (const char* bad : {"ftp://x:1", "127.0.0.1:9090", "http://", "http://h:port",
                           "http://h:1/path", "http://[::1"}) {
     ClientOptions o;
     o.server = bad;
