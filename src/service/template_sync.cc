@@ -10,6 +10,7 @@
 #include "common/log.h"
 #include "service/blocking.h"
 #include "service/deps.h"
+#include "session/store.h"
 
 namespace agentbox::service {
 namespace {
@@ -29,10 +30,6 @@ TemplateRecord fresh_record(const TemplateRecord& old) {
   TemplateRecord r;
   r.last_version = old.highest();
   return r;
-}
-
-std::int64_t ms_of(std::chrono::system_clock::time_point t) {
-  return std::chrono::duration_cast<std::chrono::milliseconds>(t.time_since_epoch()).count();
 }
 
 bool has_version(const TemplateInfo& t, std::uint64_t v) {
@@ -84,7 +81,7 @@ void TemplateCatalog::enter_local() {
       for (const SnapshotInfo& s : t.snapshots) {
         rec.versions[s.version] =
             TemplateVersion{true, cl_->node(), s.build_id, t.tmpl.source,
-                            s.id, s.bytes,     s.files,    ms_of(s.created_at)};
+                            s.id, s.bytes,     s.files,    session::to_unix_ms(s.created_at)};
       }
       return {};
     });
@@ -204,24 +201,27 @@ void TemplateCatalog::unreserve(const std::string& name, std::uint64_t version) 
 }
 
 void TemplateCatalog::on_build_end(const BuildInfo& b, const std::optional<SnapshotInfo>& si) {
-  // Only a build that reserved its version (reserve/started) changes the record: one that made
-  // a version the record has already (prepare) adds nothing the cluster does not know.
+  // Only a build that reserved its version (reserve) changes the record: one that made a version
+  // the record has already (prepare) adds nothing the cluster does not know. It is found by its
+  // number (BuildInfo::version is the reserved one from the start): a build that ends at once
+  // may end before started() has written its id into the record.
+  if (b.version == 0) return;
   auto r = update(b.template_name, [&](TemplateRecord& rec) -> Status {
-    for (auto it = rec.versions.begin(); it != rec.versions.end(); ++it) {
-      TemplateVersion& v = it->second;
-      if (v.built || v.build_id != b.id) continue;
-      if (!si) {
-        rec.versions.erase(it);
-        return {};
-      }
-      v.built = true;
-      v.snapshot = si->id;
-      v.bytes = si->bytes;
-      v.files = si->files;
-      v.created_ms = ms_of(si->created_at);
-      rec.current = it->first;
+    auto it = rec.versions.find(b.version);
+    if (it == rec.versions.end()) return {};
+    TemplateVersion& v = it->second;
+    if (v.built || v.node != cl_->node() || (!v.build_id.empty() && v.build_id != b.id)) return {};
+    if (!si) {
+      rec.versions.erase(it);
       return {};
     }
+    v.built = true;
+    v.build_id = b.id;
+    v.snapshot = si->id;
+    v.bytes = si->bytes;
+    v.files = si->files;
+    v.created_ms = session::to_unix_ms(si->created_at);
+    rec.current = b.version;
     return {};
   });
   if (!r) {

@@ -9,8 +9,9 @@
 #include <nlohmann/json.hpp>
 
 #include "common/log.h"
-#include "linux/state_file.h"
 #include "common/unique_fd.h"
+#include "linux/state_file.h"
+#include "session/store.h"
 
 namespace agentbox::session {
 
@@ -18,13 +19,6 @@ namespace {
 
 using json = nlohmann::json;
 using Clock = std::chrono::system_clock;
-
-std::int64_t to_ms(Clock::time_point t) {
-  return std::chrono::duration_cast<std::chrono::milliseconds>(t.time_since_epoch()).count();
-}
-Clock::time_point from_ms(std::int64_t ms) {
-  return Clock::time_point(std::chrono::milliseconds(ms));
-}
 
 std::string read_all(const std::string& path) {
   std::string text;
@@ -54,8 +48,8 @@ Status save_build_record(const std::string& dir, const BuildInfo& info,
             {"error", info.error},
             {"snapshot", info.snapshot},
             {"version", info.version},
-            {"started_ms", to_ms(info.started_at)},
-            {"ended_ms", to_ms(info.ended_at)}};
+            {"started_ms", to_unix_ms(info.started_at)},
+            {"ended_ms", to_unix_ms(info.ended_at)}};
   if (info.exit_code) j["exit_code"] = *info.exit_code;
   if (info.state != BuildState::kRunning) {
     std::string text;
@@ -63,7 +57,7 @@ Status save_build_record(const std::string& dir, const BuildInfo& info,
     AB_TRY(linux::write_state_file(dir + "/" + info.id + ".log", text));
   }
   return linux::write_state_file(dir + "/" + info.id + ".json",
-                      j.dump(-1, ' ', false, json::error_handler_t::replace));
+                                 j.dump(-1, ' ', false, json::error_handler_t::replace));
 }
 
 std::vector<BuildRecord> load_build_records(const std::string& dir) {
@@ -86,8 +80,8 @@ std::vector<BuildRecord> load_build_records(const std::string& dir) {
       r.info.error = j.value("error", "");
       r.info.snapshot = j.value("snapshot", "");
       r.info.version = j.value("version", std::uint64_t{0});
-      r.info.started_at = from_ms(j.at("started_ms").get<std::int64_t>());
-      r.info.ended_at = from_ms(j.value("ended_ms", std::int64_t{0}));
+      r.info.started_at = from_unix_ms(j.at("started_ms").get<std::int64_t>());
+      r.info.ended_at = from_unix_ms(j.value("ended_ms", std::int64_t{0}));
       if (j.contains("exit_code")) r.info.exit_code = j.at("exit_code").get<int>();
     } catch (const std::exception& ex) {
       spdlog::warn("templates: build record {}: {} (ignored)", name, ex.what());

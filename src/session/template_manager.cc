@@ -318,6 +318,7 @@ Result<BuildInfo> TemplateManager::start_build(const std::string& name, BuildAs 
   b->info.started_at = Clock::now();
   b->info.step = "start";
   b->as_version = as.version;
+  b->info.version = as.version;  // known from the start when the catalog gave it (else 0)
   builds_[b->info.id] = b;
   if (auto st = save_build_record(records_dir(), b->info, {}); !st) {
     builds_.erase(b->info.id);
@@ -703,6 +704,21 @@ void TemplateManager::run_build(std::shared_ptr<Build> b, workspace::Template tm
     }
   }
   (void)remove_under(builds, b->info.id);
+  // Told before the build shows as ended, so that whoever waited for it (?wait=true) finds what
+  // the hook records (the cluster's catalog) done.
+  if (on_build_end_) {
+    BuildInfo ended;
+    {
+      std::lock_guard lk(mu_);
+      ended = b->info;
+    }
+    ended.exit_code = exit_code;
+    ended.ended_at = Clock::now();
+    ended.state = failed.empty() ? BuildState::kSucceeded : BuildState::kFailed;
+    if (failed.empty()) ended.snapshot = si.id, ended.version = si.version;
+    ended.error = failed;
+    on_build_end_(ended, failed.empty() ? std::optional<SnapshotInfo>(si) : std::nullopt);
+  }
   {
     std::lock_guard lk(mu_);
     b->info.ended_at = Clock::now();
@@ -727,14 +743,6 @@ void TemplateManager::run_build(std::shared_ptr<Build> b, workspace::Template tm
   }
   spdlog::info("template {} build {}: {}", b->info.template_name, b->info.id,
                failed.empty() ? "snapshot " + si.id : "failed: " + failed);
-  if (on_build_end_) {
-    BuildInfo ended;
-    {
-      std::lock_guard lk(mu_);
-      ended = b->info;
-    }
-    on_build_end_(ended, failed.empty() ? std::optional<SnapshotInfo>(si) : std::nullopt);
-  }
   if (!failed.empty() && result && result->second == 0 && !si.id.empty()) gc(in_use());
 }
 

@@ -2,18 +2,12 @@
 
 #include <nlohmann/json.hpp>
 
+#include "session/store.h"
+
 namespace agentbox::session {
 namespace {
 
 using json = nlohmann::json;
-using Clock = std::chrono::system_clock;
-
-std::int64_t to_ms(Clock::time_point t) {
-  return std::chrono::duration_cast<std::chrono::milliseconds>(t.time_since_epoch()).count();
-}
-Clock::time_point from_ms(std::int64_t ms) {
-  return Clock::time_point(std::chrono::milliseconds(ms));
-}
 
 json encode(const TemplateInfo& t) {
   json snaps = json::array();
@@ -24,7 +18,7 @@ json encode(const TemplateInfo& t) {
     }
     snaps.push_back({{"id", s.id},
                      {"version", s.version},
-                     {"created_ms", to_ms(s.created_at)},
+                     {"created_ms", to_unix_ms(s.created_at)},
                      {"bytes", s.bytes},
                      {"files", s.files},
                      {"build_id", s.build_id},
@@ -35,8 +29,8 @@ json encode(const TemplateInfo& t) {
     snaps.back()["root_layer"] = s.root_layer;
   }
   return {{"yaml", t.tmpl.source},
-          {"created_ms", to_ms(t.created_at)},
-          {"updated_ms", to_ms(t.updated_at)},
+          {"created_ms", to_unix_ms(t.created_at)},
+          {"updated_ms", to_unix_ms(t.updated_at)},
           {"current", t.current},
           {"snapshots", std::move(snaps)}};
 }
@@ -50,14 +44,14 @@ Result<TemplateInfo> decode(const std::string& text) {
     if (!parsed) return std::unexpected(parsed.error());
     t.tmpl = std::move(parsed->tmpl);
     t.warnings = std::move(parsed->warnings);
-    t.created_at = from_ms(j.at("created_ms").get<std::int64_t>());
-    t.updated_at = from_ms(j.at("updated_ms").get<std::int64_t>());
+    t.created_at = from_unix_ms(j.at("created_ms").get<std::int64_t>());
+    t.updated_at = from_unix_ms(j.at("updated_ms").get<std::int64_t>());
     t.current = j.at("current").get<std::uint64_t>();
     for (const json& s : j.at("snapshots")) {
       SnapshotInfo si;
       si.id = s.at("id").get<std::string>();
       si.version = s.at("version").get<std::uint64_t>();
-      si.created_at = from_ms(s.at("created_ms").get<std::int64_t>());
+      si.created_at = from_unix_ms(s.at("created_ms").get<std::int64_t>());
       si.bytes = s.at("bytes").get<std::uint64_t>();
       si.files = s.at("files").get<std::uint64_t>();
       si.build_id = s.value("build_id", "");
