@@ -136,8 +136,8 @@ class TemplateManager {
   using BuildAs = TemplateBuildAs;
   // Starts a build (EEXIST while one runs for this template).
   Result<BuildInfo> start_build(const std::string& name, BuildAs as = {});
-  // Called once per build when it ended and its record was kept (on the build's thread, no lock
-  // held): the build, and its snapshot when it succeeded. Set once, before builds start.
+  // Called once per build when it has ended, before it shows as ended (on the build's thread, no
+  // lock held): the build, and its snapshot when it succeeded. Set once, before builds start.
   using BuildEnd = std::function<void(const BuildInfo&, const std::optional<SnapshotInfo>&)>;
   void set_on_build_end(BuildEnd fn) { on_build_end_ = std::move(fn); }
   Result<BuildInfo> build(const std::string& name, const std::string& build_id);
