@@ -26,7 +26,10 @@ deb=$(ls "$tmp"/out/agentbox_*_*.deb)
 [[ $(basename "$deb") =~ ^agentbox_[0-9][^_]*_[a-z0-9]+\.deb$ ]] || fail "file name $(basename "$deb")"
 dpkg-deb --info "$deb" >"$tmp/info"
 grep -q '^ Depends:.*libc6' "$tmp/info" || { cat "$tmp/info"; fail "no shlibs Depends"; }
-dpkg-deb --ctrl-tarfile "$deb" | tar -t | grep -qx './conffiles' || fail "no conffiles"
+# Listed whole before it is searched: `grep -q` leaving at its first match would kill the writer
+# with SIGPIPE, which pipefail reports as a failure (it failed one full run of two).
+ctrl=$(dpkg-deb --ctrl-tarfile "$deb" | tar -t)
+grep -qx './conffiles' <<<"$ctrl" || fail "no conffiles"
 
 root=$tmp/root
 mkdir -p "$root/var/lib/dpkg/updates" "$root/var/lib/dpkg/info" "$root/etc/systemd/system"
@@ -49,7 +52,8 @@ grep -qx /etc/agentbox/agentboxd.yaml "$root/var/lib/dpkg/info/agentbox.conffile
   fail "agentboxd.yaml is not a conffile"
 [[ -L $root/etc/systemd/system/multi-user.target.wants/agentboxd.service ]] ||
   fail "agentboxd.service not enabled by the postinst"
-zcat "$root/usr/share/man/man8/agentboxd.8.gz" | grep -qF 'data\-dir' ||
+man=$(zcat "$root/usr/share/man/man8/agentboxd.8.gz")
+grep -qF 'data\-dir' <<<"$man" ||
   fail "the agentboxd man page lacks --data-dir"
 
 step "systemd-analyze verify accepts the units"
