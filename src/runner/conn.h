@@ -209,6 +209,8 @@ struct Stream {
   std::condition_variable cv;
   bool finished = false;
   int readers = 0;      // output readers still reading (guarded by mu)
+  int in_hand = 0;      // chunks read and not yet pushed (guarded by mu): the exit waits
+                        // for them, as it waits for output still in the pipe
   bool exited = false;  // the exit push is out: readers push nothing more (guarded by mu)
   bool reaped = false;  // the child is (being) reaped: its pid may be reused (guarded by mu)
   // Dups of the output read ends, to see whether output is still unread (FIONREAD).

@@ -1,5 +1,7 @@
 // agentbox-runner: process streams and terminals of a connection (conn.h).
 
+#include <poll.h>
+
 #include "runner/conn.h"
 
 namespace agentbox::runner::detail {
@@ -147,16 +149,32 @@ void Conn::forward(std::shared_ptr<Stream> st, std::string id, int fd, bool is_s
   std::string buf(kStreamRead, '\0');
   auto data_type = st->pty ? p::type::kPtyData : p::type::kStdioData;
   for (;;) {
-    ssize_t n = ::read(fd, buf.data(), buf.size());
-    if (n < 0 && errno == EINTR) continue;
-    if (n <= 0) break;
+    // Waits for output without the lock, then reads it with the lock held, so that what leaves
+    // the pipe is counted in hand at once: report_exit() never sees an empty pipe and no chunk
+    // in hand while a chunk the leader wrote before it exited is on its way (a reader put off
+    // for longer than kExitDrain between its read and its push lost that output).
+    pollfd pfd{fd, POLLIN, 0};
+    if (::poll(&pfd, 1, -1) < 0) {
+      if (errno == EINTR) continue;
+      break;
+    }
+    ssize_t n;
     {
       std::lock_guard l(st->mu);
-      if (st->exited) continue;  // read and dropped: a background child's late output
+      n = ::read(fd, buf.data(), buf.size());
+      if (n > 0 && st->exited) continue;  // read and dropped: a background child's late output
+      if (n > 0) ++st->in_hand;
     }
+    if (n < 0 && errno == EINTR) continue;
+    if (n <= 0) break;
     p::StreamData d{id, buf.substr(0, static_cast<std::size_t>(n))};
     d.is_stderr = is_stderr;
     outbox.push(p::frame("", data_type, p::to_json(d)));
+    {
+      std::lock_guard l(st->mu);
+      --st->in_hand;
+    }
+    st->cv.notify_all();
   }
   {
     std::lock_guard l(st->mu);
@@ -183,7 +201,7 @@ void Conn::report_exit(std::shared_ptr<Stream> st, std::string id, bool v2) {
   }
   {
     std::unique_lock l(st->mu);
-    auto drained = [&] { return st->readers == 0; };
+    auto drained = [&] { return st->readers == 0 && st->in_hand == 0; };
     if (v2) {
       // The leader's own output is in the pipe when it exits: it is always pushed (however
       // late the readers run); only a background child still holding the pipe open with
@@ -193,7 +211,7 @@ void Conn::report_exit(std::shared_ptr<Stream> st, std::string id, bool v2) {
       auto quiet_since = std::chrono::steady_clock::now();
       while (!st->cv.wait_for(l, std::chrono::milliseconds(20), drained) &&
              std::chrono::steady_clock::now() < give_up) {
-        if (st->unread_output()) {
+        if (st->unread_output() || st->in_hand > 0) {
           quiet_since = std::chrono::steady_clock::now();
         } else if (std::chrono::steady_clock::now() - quiet_since >= kExitDrain) {
           break;
