@@ -9,6 +9,21 @@ using session::BuildInfo;
 using session::TemplateInfo;
 using session::TemplateManager;
 
+namespace {
+
+// Cluster mode: this node's copy of template `name` as the cluster sees it (ENOENT when it was
+// deleted in the cluster, though a session here keeps the copy).
+Result<TemplateInfo> cluster_view(TemplateManager& tm, const TemplateCatalog& tc,
+                                  const std::string& name) {
+  auto t = tm.get(name);
+  if (!t) return t;
+  auto v = tc.view(std::move(*t));
+  if (!v) return fail(Code::kNotFound, "no such template: " + name);
+  return std::move(*v);
+}
+
+}  // namespace
+
 Status Templates::check_enabled() const {
   if (!tm_) return fail(Code::kNotSupported, "templates are not enabled on this daemon");
   return {};
@@ -80,11 +95,7 @@ asio::awaitable<Result<TemplateInfo>> Templates::get(Origin origin, std::string 
   auto job = on_pool(d_.pool, [tm, tc, name]() -> Result<TemplateInfo> {
     if (tc == nullptr) return tm->get(name);
     tc->sync_one(name);
-    auto t = tm->get(name);
-    if (!t) return t;
-    auto v = tc->view(std::move(*t));
-    if (!v) return fail(Code::kNotFound, "no such template: " + name);
-    return std::move(*v);
+    return cluster_view(*tm, *tc, name);
   });
   co_return co_await std::move(job);
 }
@@ -115,11 +126,7 @@ asio::awaitable<Result<TemplateInfo>> Templates::rollback(Origin origin, std::st
     tc->sync_one(name);
     AB_TRY(tm->get(name));  // ENOENT for a template unknown here as in the catalog
     AB_TRY(tc->rollback(name, version));
-    auto t = tm->get(name);
-    if (!t) return t;
-    auto v = tc->view(std::move(*t));
-    if (!v) return fail(Code::kNotFound, "no such template: " + name);
-    return std::move(*v);
+    return cluster_view(*tm, *tc, name);
   });
   auto r = co_await std::move(job);
   if (r) {
